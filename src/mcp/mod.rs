@@ -1,0 +1,5 @@
+//! MCP surface: tools, result rendering and transports.
+
+pub mod http;
+pub mod render;
+pub mod server;

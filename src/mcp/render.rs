@@ -1,0 +1,156 @@
+//! Turns reports into MCP tool results: a terminal-like text block for the
+//! model to read, and structuredContent matching each tool's output schema.
+
+use rmcp::model::{CallToolResult, ContentBlock as Content};
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::session::report::{CellReport, CellStatus};
+use crate::worker::protocol::PyError;
+
+/// structuredContent of python_exec, python_wait, python_input and python_interrupt.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CellOutput {
+    /// ok | error | running | waiting_input | interrupted | crashed.
+    pub status: CellStatus,
+    /// The session the cell ran in.
+    pub session: String,
+    /// The session's cell number (from 1).
+    pub cell: u64,
+    /// Standard output of the cell returned by this call (fd level, includes subprocesses).
+    pub stdout: String,
+    /// Standard error of the cell returned by this call.
+    pub stderr: String,
+    /// repr() of the cell's last expression, or null.
+    pub value: Option<String>,
+    /// The exception, or null.
+    pub error: Option<PyError>,
+    /// The input() prompt when status is waiting_input, else null.
+    pub prompt: Option<String>,
+    /// Time the cell has run, in milliseconds.
+    pub elapsed_ms: f64,
+    /// Output written after an earlier cell finished (by its threads or subprocesses).
+    pub background_output: Option<String>,
+    /// Messages from ferrepl about the session (lost state, escalations...).
+    pub notes: Vec<String>,
+}
+
+fn format_elapsed(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
+fn push_block(text: &mut String, block: &str) {
+    if block.is_empty() {
+        return;
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(block);
+}
+
+/// The text block of a cell result.
+pub fn cell_text(r: &CellReport) -> String {
+    let mut text = String::new();
+    for note in &r.notes {
+        push_block(&mut text, &format!("[ferrepl] {note}\n"));
+    }
+    if let Some(bg) = &r.background {
+        push_block(
+            &mut text,
+            &format!(
+                "[ferrepl] output produced in the background after cell {} finished:\n{}",
+                bg.after_cell, bg.output.combined
+            ),
+        );
+        push_block(&mut text, "[ferrepl] end of background output\n");
+    }
+    push_block(&mut text, &r.output.combined);
+    if let Some(v) = &r.value {
+        push_block(&mut text, v);
+    }
+    if let Some(e) = &r.error {
+        if !e.traceback.is_empty() {
+            push_block(&mut text, &e.traceback);
+        } else if r.status != CellStatus::Crashed {
+            push_block(&mut text, &format!("{}: {}", e.kind, e.message));
+        }
+    }
+    match r.status {
+        CellStatus::Running => push_block(
+            &mut text,
+            "[ferrepl] the cell is still running; call python_wait to keep waiting for it, or python_interrupt to stop it.",
+        ),
+        CellStatus::WaitingInput => push_block(
+            &mut text,
+            &format!(
+                "[ferrepl] the cell is waiting for input, prompt: {:?}; answer with python_input.",
+                r.prompt.as_deref().unwrap_or("")
+            ),
+        ),
+        _ => {}
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "-- {} | cell {} | session {} | {} --",
+        r.status.as_str(),
+        r.cell,
+        r.session,
+        format_elapsed(r.elapsed_ms)
+    ));
+    text
+}
+
+/// A short form of a result, for a note inside a later result.
+pub fn brief(r: &CellReport) -> String {
+    let mut text = r.output.combined.clone();
+    if let Some(v) = &r.value {
+        push_block(&mut text, v);
+    }
+    if let Some(e) = &r.error {
+        push_block(&mut text, &format!("{}: {}", e.kind, e.message));
+    }
+    text
+}
+
+pub fn cell_result(r: &CellReport) -> CallToolResult {
+    let structured = CellOutput {
+        status: r.status,
+        session: r.session.clone(),
+        cell: r.cell,
+        stdout: r.output.stdout.clone(),
+        stderr: r.output.stderr.clone(),
+        value: r.value.clone(),
+        error: r.error.clone(),
+        prompt: r.prompt.clone(),
+        elapsed_ms: r.elapsed_ms,
+        background_output: r.background.as_ref().map(|b| b.output.combined.clone()),
+        notes: r.notes.clone(),
+    };
+    let content = vec![Content::text(cell_text(r))];
+    let mut result = if r.status.is_error() {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    result.structured_content = serde_json::to_value(structured).ok();
+    result
+}
+
+/// A failed call (not a Python exception): what happened and what to do next.
+pub fn tool_error(message: impl std::fmt::Display) -> CallToolResult {
+    CallToolResult::error(vec![Content::text(format!("error: {message}"))])
+}
+
+/// A successful non-cell result with both forms.
+pub fn structured<T: Serialize>(text: String, value: &T) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![Content::text(text)]);
+    result.structured_content = serde_json::to_value(value).ok();
+    result
+}

@@ -1,0 +1,786 @@
+//! Named sessions, each backed by one worker process at a time.
+//!
+//! Results are pulled, not pushed: worker events wait in the worker's queue
+//! until a call (exec, wait, input, interrupt, sessions) looks at the session,
+//! so a cell that finishes while nobody waits keeps its result for the next
+//! call. Every wait here is bounded and async.
+
+pub mod report;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use tokio::time::Instant as TokioInstant;
+
+use crate::worker::output::Capture;
+use crate::worker::protocol::{PyError, Request};
+use crate::worker::{self, CellEvent, LaunchSpec, Worker, WorkerError};
+use report::{BackgroundOutput, CellReport, CellStatus};
+
+pub const DEFAULT_SESSION: &str = "default";
+
+/// Bounds on sessions and waits; see the configuration table in README.md.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub default_wait: Duration,
+    pub max_wait: Duration,
+    pub start_timeout: Duration,
+    pub max_sessions: usize,
+    pub inspect_timeout: Duration,
+    /// How long the server waits for a dead worker's pipes to drain.
+    pub crash_grace: Duration,
+    /// How long each interrupt step waits before escalating.
+    pub interrupt_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(
+        "session '{session}' is busy running cell {cell} ({secs:.1} s){waiting}; call python_wait to collect its result, or python_interrupt to stop it"
+    )]
+    Busy {
+        session: String,
+        cell: u64,
+        secs: f64,
+        waiting: String,
+    },
+    #[error("no session named '{name}'; existing sessions: {existing}. python_exec creates a session on first use")]
+    NotFound { name: String, existing: String },
+    #[error(
+        "invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'"
+    )]
+    BadName(String),
+    #[error(
+        "cannot create session '{name}': the limit of {limit} sessions is reached (--max-sessions); reuse a session or reset one"
+    )]
+    TooMany { name: String, limit: usize },
+    #[error("session '{session}': {source}")]
+    Worker {
+        session: String,
+        #[source]
+        source: WorkerError,
+    },
+    #[error("session '{0}' has no running cell and no result waiting; run code with python_exec")]
+    Idle(String),
+    #[error(
+        "session '{session}' is not waiting for input{detail}; python_input only answers a pending input() (status waiting_input)"
+    )]
+    NotWaitingInput { session: String, detail: String },
+    #[error("{0}")]
+    Inspect(String),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+struct RunningCell {
+    number: u64,
+    started: Instant,
+    prompt: Option<(String, bool)>,
+    /// Output of this cell that arrived with events but was not returned yet.
+    output: Capture,
+}
+
+struct SessionState {
+    worker: Option<Arc<Worker>>,
+    next_cell: u64,
+    cells_run: u64,
+    running: Option<RunningCell>,
+    /// A finished cell whose result no call has returned yet.
+    completed: Option<CellReport>,
+    notes: Vec<String>,
+    last_cell: u64,
+    last_used: Instant,
+}
+
+pub struct Session {
+    name: String,
+    created: Instant,
+    state: Mutex<SessionState>,
+    /// Serialises starting a worker for this session.
+    start_lock: tokio::sync::Mutex<()>,
+}
+
+/// A row of `python_sessions`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct SessionInfo {
+    pub name: String,
+    /// idle, busy, waiting_input, dead or starting.
+    pub state: String,
+    pub pid: Option<u32>,
+    pub cells: u64,
+    pub running_cell: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub uptime_s: f64,
+    pub python: Option<String>,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub struct SessionManager {
+    spec: LaunchSpec,
+    limits: Limits,
+    sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    spare: Mutex<Option<Arc<Worker>>>,
+    shutting_down: AtomicBool,
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+impl SessionManager {
+    pub fn new(spec: LaunchSpec, limits: Limits) -> Arc<Self> {
+        Arc::new(Self {
+            spec,
+            limits,
+            sessions: Mutex::new(BTreeMap::new()),
+            spare: Mutex::new(None),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn spec(&self) -> &LaunchSpec {
+        &self.spec
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the default session and a spare worker without waiting.
+    pub fn warm_up(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.get_or_create(DEFAULT_SESSION) {
+                Ok(sess) => {
+                    if let Err(e) = this.ensure_worker(&sess).await {
+                        tracing::warn!("could not start the default session: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("could not create the default session: {e}"),
+            }
+        });
+    }
+
+    pub fn wait_window(&self, requested: Option<f64>) -> Duration {
+        match requested {
+            Some(s) if s.is_finite() && s >= 0.0 => {
+                Duration::from_secs_f64(s).min(self.limits.max_wait)
+            }
+            _ => self.limits.default_wait,
+        }
+    }
+
+    fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(SessionError::ShuttingDown);
+        }
+        if !valid_name(name) {
+            return Err(SessionError::BadName(name.to_string()));
+        }
+        let mut map = self.sessions();
+        if let Some(s) = map.get(name) {
+            return Ok(s.clone());
+        }
+        if map.len() >= self.limits.max_sessions {
+            return Err(SessionError::TooMany {
+                name: name.to_string(),
+                limit: self.limits.max_sessions,
+            });
+        }
+        let sess = Arc::new(Session {
+            name: name.to_string(),
+            created: Instant::now(),
+            state: Mutex::new(SessionState {
+                worker: None,
+                next_cell: 1,
+                cells_run: 0,
+                running: None,
+                completed: None,
+                notes: Vec::new(),
+                last_cell: 0,
+                last_used: Instant::now(),
+            }),
+            start_lock: tokio::sync::Mutex::new(()),
+        });
+        map.insert(name.to_string(), sess.clone());
+        Ok(sess)
+    }
+
+    fn existing(&self, name: &str) -> Result<Arc<Session>, SessionError> {
+        let map = self.sessions();
+        match map.get(name) {
+            Some(s) => Ok(s.clone()),
+            None => Err(SessionError::NotFound {
+                name: name.to_string(),
+                existing: if map.is_empty() {
+                    "none".to_string()
+                } else {
+                    map.keys().cloned().collect::<Vec<_>>().join(", ")
+                },
+            }),
+        }
+    }
+
+    /// A ready worker: the spare if there is one, else a fresh launch.
+    async fn acquire_worker(self: &Arc<Self>) -> Result<Arc<Worker>, WorkerError> {
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let timeout = self.limits.start_timeout;
+        let worker = match spare {
+            Some(w) if w.exit_info().is_none() => match w.wait_ready(timeout).await {
+                Ok(_) => w,
+                Err(_) => {
+                    let fresh = worker::launch(&self.spec).await?;
+                    fresh.wait_ready(timeout).await?;
+                    fresh
+                }
+            },
+            _ => {
+                let fresh = worker::launch(&self.spec).await?;
+                fresh.wait_ready(timeout).await?;
+                fresh
+            }
+        };
+        self.refill_spare();
+        Ok(worker)
+    }
+
+    fn refill_spare(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if this.shutting_down.load(Ordering::SeqCst) {
+                return;
+            }
+            match worker::launch(&this.spec).await {
+                Ok(w) => {
+                    let old = this
+                        .spare
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .replace(w.clone());
+                    if let Some(old) = old {
+                        old.kill();
+                    }
+                    if this.shutting_down.load(Ordering::SeqCst) {
+                        w.kill();
+                    }
+                }
+                Err(e) => tracing::debug!("spare worker not started: {e}"),
+            }
+        });
+    }
+
+    /// The session's live worker, starting one if it has none or it died.
+    async fn ensure_worker(self: &Arc<Self>, sess: &Arc<Session>) -> Result<Arc<Worker>, SessionError> {
+        let _guard = sess.start_lock.lock().await;
+        {
+            let mut st = sess.lock();
+            self.refresh(sess, &mut st);
+            if let Some(w) = &st.worker {
+                match w.exit_info() {
+                    None => return Ok(w.clone()),
+                    Some(exit) => {
+                        if st.running.is_none() {
+                            let note = format!(
+                                "The interpreter of session '{}' had exited ({}) after cell {}; its variables were lost. This cell runs in a fresh interpreter.",
+                                sess.name,
+                                exit.describe(),
+                                st.last_cell
+                            );
+                            st.notes.push(note);
+                        }
+                        st.worker = None;
+                    }
+                }
+            }
+        }
+        let worker = self
+            .acquire_worker()
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: sess.name.clone(),
+                source,
+            })?;
+        if let Some(info) = worker.ready_info() {
+            tracing::info!(session = %sess.name, pid = info.pid, python = %info.python_version, "session interpreter started");
+        }
+        sess.lock().worker = Some(worker.clone());
+        Ok(worker)
+    }
+
+    /// Applies the worker's pending events to the session.
+    fn refresh(&self, sess: &Session, st: &mut SessionState) {
+        let Some(worker) = st.worker.clone() else {
+            return;
+        };
+        while let Some(event) = worker.pop_event() {
+            match event {
+                CellEvent::InputRequest {
+                    cell,
+                    prompt,
+                    password,
+                    output,
+                } => {
+                    if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
+                        run.output.append(output);
+                        run.prompt = Some((prompt, password));
+                    }
+                }
+                CellEvent::Done {
+                    cell,
+                    status,
+                    value,
+                    error,
+                    elapsed_ms,
+                    output,
+                } => {
+                    let Some(mut run) = st.running.take().filter(|r| r.number == cell) else {
+                        continue;
+                    };
+                    run.output.append(output);
+                    st.cells_run += 1;
+                    st.last_cell = cell;
+                    st.completed = Some(CellReport {
+                        status: CellStatus::from_driver(&status),
+                        session: sess.name.clone(),
+                        cell,
+                        output: run.output.render(),
+                        background: None,
+                        value,
+                        error,
+                        prompt: None,
+                        elapsed_ms,
+                        notes: Vec::new(),
+                    });
+                }
+            }
+        }
+        if st.running.is_some() && worker.fully_exited(self.limits.crash_grace) {
+            let Some(mut run) = st.running.take() else {
+                return;
+            };
+            let exit = worker
+                .exit_info()
+                .map(|e| e.describe())
+                .unwrap_or_else(|| "an unknown status".into());
+            run.output.append(worker.take_output());
+            st.last_cell = run.number;
+            st.completed = Some(CellReport {
+                status: CellStatus::Crashed,
+                session: sess.name.clone(),
+                cell: run.number,
+                output: run.output.render(),
+                background: None,
+                value: None,
+                error: Some(PyError {
+                    kind: "WorkerCrashed".into(),
+                    message: format!("the Python process died with {exit}"),
+                    traceback: String::new(),
+                }),
+                prompt: None,
+                elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                notes: vec![format!(
+                    "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
+                    sess.name, run.number
+                )],
+            });
+        }
+    }
+
+    pub async fn exec(self: &Arc<Self>, name: &str, code: &str, wait: Duration) -> Result<CellReport, SessionError> {
+        let sess = self.get_or_create(name)?;
+        let worker = self.ensure_worker(&sess).await?;
+        let mut carried = Vec::new();
+        let (background, after) = {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            if let Some(run) = &st.running {
+                return Err(busy(&sess.name, run));
+            }
+            if let Some(prev) = st.completed.take() {
+                carried.push(format!(
+                    "Cell {} finished before this call ({}); its result had not been collected:\n{}",
+                    prev.cell,
+                    prev.status.as_str(),
+                    crate::mcp::render::brief(&prev)
+                ));
+            }
+            // Taken before the cell starts: whatever is there was written
+            // after the previous cell finished.
+            let background = worker.take_output();
+            let number = st.next_cell;
+            worker
+                .send(&Request::Exec { cell: number, code })
+                .map_err(|source| SessionError::Worker {
+                    session: sess.name.clone(),
+                    source,
+                })?;
+            st.next_cell += 1;
+            st.last_used = Instant::now();
+            st.notes.append(&mut carried);
+            st.running = Some(RunningCell {
+                number,
+                started: Instant::now(),
+                prompt: None,
+                output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
+            });
+            (background, st.last_cell)
+        };
+        let report = self.collect(&sess, &worker, wait).await;
+        if background.is_empty() {
+            return Ok(report);
+        }
+        Ok(report.with_background(after, background.render()))
+    }
+
+    /// Waits for the running cell of a session to change state.
+    pub async fn wait(self: &Arc<Self>, name: &str, wait: Duration) -> Result<CellReport, SessionError> {
+        let sess = self.existing(name)?;
+        let worker = {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            if st.running.is_none() && st.completed.is_none() {
+                return Err(SessionError::Idle(sess.name.clone()));
+            }
+            match &st.worker {
+                Some(w) => w.clone(),
+                None => return Err(SessionError::Idle(sess.name.clone())),
+            }
+        };
+        Ok(self.collect(&sess, &worker, wait).await)
+    }
+
+    /// Answers a pending input() and waits like `wait`.
+    pub async fn input(self: &Arc<Self>, name: &str, text: &str, eof: bool, wait: Duration) -> Result<CellReport, SessionError> {
+        let sess = self.existing(name)?;
+        let worker = {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            let worker = st.worker.clone();
+            let Some(run) = st.running.as_mut() else {
+                return Err(SessionError::NotWaitingInput {
+                    session: sess.name.clone(),
+                    detail: " (no cell is running)".into(),
+                });
+            };
+            if run.prompt.is_none() {
+                return Err(SessionError::NotWaitingInput {
+                    session: sess.name.clone(),
+                    detail: format!(" (cell {} is running and has not asked for input)", run.number),
+                });
+            }
+            let Some(worker) = worker else {
+                return Err(SessionError::Idle(sess.name.clone()));
+            };
+            worker
+                .send(&Request::Input { text, eof })
+                .map_err(|source| SessionError::Worker {
+                    session: sess.name.clone(),
+                    source,
+                })?;
+            run.prompt = None;
+            worker
+        };
+        Ok(self.collect(&sess, &worker, wait).await)
+    }
+
+    /// SIGINT to the running cell; escalates to a second SIGINT, then a kill.
+    pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
+        let sess = self.existing(name)?;
+        let worker = {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            if st.running.is_none() {
+                if let Some(done) = st.completed.take() {
+                    return Ok(done.with_note("The cell had already finished; nothing was interrupted."));
+                }
+                return Err(SessionError::Idle(sess.name.clone()));
+            }
+            match &st.worker {
+                Some(w) => w.clone(),
+                None => return Err(SessionError::Idle(sess.name.clone())),
+            }
+        };
+        let grace = self.limits.interrupt_grace;
+        for attempt in 0..2 {
+            worker.signal_group(Signal::SIGINT);
+            let report = self.collect_final(&sess, &worker, grace).await;
+            if let Some(report) = report {
+                return Ok(if attempt == 0 {
+                    report
+                } else {
+                    report.with_note("The cell ignored the first interrupt; a second one stopped it.")
+                });
+            }
+        }
+        worker.signal_group(Signal::SIGKILL);
+        let report = self
+            .collect_final(&sess, &worker, self.limits.crash_grace + Duration::from_secs(5))
+            .await;
+        let secs = grace.as_secs_f64() * 2.0;
+        let note = format!(
+            "The cell did not stop after two interrupts over {secs:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
+            sess.name
+        );
+        match report {
+            Some(mut r) => {
+                r.status = CellStatus::Interrupted;
+                r.notes.retain(|n| !n.contains("died with"));
+                Ok(r.with_note(&note))
+            }
+            None => Err(SessionError::Worker {
+                session: sess.name.clone(),
+                source: WorkerError::Timeout(secs as u64),
+            }),
+        }
+    }
+
+    /// Waits up to `wait` for a finished result (ignores input prompts).
+    async fn collect_final(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> Option<CellReport> {
+        let deadline = TokioInstant::now() + wait;
+        let mut rx = worker.subscribe();
+        loop {
+            rx.borrow_and_update();
+            {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                if let Some(done) = st.completed.take() {
+                    let notes = std::mem::take(&mut st.notes);
+                    return Some(done.with_notes_first(notes));
+                }
+            }
+            let wake = self.next_wake(worker, deadline);
+            if TokioInstant::now() >= deadline {
+                return None;
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
+        match worker.exit_info() {
+            Some(e) => {
+                let at = TokioInstant::from_std(e.at + self.limits.crash_grace);
+                at.min(deadline)
+            }
+            None => deadline,
+        }
+    }
+
+    /// Returns when the running cell finishes, asks for input, or `wait` runs out.
+    async fn collect(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> CellReport {
+        let deadline = TokioInstant::now() + wait;
+        let mut rx = worker.subscribe();
+        loop {
+            rx.borrow_and_update();
+            {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                if let Some(done) = st.completed.take() {
+                    let notes = std::mem::take(&mut st.notes);
+                    return done.with_notes_first(notes);
+                }
+                let timed_out = TokioInstant::now() >= deadline;
+                let notes = std::mem::take(&mut st.notes);
+                if let Some(run) = st.running.as_mut() {
+                    if run.prompt.is_some() || timed_out {
+                        if run.prompt.is_none() {
+                            run.output.append(worker.take_output());
+                        }
+                        let (status, prompt) = match &run.prompt {
+                            Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),
+                            None => (CellStatus::Running, None),
+                        };
+                        let output = run.output.take().render();
+                        return CellReport {
+                            status,
+                            session: sess.name.clone(),
+                            cell: run.number,
+                            output,
+                            background: None,
+                            value: None,
+                            error: None,
+                            prompt,
+                            elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                            notes,
+                        };
+                    }
+                    st.notes = notes;
+                } else {
+                    st.notes = notes;
+                }
+            }
+            let wake = self.next_wake(worker, deadline);
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Restarts a session's interpreter; all its state is cleared.
+    pub async fn reset(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
+        let sess = if name == DEFAULT_SESSION {
+            self.get_or_create(name)?
+        } else {
+            self.existing(name)?
+        };
+        let (old, stopped) = {
+            let mut st = sess.lock();
+            st.completed = None;
+            st.notes.clear();
+            let stopped = st.running.take().map(|r| r.number);
+            (st.worker.take(), stopped)
+        };
+        if let Some(old) = old {
+            old.kill();
+        }
+        let worker = self.ensure_worker(&sess).await?;
+        sess.lock().notes.clear();
+        let mut msg = format!(
+            "Session '{}' was reset: a fresh interpreter (pid {}) is ready and all earlier variables are gone.",
+            sess.name,
+            worker.pid()
+        );
+        if let Some(cell) = stopped {
+            msg.push_str(&format!(" Cell {cell}, which was still running, was stopped."));
+        }
+        Ok(msg)
+    }
+
+    pub async fn inspect(self: &Arc<Self>, name: &str, target: Option<&str>) -> Result<Value, SessionError> {
+        let sess = if name == DEFAULT_SESSION {
+            self.get_or_create(name)?
+        } else {
+            self.existing(name)?
+        };
+        let worker = self.ensure_worker(&sess).await?;
+        let reply = worker
+            .inspect(target, self.limits.inspect_timeout)
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: sess.name.clone(),
+                source,
+            })?;
+        if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+            let msg = reply
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("inspect failed");
+            return Err(SessionError::Inspect(format!(
+                "session '{}': {msg}; call python_inspect without a name to list the variables",
+                sess.name
+            )));
+        }
+        Ok(reply)
+    }
+
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        sessions
+            .iter()
+            .map(|sess| {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                let worker = st.worker.clone();
+                let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
+                let state = match (&worker, &st.running) {
+                    (None, _) => "starting",
+                    _ if dead => "dead",
+                    (_, Some(r)) if r.prompt.is_some() => "waiting_input",
+                    (_, Some(_)) => "busy",
+                    _ => "idle",
+                };
+                SessionInfo {
+                    name: sess.name.clone(),
+                    state: state.to_string(),
+                    pid: worker.as_ref().filter(|_| !dead).map(|w| w.pid()),
+                    cells: st.cells_run,
+                    running_cell: st.running.as_ref().map(|r| r.number),
+                    memory_bytes: worker.as_ref().filter(|_| !dead).and_then(|w| w.rss_bytes()),
+                    uptime_s: sess.created.elapsed().as_secs_f64(),
+                    python: worker
+                        .as_ref()
+                        .and_then(|w| w.ready_info())
+                        .map(|i| format!("{} ({})", i.executable, i.python_version)),
+                }
+            })
+            .collect()
+    }
+
+    /// Ends every worker (whole process groups) and refuses new work.
+    pub async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let mut workers: Vec<Arc<Worker>> = self
+            .sessions()
+            .values()
+            .filter_map(|s| s.lock().worker.clone())
+            .collect();
+        if let Some(spare) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            workers.push(spare);
+        }
+        for w in &workers {
+            w.kill();
+        }
+        for w in &workers {
+            let mut rx = w.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while w.exit_info().is_none() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
+    }
+}
+
+fn busy(session: &str, run: &RunningCell) -> SessionError {
+    SessionError::Busy {
+        session: session.to_string(),
+        cell: run.number,
+        secs: run.started.elapsed().as_secs_f64(),
+        waiting: match &run.prompt {
+            Some((p, _)) => format!(" and is waiting for input (prompt {p:?}); answer it with python_input"),
+            None => String::new(),
+        },
+    }
+}
+
+impl CellReport {
+    fn with_note(mut self, note: &str) -> Self {
+        self.notes.push(note.to_string());
+        self
+    }
+
+    fn with_notes_first(mut self, mut notes: Vec<String>) -> Self {
+        notes.append(&mut self.notes);
+        self.notes = notes;
+        self
+    }
+
+    fn with_background(mut self, after_cell: u64, output: crate::worker::output::RenderedOutput) -> Self {
+        self.background = Some(BackgroundOutput { after_cell, output });
+        self
+    }
+}

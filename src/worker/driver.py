@@ -1,0 +1,492 @@
+# ferrepl worker driver: runs inside the session's own interpreter.
+#
+# Standard library only; CPython 3.9+. The server starts the interpreter with a
+# tiny bootstrap that reads this file from the control socket (fd 3) and runs it
+# in a private namespace, passing `_ferrepl_ctl = (socket, reader)`.
+#
+# The protocol is documented in docs/protocol.md. In short: JSON lines on fd 3;
+# requests from the server, events from here. Output is never sent on fd 3: it
+# flows through fds 1 and 2 (pipes read by the server). Events that close a
+# span of output (cell done, input request) carry a fence number; before
+# sending such an event the driver writes a marker with that number on both
+# output pipes, so the server can attribute every byte to the right cell.
+
+import ast
+import builtins
+import getpass
+import inspect
+import io
+import json
+import linecache
+import os
+import queue
+import reprlib
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+
+DRIVER_FILE = "<ferrepl-driver>"
+MAX_VALUE_CHARS = int(os.environ.pop("FERREPL_MAX_VALUE_CHARS", "200000") or 200000)
+NONCE = os.environ.pop("FERREPL_NONCE", "0" * 32).encode("ascii")
+TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+CO_COROUTINE = inspect.CO_COROUTINE
+
+_sock, _reader = _ferrepl_ctl  # noqa: F821  (injected by the bootstrap)
+os.set_inheritable(_sock.fileno(), False)
+# Private duplicates of the output pipes: markers still reach the server when
+# user code redirects or closes fds 1 and 2.
+_out_fd = os.dup(1)
+_err_fd = os.dup(2)
+_send_lock = threading.Lock()
+_jobs = queue.Queue()
+_input_replies = queue.Queue()
+
+
+class _State:
+    fence = 0
+    in_user_code = False
+    cell = 0
+    value = None
+
+
+state = _State()
+
+
+def send(event):
+    data = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+    with _send_lock:
+        _sock.sendall(data)
+
+
+def flush_std():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
+def fence():
+    """Write a numbered marker on both output pipes; returns (number, streams marked)."""
+    state.fence += 1
+    marker = b"\x00FERREPL:" + NONCE + b":" + ("%016x" % state.fence).encode("ascii") + b"\x00"
+    marked = []
+    for name, fd in (("stdout", _out_fd), ("stderr", _err_fd)):
+        try:
+            os.write(fd, marker)
+            marked.append(name)
+        except OSError:
+            pass
+    return state.fence, marked
+
+
+def send_fenced(event):
+    flush_std()
+    number, marked = fence()
+    event["fence"] = number
+    event["fenced"] = marked
+    send(event)
+
+
+# ---------------------------------------------------------------- control reader
+
+
+def _read_control():
+    """Runs on a daemon thread: routes requests; the main thread runs cells."""
+    while True:
+        try:
+            line = _reader.readline()
+        except Exception:
+            line = b""
+        if not line:
+            # The server is gone: end this worker and everything it started.
+            try:
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        op = msg.get("op")
+        if op == "exec":
+            _jobs.put(msg)
+        elif op == "input":
+            _input_replies.put(msg)
+        elif op == "inspect":
+            try:
+                reply = inspect_request(msg)
+            except Exception as exc:  # never let the reader die
+                reply = {"ok": False, "message": "inspect failed: %r" % (exc,)}
+            reply["ev"] = "inspect"
+            reply["id"] = msg.get("id")
+            send(reply)
+        elif op == "shutdown":
+            _jobs.put(msg)
+
+
+# ---------------------------------------------------------------- input
+
+
+def request_input(prompt="", password=False):
+    prompt = "" if prompt is None else str(prompt)
+    send_fenced({"ev": "input_request", "cell": state.cell, "prompt": prompt, "password": password})
+    reply = _input_replies.get()
+    if reply.get("eof"):
+        raise EOFError("input was closed by the agent")
+    text = str(reply.get("text", ""))
+    # Echo like a terminal, so the cell's transcript reads naturally.
+    try:
+        sys.stdout.write(prompt + ("" if password else text) + "\n")
+    except Exception:
+        pass
+    return text
+
+
+def _input(prompt=""):
+    return request_input(prompt)
+
+
+def _getpass(prompt="Password: ", stream=None):
+    return request_input(prompt, password=True)
+
+
+class AgentStdin(io.TextIOBase):
+    """sys.stdin: each line read asks the agent (python_input)."""
+
+    def __init__(self):
+        self._pending = ""
+        self._eof = False
+
+    def readable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def fileno(self):
+        raise io.UnsupportedOperation("ferrepl's stdin is served by the agent and has no fd")
+
+    def _fill(self):
+        if self._eof:
+            return False
+        try:
+            text = request_input("", password=False)
+        except EOFError:
+            self._eof = True
+            return False
+        self._pending += text + "\n"
+        return True
+
+    def readline(self, size=-1):
+        if not self._pending and not self._fill():
+            return ""
+        line, sep, rest = self._pending.partition("\n")
+        out = line + sep
+        if size is not None and 0 <= size < len(out):
+            out = out[:size]
+            self._pending = self._pending[size:]
+        else:
+            self._pending = rest
+        return out
+
+    def read(self, size=-1):
+        if size is None or size < 0:
+            while self._fill():
+                pass
+            out, self._pending = self._pending, ""
+            self._eof = False
+            return out
+        while len(self._pending) < size and self._fill():
+            pass
+        out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:
+            self._eof = False
+            raise StopIteration
+        return line
+
+
+# ---------------------------------------------------------------- display
+
+
+def format_value(value):
+    try:
+        text = repr(value)
+    except Exception as exc:
+        text = "<repr failed: %s: %s>" % (type(exc).__name__, exc)
+    if len(text) > MAX_VALUE_CHARS:
+        cut = len(text) - MAX_VALUE_CHARS
+        text = text[:MAX_VALUE_CHARS] + "... [%d more characters of repr]" % cut
+    return text
+
+
+def displayhook(value):
+    if value is None:
+        return
+    builtins._ = value
+    state.value = format_value(value)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def format_exception(exc):
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == DRIVER_FILE:
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+    try:
+        lines = traceback.format_exception(type(exc), exc, tb)
+        text = "".join(lines)
+    except Exception:
+        text = "%s: %s\n" % (type(exc).__name__, exc)
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable %s>" % type(exc).__name__
+    return {"type": type(exc).__name__, "message": message, "traceback": text}
+
+
+# ---------------------------------------------------------------- cells
+
+_loop = None
+
+
+def _run_code(code, namespace):
+    global _loop
+    if code.co_flags & CO_COROUTINE:
+        import asyncio
+
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+        return _loop.run_until_complete(eval(code, namespace))
+    return eval(code, namespace)
+
+
+def run_cell(msg, namespace):
+    cell = int(msg.get("cell", 0))
+    code = str(msg.get("code", ""))
+    filename = "<cell %d>" % cell
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    state.cell = cell
+    state.value = None
+    while not _input_replies.empty():
+        _input_replies.get_nowait()
+    status, error = "ok", None
+    started = time.monotonic()
+    try:
+        try:
+            state.in_user_code = True
+            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | TOP_LEVEL_AWAIT, dont_inherit=True)
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT, dont_inherit=True)
+            _run_code(body, namespace)
+            if last is not None:
+                expr = ast.Expression(last.value)
+                value = _run_code(compile(expr, filename, "eval", TOP_LEVEL_AWAIT, dont_inherit=True), namespace)
+                if value is not None:
+                    sys.displayhook(value)
+        finally:
+            state.in_user_code = False
+    except KeyboardInterrupt as exc:
+        status, error = "interrupted", format_exception(exc)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            status, error = "error", format_exception(exc)
+    except BaseException as exc:
+        status, error = "error", format_exception(exc)
+    elapsed_ms = (time.monotonic() - started) * 1000.0
+    send_fenced(
+        {
+            "ev": "done",
+            "cell": cell,
+            "status": status,
+            "value": state.value,
+            "error": error,
+            "elapsed_ms": elapsed_ms,
+        }
+    )
+    state.value = None
+
+
+# ---------------------------------------------------------------- inspect
+
+
+_short = reprlib.Repr()
+_short.maxstring = 100
+_short.maxother = 100
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 8
+
+
+def _type_name(value):
+    t = type(value)
+    module = getattr(t, "__module__", "builtins")
+    return t.__qualname__ if module == "builtins" else "%s.%s" % (module, t.__qualname__)
+
+
+def _short_repr(value, limit=120):
+    try:
+        text = _short.repr(value)
+    except Exception as exc:
+        text = "<repr failed: %s>" % type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_user_variable(name, value):
+    if name.startswith("_"):
+        return False
+    if isinstance(value, types.ModuleType):
+        return False
+    if isinstance(value, (types.FunctionType, type, types.BuiltinFunctionType)):
+        return getattr(value, "__module__", None) == "__main__"
+    return True
+
+
+def _describe(name, value):
+    item = {"name": name, "type": _type_name(value), "repr": _short_repr(value)}
+    if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set, frozenset, range)):
+        item["len"] = len(value)
+    shape = getattr(value, "shape", None) if not isinstance(value, type) else None
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        item["shape"] = list(shape)
+    elif "len" not in item and hasattr(type(value), "__len__") and not isinstance(value, type):
+        try:
+            item["len"] = int(len(value))
+        except Exception:
+            pass
+    return item
+
+
+def _lookup(path, namespace):
+    parts = path.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise LookupError("%r is not a name or a dotted attribute path" % path)
+    if parts[0] in namespace:
+        value = namespace[parts[0]]
+    elif hasattr(builtins, parts[0]):
+        value = getattr(builtins, parts[0])
+    else:
+        raise LookupError("name %r is not defined in this session" % parts[0])
+    for i, part in enumerate(parts[1:], 1):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise LookupError("%s has no attribute %r" % (".".join(parts[:i]), part)) from None
+    return value
+
+
+def inspect_request(msg):
+    namespace = _namespace
+    name = msg.get("name")
+    if not name:
+        items = []
+        for key, value in list(dict(namespace).items()):
+            if _is_user_variable(key, value):
+                items.append(_describe(key, value))
+        return {"ok": True, "variables": items}
+    try:
+        value = _lookup(str(name), namespace)
+    except LookupError as exc:
+        return {"ok": False, "message": str(exc)}
+    detail = {"name": name, "type": _type_name(value), "repr": format_value(value)[:2000]}
+    if callable(value):
+        try:
+            detail["signature"] = str(inspect.signature(value))
+        except (TypeError, ValueError):
+            detail["signature"] = None
+    doc = inspect.getdoc(value)
+    if doc:
+        detail["doc"] = doc if len(doc) <= 4000 else doc[:4000] + "\n[... docstring truncated]"
+    try:
+        detail["module"] = getattr(value, "__module__", None) if callable(value) else None
+    except Exception:
+        pass
+    described = _describe(str(name), value)
+    for key in ("len", "shape"):
+        if key in described:
+            detail[key] = described[key]
+    return {"ok": True, "detail": detail}
+
+
+# ---------------------------------------------------------------- main
+
+
+def _on_sigint(signum, frame):
+    if state.in_user_code:
+        raise KeyboardInterrupt
+    # Between cells a stray interrupt is ignored: it must not kill the driver.
+
+
+def _prepare_namespace():
+    main = sys.modules["__main__"]
+    ns = main.__dict__
+    for key in list(ns):
+        if key not in ("__name__", "__builtins__", "__doc__", "__spec__", "__loader__", "__package__"):
+            del ns[key]
+    ns["__name__"] = "__main__"
+    ns["__doc__"] = None
+    return ns
+
+
+def _configure_streams():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, errors="backslashreplace")
+        except Exception:
+            pass
+
+
+_namespace = _prepare_namespace()
+
+
+def main():
+    _configure_streams()
+    sys.argv = [""]
+    sys.stdin = AgentStdin()
+    builtins.input = _input
+    getpass.getpass = _getpass
+    sys.displayhook = displayhook
+    signal.signal(signal.SIGINT, _on_sigint)
+    threading.Thread(target=_read_control, name="ferrepl-control", daemon=True).start()
+    send(
+        {
+            "ev": "ready",
+            "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "executable": sys.executable,
+        }
+    )
+    while True:
+        try:
+            msg = _jobs.get()
+        except KeyboardInterrupt:
+            continue
+        if msg.get("op") == "shutdown":
+            flush_std()
+            os._exit(0)
+        try:
+            run_cell(msg, _namespace)
+        except KeyboardInterrupt:
+            # An interrupt that landed in the driver's own bookkeeping.
+            send_fenced({"ev": "done", "cell": state.cell, "status": "interrupted", "value": None,
+                         "error": {"type": "KeyboardInterrupt", "message": "", "traceback": "KeyboardInterrupt\n"},
+                         "elapsed_ms": 0.0})
+
+
+main()

@@ -1,0 +1,591 @@
+//! One worker = one Python interpreter process running the embedded driver.
+//!
+//! The server talks to it over a Unix socket at the worker's fd 3 (JSON lines)
+//! and reads its fds 1 and 2 as pipes. Events that close a span of output are
+//! held back until the fence markers for them have come through both pipes,
+//! so output is never attributed to the wrong cell (see docs/protocol.md).
+
+pub mod output;
+pub mod protocol;
+pub mod python;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::hash::{BuildHasher, Hasher};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use command_fds::{CommandFdExt, FdMapping};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use output::{Capture, MarkerScanner, Segment, Stream};
+use protocol::{Event, PyError, Request};
+
+const DRIVER_SOURCE: &str = include_str!("driver.py");
+
+/// Reads the driver from fd 3 (length line, then source) and runs it in a
+/// namespace of its own; the session's variables live in `__main__`.
+const BOOTSTRAP: &str = "import socket,sys\n\
+_s=socket.socket(fileno=3)\n\
+_f=_s.makefile('rb')\n\
+_n=int(_f.readline())\n\
+exec(compile(_f.read(_n).decode('utf-8'),'<ferrepl-driver>','exec'),{'__name__':'__ferrepl__','_ferrepl_ctl':(_s,_f)})\n";
+
+/// How long an event waits for its fence markers to come through the pipes
+/// before it is delivered anyway (only if user code broke the pipes).
+const FENCE_GRACE: Duration = Duration::from_secs(5);
+
+/// Largest control-channel line accepted from a driver (values are capped far below).
+const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Everything needed to start a worker; one per interpreter configuration.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub python: PathBuf,
+    pub workdir: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    pub output_head_bytes: usize,
+    pub output_tail_bytes: usize,
+    pub max_value_chars: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadyInfo {
+    pub pid: u32,
+    pub python_version: String,
+    pub executable: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub at: Instant,
+}
+
+impl ExitInfo {
+    pub fn describe(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(sig)) => match Signal::try_from(sig) {
+                Ok(s) => format!("signal {sig} ({})", s.as_str()),
+                Err(_) => format!("signal {sig}"),
+            },
+            (None, None) => "an unknown status".to_string(),
+        }
+    }
+}
+
+/// A cell-level event, delivered with the output that came before its fence.
+#[derive(Debug)]
+pub enum CellEvent {
+    Done {
+        cell: u64,
+        status: String,
+        value: Option<String>,
+        error: Option<PyError>,
+        elapsed_ms: f64,
+        output: Capture,
+    },
+    InputRequest {
+        cell: u64,
+        prompt: String,
+        password: bool,
+        output: Capture,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(
+        "could not start the Python interpreter '{python}': {source}; pass --python PATH (or set FERREPL_PYTHON) to a working python3"
+    )]
+    Spawn {
+        python: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the Python interpreter '{python}' did not start the ferrepl driver: it exited with {status} before it was ready{stderr}"
+    )]
+    DiedAtStart {
+        python: String,
+        status: String,
+        stderr: String,
+    },
+    #[error(
+        "the Python interpreter '{python}' did not become ready within {secs} s; is it a working CPython 3.9+?"
+    )]
+    StartTimeout { python: String, secs: u64 },
+    #[error("the worker process has exited; its session must be restarted")]
+    Gone,
+    #[error("the worker did not answer within {0} s")]
+    Timeout(u64),
+}
+
+struct State {
+    capture: Capture,
+    fence_seen: [u64; 2],
+    eof: [bool; 2],
+    released: u64,
+    events: VecDeque<CellEvent>,
+    ready: Option<ReadyInfo>,
+    exit: Option<ExitInfo>,
+    control_closed: bool,
+    inspect_waiters: HashMap<u64, oneshot::Sender<Value>>,
+    next_request_id: u64,
+}
+
+pub struct Worker {
+    pid: u32,
+    python: PathBuf,
+    started: Instant,
+    ctl: mpsc::Sender<Vec<u8>>,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+fn stream_index(stream: Stream) -> usize {
+    match stream {
+        Stream::Stdout => 0,
+        Stream::Stderr => 1,
+    }
+}
+
+fn random_hex() -> String {
+    let state = std::hash::RandomState::new();
+    let mut out = String::new();
+    for i in 0..2u64 {
+        let mut h = state.build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
+}
+
+/// Starts a worker process. Every worker is started here, so a later sandbox
+/// wraps exactly this one place.
+pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
+    let spawn_err = |source| WorkerError::Spawn {
+        python: spec.python.display().to_string(),
+        source,
+    };
+    let (parent_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(spawn_err)?;
+    let nonce = random_hex();
+    let mut cmd = tokio::process::Command::new(&spec.python);
+    cmd.arg("-c")
+        .arg(BOOTSTRAP)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .current_dir(&spec.workdir)
+        .env("FERREPL_NONCE", &nonce)
+        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string())
+        .process_group(0)
+        .kill_on_drop(true);
+    if std::env::var_os("MPLBACKEND").is_none() {
+        cmd.env("MPLBACKEND", "Agg");
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    cmd.fd_mappings(vec![FdMapping {
+        parent_fd: OwnedFd::from(child_end),
+        child_fd: 3,
+    }])
+    .map_err(|e| spawn_err(std::io::Error::other(e.to_string())))?;
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    // The Command holds the child's end of the socket until dropped.
+    drop(cmd);
+    let pid = child.id().unwrap_or(0);
+
+    parent_end.set_nonblocking(true).map_err(spawn_err)?;
+    let sock = UnixStream::from_std(parent_end).map_err(spawn_err)?;
+    let (read_half, mut write_half) = sock.into_split();
+    let (ctl_tx, mut ctl_rx) = mpsc::channel::<Vec<u8>>(64);
+    let (changed, _) = watch::channel(0u64);
+    let worker = Arc::new(Worker {
+        pid,
+        python: spec.python.clone(),
+        started: Instant::now(),
+        ctl: ctl_tx,
+        state: Mutex::new(State {
+            capture: Capture::new(spec.output_head_bytes, spec.output_tail_bytes),
+            fence_seen: [0, 0],
+            eof: [false, false],
+            released: 0,
+            events: VecDeque::new(),
+            ready: None,
+            exit: None,
+            control_closed: false,
+            inspect_waiters: HashMap::new(),
+            next_request_id: 1,
+        }),
+        changed,
+    });
+
+    let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
+    first.extend_from_slice(DRIVER_SOURCE.as_bytes());
+    tokio::spawn(async move {
+        if write_half.write_all(&first).await.is_err() {
+            return;
+        }
+        while let Some(msg) = ctl_rx.recv().await {
+            if write_half.write_all(&msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(read_pipe(out, Stream::Stdout, worker.clone(), nonce.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(read_pipe(err, Stream::Stderr, worker.clone(), nonce.clone()));
+    }
+    tokio::spawn(read_control(read_half, worker.clone()));
+    tokio::spawn(watch_exit(child, worker.clone()));
+    Ok(worker)
+}
+
+async fn read_pipe(mut pipe: impl AsyncRead + Unpin, stream: Stream, worker: Arc<Worker>, nonce: String) {
+    let idx = stream_index(stream);
+    let mut scanner = MarkerScanner::new(&nonce);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut segments = Vec::new();
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        segments.clear();
+        scanner.feed(&buf[..n], &mut segments);
+        for seg in segments.drain(..) {
+            match seg {
+                Segment::Data(bytes) => {
+                    worker.lock().capture.push(stream, &bytes);
+                    worker.bump();
+                }
+                Segment::Fence(number) => {
+                    worker.lock().fence_seen[idx] = number;
+                    worker.bump();
+                    // Hold later bytes back until the event owning this fence
+                    // has taken the output before it.
+                    worker.wait_until(|s| s.released >= number || s.control_closed).await;
+                }
+            }
+        }
+    }
+    scanner.finish(&mut segments);
+    let mut st = worker.lock();
+    for seg in segments.drain(..) {
+        if let Segment::Data(bytes) = seg {
+            st.capture.push(stream, &bytes);
+        }
+    }
+    st.eof[idx] = true;
+    drop(st);
+    worker.bump();
+}
+
+async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Worker>) {
+    let mut reader = BufReader::new(read_half);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // Each line is bounded; an oversized one is skipped, not buffered.
+        match (&mut reader).take(MAX_EVENT_BYTES).read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if !line.ends_with(b"\n") && line.len() as u64 == MAX_EVENT_BYTES {
+            tracing::warn!(pid = worker.pid, "oversized event from worker skipped");
+            let mut sink = Vec::new();
+            loop {
+                sink.clear();
+                match (&mut reader).take(MAX_EVENT_BYTES).read_until(b'\n', &mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if sink.ends_with(b"\n") => break,
+                    Ok(_) => {}
+                }
+            }
+            continue;
+        }
+        let event: Event = match serde_json::from_slice(&line) {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::warn!(pid = worker.pid, error = %e, "unreadable event from worker");
+                continue;
+            }
+        };
+        worker.handle_event(event).await;
+    }
+    let mut st = worker.lock();
+    st.control_closed = true;
+    st.inspect_waiters.clear();
+    drop(st);
+    worker.bump();
+}
+
+async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
+    let status = child.wait().await;
+    // Whatever the worker left running in its group goes with it.
+    worker.signal_group(Signal::SIGKILL);
+    let (code, signal) = match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            (s.code(), s.signal())
+        }
+        Err(_) => (None, None),
+    };
+    tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
+    worker.lock().exit = Some(ExitInfo {
+        code,
+        signal,
+        at: Instant::now(),
+    });
+    worker.bump();
+}
+
+impl Worker {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn python(&self) -> &std::path::Path {
+        &self.python
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A receiver that wakes on any change of this worker's state.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    async fn wait_until(&self, mut ready: impl FnMut(&State) -> bool) {
+        let mut rx = self.changed.subscribe();
+        loop {
+            rx.borrow_and_update();
+            if ready(&self.lock()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn handle_event(&self, event: Event) {
+        if let Some((fence, fenced)) = event.fence() {
+            let need = [
+                fenced.iter().any(|s| s == "stdout"),
+                fenced.iter().any(|s| s == "stderr"),
+            ];
+            let reached = |s: &State| {
+                (0..2).all(|i| !need[i] || s.eof[i] || s.fence_seen[i] >= fence)
+            };
+            if tokio::time::timeout(FENCE_GRACE, self.wait_until(reached))
+                .await
+                .is_err()
+            {
+                tracing::warn!(pid = self.pid, fence, "output fence did not arrive; delivering the event anyway");
+            }
+            let mut st = self.lock();
+            let output = st.capture.take();
+            st.released = st.released.max(fence);
+            let cell_event = match event {
+                Event::Done {
+                    cell,
+                    status,
+                    value,
+                    error,
+                    elapsed_ms,
+                    ..
+                } => CellEvent::Done {
+                    cell,
+                    status,
+                    value,
+                    error,
+                    elapsed_ms,
+                    output,
+                },
+                Event::InputRequest {
+                    cell,
+                    prompt,
+                    password,
+                    ..
+                } => CellEvent::InputRequest {
+                    cell,
+                    prompt,
+                    password,
+                    output,
+                },
+                _ => return,
+            };
+            st.events.push_back(cell_event);
+            drop(st);
+            self.bump();
+            return;
+        }
+        match event {
+            Event::Ready {
+                pid,
+                python,
+                executable,
+            } => {
+                self.lock().ready = Some(ReadyInfo {
+                    pid,
+                    python_version: python,
+                    executable,
+                });
+                self.bump();
+            }
+            Event::Inspect { id, body } => {
+                if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
+                    let _ = tx.send(body);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Waits until the driver said it is ready (or the process died).
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<ReadyInfo, WorkerError> {
+        let python = self.python.display().to_string();
+        let done = tokio::time::timeout(
+            timeout,
+            self.wait_until(|s| s.ready.is_some() || (s.exit.is_some() && s.eof[1])),
+        )
+        .await;
+        let mut st = self.lock();
+        if let Some(info) = &st.ready {
+            return Ok(info.clone());
+        }
+        if done.is_err() {
+            drop(st);
+            self.kill();
+            return Err(WorkerError::StartTimeout {
+                python,
+                secs: timeout.as_secs(),
+            });
+        }
+        let status = st
+            .exit
+            .as_ref()
+            .map(|e| e.describe())
+            .unwrap_or_else(|| "an unknown status".into());
+        let text = st.capture.take().render().combined;
+        let stderr = if text.trim().is_empty() {
+            String::new()
+        } else {
+            format!("; it printed:\n{}", text.trim_end())
+        };
+        Err(WorkerError::DiedAtStart {
+            python,
+            status,
+            stderr,
+        })
+    }
+
+    pub fn send(&self, request: &Request<'_>) -> Result<(), WorkerError> {
+        let mut line = serde_json::to_vec(request).map_err(|_| WorkerError::Gone)?;
+        line.push(b'\n');
+        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
+    }
+
+    /// Asks the driver to describe the namespace or one name.
+    pub async fn inspect(&self, name: Option<&str>, timeout: Duration) -> Result<Value, WorkerError> {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut st = self.lock();
+            if st.control_closed || st.exit.is_some() {
+                return Err(WorkerError::Gone);
+            }
+            let id = st.next_request_id;
+            st.next_request_id += 1;
+            st.inspect_waiters.insert(id, tx);
+            id
+        };
+        self.send(&Request::Inspect { id, name })?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) => Err(WorkerError::Gone),
+            Err(_) => {
+                self.lock().inspect_waiters.remove(&id);
+                Err(WorkerError::Timeout(timeout.as_secs()))
+            }
+        }
+    }
+
+    pub fn pop_event(&self) -> Option<CellEvent> {
+        self.lock().events.pop_front()
+    }
+
+    /// Output that has arrived and is not part of a delivered event yet.
+    pub fn take_output(&self) -> Capture {
+        self.lock().capture.take()
+    }
+
+    pub fn exit_info(&self) -> Option<ExitInfo> {
+        self.lock().exit.clone()
+    }
+
+    /// True once the process has exited and both pipes are drained (or the
+    /// grace period for descendants holding them open has passed).
+    pub fn fully_exited(&self, grace: Duration) -> bool {
+        let st = self.lock();
+        match &st.exit {
+            Some(e) => (st.eof[0] && st.eof[1]) || e.at.elapsed() >= grace,
+            None => false,
+        }
+    }
+
+    pub fn ready_info(&self) -> Option<ReadyInfo> {
+        self.lock().ready.clone()
+    }
+
+    pub fn signal_group(&self, signal: Signal) {
+        if self.pid > 0 {
+            let _ = killpg(Pid::from_raw(self.pid as i32), signal);
+        }
+    }
+
+    /// Ends the worker and everything in its process group.
+    pub fn kill(&self) {
+        if self.lock().exit.is_none() {
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+
+    /// Resident memory of the worker process, from /proc.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid)).ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Some(pages * u64::try_from(page).unwrap_or(4096))
+    }
+}

@@ -1,0 +1,73 @@
+//! Messages on the control channel (fd 3 in the worker). See docs/protocol.md.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Requests from the server to the driver, one JSON object per line.
+#[derive(Debug, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request<'a> {
+    Exec { cell: u64, code: &'a str },
+    Input { text: &'a str, eof: bool },
+    Inspect { id: u64, name: Option<&'a str> },
+    Shutdown,
+}
+
+/// A Python exception as the driver reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, schemars::JsonSchema)]
+pub struct PyError {
+    /// Exception class name, e.g. `ZeroDivisionError`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `str()` of the exception.
+    pub message: String,
+    /// Formatted traceback of the user's code only (cells are named `<cell N>`).
+    pub traceback: String,
+}
+
+/// Events from the driver.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    Ready {
+        pid: u32,
+        python: String,
+        executable: String,
+    },
+    Done {
+        cell: u64,
+        status: String,
+        value: Option<String>,
+        error: Option<PyError>,
+        elapsed_ms: f64,
+        fence: u64,
+        #[serde(default)]
+        fenced: Vec<String>,
+    },
+    InputRequest {
+        cell: u64,
+        prompt: String,
+        #[serde(default)]
+        password: bool,
+        fence: u64,
+        #[serde(default)]
+        fenced: Vec<String>,
+    },
+    Inspect {
+        id: u64,
+        #[serde(flatten)]
+        body: Value,
+    },
+}
+
+impl Event {
+    /// The fence this event closes, and which streams the driver marked.
+    pub fn fence(&self) -> Option<(u64, &[String])> {
+        match self {
+            Event::Done { fence, fenced, .. } | Event::InputRequest { fence, fenced, .. } => {
+                Some((*fence, fenced))
+            }
+            _ => None,
+        }
+    }
+}

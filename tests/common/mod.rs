@@ -1,0 +1,598 @@
+//! Shared helpers for the ferrepl integration tests.
+//!
+//! Every test starts its own server process. The stdio helper owns the child
+//! process itself (rather than letting rmcp spawn it) so that a test can close
+//! the server's stdin and then watch the server exit on its own, and so that
+//! every line the server writes on stdout is checked to be a JSON-RPC message
+//! before it is handed to the rmcp client.
+
+#![allow(dead_code)]
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{Peer, RoleClient, ServiceError, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Upper bound for one tool call. Only hit when the server hangs: it turns a
+/// hang into a failure with the server's stderr attached.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Upper bound for the server to start (initialize handshake, or HTTP listen).
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upper bound for a process to go away after it was told to.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub type Client = RunningService<RoleClient, ()>;
+
+/// The parts of a tool result the tests look at.
+#[derive(Debug, Clone)]
+pub struct ToolOutput {
+    pub is_error: bool,
+    /// `structured_content`, or `Value::Null` when absent.
+    pub structured: Value,
+    /// The first content block's text (empty when there is none).
+    pub text: String,
+    pub raw: CallToolResult,
+}
+
+impl ToolOutput {
+    pub fn from_result(raw: CallToolResult) -> Self {
+        let text = raw
+            .content
+            .first()
+            .and_then(|block| block.as_text())
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        ToolOutput {
+            is_error: raw.is_error.unwrap_or(false),
+            structured: raw.structured_content.clone().unwrap_or(Value::Null),
+            text,
+            raw,
+        }
+    }
+
+    /// `structured[key]` as a string, or a panic that shows the whole result.
+    pub fn str_field(&self, key: &str) -> &str {
+        self.structured[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("structured_content.{key} is not a string in {self:#?}"))
+    }
+
+    pub fn status(&self) -> &str {
+        self.str_field("status")
+    }
+
+    /// `value` of a python_exec result: `None` for JSON null.
+    pub fn value(&self) -> Option<&str> {
+        match &self.structured["value"] {
+            Value::Null => None,
+            Value::String(s) => Some(s.as_str()),
+            other => panic!("structured_content.value is neither null nor a string: {other}"),
+        }
+    }
+
+    pub fn error_type(&self) -> &str {
+        self.structured["error"]["type"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error.type in {self:#?}"))
+    }
+
+    pub fn cell(&self) -> u64 {
+        self.structured["cell"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("structured_content.cell is not an integer in {self:#?}"))
+    }
+
+    /// Panics unless this is a successful python_exec result.
+    pub fn assert_ok(&self) -> &Self {
+        assert!(
+            !self.is_error && self.structured["status"] == "ok",
+            "expected a successful cell, got {self:#?}"
+        );
+        self
+    }
+
+    /// Panics unless this is a python_exec result for a cell that raised `kind`.
+    pub fn assert_raised(&self, kind: &str) -> &Self {
+        assert!(self.is_error, "expected is_error=true, got {self:#?}");
+        assert_eq!(self.status(), "error", "status of {self:#?}");
+        assert_eq!(self.error_type(), kind, "error.type of {self:#?}");
+        self
+    }
+}
+
+/// Build `python_exec` arguments.
+pub fn exec_args(session: &str, code: &str) -> Value {
+    json!({ "code": code, "session": session })
+}
+
+/// Send one tools/call and return rmcp's raw answer (a JSON-RPC error is `Err`).
+pub async fn try_call(
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    args: Value,
+) -> Result<CallToolResult, ServiceError> {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    if let Value::Object(map) = args {
+        params = params.with_arguments(map);
+    }
+    match tokio::time::timeout(CALL_TIMEOUT, peer.call_tool(params)).await {
+        Ok(result) => result,
+        Err(_) => panic!("tools/call {tool} did not answer within {CALL_TIMEOUT:?}"),
+    }
+}
+
+/// Send one tools/call that must produce a tool result (not a JSON-RPC error).
+pub async fn call(peer: &Peer<RoleClient>, tool: &str, args: Value) -> ToolOutput {
+    let shown = args.to_string();
+    match try_call(peer, tool, args).await {
+        Ok(result) => ToolOutput::from_result(result),
+        Err(e) => panic!("tools/call {tool} {shown} failed at the protocol level: {e}"),
+    }
+}
+
+/// Remove ANSI colour sequences (ESC [ ... letter) from a log line.
+pub fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A base command for the server binary, with an environment free of any
+/// FERREPL_* variables of the caller's shell.
+fn server_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrepl"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("FERREPL_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("NO_COLOR", "1");
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// Collect a child's stderr into a shared buffer; call `on_line` for each line.
+fn drain_stderr(
+    stderr: tokio::process::ChildStderr,
+    buffer: Arc<Mutex<String>>,
+    mut on_line: impl FnMut(&str) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    on_line(&text);
+                    buffer.lock().expect("stderr buffer lock").push_str(&text);
+                }
+            }
+        }
+    });
+}
+
+/// The last `max` characters of a log, for failure messages.
+fn tail(log: &str, max: usize) -> String {
+    let start = log.len().saturating_sub(max);
+    let start = (start..=log.len())
+        .find(|i| log.is_char_boundary(*i))
+        .unwrap_or(log.len());
+    log[start..].to_string()
+}
+
+// ------------------------------------------------------------------ stdio
+
+pub struct StdioServer {
+    pub client: Client,
+    pub child: Child,
+    pub workdir: tempfile::TempDir,
+    stderr: Arc<Mutex<String>>,
+    foreign_stdout: Arc<Mutex<Vec<String>>>,
+}
+
+impl StdioServer {
+    /// Start `ferrepl` (stdio) with `--workdir <fresh tempdir>` and `args`.
+    pub async fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[]).await
+    }
+
+    pub async fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let workdir = tempfile::tempdir().expect("create a temporary workdir");
+        let mut cmd = server_command();
+        cmd.arg("--workdir")
+            .arg(workdir.path())
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn the ferrepl binary");
+
+        let stderr = Arc::new(Mutex::new(String::new()));
+        drain_stderr(
+            child.stderr.take().expect("piped stderr"),
+            stderr.clone(),
+            |_| {},
+        );
+
+        // Relay the server's stdout to the client line by line, recording any
+        // line that is not a JSON-RPC 2.0 message.
+        let foreign_stdout = Arc::new(Mutex::new(Vec::new()));
+        let server_stdout = child.stdout.take().expect("piped stdout");
+        let (client_read, mut relay_write) = tokio::io::duplex(1 << 16);
+        let foreign = foreign_stdout.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(server_stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let body = line.strip_suffix(b"\n").unwrap_or(&line);
+                        let is_jsonrpc = serde_json::from_slice::<Value>(body)
+                            .map(|v| v["jsonrpc"] == "2.0")
+                            .unwrap_or(false);
+                        if !is_jsonrpc {
+                            let shown: String =
+                                String::from_utf8_lossy(body).chars().take(200).collect();
+                            foreign.lock().expect("foreign lock").push(shown);
+                        }
+                        if relay_write.write_all(&line).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            let _ = relay_write.shutdown().await;
+        });
+
+        let server_stdin = child.stdin.take().expect("piped stdin");
+        let client = match tokio::time::timeout(
+            START_TIMEOUT,
+            ().serve((client_read, server_stdin)),
+        )
+        .await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => panic!(
+                "MCP initialize over stdio failed: {e}\nserver stderr:\n{}",
+                tail(&stderr.lock().expect("stderr lock"), 4000)
+            ),
+            Err(_) => panic!(
+                "MCP initialize over stdio did not finish within {START_TIMEOUT:?}\nserver stderr:\n{}",
+                tail(&stderr.lock().expect("stderr lock"), 4000)
+            ),
+        };
+        StdioServer {
+            client,
+            child,
+            workdir,
+            stderr,
+            foreign_stdout,
+        }
+    }
+
+    pub fn peer(&self) -> &Peer<RoleClient> {
+        self.client.peer()
+    }
+
+    pub fn stderr_log(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    /// Lines seen on the server's stdout that were not JSON-RPC messages.
+    pub fn foreign_stdout_lines(&self) -> Vec<String> {
+        self.foreign_stdout.lock().expect("foreign lock").clone()
+    }
+
+    pub fn assert_clean_stdout(&self) {
+        let foreign = self.foreign_stdout_lines();
+        assert!(
+            foreign.is_empty(),
+            "the server wrote non-MCP lines on its stdout: {foreign:?}"
+        );
+    }
+
+    /// Panics (with the server's stderr) if the server process has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait on the server") {
+            panic!(
+                "the server exited ({status}); stderr:\n{}",
+                tail(&self.stderr_log(), 4000)
+            );
+        }
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> ToolOutput {
+        call(self.peer(), tool, args).await
+    }
+
+    pub async fn try_call(&self, tool: &str, args: Value) -> Result<CallToolResult, ServiceError> {
+        try_call(self.peer(), tool, args).await
+    }
+
+    /// python_exec in the default session.
+    pub async fn exec(&self, code: &str) -> ToolOutput {
+        self.call("python_exec", json!({ "code": code })).await
+    }
+
+    /// python_exec in `session`.
+    pub async fn exec_in(&self, session: &str, code: &str) -> ToolOutput {
+        self.call("python_exec", exec_args(session, code)).await
+    }
+
+    /// Close the client side (the server sees EOF on stdin) and wait for the
+    /// server to exit on its own. Returns its exit status.
+    pub async fn close_and_wait(mut self) -> std::process::ExitStatus {
+        let _ = self.client.close().await;
+        match tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await {
+            Ok(Ok(status)) => status,
+            Ok(Err(e)) => panic!("waiting for the server failed: {e}"),
+            Err(_) => panic!(
+                "the server did not exit within {EXIT_TIMEOUT:?} after its stdin was closed; stderr:\n{}",
+                tail(&self.stderr_log(), 4000)
+            ),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ processes
+
+/// Whether `pid` names a live (non-zombie) process.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => {
+            // The state letter follows the parenthesised command name.
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .unwrap_or("?");
+            !matches!(state, "Z" | "X" | "x")
+        }
+    }
+}
+
+/// Wait (bounded) for `pid` to disappear; true once it is gone.
+pub async fn wait_process_gone(pid: u32, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if !process_alive(pid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Wait (bounded) for a file to exist and hold a full line; returns its text.
+pub async fn wait_for_file_line(path: &std::path::Path, timeout: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} did not appear within {timeout:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+// ------------------------------------------------------------------ HTTP
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+pub struct HttpServer {
+    pub port: u16,
+    pub child: Child,
+    pub workdir: tempfile::TempDir,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl HttpServer {
+    /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...` and
+    /// wait for its "listening on" log line.
+    pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let workdir = tempfile::tempdir().expect("create a temporary workdir");
+        let port = free_port();
+        let mut cmd = server_command();
+        cmd.arg("--http")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--workdir")
+            .arg(workdir.path())
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn the ferrepl binary");
+
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let needle = format!("listening on http://127.0.0.1:{port}/mcp");
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut ready_tx = Some(ready_tx);
+        drain_stderr(
+            child.stderr.take().expect("piped stderr"),
+            stderr.clone(),
+            move |line| {
+                if strip_ansi(line).contains(&needle)
+                    && let Some(tx) = ready_tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            },
+        );
+        match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!(
+                "the HTTP server closed stderr without logging 'listening on http://127.0.0.1:{port}/mcp'; stderr:\n{}",
+                tail(&stderr.lock().expect("stderr lock"), 4000)
+            ),
+            Err(_) => panic!(
+                "the HTTP server did not log 'listening on http://127.0.0.1:{port}/mcp' within {START_TIMEOUT:?}; stderr:\n{}",
+                tail(&stderr.lock().expect("stderr lock"), 4000)
+            ),
+        }
+        HttpServer {
+            port,
+            child,
+            workdir,
+            stderr,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    pub fn stderr_log(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    /// Connect an rmcp streamable-HTTP client, optionally with a bearer token.
+    pub async fn try_connect(&self, token: Option<&str>) -> anyhow::Result<Client> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
+            .await
+            .map_err(|_| anyhow::anyhow!("MCP initialize over HTTP timed out"))??;
+        Ok(client)
+    }
+
+    pub async fn connect(&self, token: Option<&str>) -> Client {
+        match self.try_connect(token).await {
+            Ok(client) => client,
+            Err(e) => panic!(
+                "MCP initialize over HTTP failed: {e:#}\nserver stderr:\n{}",
+                tail(&self.stderr_log(), 4000)
+            ),
+        }
+    }
+
+    /// Panics (with the server's stderr) if the server process has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait on the server") {
+            panic!(
+                "the server exited ({status}); stderr:\n{}",
+                tail(&self.stderr_log(), 4000)
+            );
+        }
+    }
+}
+
+/// The body of an MCP `initialize` request, for raw HTTP tests.
+pub fn initialize_body() -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": { "name": "ferrepl-raw-test", "version": "0" }
+        }
+    })
+    .to_string()
+}
+
+/// Send one HTTP/1.1 request by hand to 127.0.0.1:`port` and return the
+/// response's status code and head. `headers` must include Host when wanted:
+/// nothing is added but Content-Length and `Connection: close`.
+pub async fn raw_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to the HTTP server");
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write the HTTP request");
+        // Read the response head only; the body may be a stream.
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.expect("read the HTTP response");
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no HTTP status line in response: {head:?}"));
+        (status, head)
+    };
+    tokio::time::timeout(CALL_TIMEOUT, exchange)
+        .await
+        .expect("raw HTTP exchange timed out")
+}
+
+/// Headers of a well-formed MCP POST from a local client.
+pub fn mcp_post_headers(port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("Host", format!("127.0.0.1:{port}")),
+        ("Content-Type", "application/json".to_string()),
+        ("Accept", "application/json, text/event-stream".to_string()),
+    ]
+}
+
+/// `raw_http` with owned header values.
+pub async fn raw_post_mcp(port: u16, headers: &[(&'static str, String)]) -> (u16, String) {
+    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    raw_http(port, "POST", "/mcp", &borrowed, &initialize_body()).await
+}
