@@ -74,6 +74,11 @@ pub struct Config {
     #[arg(long, env = "FERREPL_INTERRUPT_GRACE", default_value_t = 2.0, value_name = "SECONDS")]
     pub interrupt_grace: f64,
 
+    /// Time limit of one cell in seconds: past it the cell is interrupted (then killed if it
+    /// ignores interrupts). Off by default.
+    #[arg(long, env = "FERREPL_MAX_CELL_SECONDS", value_name = "SECONDS")]
+    pub max_cell_seconds: Option<f64>,
+
     /// Largest HTTP request body accepted, in bytes.
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
     pub max_request_bytes: usize,

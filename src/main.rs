@@ -53,7 +53,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let (python, source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
-    // The server's own settings (the auth token above all) stay out of user code.
     let spec = LaunchSpec {
         python,
         workdir,
@@ -70,6 +69,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         inspect_timeout: std::time::Duration::from_secs(10),
         crash_grace: std::time::Duration::from_millis(500),
         interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
+        max_cell: match cfg.max_cell_seconds {
+            Some(s) if s > 0.0 => Some(seconds(s, "--max-cell-seconds")?),
+            _ => None,
+        },
     };
     let manager = SessionManager::new(spec, limits);
     manager.warm_up();

@@ -5,14 +5,29 @@ use std::sync::Arc;
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ErrorData as McpError, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::model::{
+    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use tokio_util::sync::CancellationToken;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::render::{self, CellOutput};
-use crate::session::{DEFAULT_SESSION, SessionInfo, SessionManager};
+use crate::session::report::CellReport;
+use crate::session::{DEFAULT_SESSION, SessionError, SessionInfo, SessionManager};
+
+/// What a cell call needs from its request besides the arguments.
+struct CallContext {
+    meta: RequestMetaObject,
+    peer: Peer<RoleServer>,
+    ct: CancellationToken,
+    /// Whether a cancellation of this call interrupts the cell (python_exec
+    /// only: cancelling a wait just stops waiting).
+    interrupt_on_cancel: bool,
+}
 
 const INSTRUCTIONS: &str = "ferrepl runs Python in persistent sessions: each session is its own interpreter process whose variables persist across calls. \
 Run code with python_exec; the result has the output, the value of the last expression and any traceback. \
@@ -139,12 +154,23 @@ Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.56637
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Run Python", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn python_exec(&self, Parameters(p): Parameters<ExecParams>) -> Result<CallToolResult, McpError> {
+    async fn python_exec(
+        &self,
+        Parameters(p): Parameters<ExecParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(p.wait_s);
-        Ok(match self.manager.exec(session_name(&p.session), &p.code, wait).await {
-            Ok(report) => render::cell_result(&report),
-            Err(e) => render::tool_error(e),
-        })
+        let session = session_name(&p.session).to_string();
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: true,
+        };
+        let fut = self.manager.exec(&session, &p.code, wait);
+        Ok(self.drive(&session, call, fut).await)
     }
 
     #[tool(
@@ -154,12 +180,23 @@ Example: {\"session\": \"train\", \"wait_s\": 60}.",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Wait for a running cell", read_only_hint = true, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn python_wait(&self, Parameters(p): Parameters<WaitParams>) -> Result<CallToolResult, McpError> {
+    async fn python_wait(
+        &self,
+        Parameters(p): Parameters<WaitParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(p.wait_s);
-        Ok(match self.manager.wait(session_name(&p.session), wait).await {
-            Ok(report) => render::cell_result(&report),
-            Err(e) => render::tool_error(e),
-        })
+        let session = session_name(&p.session).to_string();
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: false,
+        };
+        let fut = self.manager.wait(&session, wait);
+        Ok(self.drive(&session, call, fut).await)
     }
 
     #[tool(
@@ -168,13 +205,24 @@ then wait like python_wait. Set eof=true to close the input instead. Example: {\
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Answer input()", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn python_input(&self, Parameters(p): Parameters<InputParams>) -> Result<CallToolResult, McpError> {
+    async fn python_input(
+        &self,
+        Parameters(p): Parameters<InputParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(p.wait_s);
         let eof = p.eof.unwrap_or(false);
-        Ok(match self.manager.input(session_name(&p.session), &p.text, eof, wait).await {
-            Ok(report) => render::cell_result(&report),
-            Err(e) => render::tool_error(e),
-        })
+        let session = session_name(&p.session).to_string();
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: false,
+        };
+        let fut = self.manager.input(&session, &p.text, eof, wait);
+        Ok(self.drive(&session, call, fut).await)
     }
 
     #[tool(
@@ -268,6 +316,65 @@ memory (RSS bytes), uptime and interpreter. Example: {}.",
         Ok(render::structured(text, &SessionsOutput { sessions }))
     }
 }
+
+impl FerreplServer {
+    /// Runs a cell call to completion while sending progress notifications
+    /// (when the request has a progress token) and turning a cancellation
+    /// from the client into an interrupt of the cell.
+    async fn drive(
+        &self,
+        session: &str,
+        call: CallContext,
+        fut: impl Future<Output = Result<CellReport, SessionError>>,
+    ) -> CallToolResult {
+        let token = call.meta.get_progress_token();
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + PROGRESS_EVERY,
+            PROGRESS_EVERY,
+        );
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                result = &mut fut => {
+                    return match result {
+                        Ok(report) => render::cell_result(&report),
+                        Err(e) => render::tool_error(e),
+                    };
+                }
+                _ = ticker.tick(), if token.is_some() => {
+                    if let (Some(token), Some((elapsed, line))) = (&token, self.manager.progress(session)) {
+                        let message = if line.is_empty() {
+                            format!("running for {elapsed:.0} s")
+                        } else {
+                            format!("running for {elapsed:.0} s: {line}")
+                        };
+                        let param = ProgressNotificationParam::new(token.clone(), elapsed).with_message(message);
+                        if let Err(e) = call.peer.notify_progress(param).await {
+                            tracing::debug!("progress notification not sent: {e}");
+                        }
+                    }
+                }
+                _ = call.ct.cancelled() => {
+                    if !call.interrupt_on_cancel {
+                        return render::tool_error("the call was cancelled by the client; the cell keeps running");
+                    }
+                    // The client gave up on this call: stop the cell, keep the session.
+                    let manager = self.manager.clone();
+                    let session = session.to_string();
+                    tokio::spawn(async move {
+                        if let Err(e) = manager.interrupt(&session).await {
+                            tracing::debug!("interrupt after cancellation: {e}");
+                        }
+                    });
+                    return render::tool_error("the call was cancelled by the client; the cell was interrupted");
+                }
+            }
+        }
+    }
+}
+
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn render_inspect(out: &InspectOutput) -> String {
     let mut text = String::new();

@@ -35,6 +35,8 @@ pub struct Limits {
     pub crash_grace: Duration,
     /// How long each interrupt step waits before escalating.
     pub interrupt_grace: Duration,
+    /// Time limit of one cell (--max-cell-seconds); none by default.
+    pub max_cell: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -407,7 +409,7 @@ impl SessionManager {
         let sess = self.get_or_create(name)?;
         let worker = self.ensure_worker(&sess).await?;
         let mut carried = Vec::new();
-        let (background, after) = {
+        let (background, after, number) = {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
             if let Some(run) = &st.running {
@@ -440,9 +442,10 @@ impl SessionManager {
                 prompt: None,
                 output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
             });
-            (background, st.last_cell)
+            (background, st.last_cell, number)
         };
-        let report = self.collect(&sess, &worker, wait).await;
+        self.arm_time_limit(&sess, &worker, number);
+        let report = self.collect(&sess, &worker, wait).await?;
         if background.is_empty() {
             return Ok(report);
         }
@@ -463,7 +466,7 @@ impl SessionManager {
                 None => return Err(SessionError::Idle(sess.name.clone())),
             }
         };
-        Ok(self.collect(&sess, &worker, wait).await)
+        self.collect(&sess, &worker, wait).await
     }
 
     /// Answers a pending input() and waits like `wait`.
@@ -497,62 +500,80 @@ impl SessionManager {
             run.prompt = None;
             worker
         };
-        Ok(self.collect(&sess, &worker, wait).await)
+        self.collect(&sess, &worker, wait).await
     }
 
     /// SIGINT to the running cell; escalates to a second SIGINT, then a kill.
+    /// Returns the cell's final result.
     pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
         let sess = self.existing(name)?;
-        let worker = {
+        let (worker, cell) = {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
-            if st.running.is_none() {
+            let Some(run) = &st.running else {
                 if let Some(done) = st.completed.take() {
-                    return Ok(done.with_note("The cell had already finished; nothing was interrupted."));
+                    let notes = std::mem::take(&mut st.notes);
+                    return Ok(done
+                        .with_notes_first(notes)
+                        .with_note("The cell had already finished; nothing was interrupted."));
                 }
                 return Err(SessionError::Idle(sess.name.clone()));
-            }
+            };
+            let cell = run.number;
             match &st.worker {
-                Some(w) => w.clone(),
+                Some(w) => (w.clone(), cell),
                 None => return Err(SessionError::Idle(sess.name.clone())),
             }
         };
+        self.stop_cell(&sess, &worker, cell, None).await;
+        self.collect(&sess, &worker, Duration::ZERO).await
+    }
+
+    /// Stops cell `cell`: SIGINT, again after a grace period, then SIGKILL.
+    /// The outcome is left as the session's completed result, annotated.
+    async fn stop_cell(&self, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64, reason: Option<String>) {
         let grace = self.limits.interrupt_grace;
+        let mut note = None;
+        let mut killed = false;
+        let mut stopped = false;
         for attempt in 0..2 {
             worker.signal_group(Signal::SIGINT);
-            let report = self.collect_final(&sess, &worker, grace).await;
-            if let Some(report) = report {
-                return Ok(if attempt == 0 {
-                    report
-                } else {
-                    report.with_note("The cell ignored the first interrupt; a second one stopped it.")
-                });
+            if self.wait_cell_gone(sess, worker, cell, grace).await {
+                if attempt == 1 {
+                    note = Some("The cell ignored the first interrupt; a second one stopped it.".to_string());
+                }
+                stopped = true;
+                break;
             }
         }
-        worker.signal_group(Signal::SIGKILL);
-        let report = self
-            .collect_final(&sess, &worker, self.limits.crash_grace + Duration::from_secs(5))
-            .await;
-        let secs = grace.as_secs_f64() * 2.0;
-        let note = format!(
-            "The cell did not stop after two interrupts over {secs:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
-            sess.name
-        );
-        match report {
-            Some(mut r) => {
-                r.status = CellStatus::Interrupted;
-                r.notes.retain(|n| !n.contains("died with"));
-                Ok(r.with_note(&note))
+        if !stopped {
+            killed = true;
+            worker.signal_group(Signal::SIGKILL);
+            let bound = self.limits.crash_grace + Duration::from_secs(5);
+            self.wait_cell_gone(sess, worker, cell, bound).await;
+            note = Some(format!(
+                "The cell did not stop after two interrupts over {:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
+                grace.as_secs_f64() * 2.0,
+                sess.name
+            ));
+        }
+        let mut st = sess.lock();
+        if let Some(done) = st.completed.as_mut().filter(|c| c.cell == cell) {
+            if killed {
+                done.status = CellStatus::Interrupted;
+                done.notes.retain(|n| !n.contains("died with"));
             }
-            None => Err(SessionError::Worker {
-                session: sess.name.clone(),
-                source: WorkerError::Timeout(secs as u64),
-            }),
+            if let Some(reason) = reason {
+                done.notes.push(reason);
+            }
+            if let Some(note) = note {
+                done.notes.push(note);
+            }
         }
     }
 
-    /// Waits up to `wait` for a finished result (ignores input prompts).
-    async fn collect_final(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> Option<CellReport> {
+    /// Waits until cell `cell` is no longer running (finished or crashed).
+    async fn wait_cell_gone(&self, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64, wait: Duration) -> bool {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
         loop {
@@ -560,20 +581,53 @@ impl SessionManager {
             {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
-                if let Some(done) = st.completed.take() {
-                    let notes = std::mem::take(&mut st.notes);
-                    return Some(done.with_notes_first(notes));
+                if st.running.as_ref().map(|r| r.number) != Some(cell) {
+                    return true;
                 }
             }
-            let wake = self.next_wake(worker, deadline);
             if TokioInstant::now() >= deadline {
-                return None;
+                return false;
             }
+            let wake = self.next_wake(worker, deadline);
             tokio::select! {
                 _ = rx.changed() => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+
+    /// Enforces --max-cell-seconds on one cell.
+    fn arm_time_limit(self: &Arc<Self>, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64) {
+        let Some(limit) = self.limits.max_cell else {
+            return;
+        };
+        let this = self.clone();
+        let sess = sess.clone();
+        let worker = worker.clone();
+        tokio::spawn(async move {
+            if this.wait_cell_gone(&sess, &worker, cell, limit).await {
+                return;
+            }
+            let reason = format!(
+                "Cell {cell} ran past the time limit of {:.0} s (--max-cell-seconds) and was interrupted.",
+                limit.as_secs_f64()
+            );
+            this.stop_cell(&sess, &worker, cell, Some(reason)).await;
+        });
+    }
+
+    /// Elapsed seconds of the running cell and its latest output line.
+    pub fn progress(&self, name: &str) -> Option<(f64, String)> {
+        let sess = self.existing(name).ok()?;
+        let st = sess.lock();
+        let run = st.running.as_ref()?;
+        let line = st
+            .worker
+            .as_ref()
+            .and_then(|w| w.last_output_line())
+            .or_else(|| run.output.last_line())
+            .unwrap_or_default();
+        Some((run.started.elapsed().as_secs_f64(), line))
     }
 
     fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
@@ -587,7 +641,7 @@ impl SessionManager {
     }
 
     /// Returns when the running cell finishes, asks for input, or `wait` runs out.
-    async fn collect(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> CellReport {
+    async fn collect(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> Result<CellReport, SessionError> {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
         loop {
@@ -597,36 +651,36 @@ impl SessionManager {
                 self.refresh(sess, &mut st);
                 if let Some(done) = st.completed.take() {
                     let notes = std::mem::take(&mut st.notes);
-                    return done.with_notes_first(notes);
+                    return Ok(done.with_notes_first(notes));
                 }
                 let timed_out = TokioInstant::now() >= deadline;
-                let notes = std::mem::take(&mut st.notes);
-                if let Some(run) = st.running.as_mut() {
-                    if run.prompt.is_some() || timed_out {
-                        if run.prompt.is_none() {
-                            run.output.append(worker.take_output());
-                        }
-                        let (status, prompt) = match &run.prompt {
-                            Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),
-                            None => (CellStatus::Running, None),
-                        };
-                        let output = run.output.take().render();
-                        return CellReport {
-                            status,
-                            session: sess.name.clone(),
-                            cell: run.number,
-                            output,
-                            background: None,
-                            value: None,
-                            error: None,
-                            prompt,
-                            elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
-                            notes,
-                        };
+                let Some(run) = st.running.as_mut() else {
+                    // Another call took the result first.
+                    return Err(SessionError::Idle(sess.name.clone()));
+                };
+                if run.prompt.is_some() || timed_out {
+                    if run.prompt.is_none() {
+                        run.output.append(worker.take_output());
                     }
-                    st.notes = notes;
-                } else {
-                    st.notes = notes;
+                    let (status, prompt) = match &run.prompt {
+                        Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),
+                        None => (CellStatus::Running, None),
+                    };
+                    let output = run.output.take().render();
+                    let report = CellReport {
+                        status,
+                        session: sess.name.clone(),
+                        cell: run.number,
+                        output,
+                        background: None,
+                        value: None,
+                        error: None,
+                        prompt,
+                        elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                        notes: Vec::new(),
+                    };
+                    let notes = std::mem::take(&mut st.notes);
+                    return Ok(report.with_notes_first(notes));
                 }
             }
             let wake = self.next_wake(worker, deadline);

@@ -70,18 +70,74 @@ def flush_std():
             pass
 
 
-def fence():
+EVENT_FENCE = b"\x00"  # closes a span of output that an event owns
+SYNC_FENCE = b"\x01"  # only orders the two pipes against each other
+_fence_lock = threading.RLock()
+
+
+def fence(kind=EVENT_FENCE):
     """Write a numbered marker on both output pipes; returns (number, streams marked)."""
-    state.fence += 1
-    marker = b"\x00FERREPL:" + NONCE + b":" + ("%016x" % state.fence).encode("ascii") + b"\x00"
-    marked = []
-    for name, fd in (("stdout", _out_fd), ("stderr", _err_fd)):
+    with _fence_lock:
+        state.fence += 1
+        number = state.fence
+        marker = b"\x00FERREPL:" + NONCE + b":" + ("%016x" % number).encode("ascii") + kind
+        marked = []
+        for name, fd in (("stdout", _out_fd), ("stderr", _err_fd)):
+            try:
+                os.write(fd, marker)
+                marked.append(name)
+            except OSError:
+                pass
+    return number, marked
+
+
+class _Order:
+    last = None
+    enabled = True
+
+
+_order = _Order()
+
+
+def _switch_to(which, streams):
+    """Before Python code writes to one stream after the other, flush the other
+    and put a sync marker on both pipes, so the server keeps their order."""
+    last = _order.last
+    if last is not None and last != which and _order.enabled:
         try:
-            os.write(fd, marker)
-            marked.append(name)
-        except OSError:
+            streams[last].flush()
+        except Exception:
             pass
-    return state.fence, marked
+        _, marked = fence(SYNC_FENCE)
+        if len(marked) != 2:
+            _order.enabled = False
+    _order.last = which
+
+
+class OrderedStream:
+    """sys.stdout / sys.stderr: the real text stream, plus ordering markers."""
+
+    def __init__(self, inner, which, streams):
+        self._inner = inner
+        self._which = which
+        self._streams = streams
+
+    def write(self, text):
+        _switch_to(self._which, self._streams)
+        return self._inner.write(text)
+
+    def writelines(self, lines):
+        _switch_to(self._which, self._streams)
+        return self._inner.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __iter__(self):
+        return iter(self._inner)
+
+    def __repr__(self):
+        return repr(self._inner)
 
 
 def send_fenced(event):
@@ -245,11 +301,25 @@ def displayhook(value):
 # ---------------------------------------------------------------- errors
 
 
-def format_exception(exc):
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == DRIVER_FILE:
+def _without_driver_frames(tb):
+    frames = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != DRIVER_FILE:
+            frames.append(tb)
         tb = tb.tb_next
-    exc.__traceback__ = tb
+    for current, following in zip(frames, frames[1:] + [None]):
+        current.tb_next = following
+    return frames[0] if frames else None
+
+
+def format_exception(exc):
+    seen = set()
+    link = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = _without_driver_frames(link.__traceback__)
+        link = link.__cause__ or link.__context__
+    tb = exc.__traceback__
     try:
         lines = traceback.format_exception(type(exc), exc, tb)
         text = "".join(lines)
@@ -285,6 +355,10 @@ def run_cell(msg, namespace):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     state.cell = cell
     state.value = None
+    # A handler left behind (pdb installs one on 'continue') would turn
+    # python_interrupt into a debugger prompt; each cell starts with ours.
+    if signal.getsignal(signal.SIGINT) is not _on_sigint:
+        signal.signal(signal.SIGINT, _on_sigint)
     while not _input_replies.empty():
         _input_replies.get_nowait()
     status, error = "ok", None
@@ -450,6 +524,9 @@ def _configure_streams():
             stream.reconfigure(line_buffering=True, errors="backslashreplace")
         except Exception:
             pass
+    real = {"stdout": sys.stdout, "stderr": sys.stderr}
+    sys.stdout = OrderedStream(real["stdout"], "stdout", real)
+    sys.stderr = OrderedStream(real["stderr"], "stderr", real)
 
 
 _namespace = _prepare_namespace()

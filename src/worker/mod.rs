@@ -192,10 +192,16 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .current_dir(&spec.workdir)
-        .env("FERREPL_NONCE", &nonce)
-        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string())
         .process_group(0)
         .kill_on_drop(true);
+    // The server's own settings (an auth token above all) stay out of user code.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("FERREPL_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.env("FERREPL_NONCE", &nonce)
+        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string());
     if std::env::var_os("MPLBACKEND").is_none() {
         cmd.env("MPLBACKEND", "Agg");
     }
@@ -278,12 +284,29 @@ async fn read_pipe(mut pipe: impl AsyncRead + Unpin, stream: Stream, worker: Arc
                     worker.lock().capture.push(stream, &bytes);
                     worker.bump();
                 }
-                Segment::Fence(number) => {
-                    worker.lock().fence_seen[idx] = number;
+                Segment::Fence { number, event } => {
+                    {
+                        let mut st = worker.lock();
+                        st.fence_seen[idx] = st.fence_seen[idx].max(number);
+                    }
                     worker.bump();
-                    // Hold later bytes back until the event owning this fence
-                    // has taken the output before it.
-                    worker.wait_until(|s| s.released >= number || s.control_closed).await;
+                    // Barrier: bytes after the marker wait until the other pipe
+                    // has delivered everything written before its copy of the
+                    // marker, and (for event fences) until the event has taken
+                    // the output before it.
+                    let other = 1 - idx;
+                    let passed = tokio::time::timeout(
+                        FENCE_GRACE,
+                        worker.wait_until(|s| {
+                            let other_done = s.fence_seen[other] >= number || s.eof[other];
+                            let released = !event || s.released >= number || s.control_closed;
+                            (other_done && released) || s.exit.is_some() && s.control_closed
+                        }),
+                    )
+                    .await;
+                    if passed.is_err() {
+                        tracing::warn!(pid = worker.pid, number, "output fence not matched in time; continuing");
+                    }
                 }
             }
         }
@@ -547,6 +570,11 @@ impl Worker {
     /// Output that has arrived and is not part of a delivered event yet.
     pub fn take_output(&self) -> Capture {
         self.lock().capture.take()
+    }
+
+    /// The last non-empty line of output not yet returned, for progress messages.
+    pub fn last_output_line(&self) -> Option<String> {
+        self.lock().capture.last_line()
     }
 
     pub fn exit_info(&self) -> Option<ExitInfo> {

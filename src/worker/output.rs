@@ -20,13 +20,16 @@ pub enum Stream {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Segment {
     Data(Vec<u8>),
-    Fence(u64),
+    /// A numbered marker. `event` fences close output owned by a control
+    /// event; the others only order the two pipes against each other.
+    Fence { number: u64, event: bool },
 }
 
 /// Number of hex digits of the fence number, then a NUL, after the prefix.
 const MARKER_TAIL: usize = 17;
 
-/// Finds `\0FERREPL:<nonce>:<16 hex digits>\0` markers in a byte stream.
+/// Finds `\0FERREPL:<nonce>:<16 hex digits><kind>` markers in a byte stream,
+/// where kind is `\0` (event fence) or `\x01` (sync fence).
 pub struct MarkerScanner {
     prefix: Vec<u8>,
     pending: Vec<u8>,
@@ -66,7 +69,10 @@ impl MarkerScanner {
                         .ok()
                         .and_then(|s| u64::from_str_radix(s, 16).ok());
                     match (number, buf[end - 1]) {
-                        (Some(n), 0) => out.push(Segment::Fence(n)),
+                        (Some(n), kind @ (0 | 1)) => out.push(Segment::Fence {
+                            number: n,
+                            event: kind == 0,
+                        }),
                         // Not one of ours after all: keep it as output.
                         _ => push_data(out, &buf[start..end]),
                     }
@@ -214,6 +220,17 @@ impl Capture {
         self.total_bytes += omitted;
     }
 
+    /// The last non-empty line kept (carriage returns count as line breaks,
+    /// so a progress bar gives its latest state).
+    pub fn last_line(&self) -> Option<String> {
+        let chunk = self.tail.back().or(self.head.last())?;
+        let text = String::from_utf8_lossy(&chunk.bytes);
+        text.split(['\n', '\r'])
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .map(|l| l.chars().take(200).collect())
+    }
+
     pub fn render(&self) -> RenderedOutput {
         let mut out = RenderedOutput {
             omitted_bytes: self.omitted_bytes,
@@ -278,6 +295,10 @@ mod tests {
         format!("\0FERREPL:{NONCE}:{n:016x}\0").into_bytes()
     }
 
+    fn sync_marker(n: u64) -> Vec<u8> {
+        format!("\0FERREPL:{NONCE}:{n:016x}\x01").into_bytes()
+    }
+
     fn scan_in_pieces(input: &[u8], piece: usize) -> Vec<Segment> {
         let mut scanner = MarkerScanner::new(NONCE);
         let mut out = Vec::new();
@@ -302,15 +323,17 @@ mod tests {
         input.extend(marker(1));
         input.extend(b"after\0FERREPL:not-ours");
         input.extend(marker(2));
+        input.extend(sync_marker(3));
         for piece in [1, 2, 3, 7, 64, 4096] {
             let segs = scan_in_pieces(&input, piece);
             assert_eq!(
                 segs,
                 vec![
                     Segment::Data(b"hello\n".to_vec()),
-                    Segment::Fence(1),
+                    Segment::Fence { number: 1, event: true },
                     Segment::Data(b"after\0FERREPL:not-ours".to_vec()),
-                    Segment::Fence(2),
+                    Segment::Fence { number: 2, event: true },
+                    Segment::Fence { number: 3, event: false },
                 ],
                 "piece size {piece}"
             );

@@ -426,10 +426,22 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...` and
-    /// wait for its "listening on" log line.
+    /// wait for its "listening on" log line. The port is picked free just
+    /// before; if something grabbed it in between, another one is tried.
     pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_start(free_port(), args, envs).await {
+                Ok(server) => return server,
+                Err(log) if attempt < 3 && log.to_lowercase().contains("in use") => continue,
+                Err(log) => panic!("the HTTP server did not start: {log}"),
+            }
+        }
+    }
+
+    async fn try_start(port: u16, args: &[&str], envs: &[(&str, &str)]) -> Result<Self, String> {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let port = free_port();
         let mut cmd = server_command();
         cmd.arg("--http")
             .arg(format!("127.0.0.1:{port}"))
@@ -458,21 +470,20 @@ impl HttpServer {
             },
         );
         match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => panic!(
-                "the HTTP server closed stderr without logging 'listening on http://127.0.0.1:{port}/mcp'; stderr:\n{}",
+            Ok(Ok(())) => Ok(HttpServer {
+                port,
+                child,
+                workdir,
+                stderr,
+            }),
+            Ok(Err(_)) => Err(format!(
+                "it closed stderr without logging 'listening on http://127.0.0.1:{port}/mcp'; stderr:\n{}",
                 tail(&stderr.lock().expect("stderr lock"), 4000)
-            ),
-            Err(_) => panic!(
-                "the HTTP server did not log 'listening on http://127.0.0.1:{port}/mcp' within {START_TIMEOUT:?}; stderr:\n{}",
+            )),
+            Err(_) => Err(format!(
+                "it did not log 'listening on http://127.0.0.1:{port}/mcp' within {START_TIMEOUT:?}; stderr:\n{}",
                 tail(&stderr.lock().expect("stderr lock"), 4000)
-            ),
-        }
-        HttpServer {
-            port,
-            child,
-            workdir,
-            stderr,
+            )),
         }
     }
 
