@@ -21,16 +21,31 @@ pub struct Config {
 
     /// Require "Authorization: Bearer TOKEN" on every HTTP request. Required when --http binds a
     /// non-loopback address.
-    #[arg(long, env = "FERREPL_AUTH_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "FERREPL_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub auth_token: Option<String>,
 
     /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
-    #[arg(long = "allow-host", env = "FERREPL_ALLOW_HOSTS", value_delimiter = ',', value_name = "HOST")]
+    #[arg(
+        long = "allow-host",
+        env = "FERREPL_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
     pub allow_hosts: Vec<String>,
 
     /// Extra browser Origins to accept (comma separated, with scheme, e.g. https://app.example:443),
     /// beyond http://localhost, http://127.0.0.1 and http://[::1] on any port.
-    #[arg(long = "allow-origin", env = "FERREPL_ALLOW_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
+    #[arg(
+        long = "allow-origin",
+        env = "FERREPL_ALLOW_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
     pub allow_origins: Vec<String>,
 
     /// Python interpreter for sessions. Default: the nearest .venv/bin/python from the working
@@ -43,35 +58,75 @@ pub struct Config {
     pub workdir: Option<PathBuf>,
 
     /// Seconds a python_exec / python_wait call waits for a cell when wait_s is not given.
-    #[arg(long, env = "FERREPL_DEFAULT_WAIT", default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "FERREPL_DEFAULT_WAIT",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
     pub default_wait: f64,
 
     /// Upper bound on any wait_s an agent asks for.
-    #[arg(long, env = "FERREPL_MAX_WAIT", default_value_t = 600.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_WAIT",
+        default_value_t = 600.0,
+        value_name = "SECONDS"
+    )]
     pub max_wait: f64,
 
     /// Seconds a new interpreter may take to start before the call fails.
-    #[arg(long, env = "FERREPL_START_TIMEOUT", default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "FERREPL_START_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
     pub start_timeout: f64,
 
     /// Most sessions that may exist at once.
-    #[arg(long, env = "FERREPL_MAX_SESSIONS", default_value_t = 32, value_name = "N")]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_SESSIONS",
+        default_value_t = 32,
+        value_name = "N"
+    )]
     pub max_sessions: usize,
 
     /// Bytes of a result's output kept from its start (the middle of larger output is omitted).
-    #[arg(long, env = "FERREPL_OUTPUT_HEAD_BYTES", default_value_t = 10_000, value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_HEAD_BYTES",
+        default_value_t = 10_000,
+        value_name = "BYTES"
+    )]
     pub output_head_bytes: usize,
 
     /// Bytes of a result's output kept from its end.
-    #[arg(long, env = "FERREPL_OUTPUT_TAIL_BYTES", default_value_t = 10_000, value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_TAIL_BYTES",
+        default_value_t = 10_000,
+        value_name = "BYTES"
+    )]
     pub output_tail_bytes: usize,
 
     /// Longest repr of a cell's value, in characters.
-    #[arg(long, env = "FERREPL_MAX_VALUE_CHARS", default_value_t = 20_000, value_name = "CHARS")]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_VALUE_CHARS",
+        default_value_t = 20_000,
+        value_name = "CHARS"
+    )]
     pub max_value_chars: usize,
 
     /// Seconds each interrupt step waits before escalating (second SIGINT, then kill).
-    #[arg(long, env = "FERREPL_INTERRUPT_GRACE", default_value_t = 2.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "FERREPL_INTERRUPT_GRACE",
+        default_value_t = 2.0,
+        value_name = "SECONDS"
+    )]
     pub interrupt_grace: f64,
 
     /// Time limit of one cell in seconds: past it the cell is interrupted (then killed if it
@@ -84,7 +139,12 @@ pub struct Config {
     pub max_request_bytes: usize,
 
     /// Log filter for stderr (error, warn, info, debug, trace, or a tracing filter).
-    #[arg(long, env = "FERREPL_LOG", default_value = "info", value_name = "FILTER")]
+    #[arg(
+        long,
+        env = "FERREPL_LOG",
+        default_value = "info",
+        value_name = "FILTER"
+    )]
     pub log: String,
 }
 

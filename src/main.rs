@@ -26,7 +26,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ferrepl: cannot start the async runtime: {e}");
@@ -88,7 +91,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     result
 }
 
-async fn serve_stdio(manager: Arc<SessionManager>, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn serve_stdio(
+    manager: Arc<SessionManager>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let server = mcp::server::FerreplServer::new(manager);
     let running = tokio::select! {
         r = server.serve(rmcp::transport::io::stdio_pipes()) => r.context("MCP handshake on stdio failed")?,
@@ -104,7 +110,10 @@ async fn serve_stdio(manager: Arc<SessionManager>, shutdown: CancellationToken) 
 fn spawn_signal_watch(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
             tracing::warn!("cannot watch SIGTERM/SIGINT");
             return;
         };

@@ -36,7 +36,12 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
 
-    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+    let mut hosts: Vec<String> = vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "::1".into(),
+        "[::1]".into(),
+    ];
     hosts.extend(cfg.allow_hosts.iter().cloned());
     let mut origins: Vec<String> = vec![
         "http://localhost:*".into(),
@@ -56,7 +61,10 @@ pub async fn serve(
     );
     let router = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(token.map(Arc::new), require_token));
+        .layer(middleware::from_fn_with_state(
+            token.map(Arc::new),
+            require_token,
+        ));
 
     tracing::info!("listening on http://{local}/mcp");
     axum::serve(
@@ -71,7 +79,11 @@ pub async fn serve(
     .context("HTTP server failed")
 }
 
-async fn require_token(State(token): State<Option<Arc<String>>>, req: Request, next: Next) -> Response {
+async fn require_token(
+    State(token): State<Option<Arc<String>>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some(token) = token else {
         return next.run(req).await;
     };

@@ -29,6 +29,10 @@ pub struct CellOutput {
     pub prompt: Option<String>,
     /// Time the cell has run, in milliseconds.
     pub elapsed_ms: f64,
+    /// Bytes of output this result covers (stdout and stderr).
+    pub output_bytes: u64,
+    /// Bytes left out of the middle of the output text (see the marker in the text).
+    pub omitted_bytes: u64,
     /// Output written after an earlier cell finished (by its threads or subprocesses).
     pub background_output: Option<String>,
     /// Messages from ferrepl about the session (lost state, escalations...).
@@ -130,6 +134,8 @@ pub fn cell_result(r: &CellReport) -> CallToolResult {
         error: r.error.clone(),
         prompt: r.prompt.clone(),
         elapsed_ms: r.elapsed_ms,
+        output_bytes: r.output.total_bytes,
+        omitted_bytes: r.output.omitted_bytes,
         background_output: r.background.as_ref().map(|b| b.output.combined.clone()),
         notes: r.notes.clone(),
     };

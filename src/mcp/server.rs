@@ -6,14 +6,16 @@ use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject, ServerCapabilities,
-    ServerConfig,
+    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject,
+    ServerCapabilities, ServerConfig,
 };
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router};
-use tokio_util::sync::CancellationToken;
+use rmcp::{
+    ErrorData as McpError, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::render::{self, CellOutput};
 use crate::session::report::CellReport;
@@ -36,7 +38,9 @@ A cell that calls input() returns status 'waiting_input' with the prompt; answer
 Use separate session names for independent work; python_reset gives a session a fresh interpreter.";
 
 fn session_name(s: &Option<String>) -> &str {
-    s.as_deref().filter(|s| !s.is_empty()).unwrap_or(DEFAULT_SESSION)
+    s.as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_SESSION)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -100,18 +104,6 @@ pub struct InspectParams {
 pub struct ResetOutput {
     pub session: String,
     pub message: String,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct VariableInfo {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub type_name: String,
-    pub repr: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub len: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shape: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -232,11 +224,16 @@ interpreter is killed (the result says so: the state is then lost). Example: {\"
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Interrupt a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn python_interrupt(&self, Parameters(p): Parameters<SessionParams>) -> Result<CallToolResult, McpError> {
-        Ok(match self.manager.interrupt(session_name(&p.session)).await {
-            Ok(report) => render::cell_result(&report),
-            Err(e) => render::tool_error(e),
-        })
+    async fn python_interrupt(
+        &self,
+        Parameters(p): Parameters<SessionParams>,
+    ) -> Result<CallToolResult, McpError> {
+        Ok(
+            match self.manager.interrupt(session_name(&p.session)).await {
+                Ok(report) => render::cell_result(&report),
+                Err(e) => render::tool_error(e),
+            },
+        )
     }
 
     #[tool(
@@ -245,7 +242,10 @@ Use when state is broken or to start clean. Example: {\"session\": \"default\"}.
         output_schema = schema_for_output::<ResetOutput>(),
         annotations(title = "Reset a session", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn python_reset(&self, Parameters(p): Parameters<SessionParams>) -> Result<CallToolResult, McpError> {
+    async fn python_reset(
+        &self,
+        Parameters(p): Parameters<SessionParams>,
+    ) -> Result<CallToolResult, McpError> {
         let name = session_name(&p.session).to_string();
         Ok(match self.manager.reset(&name).await {
             Ok(message) => render::structured(
@@ -267,7 +267,10 @@ Example: {\"name\": \"df\"}.",
         output_schema = schema_for_output::<InspectOutput>(),
         annotations(title = "Inspect variables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn python_inspect(&self, Parameters(p): Parameters<InspectParams>) -> Result<CallToolResult, McpError> {
+    async fn python_inspect(
+        &self,
+        Parameters(p): Parameters<InspectParams>,
+    ) -> Result<CallToolResult, McpError> {
         let session = session_name(&p.session).to_string();
         let target = p.name.as_deref().filter(|n| !n.is_empty());
         Ok(match self.manager.inspect(&session, target).await {
@@ -328,10 +331,8 @@ impl FerreplServer {
         fut: impl Future<Output = Result<CellReport, SessionError>>,
     ) -> CallToolResult {
         let token = call.meta.get_progress_token();
-        let mut ticker = tokio::time::interval_at(
-            tokio::time::Instant::now() + PROGRESS_EVERY,
-            PROGRESS_EVERY,
-        );
+        let mut ticker =
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(fut);
         loop {
@@ -407,7 +408,10 @@ fn render_inspect(out: &InspectOutput) -> String {
             field("type").unwrap_or_default()
         ));
         if let Some(sig) = field("signature") {
-            text.push_str(&format!("signature: {}{sig}\n", field("name").unwrap_or_default()));
+            text.push_str(&format!(
+                "signature: {}{sig}\n",
+                field("name").unwrap_or_default()
+            ));
         }
         if let Some(r) = field("repr") {
             text.push_str(&format!("repr: {r}\n"));

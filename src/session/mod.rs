@@ -50,11 +50,11 @@ pub enum SessionError {
         secs: f64,
         waiting: String,
     },
-    #[error("no session named '{name}'; existing sessions: {existing}. python_exec creates a session on first use")]
-    NotFound { name: String, existing: String },
     #[error(
-        "invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'"
+        "no session named '{name}'; existing sessions: {existing}. python_exec creates a session on first use"
     )]
+    NotFound { name: String, existing: String },
+    #[error("invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'")]
     BadName(String),
     #[error(
         "cannot create session '{name}': the limit of {limit} sessions is reached (--max-sessions); reuse a session or reset one"
@@ -151,14 +151,6 @@ impl SessionManager {
             spare: Mutex::new(None),
             shutting_down: AtomicBool::new(false),
         })
-    }
-
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    pub fn spec(&self) -> &LaunchSpec {
-        &self.spec
     }
 
     fn sessions(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {
@@ -289,7 +281,10 @@ impl SessionManager {
     }
 
     /// The session's live worker, starting one if it has none or it died.
-    async fn ensure_worker(self: &Arc<Self>, sess: &Arc<Session>) -> Result<Arc<Worker>, SessionError> {
+    async fn ensure_worker(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+    ) -> Result<Arc<Worker>, SessionError> {
         let _guard = sess.start_lock.lock().await;
         {
             let mut st = sess.lock();
@@ -405,7 +400,12 @@ impl SessionManager {
         }
     }
 
-    pub async fn exec(self: &Arc<Self>, name: &str, code: &str, wait: Duration) -> Result<CellReport, SessionError> {
+    pub async fn exec(
+        self: &Arc<Self>,
+        name: &str,
+        code: &str,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
         let sess = self.get_or_create(name)?;
         let worker = self.ensure_worker(&sess).await?;
         let mut carried = Vec::new();
@@ -453,7 +453,11 @@ impl SessionManager {
     }
 
     /// Waits for the running cell of a session to change state.
-    pub async fn wait(self: &Arc<Self>, name: &str, wait: Duration) -> Result<CellReport, SessionError> {
+    pub async fn wait(
+        self: &Arc<Self>,
+        name: &str,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
         let sess = self.existing(name)?;
         let worker = {
             let mut st = sess.lock();
@@ -470,7 +474,13 @@ impl SessionManager {
     }
 
     /// Answers a pending input() and waits like `wait`.
-    pub async fn input(self: &Arc<Self>, name: &str, text: &str, eof: bool, wait: Duration) -> Result<CellReport, SessionError> {
+    pub async fn input(
+        self: &Arc<Self>,
+        name: &str,
+        text: &str,
+        eof: bool,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
         let sess = self.existing(name)?;
         let worker = {
             let mut st = sess.lock();
@@ -485,7 +495,10 @@ impl SessionManager {
             if run.prompt.is_none() {
                 return Err(SessionError::NotWaitingInput {
                     session: sess.name.clone(),
-                    detail: format!(" (cell {} is running and has not asked for input)", run.number),
+                    detail: format!(
+                        " (cell {} is running and has not asked for input)",
+                        run.number
+                    ),
                 });
             }
             let Some(worker) = worker else {
@@ -531,7 +544,13 @@ impl SessionManager {
 
     /// Stops cell `cell`: SIGINT, again after a grace period, then SIGKILL.
     /// The outcome is left as the session's completed result, annotated.
-    async fn stop_cell(&self, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64, reason: Option<String>) {
+    async fn stop_cell(
+        &self,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        cell: u64,
+        reason: Option<String>,
+    ) {
         let grace = self.limits.interrupt_grace;
         let mut note = None;
         let mut killed = false;
@@ -540,7 +559,10 @@ impl SessionManager {
             worker.signal_group(Signal::SIGINT);
             if self.wait_cell_gone(sess, worker, cell, grace).await {
                 if attempt == 1 {
-                    note = Some("The cell ignored the first interrupt; a second one stopped it.".to_string());
+                    note = Some(
+                        "The cell ignored the first interrupt; a second one stopped it."
+                            .to_string(),
+                    );
                 }
                 stopped = true;
                 break;
@@ -573,7 +595,13 @@ impl SessionManager {
     }
 
     /// Waits until cell `cell` is no longer running (finished or crashed).
-    async fn wait_cell_gone(&self, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64, wait: Duration) -> bool {
+    async fn wait_cell_gone(
+        &self,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        cell: u64,
+        wait: Duration,
+    ) -> bool {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
         loop {
@@ -641,7 +669,12 @@ impl SessionManager {
     }
 
     /// Returns when the running cell finishes, asks for input, or `wait` runs out.
-    async fn collect(&self, sess: &Arc<Session>, worker: &Arc<Worker>, wait: Duration) -> Result<CellReport, SessionError> {
+    async fn collect(
+        &self,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
         loop {
@@ -716,12 +749,18 @@ impl SessionManager {
             worker.pid()
         );
         if let Some(cell) = stopped {
-            msg.push_str(&format!(" Cell {cell}, which was still running, was stopped."));
+            msg.push_str(&format!(
+                " Cell {cell}, which was still running, was stopped."
+            ));
         }
         Ok(msg)
     }
 
-    pub async fn inspect(self: &Arc<Self>, name: &str, target: Option<&str>) -> Result<Value, SessionError> {
+    pub async fn inspect(
+        self: &Arc<Self>,
+        name: &str,
+        target: Option<&str>,
+    ) -> Result<Value, SessionError> {
         let sess = if name == DEFAULT_SESSION {
             self.get_or_create(name)?
         } else {
@@ -770,7 +809,10 @@ impl SessionManager {
                     pid: worker.as_ref().filter(|_| !dead).map(|w| w.pid()),
                     cells: st.cells_run,
                     running_cell: st.running.as_ref().map(|r| r.number),
-                    memory_bytes: worker.as_ref().filter(|_| !dead).and_then(|w| w.rss_bytes()),
+                    memory_bytes: worker
+                        .as_ref()
+                        .filter(|_| !dead)
+                        .and_then(|w| w.rss_bytes()),
                     uptime_s: sess.created.elapsed().as_secs_f64(),
                     python: worker
                         .as_ref()
@@ -815,7 +857,9 @@ fn busy(session: &str, run: &RunningCell) -> SessionError {
         cell: run.number,
         secs: run.started.elapsed().as_secs_f64(),
         waiting: match &run.prompt {
-            Some((p, _)) => format!(" and is waiting for input (prompt {p:?}); answer it with python_input"),
+            Some((p, _)) => {
+                format!(" and is waiting for input (prompt {p:?}); answer it with python_input")
+            }
             None => String::new(),
         },
     }
@@ -833,7 +877,11 @@ impl CellReport {
         self
     }
 
-    fn with_background(mut self, after_cell: u64, output: crate::worker::output::RenderedOutput) -> Self {
+    fn with_background(
+        mut self,
+        after_cell: u64,
+        output: crate::worker::output::RenderedOutput,
+    ) -> Self {
         self.background = Some(BackgroundOutput { after_cell, output });
         self
     }

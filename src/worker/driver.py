@@ -181,8 +181,6 @@ def _read_control():
             reply["ev"] = "inspect"
             reply["id"] = msg.get("id")
             send(reply)
-        elif op == "shutdown":
-            _jobs.put(msg)
 
 
 # ---------------------------------------------------------------- input
@@ -554,9 +552,6 @@ def main():
             msg = _jobs.get()
         except KeyboardInterrupt:
             continue
-        if msg.get("op") == "shutdown":
-            flush_std()
-            os._exit(0)
         try:
             run_cell(msg, _namespace)
         except KeyboardInterrupt:

@@ -146,7 +146,6 @@ struct State {
 pub struct Worker {
     pid: u32,
     python: PathBuf,
-    started: Instant,
     ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
@@ -226,7 +225,6 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let worker = Arc::new(Worker {
         pid,
         python: spec.python.clone(),
-        started: Instant::now(),
         ctl: ctl_tx,
         state: Mutex::new(State {
             capture: Capture::new(spec.output_head_bytes, spec.output_tail_bytes),
@@ -256,17 +254,32 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         }
     });
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(read_pipe(out, Stream::Stdout, worker.clone(), nonce.clone()));
+        tokio::spawn(read_pipe(
+            out,
+            Stream::Stdout,
+            worker.clone(),
+            nonce.clone(),
+        ));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(read_pipe(err, Stream::Stderr, worker.clone(), nonce.clone()));
+        tokio::spawn(read_pipe(
+            err,
+            Stream::Stderr,
+            worker.clone(),
+            nonce.clone(),
+        ));
     }
     tokio::spawn(read_control(read_half, worker.clone()));
     tokio::spawn(watch_exit(child, worker.clone()));
     Ok(worker)
 }
 
-async fn read_pipe(mut pipe: impl AsyncRead + Unpin, stream: Stream, worker: Arc<Worker>, nonce: String) {
+async fn read_pipe(
+    mut pipe: impl AsyncRead + Unpin,
+    stream: Stream,
+    worker: Arc<Worker>,
+    nonce: String,
+) {
     let idx = stream_index(stream);
     let mut scanner = MarkerScanner::new(&nonce);
     let mut buf = vec![0u8; 64 * 1024];
@@ -305,7 +318,11 @@ async fn read_pipe(mut pipe: impl AsyncRead + Unpin, stream: Stream, worker: Arc
                     )
                     .await;
                     if passed.is_err() {
-                        tracing::warn!(pid = worker.pid, number, "output fence not matched in time; continuing");
+                        tracing::warn!(
+                            pid = worker.pid,
+                            number,
+                            "output fence not matched in time; continuing"
+                        );
                     }
                 }
             }
@@ -329,7 +346,11 @@ async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Wo
     loop {
         line.clear();
         // Each line is bounded; an oversized one is skipped, not buffered.
-        match (&mut reader).take(MAX_EVENT_BYTES).read_until(b'\n', &mut line).await {
+        match (&mut reader)
+            .take(MAX_EVENT_BYTES)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
@@ -338,7 +359,11 @@ async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Wo
             let mut sink = Vec::new();
             loop {
                 sink.clear();
-                match (&mut reader).take(MAX_EVENT_BYTES).read_until(b'\n', &mut sink).await {
+                match (&mut reader)
+                    .take(MAX_EVENT_BYTES)
+                    .read_until(b'\n', &mut sink)
+                    .await
+                {
                     Ok(0) | Err(_) => break,
                     Ok(_) if sink.ends_with(b"\n") => break,
                     Ok(_) => {}
@@ -395,14 +420,6 @@ impl Worker {
         self.pid
     }
 
-    pub fn python(&self) -> &std::path::Path {
-        &self.python
-    }
-
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// A receiver that wakes on any change of this worker's state.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
@@ -427,14 +444,17 @@ impl Worker {
                 fenced.iter().any(|s| s == "stdout"),
                 fenced.iter().any(|s| s == "stderr"),
             ];
-            let reached = |s: &State| {
-                (0..2).all(|i| !need[i] || s.eof[i] || s.fence_seen[i] >= fence)
-            };
+            let reached =
+                |s: &State| (0..2).all(|i| !need[i] || s.eof[i] || s.fence_seen[i] >= fence);
             if tokio::time::timeout(FENCE_GRACE, self.wait_until(reached))
                 .await
                 .is_err()
             {
-                tracing::warn!(pid = self.pid, fence, "output fence did not arrive; delivering the event anyway");
+                tracing::warn!(
+                    pid = self.pid,
+                    fence,
+                    "output fence did not arrive; delivering the event anyway"
+                );
             }
             let mut st = self.lock();
             let output = st.capture.take();
@@ -540,7 +560,11 @@ impl Worker {
     }
 
     /// Asks the driver to describe the namespace or one name.
-    pub async fn inspect(&self, name: Option<&str>, timeout: Duration) -> Result<Value, WorkerError> {
+    pub async fn inspect(
+        &self,
+        name: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Value, WorkerError> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut st = self.lock();

@@ -22,7 +22,10 @@ pub enum Segment {
     Data(Vec<u8>),
     /// A numbered marker. `event` fences close output owned by a control
     /// event; the others only order the two pipes against each other.
-    Fence { number: u64, event: bool },
+    Fence {
+        number: u64,
+        event: bool,
+    },
 }
 
 /// Number of hex digits of the fence number, then a NUL, after the prefix.
@@ -160,10 +163,6 @@ impl Capture {
 
     pub fn is_empty(&self) -> bool {
         self.total_bytes == 0
-    }
-
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
     }
 
     /// Moves the content out, leaving an empty capture with the same limits.
@@ -330,10 +329,19 @@ mod tests {
                 segs,
                 vec![
                     Segment::Data(b"hello\n".to_vec()),
-                    Segment::Fence { number: 1, event: true },
+                    Segment::Fence {
+                        number: 1,
+                        event: true
+                    },
                     Segment::Data(b"after\0FERREPL:not-ours".to_vec()),
-                    Segment::Fence { number: 2, event: true },
-                    Segment::Fence { number: 3, event: false },
+                    Segment::Fence {
+                        number: 2,
+                        event: true
+                    },
+                    Segment::Fence {
+                        number: 3,
+                        event: false
+                    },
                 ],
                 "piece size {piece}"
             );

@@ -10,7 +10,6 @@ pub enum Request<'a> {
     Exec { cell: u64, code: &'a str },
     Input { text: &'a str, eof: bool },
     Inspect { id: u64, name: Option<&'a str> },
-    Shutdown,
 }
 
 /// A Python exception as the driver reports it.
