@@ -82,6 +82,15 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     spawn_signal_watch(shutdown.clone());
+    {
+        // End the workers as soon as shutdown starts, so calls in flight
+        // finish at once instead of holding the transport open.
+        let (manager, shutdown) = (manager.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            manager.shutdown().await;
+        });
+    }
     let result = match cfg.http {
         Some(addr) => mcp::http::serve(addr, &cfg, manager.clone(), shutdown.clone()).await,
         None => serve_stdio(manager.clone(), shutdown.clone()).await,
@@ -96,8 +105,15 @@ async fn serve_stdio(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let server = mcp::server::FerreplServer::new(manager);
+    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+    // rmcp drains in-flight calls for a while after EOF; ending the workers at
+    // once makes those calls finish (crashed) and the process exit promptly.
+    let stdin = EofSignal {
+        inner: stdin,
+        on_eof: shutdown.clone(),
+    };
     let running = tokio::select! {
-        r = server.serve(rmcp::transport::io::stdio_pipes()) => r.context("MCP handshake on stdio failed")?,
+        r = server.serve((stdin, stdout)) => r.context("MCP handshake on stdio failed")?,
         _ = shutdown.cancelled() => return Ok(()),
     };
     tokio::select! {
@@ -105,6 +121,31 @@ async fn serve_stdio(
         _ = shutdown.cancelled() => {}
     }
     Ok(())
+}
+
+/// Cancels a token when the reader reaches end of file.
+struct EofSignal<R> {
+    inner: R,
+    on_eof: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &poll
+            && buf.filled().len() == before
+            && buf.remaining() > 0
+        {
+            tracing::info!("stdin closed: shutting down");
+            self.on_eof.cancel();
+        }
+        poll
+    }
 }
 
 fn spawn_signal_watch(shutdown: CancellationToken) {

@@ -67,17 +67,28 @@ pub async fn serve(
         ));
 
     tracing::info!("listening on http://{local}/mcp");
-    axum::serve(
+    let server = axum::serve(
         listener.tap_io(|tcp| {
             // Without it every response waits on delayed ACKs (~40 ms a call).
             let _ = tcp.set_nodelay(true);
         }),
         router,
     )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
-    .context("HTTP server failed")
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    tokio::select! {
+        r = server => r.context("HTTP server failed"),
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("HTTP connections still open {} s after shutdown began; closing them", SHUTDOWN_GRACE.as_secs());
+            Ok(())
+        }
+    }
 }
+
+/// How long open HTTP connections (SSE streams) may delay the exit.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 async fn require_token(
     State(token): State<Option<Arc<String>>>,
