@@ -140,12 +140,13 @@ pub struct Config {
 
     /// Log filter for stderr (error, warn, info, debug, trace, or a tracing filter).
     #[arg(
-        long,
-        env = "FERREPL_LOG",
+        long = "log-level",
+        alias = "log",
+        env = "FERREPL_LOG_LEVEL",
         default_value = "info",
         value_name = "FILTER"
     )]
-    pub log: String,
+    pub log_level: String,
 }
 
 pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {

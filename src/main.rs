@@ -19,7 +19,7 @@ use worker::LaunchSpec;
 
 fn main() -> ExitCode {
     let cfg = Config::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log)
+    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

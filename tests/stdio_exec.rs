@@ -207,6 +207,35 @@ async fn interleaved_streams_keep_their_order_in_the_text() {
 }
 
 #[tokio::test]
+async fn many_interleaved_writes_keep_their_order_in_the_text() {
+    // Alternating flushed writes to stdout and stderr: a terminal would show
+    // them strictly alternating, and so must the text.
+    let server = StdioServer::start(&[]).await;
+    let out = server
+        .exec(
+            "import sys\n\
+             for i in range(20):\n\
+             \x20   print(f'out-{i:02}')\n\
+             \x20   sys.stderr.write(f'err-{i:02}\\n'); sys.stderr.flush()",
+        )
+        .await;
+    out.assert_ok();
+    let seen: Vec<&str> = out
+        .text
+        .lines()
+        .filter(|l| l.starts_with("out-") || l.starts_with("err-"))
+        .collect();
+    let expected: Vec<String> = (0..20)
+        .flat_map(|i| [format!("out-{i:02}"), format!("err-{i:02}")])
+        .collect();
+    assert_eq!(seen, expected, "interleaving lost in text: {:?}", out.text);
+    assert_eq!(
+        out.str_field("stdout"),
+        (0..20).map(|i| format!("out-{i:02}\n")).collect::<String>()
+    );
+}
+
+#[tokio::test]
 async fn values_are_reprs_and_none_is_null() {
     let server = StdioServer::start(&[]).await;
     let assign = server.exec("x = 1").await;

@@ -357,22 +357,6 @@ async fn the_interpreter_can_be_set_by_environment() {
 }
 
 #[tokio::test]
-async fn cells_run_in_the_workdir() {
-    let server = StdioServer::start(&[]).await;
-    let expected = std::fs::canonicalize(server.workdir.path()).expect("canonical workdir");
-    let out = server
-        .exec("import os; os.path.realpath(os.getcwd())")
-        .await;
-    out.assert_ok();
-    let shown = out.value().expect("cwd value");
-    assert_eq!(
-        shown.trim_matches('\''),
-        expected.to_str().expect("utf-8 path"),
-        "{out:#?}"
-    );
-}
-
-#[tokio::test]
 async fn stdin_eof_kills_workers_and_their_children() {
     let server = StdioServer::start(&[]).await;
     let spawn = server

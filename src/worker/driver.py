@@ -14,13 +14,11 @@
 import ast
 import builtins
 import getpass
-import inspect
 import io
 import json
 import linecache
 import os
 import queue
-import reprlib
 import signal
 import sys
 import threading
@@ -32,7 +30,7 @@ DRIVER_FILE = "<ferrepl-driver>"
 MAX_VALUE_CHARS = int(os.environ.pop("FERREPL_MAX_VALUE_CHARS", "200000") or 200000)
 NONCE = os.environ.pop("FERREPL_NONCE", "0" * 32).encode("ascii")
 TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
-CO_COROUTINE = inspect.CO_COROUTINE
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE; inspect itself is imported lazily
 
 _sock, _reader = _ferrepl_ctl  # noqa: F821  (injected by the bootstrap)
 os.set_inheritable(_sock.fileno(), False)
@@ -399,10 +397,19 @@ def run_cell(msg, namespace):
 # ---------------------------------------------------------------- inspect
 
 
-_short = reprlib.Repr()
-_short.maxstring = 100
-_short.maxother = 100
-_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 8
+_short = None
+
+
+def _short_repr_engine():
+    global _short
+    if _short is None:
+        import reprlib
+
+        _short = reprlib.Repr()
+        _short.maxstring = 100
+        _short.maxother = 100
+        _short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 8
+    return _short
 
 
 def _type_name(value):
@@ -413,7 +420,7 @@ def _type_name(value):
 
 def _short_repr(value, limit=120):
     try:
-        text = _short.repr(value)
+        text = _short_repr_engine().repr(value)
     except Exception as exc:
         text = "<repr failed: %s>" % type(exc).__name__
     text = " ".join(text.split())
@@ -464,6 +471,8 @@ def _lookup(path, namespace):
 
 
 def inspect_request(msg):
+    import inspect
+
     namespace = _namespace
     name = msg.get("name")
     if not name:

@@ -220,11 +220,22 @@ impl StdioServer {
     }
 
     pub async fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::spawn(args, envs, true).await
+    }
+
+    /// Like `start_with_env`, but without `--workdir` (the tempdir is still
+    /// created and kept in `workdir`, for the test to pass some other way).
+    pub async fn start_without_workdir_flag(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::spawn(args, envs, false).await
+    }
+
+    async fn spawn(args: &[&str], envs: &[(&str, &str)], workdir_flag: bool) -> Self {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
         let mut cmd = server_command();
-        cmd.arg("--workdir")
-            .arg(workdir.path())
-            .args(args)
+        if workdir_flag {
+            cmd.arg("--workdir").arg(workdir.path());
+        }
+        cmd.args(args)
             .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -302,6 +313,20 @@ impl StdioServer {
 
     pub fn stderr_log(&self) -> String {
         self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    /// Wait (bounded) until the server's stderr contains `needle`.
+    pub async fn wait_stderr_contains(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.stderr_log().contains(needle) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// Lines seen on the server's stdout that were not JSON-RPC messages.
