@@ -39,8 +39,8 @@ os.set_inheritable(_sock.fileno(), False)
 _out_fd = os.dup(1)
 _err_fd = os.dup(2)
 _send_lock = threading.Lock()
-_jobs = queue.Queue()
-_input_replies = queue.Queue()
+_jobs = queue.SimpleQueue()
+_input_replies = queue.SimpleQueue()
 
 
 class _State:

@@ -284,6 +284,12 @@ async fn read_pipe(
     let mut scanner = MarkerScanner::new(&nonce);
     let mut buf = vec![0u8; 64 * 1024];
     let mut segments = Vec::new();
+    // The last fence passed whose barrier has not been checked yet. Bytes
+    // after a fence may not enter the capture until the other pipe has passed
+    // the same fence and (for an event fence) the event has taken the output
+    // before it. The check is made lazily, when such bytes exist, so a quiet
+    // pipe costs no extra wake-up per cell.
+    let mut barrier: Option<(u64, bool)> = None;
     loop {
         let n = match pipe.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -294,41 +300,32 @@ async fn read_pipe(
         for seg in segments.drain(..) {
             match seg {
                 Segment::Data(bytes) => {
+                    if let Some((number, event)) = barrier.take() {
+                        pass_barrier(&worker, idx, number, event).await;
+                    }
                     worker.lock().capture.push(stream, &bytes);
                     worker.bump();
                 }
                 Segment::Fence { number, event } => {
+                    if let Some((earlier, event)) = barrier.take() {
+                        pass_barrier(&worker, idx, earlier, event).await;
+                    }
                     {
                         let mut st = worker.lock();
                         st.fence_seen[idx] = st.fence_seen[idx].max(number);
                     }
                     worker.bump();
-                    // Barrier: bytes after the marker wait until the other pipe
-                    // has delivered everything written before its copy of the
-                    // marker, and (for event fences) until the event has taken
-                    // the output before it.
-                    let other = 1 - idx;
-                    let passed = tokio::time::timeout(
-                        FENCE_GRACE,
-                        worker.wait_until(|s| {
-                            let other_done = s.fence_seen[other] >= number || s.eof[other];
-                            let released = !event || s.released >= number || s.control_closed;
-                            (other_done && released) || s.exit.is_some() && s.control_closed
-                        }),
-                    )
-                    .await;
-                    if passed.is_err() {
-                        tracing::warn!(
-                            pid = worker.pid,
-                            number,
-                            "output fence not matched in time; continuing"
-                        );
-                    }
+                    barrier = Some((number, event));
                 }
             }
         }
     }
     scanner.finish(&mut segments);
+    if let Some((number, event)) = barrier.take()
+        && !segments.is_empty()
+    {
+        pass_barrier(&worker, idx, number, event).await;
+    }
     let mut st = worker.lock();
     for seg in segments.drain(..) {
         if let Segment::Data(bytes) = seg {
@@ -338,6 +335,23 @@ async fn read_pipe(
     st.eof[idx] = true;
     drop(st);
     worker.bump();
+}
+
+/// Waits until output after fence `number` on pipe `idx` may be captured.
+async fn pass_barrier(worker: &Worker, idx: usize, number: u64, event: bool) {
+    let other = 1 - idx;
+    let passed = tokio::time::timeout(
+        FENCE_GRACE,
+        worker.wait_until(|s| {
+            let other_done = s.fence_seen[other] >= number || s.eof[other];
+            let released = !event || s.released >= number || s.control_closed;
+            (other_done && released) || (s.exit.is_some() && s.control_closed)
+        }),
+    )
+    .await;
+    if passed.is_err() {
+        tracing::warn!(pid = worker.pid, number, "output fence not matched in time; continuing");
+    }
 }
 
 async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Worker>) {
