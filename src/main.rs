@@ -63,6 +63,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         output_head_bytes: cfg.output_head_bytes,
         output_tail_bytes: cfg.output_tail_bytes,
         max_value_chars: cfg.max_value_chars,
+        max_image_bytes: cfg.max_image_bytes,
     };
     let limits = Limits {
         default_wait: seconds(cfg.default_wait, "--default-wait")?,
@@ -72,6 +73,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         inspect_timeout: std::time::Duration::from_secs(10),
         crash_grace: std::time::Duration::from_millis(500),
         interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
+        max_images: cfg.max_images,
         max_cell: match cfg.max_cell_seconds {
             Some(s) if s > 0.0 => Some(seconds(s, "--max-cell-seconds")?),
             _ => None,

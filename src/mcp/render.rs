@@ -5,7 +5,7 @@ use rmcp::model::{CallToolResult, ContentBlock as Content};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::session::report::{CellReport, CellStatus};
+use crate::session::report::{CellReport, CellStatus, DisplayInfo};
 use crate::worker::protocol::PyError;
 
 /// structuredContent of python_exec, python_wait, python_input and python_interrupt.
@@ -37,6 +37,8 @@ pub struct CellOutput {
     pub background_output: Option<String>,
     /// Messages from ferrepl about the session (lost state, escalations...).
     pub notes: Vec<String>,
+    /// Images the cell displayed (the images themselves are image content blocks).
+    pub display: Vec<DisplayInfo>,
 }
 
 fn format_elapsed(ms: f64) -> String {
@@ -138,8 +140,12 @@ pub fn cell_result(r: &CellReport) -> CallToolResult {
         omitted_bytes: r.output.omitted_bytes,
         background_output: r.background.as_ref().map(|b| b.output.combined.clone()),
         notes: r.notes.clone(),
+        display: r.images.info.clone(),
     };
-    let content = vec![Content::text(cell_text(r))];
+    let mut content = vec![Content::text(cell_text(r))];
+    for image in &r.images.shown {
+        content.push(Content::image(image.base64.clone(), image.mime.clone()));
+    }
     let mut result = if r.status.is_error() {
         CallToolResult::error(content)
     } else {

@@ -16,10 +16,10 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant as TokioInstant;
 
-use crate::worker::output::Capture;
+use crate::worker::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
 use crate::worker::{self, CellEvent, LaunchSpec, Worker, WorkerError};
-use report::{BackgroundOutput, CellReport, CellStatus};
+use report::{BackgroundOutput, CellReport, CellStatus, Images};
 
 pub const DEFAULT_SESSION: &str = "default";
 
@@ -37,6 +37,8 @@ pub struct Limits {
     pub interrupt_grace: Duration,
     /// Time limit of one cell (--max-cell-seconds); none by default.
     pub max_cell: Option<Duration>,
+    /// Images per result (--max-images).
+    pub max_images: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +86,8 @@ struct RunningCell {
     prompt: Option<(String, bool)>,
     /// Output of this cell that arrived with events but was not returned yet.
     output: Capture,
+    /// Images of this cell not returned yet.
+    images: Images,
 }
 
 struct SessionState {
@@ -94,6 +98,8 @@ struct SessionState {
     /// A finished cell whose result no call has returned yet.
     completed: Option<CellReport>,
     notes: Vec<String>,
+    /// Images displayed after their cell had finished (by its threads).
+    background_images: Images,
     last_cell: u64,
     last_used: Instant,
 }
@@ -208,6 +214,7 @@ impl SessionManager {
                 running: None,
                 completed: None,
                 notes: Vec::new(),
+                background_images: Images::default(),
                 last_cell: 0,
                 last_used: Instant::now(),
             }),
@@ -339,6 +346,23 @@ impl SessionManager {
                         run.prompt = Some((prompt, password));
                     }
                 }
+                CellEvent::Display {
+                    cell,
+                    image,
+                    output,
+                } => match st.running.as_mut().filter(|r| r.number == cell) {
+                    Some(run) => {
+                        run.output.append(output);
+                        let line = run.images.add(image, self.limits.max_images);
+                        run.output.push(Stream::Meta, line.as_bytes());
+                    }
+                    None => {
+                        let limit = self.limits.max_images;
+                        st.background_images.add(image, limit);
+                        // Output before it stays with the background output.
+                        worker.put_back_output(output);
+                    }
+                },
                 CellEvent::Done {
                     cell,
                     status,
@@ -363,6 +387,7 @@ impl SessionManager {
                         error,
                         prompt: None,
                         elapsed_ms,
+                        images: run.images.take(),
                         notes: Vec::new(),
                     });
                 }
@@ -392,6 +417,7 @@ impl SessionManager {
                 }),
                 prompt: None,
                 elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                images: run.images.take(),
                 notes: vec![format!(
                     "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
                     sess.name, run.number
@@ -426,6 +452,7 @@ impl SessionManager {
             // Taken before the cell starts: whatever is there was written
             // after the previous cell finished.
             let background = worker.take_output();
+            let background_images = st.background_images.take();
             let number = st.next_cell;
             worker
                 .send(&Request::Exec { cell: number, code })
@@ -441,7 +468,11 @@ impl SessionManager {
                 started: Instant::now(),
                 prompt: None,
                 output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
+                images: Images::default(),
             });
+            if let Some(run) = st.running.as_mut() {
+                run.images.extend(background_images, self.limits.max_images);
+            }
             (background, st.last_cell, number)
         };
         self.arm_time_limit(&sess, &worker, number);
@@ -710,6 +741,7 @@ impl SessionManager {
                         error: None,
                         prompt,
                         elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                        images: run.images.take(),
                         notes: Vec::new(),
                     };
                     let notes = std::mem::take(&mut st.notes);

@@ -2,8 +2,10 @@
 
 use serde::Serialize;
 
+use std::collections::HashSet;
+
 use crate::worker::output::RenderedOutput;
-use crate::worker::protocol::PyError;
+use crate::worker::protocol::{Image, PyError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -69,6 +71,75 @@ pub struct CellReport {
     pub error: Option<PyError>,
     pub prompt: Option<String>,
     pub elapsed_ms: f64,
+    pub images: Images,
     /// Things the agent must know: lost state, earlier results, escalations.
     pub notes: Vec<String>,
+}
+
+/// One display item of a result, as listed in structuredContent.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct DisplayInfo {
+    /// MIME type, e.g. image/png.
+    pub mime: String,
+    /// Size of the image in bytes.
+    pub bytes: u64,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    /// False when the image was left out (a duplicate, or past --max-images).
+    pub shown: bool,
+}
+
+/// The images of one result: bounded in number, each sent once.
+#[derive(Debug, Clone, Default)]
+pub struct Images {
+    pub shown: Vec<Image>,
+    pub info: Vec<DisplayInfo>,
+    seen: HashSet<String>,
+}
+
+impl Images {
+    /// Adds an image and returns the placeholder line for its place in the text.
+    pub fn add(&mut self, image: Image, limit: usize) -> String {
+        let n = self.info.len() + 1;
+        let mut info = DisplayInfo {
+            mime: image.mime.clone(),
+            bytes: image.bytes,
+            width: image.width,
+            height: image.height,
+            shown: false,
+        };
+        let line = if !self.seen.insert(image.sha.clone()) {
+            format!("[image {n}: the same picture as an earlier image of this result]\n")
+        } else if self.shown.len() >= limit {
+            format!(
+                "[image {n} not shown: at most {limit} images per result (--max-images); show fewer figures per cell]\n"
+            )
+        } else {
+            let dims = match (image.width, image.height) {
+                (Some(w), Some(h)) => format!(" {w}x{h}"),
+                _ => String::new(),
+            };
+            let line = format!(
+                "[image {n}: {}{dims}, {:.1} KB, attached below]\n",
+                image.mime,
+                image.bytes as f64 / 1024.0
+            );
+            info.shown = true;
+            self.shown.push(image);
+            line
+        };
+        self.info.push(info);
+        line
+    }
+
+    pub fn take(&mut self) -> Images {
+        std::mem::take(self)
+    }
+
+    /// Moves another set's images in (used for images made in the background).
+    pub fn extend(&mut self, other: Images, limit: usize) {
+        for image in other.shown {
+            self.add(image, limit);
+        }
+    }
 }

@@ -1,4 +1,5 @@
-# ferrepl worker driver: runs inside the session's own interpreter.
+# ferrepl worker driver, part 1: runs inside the session's own interpreter.
+# display.py is appended to this file, then a call to main().
 #
 # Standard library only; CPython 3.9+. The server starts the interpreter with a
 # tiny bootstrap that reads this file from the control socket (fd 3) and runs it
@@ -287,13 +288,6 @@ def format_value(value):
     return text
 
 
-def displayhook(value):
-    if value is None:
-        return
-    builtins._ = value
-    state.value = format_value(value)
-
-
 # ---------------------------------------------------------------- errors
 
 
@@ -372,7 +366,11 @@ def run_cell(msg, namespace):
                 if value is not None:
                     sys.displayhook(value)
         finally:
-            state.in_user_code = False
+            try:
+                # Figures left open are part of the result, even after an error.
+                flush_figures()
+            finally:
+                state.in_user_code = False
     except KeyboardInterrupt as exc:
         status, error = "interrupted", format_exception(exc)
     except SystemExit as exc:
@@ -545,7 +543,7 @@ def main():
     sys.stdin = AgentStdin()
     builtins.input = _input
     getpass.getpass = _getpass
-    sys.displayhook = displayhook
+    install_display()
     signal.signal(signal.SIGINT, _on_sigint)
     threading.Thread(target=_read_control, name="ferrepl-control", daemon=True).start()
     send(
@@ -568,6 +566,3 @@ def main():
             send_fenced({"ev": "done", "cell": state.cell, "status": "interrupted", "value": None,
                          "error": {"type": "KeyboardInterrupt", "message": "", "traceback": "KeyboardInterrupt\n"},
                          "elapsed_ms": 0.0})
-
-
-main()

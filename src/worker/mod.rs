@@ -27,9 +27,15 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use output::{Capture, MarkerScanner, Segment, Stream};
-use protocol::{Event, PyError, Request};
+use protocol::{Event, Image, PyError, Request};
 
-const DRIVER_SOURCE: &str = include_str!("driver.py");
+/// The driver is one Python source made of two files (same namespace).
+const DRIVER_SOURCE: &str = concat!(
+    include_str!("driver.py"),
+    "\n",
+    include_str!("display.py"),
+    "\nmain()\n"
+);
 
 /// Reads the driver from fd 3 (length line, then source) and runs it in a
 /// namespace of its own; the session's variables live in `__main__`.
@@ -55,6 +61,7 @@ pub struct LaunchSpec {
     pub output_head_bytes: usize,
     pub output_tail_bytes: usize,
     pub max_value_chars: usize,
+    pub max_image_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +106,11 @@ pub enum CellEvent {
         cell: u64,
         prompt: String,
         password: bool,
+        output: Capture,
+    },
+    Display {
+        cell: u64,
+        image: Image,
         output: Capture,
     },
 }
@@ -153,7 +165,7 @@ pub struct Worker {
 
 fn stream_index(stream: Stream) -> usize {
     match stream {
-        Stream::Stdout => 0,
+        Stream::Stdout | Stream::Meta => 0,
         Stream::Stderr => 1,
     }
 }
@@ -200,7 +212,8 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         }
     }
     cmd.env("FERREPL_NONCE", &nonce)
-        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string());
+        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string())
+        .env("FERREPL_MAX_IMAGE_BYTES", spec.max_image_bytes.to_string());
     if std::env::var_os("MPLBACKEND").is_none() {
         cmd.env("MPLBACKEND", "Agg");
     }
@@ -350,7 +363,11 @@ async fn pass_barrier(worker: &Worker, idx: usize, number: u64, event: bool) {
     )
     .await;
     if passed.is_err() {
-        tracing::warn!(pid = worker.pid, number, "output fence not matched in time; continuing");
+        tracing::warn!(
+            pid = worker.pid,
+            number,
+            "output fence not matched in time; continuing"
+        );
     }
 }
 
@@ -500,6 +517,27 @@ impl Worker {
                     password,
                     output,
                 },
+                Event::Display {
+                    cell,
+                    mime,
+                    data,
+                    bytes,
+                    width,
+                    height,
+                    sha,
+                    ..
+                } => CellEvent::Display {
+                    cell,
+                    image: Image {
+                        mime,
+                        base64: data,
+                        bytes,
+                        width,
+                        height,
+                        sha,
+                    },
+                    output,
+                },
                 _ => return,
             };
             st.events.push_back(cell_event);
@@ -613,6 +651,15 @@ impl Worker {
     /// The last non-empty line of output not yet returned, for progress messages.
     pub fn last_output_line(&self) -> Option<String> {
         self.lock().capture.last_line()
+    }
+
+    /// Returns output taken by an event that no cell claimed, so it is
+    /// reported as background output instead of being lost.
+    pub fn put_back_output(&self, output: Capture) {
+        let mut st = self.lock();
+        let later = st.capture.take();
+        st.capture.append(output);
+        st.capture.append(later);
     }
 
     pub fn exit_info(&self) -> Option<ExitInfo> {

@@ -14,6 +14,8 @@ use serde::Serialize;
 pub enum Stream {
     Stdout,
     Stderr,
+    /// Lines ferrepl adds to the text (image placeholders): not program output.
+    Meta,
 }
 
 /// What the scanner found in a stretch of bytes.
@@ -244,6 +246,7 @@ impl Capture {
             match chunk.stream {
                 Stream::Stdout => stdout.extend_from_slice(&chunk.bytes),
                 Stream::Stderr => stderr.extend_from_slice(&chunk.bytes),
+                Stream::Meta => {}
             }
         };
         for chunk in &self.head {

@@ -57,15 +57,39 @@ pub enum Event {
         #[serde(flatten)]
         body: Value,
     },
+    Display {
+        cell: u64,
+        mime: String,
+        /// Base64 of the image bytes.
+        data: String,
+        bytes: u64,
+        width: Option<u32>,
+        height: Option<u32>,
+        sha: String,
+        fence: u64,
+        #[serde(default)]
+        fenced: Vec<String>,
+    },
+}
+
+/// An image a cell displayed.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub mime: String,
+    pub base64: String,
+    pub bytes: u64,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub sha: String,
 }
 
 impl Event {
     /// The fence this event closes, and which streams the driver marked.
     pub fn fence(&self) -> Option<(u64, &[String])> {
         match self {
-            Event::Done { fence, fenced, .. } | Event::InputRequest { fence, fenced, .. } => {
-                Some((*fence, fenced))
-            }
+            Event::Done { fence, fenced, .. }
+            | Event::InputRequest { fence, fenced, .. }
+            | Event::Display { fence, fenced, .. } => Some((*fence, fenced)),
             _ => None,
         }
     }
