@@ -111,6 +111,20 @@ pub struct Config {
     )]
     pub output_tail_bytes: usize,
 
+    /// Full output kept per cell for python_output (beyond 64 KiB it spills to a file in the
+    /// temporary directory); bytes past this are counted but not kept.
+    #[arg(long, env = "FERREPL_OUTPUT_LOG_BYTES", default_value_t = 64 * 1024 * 1024, value_name = "BYTES")]
+    pub output_log_bytes: u64,
+
+    /// How many recent cells per session keep their full output for python_output.
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_KEEP_CELLS",
+        default_value_t = 50,
+        value_name = "N"
+    )]
+    pub output_keep_cells: usize,
+
     /// Longest repr of a cell's value, in characters.
     #[arg(
         long,

@@ -56,6 +56,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let (python, source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
+    // Spilled output of this server's sessions; removed at exit.
+    let log_dir = std::env::temp_dir().join(format!("ferrepl-{}", std::process::id()));
     let spec = LaunchSpec {
         python,
         workdir,
@@ -64,6 +66,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         output_tail_bytes: cfg.output_tail_bytes,
         max_value_chars: cfg.max_value_chars,
         max_image_bytes: cfg.max_image_bytes,
+        log_dir: log_dir.clone(),
+        cell_log_bytes: cfg.output_log_bytes,
     };
     let limits = Limits {
         default_wait: seconds(cfg.default_wait, "--default-wait")?,
@@ -74,6 +78,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         crash_grace: std::time::Duration::from_millis(500),
         interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
         max_images: cfg.max_images,
+        keep_cells: cfg.output_keep_cells.max(1),
+        cell_log_bytes: cfg.output_log_bytes,
         max_cell: match cfg.max_cell_seconds {
             Some(s) if s > 0.0 => Some(seconds(s, "--max-cell-seconds")?),
             _ => None,
@@ -98,6 +104,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         None => serve_stdio(manager.clone(), shutdown.clone()).await,
     };
     manager.shutdown().await;
+    let _ = std::fs::remove_dir_all(&log_dir);
     tracing::info!("ferrepl stopped");
     result
 }

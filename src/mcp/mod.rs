@@ -1,5 +1,7 @@
 //! MCP surface: tools, result rendering and transports.
 
 pub mod http;
+pub mod output_tool;
 pub mod render;
 pub mod server;
+pub mod text;

@@ -5,6 +5,7 @@ use rmcp::model::{CallToolResult, ContentBlock as Content};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::text::clean;
 use crate::session::report::{CellReport, CellStatus, DisplayInfo};
 use crate::worker::protocol::PyError;
 
@@ -70,12 +71,13 @@ pub fn cell_text(r: &CellReport) -> String {
             &mut text,
             &format!(
                 "[ferrepl] output produced in the background after cell {} finished:\n{}",
-                bg.after_cell, bg.output.combined
+                bg.after_cell,
+                clean(&bg.output.combined)
             ),
         );
         push_block(&mut text, "[ferrepl] end of background output\n");
     }
-    push_block(&mut text, &r.output.combined);
+    push_block(&mut text, &clean(&r.output.combined));
     if let Some(v) = &r.value {
         push_block(&mut text, v);
     }
@@ -115,7 +117,7 @@ pub fn cell_text(r: &CellReport) -> String {
 
 /// A short form of a result, for a note inside a later result.
 pub fn brief(r: &CellReport) -> String {
-    let mut text = r.output.combined.clone();
+    let mut text = clean(&r.output.combined);
     if let Some(v) = &r.value {
         push_block(&mut text, v);
     }
@@ -130,8 +132,8 @@ pub fn cell_result(r: &CellReport) -> CallToolResult {
         status: r.status,
         session: r.session.clone(),
         cell: r.cell,
-        stdout: r.output.stdout.clone(),
-        stderr: r.output.stderr.clone(),
+        stdout: clean(&r.output.stdout),
+        stderr: clean(&r.output.stderr),
         value: r.value.clone(),
         error: r.error.clone(),
         prompt: r.prompt.clone(),

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render::{self, CellOutput};
 use crate::session::report::CellReport;
 use crate::session::{DEFAULT_SESSION, SessionError, SessionInfo, SessionManager};
@@ -234,6 +235,36 @@ interpreter is killed (the result says so: the state is then lost). Example: {\"
                 Err(e) => render::tool_error(e),
             },
         )
+    }
+
+    #[tool(
+        description = "Read the full output of a cell (results show at most the first and last ~10 KB of long output). \
+A window by character offset (default the first 20000 characters), or by lines with lines=true, or only the lines matching \
+a regular expression (grep) with context. Output of the last 50 cells per session is kept. \
+Example: {\"cell\": 7, \"grep\": \"Error|Warning\"} or {\"cell\": 7, \"offset\": 20000}.",
+        output_schema = schema_for_output::<OutputWindow>(),
+        annotations(title = "Read a cell's full output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn python_output(
+        &self,
+        Parameters(p): Parameters<OutputParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let session = session_name(&p.session).to_string();
+        let (cell, running, bytes, dropped) = match self.manager.cell_output(&session, p.cell) {
+            Ok(found) => found,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        let source = output_tool::Source {
+            session,
+            cell,
+            running,
+            bytes,
+            dropped,
+        };
+        Ok(match output_tool::window(source, &p) {
+            Ok(w) => render::structured(output_tool::render(&w, p.lines.unwrap_or(false)), &w),
+            Err(e) => render::tool_error(e),
+        })
     }
 
     #[tool(

@@ -7,7 +7,7 @@
 
 pub mod report;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant as TokioInstant;
 
+use crate::worker::log::CellLog;
 use crate::worker::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
 use crate::worker::{self, CellEvent, LaunchSpec, Worker, WorkerError};
@@ -39,6 +40,10 @@ pub struct Limits {
     pub max_cell: Option<Duration>,
     /// Images per result (--max-images).
     pub max_images: usize,
+    /// Cells per session whose full output is kept (--output-keep-cells).
+    pub keep_cells: usize,
+    /// Full-output budget of one cell (--output-log-bytes).
+    pub cell_log_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +81,10 @@ pub enum SessionError {
     NotWaitingInput { session: String, detail: String },
     #[error("{0}")]
     Inspect(String),
+    #[error(
+        "session '{session}': {detail}; run a cell with python_exec first, or pass another cell number"
+    )]
+    NoOutput { session: String, detail: String },
     #[error("the server is shutting down")]
     ShuttingDown,
 }
@@ -88,6 +97,16 @@ struct RunningCell {
     output: Capture,
     /// Images of this cell not returned yet.
     images: Images,
+    /// The cell's full output so far, for python_output.
+    log: CellLog,
+}
+
+impl RunningCell {
+    /// Takes in output that arrived for this cell.
+    fn absorb(&mut self, mut output: Capture) {
+        self.log.add_all(output.take_log());
+        self.output.append(output);
+    }
 }
 
 struct SessionState {
@@ -100,6 +119,8 @@ struct SessionState {
     notes: Vec<String>,
     /// Images displayed after their cell had finished (by its threads).
     background_images: Images,
+    /// Full output of recent finished cells, oldest first.
+    logs: VecDeque<CellLog>,
     last_cell: u64,
     last_used: Instant,
 }
@@ -215,6 +236,7 @@ impl SessionManager {
                 completed: None,
                 notes: Vec::new(),
                 background_images: Images::default(),
+                logs: VecDeque::new(),
                 last_cell: 0,
                 last_used: Instant::now(),
             }),
@@ -342,7 +364,7 @@ impl SessionManager {
                     output,
                 } => {
                     if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
-                        run.output.append(output);
+                        run.absorb(output);
                         run.prompt = Some((prompt, password));
                     }
                 }
@@ -352,7 +374,7 @@ impl SessionManager {
                     output,
                 } => match st.running.as_mut().filter(|r| r.number == cell) {
                     Some(run) => {
-                        run.output.append(output);
+                        run.absorb(output);
                         let line = run.images.add(image, self.limits.max_images);
                         run.output.push(Stream::Meta, line.as_bytes());
                     }
@@ -374,9 +396,11 @@ impl SessionManager {
                     let Some(mut run) = st.running.take().filter(|r| r.number == cell) else {
                         continue;
                     };
-                    run.output.append(output);
+                    run.absorb(output);
                     st.cells_run += 1;
                     st.last_cell = cell;
+                    let log = std::mem::take(&mut run.log);
+                    self.keep_log(st, log);
                     st.completed = Some(CellReport {
                         status: CellStatus::from_driver(&status),
                         session: sess.name.clone(),
@@ -401,8 +425,10 @@ impl SessionManager {
                 .exit_info()
                 .map(|e| e.describe())
                 .unwrap_or_else(|| "an unknown status".into());
-            run.output.append(worker.take_output());
+            run.absorb(worker.take_output());
             st.last_cell = run.number;
+            let log = std::mem::take(&mut run.log);
+            self.keep_log(st, log);
             st.completed = Some(CellReport {
                 status: CellStatus::Crashed,
                 session: sess.name.clone(),
@@ -423,6 +449,13 @@ impl SessionManager {
                     sess.name, run.number
                 )],
             });
+        }
+    }
+
+    fn keep_log(&self, st: &mut SessionState, log: CellLog) {
+        st.logs.push_back(log);
+        while st.logs.len() > self.limits.keep_cells {
+            st.logs.pop_front();
         }
     }
 
@@ -451,7 +484,13 @@ impl SessionManager {
             }
             // Taken before the cell starts: whatever is there was written
             // after the previous cell finished.
-            let background = worker.take_output();
+            let mut background = worker.take_output();
+            let late = background.take_log();
+            let last_cell = st.last_cell;
+            if let Some(prev) = st.logs.back_mut().filter(|l| l.cell == last_cell) {
+                prev.add_all(late);
+            }
+            worker.start_cell_log(self.limits.cell_log_bytes);
             let background_images = st.background_images.take();
             let number = st.next_cell;
             worker
@@ -469,6 +508,7 @@ impl SessionManager {
                 prompt: None,
                 output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
                 images: Images::default(),
+                log: CellLog::new(number),
             });
             if let Some(run) = st.running.as_mut() {
                 run.images.extend(background_images, self.limits.max_images);
@@ -675,6 +715,53 @@ impl SessionManager {
         });
     }
 
+    /// The full output of a cell (default: the running or latest one):
+    /// its number, whether it still runs, the bytes, and bytes not kept.
+    pub fn cell_output(
+        &self,
+        name: &str,
+        cell: Option<u64>,
+    ) -> Result<(u64, bool, Vec<u8>, u64), SessionError> {
+        let sess = self.existing(name)?;
+        let mut st = sess.lock();
+        self.refresh(&sess, &mut st);
+        let running = st.running.as_ref().map(|r| r.number);
+        let target = cell.or(running).or_else(|| st.logs.back().map(|l| l.cell));
+        let Some(target) = target else {
+            return Err(SessionError::NoOutput {
+                session: sess.name.clone(),
+                detail: "no cell has run yet".into(),
+            });
+        };
+        if Some(target) == running {
+            let worker = st.worker.clone();
+            let Some(run) = st.running.as_mut() else {
+                return Err(SessionError::Idle(sess.name.clone()));
+            };
+            let mut bytes = run.log.bytes();
+            if let Some(w) = worker {
+                w.peek_log(&mut bytes);
+            }
+            return Ok((target, true, bytes, run.log.dropped()));
+        }
+        let kept: Vec<u64> = st.logs.iter().map(|l| l.cell).collect();
+        match st.logs.iter_mut().find(|l| l.cell == target) {
+            Some(log) => {
+                let dropped = log.dropped();
+                Ok((target, false, log.bytes(), dropped))
+            }
+            None => Err(SessionError::NoOutput {
+                session: sess.name.clone(),
+                detail: match (kept.first(), kept.last()) {
+                    (Some(a), Some(b)) => format!(
+                        "cell {target} is not kept (output is kept for cells {a}..{b}; --output-keep-cells)"
+                    ),
+                    _ => format!("cell {target} has no output kept"),
+                },
+            }),
+        }
+    }
+
     /// Elapsed seconds of the running cell and its latest output line.
     pub fn progress(&self, name: &str) -> Option<(f64, String)> {
         let sess = self.existing(name).ok()?;
@@ -724,7 +811,7 @@ impl SessionManager {
                 };
                 if run.prompt.is_some() || timed_out {
                     if run.prompt.is_none() {
-                        run.output.append(worker.take_output());
+                        run.absorb(worker.take_output());
                     }
                     let (status, prompt) = match &run.prompt {
                         Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),

@@ -5,6 +5,7 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
+pub mod log;
 pub mod output;
 pub mod protocol;
 pub mod python;
@@ -62,6 +63,10 @@ pub struct LaunchSpec {
     pub output_tail_bytes: usize,
     pub max_value_chars: usize,
     pub max_image_bytes: u64,
+    /// Directory for spilled output; each worker gets a subdirectory.
+    pub log_dir: PathBuf,
+    /// Budget of one cell's full output log (--output-log-bytes).
+    pub cell_log_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -240,7 +245,12 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         python: spec.python.clone(),
         ctl: ctl_tx,
         state: Mutex::new(State {
-            capture: Capture::new(spec.output_head_bytes, spec.output_tail_bytes),
+            capture: Capture::new(spec.output_head_bytes, spec.output_tail_bytes).with_log(
+                output::LogSink {
+                    dir: Arc::new(spec.log_dir.join(format!("worker-{pid}"))),
+                    budget: spec.cell_log_bytes,
+                },
+            ),
             fence_seen: [0, 0],
             eof: [false, false],
             released: 0,
@@ -660,6 +670,16 @@ impl Worker {
         let later = st.capture.take();
         st.capture.append(output);
         st.capture.append(later);
+    }
+
+    /// Appends the full output recorded but not yet taken by any call.
+    pub fn peek_log(&self, out: &mut Vec<u8>) {
+        self.lock().capture.read_log(out);
+    }
+
+    /// Gives the next cell a fresh budget for its full output log.
+    pub fn start_cell_log(&self, budget: u64) {
+        self.lock().capture.set_log_budget(budget);
     }
 
     pub fn exit_info(&self) -> Option<ExitInfo> {

@@ -6,6 +6,8 @@
 //! the tail and counts what was dropped in between.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -122,10 +124,21 @@ struct Chunk {
     bytes: Vec<u8>,
 }
 
-/// A bounded span of output: the first `head_cap` bytes and the last
-/// `tail_cap` bytes are kept, the middle is counted and dropped.
+/// Where a capture also records its full output (see `log.rs`).
 #[derive(Debug, Clone)]
+pub struct LogSink {
+    pub dir: Arc<PathBuf>,
+    /// Bytes the current cell may still record.
+    pub budget: u64,
+}
+
+/// A bounded span of output: the first `head_cap` bytes and the last
+/// `tail_cap` bytes are kept, the middle is counted and dropped. With a log
+/// sink, every byte is also recorded in full log segments.
+#[derive(Debug)]
 pub struct Capture {
+    log: Vec<super::log::Segment>,
+    sink: Option<LogSink>,
     head: Vec<Chunk>,
     head_len: usize,
     tail: VecDeque<Chunk>,
@@ -151,6 +164,8 @@ pub struct RenderedOutput {
 impl Capture {
     pub fn new(head_cap: usize, tail_cap: usize) -> Self {
         Self {
+            log: Vec::new(),
+            sink: None,
             head: Vec::new(),
             head_len: 0,
             tail: VecDeque::new(),
@@ -168,12 +183,49 @@ impl Capture {
     }
 
     /// Moves the content out, leaving an empty capture with the same limits.
+    pub fn with_log(mut self, sink: LogSink) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Starts a new cell's budget for the full log.
+    pub fn set_log_budget(&mut self, budget: u64) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.budget = budget;
+        }
+    }
+
+    /// Moves the content out, leaving an empty capture with the same limits
+    /// (and the same log sink, with what is left of its budget).
     pub fn take(&mut self) -> Capture {
-        let empty = Capture::new(self.head_cap, self.tail_cap);
+        let mut empty = Capture::new(self.head_cap, self.tail_cap);
+        empty.sink = self.sink.take();
         std::mem::replace(self, empty)
     }
 
+    /// Reads the full-log segments without taking them.
+    pub fn read_log(&mut self, out: &mut Vec<u8>) {
+        for segment in &mut self.log {
+            segment.read_all(out);
+        }
+    }
+
+    /// The full-log segments recorded so far.
+    pub fn take_log(&mut self) -> Vec<super::log::Segment> {
+        std::mem::take(&mut self.log)
+    }
+
     pub fn push(&mut self, stream: Stream, mut data: &[u8]) {
+        if let Some(sink) = self.sink.as_mut()
+            && stream != Stream::Meta
+        {
+            if self.log.is_empty() {
+                self.log.push(super::log::Segment::default());
+            }
+            if let Some(segment) = self.log.last_mut() {
+                sink.budget -= segment.push(data, sink.budget, &sink.dir);
+            }
+        }
         self.total_bytes += data.len() as u64;
         if self.head_len < self.head_cap {
             let n = (self.head_cap - self.head_len).min(data.len());
@@ -210,12 +262,16 @@ impl Capture {
     }
 
     /// Appends another capture's content (its own omissions are counted).
-    pub fn append(&mut self, other: Capture) {
+    pub fn append(&mut self, mut other: Capture) {
         let omitted = other.omitted_bytes;
         let omitted_lines = other.omitted_lines;
+        // Its full log moves over as segments; nothing is recorded twice.
+        let sink = self.sink.take();
         for chunk in other.head.iter().chain(other.tail.iter()) {
             self.push(chunk.stream, &chunk.bytes);
         }
+        self.sink = sink;
+        self.log.append(&mut other.log);
         self.omitted_bytes += omitted;
         self.omitted_lines += omitted_lines;
         self.total_bytes += omitted;
@@ -259,7 +315,7 @@ impl Capture {
                 combined_text.push('\n');
             }
             combined_text.push_str(&format!(
-                "[... {} bytes ({} lines) of output omitted here; only the first {} and last {} bytes of a result are shown ...]\n",
+                "[... {} bytes ({} lines) omitted here: a result shows the first {} and last {} bytes; read the rest with python_output (by offset, lines or grep) ...]\n",
                 self.omitted_bytes, self.omitted_lines, self.head_cap, self.tail_cap
             ));
         }

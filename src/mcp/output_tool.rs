@@ -1,0 +1,249 @@
+//! python_output: windows and searches over a cell's full output.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::text::clean;
+
+/// Default and largest window, in characters (or lines with `lines: true`).
+pub const DEFAULT_CHARS: usize = 20_000;
+pub const MAX_CHARS: usize = 200_000;
+pub const DEFAULT_LINES: usize = 200;
+const MAX_MATCHES: usize = 500;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct OutputParams {
+    /// Session name. Default "default".
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Cell number (see the result footer). Default: the running cell, else the latest one.
+    #[serde(default)]
+    pub cell: Option<u64>,
+    /// Where the window starts: a character offset (from 0), or a line number (from 1) when
+    /// `lines` is true. Default: the start.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Size of the window: characters (default 20000, at most 200000), or lines when `lines`
+    /// is true (default 200).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// Count offset and limit in lines instead of characters.
+    #[serde(default)]
+    pub lines: Option<bool>,
+    /// A regular expression: return the matching lines (numbered) with `context` lines around
+    /// them instead of a window.
+    #[serde(default)]
+    pub grep: Option<String>,
+    /// Lines of context around each grep match. Default 1.
+    #[serde(default)]
+    pub context: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OutputWindow {
+    pub session: String,
+    pub cell: u64,
+    /// True while the cell still runs (its output may grow).
+    pub running: bool,
+    /// Characters and lines of the whole (cleaned) output.
+    pub total_chars: u64,
+    pub total_lines: u64,
+    /// Start of this window (characters, or line number with `lines`).
+    pub offset: u64,
+    /// The text of the window, or the matching lines with their numbers.
+    pub text: String,
+    /// Where the next window starts, or null at the end.
+    pub next_offset: Option<u64>,
+    /// Number of matching lines (grep only).
+    pub matches: Option<u64>,
+    /// Bytes of output that were not kept (past --output-log-bytes).
+    pub dropped_bytes: u64,
+}
+
+pub struct Source {
+    pub session: String,
+    pub cell: u64,
+    pub running: bool,
+    pub bytes: Vec<u8>,
+    pub dropped: u64,
+}
+
+pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
+    let text = clean(&String::from_utf8_lossy(&src.bytes));
+    let total_chars = text.chars().count() as u64;
+    let line_list: Vec<&str> = text.lines().collect();
+    let total_lines = line_list.len() as u64;
+    let mut out = OutputWindow {
+        session: src.session,
+        cell: src.cell,
+        running: src.running,
+        total_chars,
+        total_lines,
+        offset: 0,
+        text: String::new(),
+        next_offset: None,
+        matches: None,
+        dropped_bytes: src.dropped,
+    };
+    if let Some(pattern) = p.grep.as_deref().filter(|g| !g.is_empty()) {
+        let re = regex::Regex::new(pattern)
+            .map_err(|e| format!("invalid grep pattern {pattern:?}: {e}"))?;
+        let context = p.context.unwrap_or(1).min(20) as usize;
+        let budget = p.limit.map_or(DEFAULT_CHARS, |l| l as usize).min(MAX_CHARS);
+        let hits: Vec<usize> = line_list
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| re.is_match(l))
+            .map(|(i, _)| i)
+            .collect();
+        out.matches = Some(hits.len() as u64);
+        let mut last_printed: Option<usize> = None;
+        for (shown, &hit) in hits.iter().enumerate() {
+            if shown >= MAX_MATCHES || out.text.len() >= budget {
+                out.text.push_str(&format!(
+                    "[... {} more matching lines not shown; narrow the pattern or raise limit]\n",
+                    hits.len() - shown
+                ));
+                break;
+            }
+            let from = hit.saturating_sub(context);
+            let to = (hit + context).min(line_list.len().saturating_sub(1));
+            if let Some(last) = last_printed
+                && from > last + 1
+            {
+                out.text.push_str("--\n");
+            }
+            let start = last_printed.map_or(from, |l| from.max(l + 1));
+            for (i, line) in line_list.iter().enumerate().take(to + 1).skip(start) {
+                let mark = if i == hit || re.is_match(line) {
+                    ':'
+                } else {
+                    '-'
+                };
+                out.text.push_str(&format!("{}{mark} {line}\n", i + 1));
+            }
+            last_printed = Some(to.max(last_printed.unwrap_or(0)));
+        }
+        return Ok(out);
+    }
+    if p.lines.unwrap_or(false) {
+        let first = p.offset.unwrap_or(1).max(1);
+        let count = p.limit.unwrap_or(DEFAULT_LINES as u64).max(1);
+        let start = (first - 1) as usize;
+        let end = start.saturating_add(count as usize).min(line_list.len());
+        if start < line_list.len() {
+            for line in &line_list[start..end] {
+                out.text.push_str(line);
+                out.text.push('\n');
+            }
+        }
+        out.offset = first;
+        out.next_offset = (end < line_list.len()).then_some(end as u64 + 1);
+        return Ok(out);
+    }
+    let offset = p.offset.unwrap_or(0);
+    let limit = p
+        .limit
+        .map_or(DEFAULT_CHARS, |l| l as usize)
+        .clamp(1, MAX_CHARS);
+    out.text = text.chars().skip(offset as usize).take(limit).collect();
+    out.offset = offset;
+    let end = offset + out.text.chars().count() as u64;
+    out.next_offset = (end < total_chars).then_some(end);
+    Ok(out)
+}
+
+/// The text block: a header that says where the window is, then the window.
+pub fn render(w: &OutputWindow, lines: bool) -> String {
+    let state = if w.running { "running" } else { "finished" };
+    let mut head = format!(
+        "[cell {} ({state}) output: {} characters, {} lines",
+        w.cell, w.total_chars, w.total_lines
+    );
+    if let Some(n) = w.matches {
+        head.push_str(&format!("; {n} matching lines"));
+    } else if lines {
+        head.push_str(&format!("; lines from {}", w.offset));
+    } else {
+        head.push_str(&format!("; characters from {}", w.offset));
+    }
+    if let Some(next) = w.next_offset {
+        head.push_str(&format!("; more: python_output with offset={next}"));
+    }
+    if w.dropped_bytes > 0 {
+        head.push_str(&format!(
+            "; {} bytes past the per-cell limit were not kept",
+            w.dropped_bytes
+        ));
+    }
+    head.push_str("]\n");
+    head + &w.text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(text: &str) -> Source {
+        Source {
+            session: "s".into(),
+            cell: 1,
+            running: false,
+            bytes: text.as_bytes().to_vec(),
+            dropped: 0,
+        }
+    }
+
+    fn params() -> OutputParams {
+        OutputParams {
+            session: None,
+            cell: None,
+            offset: None,
+            limit: None,
+            lines: None,
+            grep: None,
+            context: None,
+        }
+    }
+
+    #[test]
+    fn character_windows_are_exact_and_chain() {
+        let text: String = (0..1000).map(|i| format!("{i}\n")).collect();
+        let mut p = params();
+        p.limit = Some(100);
+        let w1 = window(src(&text), &p).expect("window");
+        assert_eq!(w1.text, text[..100]);
+        p.offset = w1.next_offset;
+        let w2 = window(src(&text), &p).expect("window");
+        assert_eq!(w2.text, text[100..200]);
+    }
+
+    #[test]
+    fn line_windows_count_from_one() {
+        let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        let mut p = params();
+        p.lines = Some(true);
+        p.offset = Some(3);
+        p.limit = Some(2);
+        let w = window(src(&text), &p).expect("window");
+        assert_eq!(w.text, "line 3\nline 4\n");
+        assert_eq!(w.next_offset, Some(5));
+    }
+
+    #[test]
+    fn grep_numbers_matches_and_context() {
+        let text = "a\nb\nERROR one\nc\nd\ne\nERROR two\n";
+        let mut p = params();
+        p.grep = Some("ERROR".into());
+        let w = window(src(text), &p).expect("window");
+        assert_eq!(w.matches, Some(2));
+        assert_eq!(w.text, "2- b\n3: ERROR one\n4- c\n--\n6- e\n7: ERROR two\n");
+    }
+
+    #[test]
+    fn a_bad_pattern_is_an_error() {
+        let mut p = params();
+        p.grep = Some("(".into());
+        assert!(window(src("x"), &p).is_err());
+    }
+}
