@@ -99,6 +99,10 @@ struct RunningCell {
     images: Images,
     /// The cell's full output so far, for python_output.
     log: CellLog,
+    /// Why and how ferrepl stopped the cell (interrupt, time limit), for its result.
+    stop_notes: Vec<String>,
+    /// Set when ferrepl killed the interpreter to stop the cell.
+    killed_by_ferrepl: bool,
 }
 
 impl RunningCell {
@@ -412,7 +416,7 @@ impl SessionManager {
                         prompt: None,
                         elapsed_ms,
                         images: run.images.take(),
-                        notes: Vec::new(),
+                        notes: std::mem::take(&mut run.stop_notes),
                     });
                 }
             }
@@ -429,25 +433,42 @@ impl SessionManager {
             st.last_cell = run.number;
             let log = std::mem::take(&mut run.log);
             self.keep_log(st, log);
+            let (status, notes) = if run.killed_by_ferrepl {
+                (CellStatus::Interrupted, std::mem::take(&mut run.stop_notes))
+            } else {
+                let mut notes = std::mem::take(&mut run.stop_notes);
+                notes.push(format!(
+                    "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
+                    sess.name, run.number
+                ));
+                (CellStatus::Crashed, notes)
+            };
             st.completed = Some(CellReport {
-                status: CellStatus::Crashed,
+                status,
                 session: sess.name.clone(),
                 cell: run.number,
                 output: run.output.render(),
                 background: None,
                 value: None,
-                error: Some(PyError {
-                    kind: "WorkerCrashed".into(),
-                    message: format!("the Python process died with {exit}"),
-                    traceback: String::new(),
+                error: Some(if status == CellStatus::Interrupted {
+                    PyError {
+                        kind: "InterpreterKilled".into(),
+                        message: format!(
+                            "the cell ignored interrupts, so ferrepl killed its interpreter ({exit})"
+                        ),
+                        traceback: String::new(),
+                    }
+                } else {
+                    PyError {
+                        kind: "WorkerCrashed".into(),
+                        message: format!("the Python process died with {exit}"),
+                        traceback: String::new(),
+                    }
                 }),
                 prompt: None,
                 elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
                 images: run.images.take(),
-                notes: vec![format!(
-                    "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
-                    sess.name, run.number
-                )],
+                notes,
             });
         }
     }
@@ -509,6 +530,8 @@ impl SessionManager {
                 output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
                 images: Images::default(),
                 log: CellLog::new(number),
+                stop_notes: Vec::new(),
+                killed_by_ferrepl: false,
             });
             if let Some(run) = st.running.as_mut() {
                 run.images.extend(background_images, self.limits.max_images);
@@ -623,45 +646,45 @@ impl SessionManager {
         reason: Option<String>,
     ) {
         let grace = self.limits.interrupt_grace;
-        let mut note = None;
-        let mut killed = false;
-        let mut stopped = false;
+        // Notes go on the running cell before each step, so whichever call
+        // collects the result (this one or a concurrent wait) carries them.
+        if let Some(reason) = reason {
+            self.annotate_running(sess, cell, reason, false);
+        }
         for attempt in 0..2 {
+            if attempt == 1 {
+                self.annotate_running(
+                    sess,
+                    cell,
+                    "The cell ignored the first interrupt; a second one was sent.".to_string(),
+                    false,
+                );
+            }
             worker.signal_group(Signal::SIGINT);
             if self.wait_cell_gone(sess, worker, cell, grace).await {
-                if attempt == 1 {
-                    note = Some(
-                        "The cell ignored the first interrupt; a second one stopped it."
-                            .to_string(),
-                    );
-                }
-                stopped = true;
-                break;
+                return;
             }
         }
-        if !stopped {
-            killed = true;
-            worker.signal_group(Signal::SIGKILL);
-            let bound = self.limits.crash_grace + Duration::from_secs(5);
-            self.wait_cell_gone(sess, worker, cell, bound).await;
-            note = Some(format!(
+        self.annotate_running(
+            sess,
+            cell,
+            format!(
                 "The cell did not stop after two interrupts over {:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
                 grace.as_secs_f64() * 2.0,
                 sess.name
-            ));
-        }
+            ),
+            true,
+        );
+        worker.signal_group(Signal::SIGKILL);
+        let bound = self.limits.crash_grace + Duration::from_secs(5);
+        self.wait_cell_gone(sess, worker, cell, bound).await;
+    }
+
+    fn annotate_running(&self, sess: &Session, cell: u64, note: String, killing: bool) {
         let mut st = sess.lock();
-        if let Some(done) = st.completed.as_mut().filter(|c| c.cell == cell) {
-            if killed {
-                done.status = CellStatus::Interrupted;
-                done.notes.retain(|n| !n.contains("died with"));
-            }
-            if let Some(reason) = reason {
-                done.notes.push(reason);
-            }
-            if let Some(note) = note {
-                done.notes.push(note);
-            }
+        if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
+            run.stop_notes.push(note);
+            run.killed_by_ferrepl |= killing;
         }
     }
 
