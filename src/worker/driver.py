@@ -1,5 +1,5 @@
 # ferrepl worker driver, part 1: runs inside the session's own interpreter.
-# display.py is appended to this file, then a call to main().
+# introspect.py and display.py are appended to this file, then a call to main().
 #
 # Standard library only; CPython 3.9+. The server starts the interpreter with a
 # tiny bootstrap that reads this file from the control socket (fd 3) and runs it
@@ -172,12 +172,13 @@ def _read_control():
             _jobs.put(msg)
         elif op == "input":
             _input_replies.put(msg)
-        elif op == "inspect":
+        elif op in CONTROL_HANDLERS:
+            # Answered here, on the control thread, so they work while a cell runs.
             try:
-                reply = inspect_request(msg)
+                reply = CONTROL_HANDLERS[op](msg)
             except Exception as exc:  # never let the reader die
-                reply = {"ok": False, "message": "inspect failed: %r" % (exc,)}
-            reply["ev"] = "inspect"
+                reply = {"ok": False, "message": "%s failed: %r" % (op, exc)}
+            reply["ev"] = "reply"
             reply["id"] = msg.get("id")
             send(reply)
 
@@ -390,117 +391,6 @@ def run_cell(msg, namespace):
         }
     )
     state.value = None
-
-
-# ---------------------------------------------------------------- inspect
-
-
-_short = None
-
-
-def _short_repr_engine():
-    global _short
-    if _short is None:
-        import reprlib
-
-        _short = reprlib.Repr()
-        _short.maxstring = 100
-        _short.maxother = 100
-        _short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 8
-    return _short
-
-
-def _type_name(value):
-    t = type(value)
-    module = getattr(t, "__module__", "builtins")
-    return t.__qualname__ if module == "builtins" else "%s.%s" % (module, t.__qualname__)
-
-
-def _short_repr(value, limit=120):
-    try:
-        text = _short_repr_engine().repr(value)
-    except Exception as exc:
-        text = "<repr failed: %s>" % type(exc).__name__
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _is_user_variable(name, value):
-    if name.startswith("_"):
-        return False
-    if isinstance(value, types.ModuleType):
-        return False
-    if isinstance(value, (types.FunctionType, type, types.BuiltinFunctionType)):
-        return getattr(value, "__module__", None) == "__main__"
-    return True
-
-
-def _describe(name, value):
-    item = {"name": name, "type": _type_name(value), "repr": _short_repr(value)}
-    if isinstance(value, (str, bytes, bytearray, list, tuple, dict, set, frozenset, range)):
-        item["len"] = len(value)
-    shape = getattr(value, "shape", None) if not isinstance(value, type) else None
-    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
-        item["shape"] = list(shape)
-    elif "len" not in item and hasattr(type(value), "__len__") and not isinstance(value, type):
-        try:
-            item["len"] = int(len(value))
-        except Exception:
-            pass
-    return item
-
-
-def _lookup(path, namespace):
-    parts = path.split(".")
-    if not all(p.isidentifier() for p in parts):
-        raise LookupError("%r is not a name or a dotted attribute path" % path)
-    if parts[0] in namespace:
-        value = namespace[parts[0]]
-    elif hasattr(builtins, parts[0]):
-        value = getattr(builtins, parts[0])
-    else:
-        raise LookupError("name %r is not defined in this session" % parts[0])
-    for i, part in enumerate(parts[1:], 1):
-        try:
-            value = getattr(value, part)
-        except AttributeError:
-            raise LookupError("%s has no attribute %r" % (".".join(parts[:i]), part)) from None
-    return value
-
-
-def inspect_request(msg):
-    import inspect
-
-    namespace = _namespace
-    name = msg.get("name")
-    if not name:
-        items = []
-        for key, value in list(dict(namespace).items()):
-            if _is_user_variable(key, value):
-                items.append(_describe(key, value))
-        return {"ok": True, "variables": items}
-    try:
-        value = _lookup(str(name), namespace)
-    except LookupError as exc:
-        return {"ok": False, "message": str(exc)}
-    detail = {"name": name, "type": _type_name(value), "repr": format_value(value)[:2000]}
-    if callable(value):
-        try:
-            detail["signature"] = str(inspect.signature(value))
-        except (TypeError, ValueError):
-            detail["signature"] = None
-    doc = inspect.getdoc(value)
-    if doc:
-        detail["doc"] = doc if len(doc) <= 4000 else doc[:4000] + "\n[... docstring truncated]"
-    try:
-        detail["module"] = getattr(value, "__module__", None) if callable(value) else None
-    except Exception:
-        pass
-    described = _describe(str(name), value)
-    for key in ("len", "shape"):
-        if key in described:
-            detail[key] = described[key]
-    return {"ok": True, "detail": detail}
 
 
 # ---------------------------------------------------------------- main

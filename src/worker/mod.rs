@@ -34,6 +34,8 @@ use protocol::{Event, Image, PyError, Request};
 const DRIVER_SOURCE: &str = concat!(
     include_str!("driver.py"),
     "\n",
+    include_str!("introspect.py"),
+    "\n",
     include_str!("display.py"),
     "\nmain()\n"
 );
@@ -568,7 +570,7 @@ impl Worker {
                 });
                 self.bump();
             }
-            Event::Inspect { id, body } => {
+            Event::Reply { id, body } => {
                 if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
                     let _ = tx.send(body);
                 }
@@ -621,10 +623,12 @@ impl Worker {
         self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
     }
 
-    /// Asks the driver to describe the namespace or one name.
-    pub async fn inspect(
+    /// A request answered by the driver's control thread (it works while a
+    /// cell runs): `op` plus the fields of `args`.
+    pub async fn control(
         &self,
-        name: Option<&str>,
+        op: &str,
+        args: serde_json::Map<String, Value>,
         timeout: Duration,
     ) -> Result<Value, WorkerError> {
         let (tx, rx) = oneshot::channel();
@@ -638,7 +642,12 @@ impl Worker {
             st.inspect_waiters.insert(id, tx);
             id
         };
-        self.send(&Request::Inspect { id, name })?;
+        let mut msg = args;
+        msg.insert("op".into(), Value::from(op));
+        msg.insert("id".into(), Value::from(id));
+        let mut line = serde_json::to_vec(&msg).map_err(|_| WorkerError::Gone)?;
+        line.push(b'\n');
+        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(_)) => Err(WorkerError::Gone),

@@ -9,7 +9,6 @@ use serde_json::Value;
 pub enum Request<'a> {
     Exec { cell: u64, code: &'a str },
     Input { text: &'a str, eof: bool },
-    Inspect { id: u64, name: Option<&'a str> },
 }
 
 /// A Python exception as the driver reports it.
@@ -52,7 +51,8 @@ pub enum Event {
         #[serde(default)]
         fenced: Vec<String>,
     },
-    Inspect {
+    /// The answer to a control request (inspect, complete, namespace).
+    Reply {
         id: u64,
         #[serde(flatten)]
         body: Value,
