@@ -84,6 +84,25 @@ pub struct Config {
     )]
     pub start_timeout: f64,
 
+    /// Seconds a session may stay idle before it is ended (0: never).
+    #[arg(
+        long,
+        env = "FERREPL_SESSION_TTL",
+        default_value_t = 7200.0,
+        value_name = "SECONDS"
+    )]
+    pub session_ttl: f64,
+
+    /// Tool groups to expose, comma separated: python, shell, packages, files, or all.
+    #[arg(
+        long,
+        env = "FERREPL_TOOLS",
+        value_delimiter = ',',
+        default_value = "all",
+        value_name = "GROUPS"
+    )]
+    pub tools: Vec<String>,
+
     /// Most sessions that may exist at once.
     #[arg(
         long,

@@ -79,14 +79,21 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
         max_images: cfg.max_images,
         keep_cells: cfg.output_keep_cells.max(1),
+        session_ttl: match cfg.session_ttl {
+            s if s > 0.0 => Some(seconds(s, "--session-ttl")?),
+            _ => None,
+        },
         cell_log_bytes: cfg.output_log_bytes,
         max_cell: match cfg.max_cell_seconds {
             Some(s) if s > 0.0 => Some(seconds(s, "--max-cell-seconds")?),
             _ => None,
         },
     };
+    let groups =
+        mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let manager = SessionManager::new(spec, limits);
     manager.warm_up();
+    manager.spawn_reaper();
 
     let shutdown = CancellationToken::new();
     spawn_signal_watch(shutdown.clone());
@@ -100,8 +107,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         });
     }
     let result = match cfg.http {
-        Some(addr) => mcp::http::serve(addr, &cfg, manager.clone(), shutdown.clone()).await,
-        None => serve_stdio(manager.clone(), shutdown.clone()).await,
+        Some(addr) => mcp::http::serve(addr, &cfg, manager.clone(), groups, shutdown.clone()).await,
+        None => serve_stdio(manager.clone(), groups, shutdown.clone()).await,
     };
     manager.shutdown().await;
     let _ = std::fs::remove_dir_all(&log_dir);
@@ -111,9 +118,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
 async fn serve_stdio(
     manager: Arc<SessionManager>,
+    groups: mcp::groups::ToolGroups,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let server = mcp::server::FerreplServer::new(manager);
+    let server = mcp::server::FerreplServer::new(manager, groups);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     // rmcp drains in-flight calls for a while after EOF; ending the workers at
     // once makes those calls finish (crashed) and the process exit promptly.

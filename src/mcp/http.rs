@@ -23,6 +23,7 @@ pub async fn serve(
     addr: SocketAddr,
     cfg: &Config,
     manager: Arc<SessionManager>,
+    groups: super::groups::ToolGroups,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let token = cfg.auth_token.clone().filter(|t| !t.is_empty());
@@ -55,7 +56,7 @@ pub async fn serve(
         .with_max_request_body_bytes(cfg.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());
     let service = StreamableHttpService::new(
-        move || Ok(FerreplServer::new(manager.clone())),
+        move || Ok(FerreplServer::new(manager.clone(), groups.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );

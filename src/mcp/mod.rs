@@ -1,7 +1,9 @@
 //! MCP surface: tools, result rendering and transports.
 
+pub mod groups;
 pub mod http;
 pub mod output_tool;
 pub mod render;
 pub mod server;
 pub mod text;
+pub mod workspace_tools;

@@ -17,19 +17,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::groups::ToolGroups;
 use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render::{self, CellOutput};
 use crate::session::report::CellReport;
-use crate::session::{DEFAULT_SESSION, SessionError, SessionInfo, SessionManager};
+use crate::session::{DEFAULT_SESSION, SessionError, SessionManager};
 
 /// What a cell call needs from its request besides the arguments.
-struct CallContext {
-    meta: RequestMetaObject,
-    peer: Peer<RoleServer>,
-    ct: CancellationToken,
+pub(super) struct CallContext {
+    pub(super) meta: RequestMetaObject,
+    pub(super) peer: Peer<RoleServer>,
+    pub(super) ct: CancellationToken,
     /// Whether a cancellation of this call interrupts the cell (python_exec
     /// only: cancelling a wait just stops waiting).
-    interrupt_on_cancel: bool,
+    pub(super) interrupt_on_cancel: bool,
 }
 
 const INSTRUCTIONS: &str = "ferrepl runs Python in persistent sessions: each session is its own interpreter process whose variables persist across calls. \
@@ -38,7 +39,7 @@ Long cells: python_exec returns status 'running' after wait_s seconds while the 
 A cell that calls input() returns status 'waiting_input' with the prompt; answer with python_input. \
 Use separate session names for independent work; python_reset gives a session a fresh interpreter.";
 
-fn session_name(s: &Option<String>) -> &str {
+pub(super) fn session_name(s: &Option<String>) -> &str {
     s.as_deref()
         .filter(|s| !s.is_empty())
         .unwrap_or(DEFAULT_SESSION)
@@ -118,23 +119,31 @@ pub struct InspectOutput {
     pub detail: Option<Value>,
 }
 
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SessionsOutput {
-    pub sessions: Vec<SessionInfo>,
-}
-
 #[derive(Clone)]
 pub struct FerreplServer {
-    manager: Arc<SessionManager>,
+    pub(super) manager: Arc<SessionManager>,
+    pub(super) groups: ToolGroups,
     tool_router: ToolRouter<Self>,
 }
 
 #[tool_router]
 impl FerreplServer {
-    pub fn new(manager: Arc<SessionManager>) -> Self {
+    pub fn new(manager: Arc<SessionManager>, groups: ToolGroups) -> Self {
+        let mut router = Self::tool_router() + Self::workspace_router();
+        let names: Vec<String> = router
+            .list_all()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        for name in names {
+            if !groups.exposes(&name) {
+                router.remove_route(&name);
+            }
+        }
         Self {
             manager,
-            tool_router: Self::tool_router(),
+            groups,
+            tool_router: router,
         }
     }
 
@@ -162,7 +171,9 @@ Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.56637
             ct,
             interrupt_on_cancel: true,
         };
-        let fut = self.manager.exec(&session, &p.code, wait);
+        let fut = self
+            .manager
+            .exec(&session, crate::session::CellSource::Code(&p.code), wait);
         Ok(self.drive(&session, call, fut).await)
     }
 
@@ -316,46 +327,13 @@ Example: {\"name\": \"df\"}.",
             Err(e) => render::tool_error(e),
         })
     }
-
-    #[tool(
-        description = "List every session: name, state (idle, busy, waiting_input, dead, starting), interpreter pid, cells run, \
-memory (RSS bytes), uptime and interpreter. Example: {}.",
-        output_schema = schema_for_output::<SessionsOutput>(),
-        annotations(title = "List sessions", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn python_sessions(&self) -> Result<CallToolResult, McpError> {
-        let sessions = self.manager.list();
-        let mut text = String::new();
-        if sessions.is_empty() {
-            text.push_str("no sessions yet; python_exec creates one on first use");
-        }
-        for s in &sessions {
-            let mem = s
-                .memory_bytes
-                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
-                .unwrap_or_else(|| "-".into());
-            let running = s
-                .running_cell
-                .map(|c| format!(", running cell {c}"))
-                .unwrap_or_default();
-            text.push_str(&format!(
-                "{}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",
-                s.name,
-                s.state,
-                s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
-                s.cells,
-                s.uptime_s
-            ));
-        }
-        Ok(render::structured(text, &SessionsOutput { sessions }))
-    }
 }
 
 impl FerreplServer {
     /// Runs a cell call to completion while sending progress notifications
     /// (when the request has a progress token) and turning a cancellation
     /// from the client into an interrupt of the cell.
-    async fn drive(
+    pub(super) async fn drive(
         &self,
         session: &str,
         call: CallContext,
@@ -449,6 +427,13 @@ fn render_inspect(out: &InspectOutput) -> String {
         }
         if let Some(doc) = field("doc") {
             text.push_str(&format!("doc:\n{doc}\n"));
+        }
+        if let Some(file) = field("file") {
+            let line = d.get("line").and_then(Value::as_u64).unwrap_or(1);
+            text.push_str(&format!("defined in: {file}:{line}\n"));
+        }
+        if let Some(source) = field("source") {
+            text.push_str(&format!("source:\n{source}"));
         }
     }
     text

@@ -9,15 +9,47 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant as TokioInstant;
 
 use super::report::{BackgroundOutput, CellReport, CellStatus, Images};
-use super::{Session, SessionError, SessionManager, SessionState};
+use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
 use crate::worker::log::CellLog;
 use crate::worker::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
 use crate::worker::{CellEvent, Worker};
 
+/// What a cell runs: code, or a script file (python_run_file).
+#[derive(Debug, Clone, Copy)]
+pub enum CellSource<'a> {
+    Code(&'a str),
+    File { path: &'a str, args: &'a [String] },
+}
+
+impl CellSource<'_> {
+    /// The cell's code as history shows it (bounded).
+    fn describe(&self) -> String {
+        let text = match self {
+            CellSource::Code(code) => code.to_string(),
+            CellSource::File { path, args } => {
+                format!("# python_run_file {path} {}", args.join(" "))
+                    .trim_end()
+                    .to_string()
+            }
+        };
+        if text.chars().count() > MAX_HISTORY_CODE_CHARS {
+            let cut: String = text.chars().take(MAX_HISTORY_CODE_CHARS).collect();
+            format!("{cut}\n# [... code truncated]")
+        } else {
+            text
+        }
+    }
+}
+
+const MAX_HISTORY_CODE_CHARS: usize = 4000;
+const HISTORY_PREVIEW_CHARS: usize = 300;
+
 pub(super) struct RunningCell {
     pub(super) number: u64,
     started: Instant,
+    /// The code (or script) the cell runs, for python_history.
+    pub(super) code: String,
     pub(super) prompt: Option<(String, bool)>,
     /// Output of this cell that arrived with events but was not returned yet.
     output: Capture,
@@ -32,6 +64,10 @@ pub(super) struct RunningCell {
 }
 
 impl RunningCell {
+    pub(super) fn elapsed_secs(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     /// Takes in output that arrived for this cell.
     fn absorb(&mut self, mut output: Capture) {
         self.log.add_all(output.take_log());
@@ -91,6 +127,7 @@ impl SessionManager {
                     st.last_cell = cell;
                     let log = std::mem::take(&mut run.log);
                     self.keep_log(st, log);
+                    let code = std::mem::take(&mut run.code);
                     st.completed = Some(CellReport {
                         status: CellStatus::from_driver(&status),
                         session: sess.name.clone(),
@@ -104,6 +141,7 @@ impl SessionManager {
                         images: run.images.take(),
                         notes: std::mem::take(&mut run.stop_notes),
                     });
+                    self.record_history(st, code);
                 }
             }
         }
@@ -119,6 +157,7 @@ impl SessionManager {
             st.last_cell = run.number;
             let log = std::mem::take(&mut run.log);
             self.keep_log(st, log);
+            let code = std::mem::take(&mut run.code);
             let (status, notes) = if run.killed_by_ferrepl {
                 (CellStatus::Interrupted, std::mem::take(&mut run.stop_notes))
             } else {
@@ -156,6 +195,37 @@ impl SessionManager {
                 images: run.images.take(),
                 notes,
             });
+            self.record_history(st, code);
+        }
+    }
+
+    /// Adds the just-completed cell to the session's history (bounded).
+    fn record_history(&self, st: &mut SessionState, code: String) {
+        let Some(done) = st.completed.as_ref() else {
+            return;
+        };
+        let text = crate::mcp::text::clean(&done.output.combined);
+        let mut preview: String = text.chars().take(HISTORY_PREVIEW_CHARS).collect();
+        if text.chars().count() > HISTORY_PREVIEW_CHARS {
+            preview.push_str("...");
+        }
+        if preview.is_empty()
+            && let Some(v) = &done.value
+        {
+            preview = v.chars().take(HISTORY_PREVIEW_CHARS).collect();
+        }
+        if let Some(e) = &done.error {
+            preview.push_str(&format!("\n{}: {}", e.kind, e.message));
+        }
+        st.history.push_back(HistoryEntry {
+            cell: done.cell,
+            code,
+            status: done.status,
+            elapsed_ms: done.elapsed_ms,
+            output_preview: preview,
+        });
+        while st.history.len() > self.limits.keep_cells.max(1) * 4 {
+            st.history.pop_front();
         }
     }
 
@@ -169,7 +239,7 @@ impl SessionManager {
     pub async fn exec(
         self: &Arc<Self>,
         name: &str,
-        code: &str,
+        source: CellSource<'_>,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
         let sess = self.get_or_create(name)?;
@@ -201,7 +271,20 @@ impl SessionManager {
             let background_images = st.background_images.take();
             let number = st.next_cell;
             worker
-                .send(&Request::Exec { cell: number, code })
+                .send(&match source {
+                    CellSource::Code(code) => Request::Exec {
+                        cell: number,
+                        code,
+                        path: None,
+                        argv: None,
+                    },
+                    CellSource::File { path, args } => Request::Exec {
+                        cell: number,
+                        code: "",
+                        path: Some(path),
+                        argv: Some(args),
+                    },
+                })
                 .map_err(|source| SessionError::Worker {
                     session: sess.name.clone(),
                     source,
@@ -212,6 +295,7 @@ impl SessionManager {
             st.running = Some(RunningCell {
                 number,
                 started: Instant::now(),
+                code: source.describe(),
                 prompt: None,
                 output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
                 images: Images::default(),
@@ -553,7 +637,7 @@ impl SessionManager {
     }
 }
 
-fn busy(session: &str, run: &RunningCell) -> SessionError {
+pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
     SessionError::Busy {
         session: session.to_string(),
         cell: run.number,

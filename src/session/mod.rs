@@ -7,8 +7,11 @@
 
 mod cells;
 pub mod report;
+mod workspace;
 
+pub use cells::CellSource;
 use cells::RunningCell;
+pub use workspace::SessionOptions;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +46,8 @@ pub struct Limits {
     pub keep_cells: usize,
     /// Full-output budget of one cell (--output-log-bytes).
     pub cell_log_bytes: u64,
+    /// Sessions idle longer than this are ended (--session-ttl); none when zero.
+    pub session_ttl: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +85,8 @@ pub enum SessionError {
     NotWaitingInput { session: String, detail: String },
     #[error("{0}")]
     Inspect(String),
+    #[error("{0}")]
+    Invalid(String),
     #[error(
         "session '{session}': {detail}; run a cell with python_exec first, or pass another cell number"
     )]
@@ -100,6 +107,8 @@ struct SessionState {
     background_images: Images,
     /// Full output of recent finished cells, oldest first.
     logs: VecDeque<CellLog>,
+    /// Finished cells, oldest first (bounded).
+    history: VecDeque<HistoryEntry>,
     last_cell: u64,
     last_used: Instant,
 }
@@ -107,9 +116,24 @@ struct SessionState {
 pub struct Session {
     name: String,
     created: Instant,
+    /// Interpreter, directory and environment of this session when they
+    /// differ from the server's defaults (python_sessions create).
+    spec: Option<Arc<LaunchSpec>>,
     state: Mutex<SessionState>,
     /// Serialises starting a worker for this session.
     start_lock: tokio::sync::Mutex<()>,
+}
+
+/// A row of `python_history`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct HistoryEntry {
+    pub cell: u64,
+    /// The cell's code (truncated past 4000 characters).
+    pub code: String,
+    pub status: report::CellStatus,
+    pub elapsed_ms: f64,
+    /// The start of the cell's output (or its value, or its error).
+    pub output_preview: String,
 }
 
 /// A row of `python_sessions`.
@@ -138,6 +162,7 @@ pub struct SessionManager {
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     spare: Mutex<Option<Arc<Worker>>>,
     shutting_down: AtomicBool,
+    started: Instant,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -156,6 +181,7 @@ impl SessionManager {
             sessions: Mutex::new(BTreeMap::new()),
             spare: Mutex::new(None),
             shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
         })
     }
 
@@ -188,6 +214,15 @@ impl SessionManager {
     }
 
     fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
+        self.get_or_create_with(name, None)
+    }
+
+    /// Creates a session (with its own launch settings, if given) unless it exists.
+    fn get_or_create_with(
+        &self,
+        name: &str,
+        spec: Option<LaunchSpec>,
+    ) -> Result<Arc<Session>, SessionError> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
@@ -196,6 +231,7 @@ impl SessionManager {
         }
         let mut map = self.sessions();
         if let Some(s) = map.get(name) {
+            s.lock().last_used = Instant::now();
             return Ok(s.clone());
         }
         if map.len() >= self.limits.max_sessions {
@@ -207,6 +243,7 @@ impl SessionManager {
         let sess = Arc::new(Session {
             name: name.to_string(),
             created: Instant::now(),
+            spec: spec.map(Arc::new),
             state: Mutex::new(SessionState {
                 worker: None,
                 next_cell: 1,
@@ -216,6 +253,7 @@ impl SessionManager {
                 notes: Vec::new(),
                 background_images: Images::default(),
                 logs: VecDeque::new(),
+                history: VecDeque::new(),
                 last_cell: 0,
                 last_used: Instant::now(),
             }),
@@ -228,7 +266,10 @@ impl SessionManager {
     fn existing(&self, name: &str) -> Result<Arc<Session>, SessionError> {
         let map = self.sessions();
         match map.get(name) {
-            Some(s) => Ok(s.clone()),
+            Some(s) => {
+                s.lock().last_used = Instant::now();
+                Ok(s.clone())
+            }
             None => Err(SessionError::NotFound {
                 name: name.to_string(),
                 existing: if map.is_empty() {
@@ -241,9 +282,18 @@ impl SessionManager {
     }
 
     /// A ready worker: the spare if there is one, else a fresh launch.
-    async fn acquire_worker(self: &Arc<Self>) -> Result<Arc<Worker>, WorkerError> {
-        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+    async fn acquire_worker(
+        self: &Arc<Self>,
+        custom: Option<&LaunchSpec>,
+    ) -> Result<Arc<Worker>, WorkerError> {
         let timeout = self.limits.start_timeout;
+        if let Some(spec) = custom {
+            // Own settings: no spare can match them.
+            let fresh = worker::launch(spec).await?;
+            fresh.wait_ready(timeout).await?;
+            return Ok(fresh);
+        }
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
         let worker = match spare {
             Some(w) if w.exit_info().is_none() => match w.wait_ready(timeout).await {
                 Ok(_) => w,
@@ -316,7 +366,7 @@ impl SessionManager {
             }
         }
         let worker = self
-            .acquire_worker()
+            .acquire_worker(sess.spec.as_deref())
             .await
             .map_err(|source| SessionError::Worker {
                 session: sess.name.clone(),

@@ -342,8 +342,29 @@ def _run_code(code, namespace):
 def run_cell(msg, namespace):
     cell = int(msg.get("cell", 0))
     code = str(msg.get("code", ""))
+    path = msg.get("path")
     filename = "<cell %d>" % cell
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    saved_argv = None
+    if path:
+        # python_run_file: the script runs in the session's namespace as
+        # __main__, with its own file name in tracebacks and sys.argv set.
+        filename = os.path.abspath(path)
+        saved_argv = sys.argv
+        sys.argv = [path] + [str(a) for a in (msg.get("argv") or [])]
+        saved_file = namespace.get("__file__")
+        namespace["__file__"] = filename
+        try:
+            with open(filename, "rb") as f:
+                code = f.read().decode("utf-8", "replace")
+        except OSError as exc:
+            sys.argv = saved_argv
+            send_fenced({"ev": "done", "cell": cell, "status": "error", "value": None,
+                         "error": {"type": type(exc).__name__, "message": str(exc),
+                                   "traceback": "%s: %s\n" % (type(exc).__name__, exc)},
+                         "elapsed_ms": 0.0})
+            return
+    else:
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     state.cell = cell
     state.value = None
     # A handler left behind (pdb installs one on 'continue') would turn
@@ -358,7 +379,9 @@ def run_cell(msg, namespace):
         try:
             state.in_user_code = True
             tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | TOP_LEVEL_AWAIT, dont_inherit=True)
-            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            last = None
+            if not path and tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = tree.body.pop()
             body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT, dont_inherit=True)
             _run_code(body, namespace)
             if last is not None:
@@ -380,6 +403,13 @@ def run_cell(msg, namespace):
     except BaseException as exc:
         status, error = "error", format_exception(exc)
     elapsed_ms = (time.monotonic() - started) * 1000.0
+    if saved_argv is not None:
+        sys.argv = saved_argv
+        # The script's __file__ must not stick to the session afterwards.
+        if saved_file is None:
+            namespace.pop("__file__", None)
+        else:
+            namespace["__file__"] = saved_file
     send_fenced(
         {
             "ev": "done",

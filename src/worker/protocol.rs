@@ -7,8 +7,19 @@ use serde_json::Value;
 #[derive(Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request<'a> {
-    Exec { cell: u64, code: &'a str },
-    Input { text: &'a str, eof: bool },
+    Exec {
+        cell: u64,
+        code: &'a str,
+        /// Run this script file instead of `code` (python_run_file).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        path: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        argv: Option<&'a [String]>,
+    },
+    Input {
+        text: &'a str,
+        eof: bool,
+    },
 }
 
 /// A Python exception as the driver reports it.

@@ -1,0 +1,288 @@
+//! Managing sessions and their namespaces: create with options, delete, idle
+//! expiry, history, completion and namespace edits without running code.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{DEFAULT_SESSION, HistoryEntry, Session, SessionError, SessionManager};
+use crate::worker::LaunchSpec;
+
+pub struct StatusSnapshot {
+    pub uptime_s: f64,
+    pub python: String,
+    pub workdir: String,
+    pub limits: BTreeMap<String, Value>,
+    pub sandbox: String,
+}
+
+/// Settings of a session created with python_sessions create.
+#[derive(Debug, Default, Clone)]
+pub struct SessionOptions {
+    pub python: Option<PathBuf>,
+    pub venv: Option<PathBuf>,
+    pub workdir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+impl SessionManager {
+    /// Creates a session with its own interpreter, directory or environment.
+    pub async fn create(
+        self: &Arc<Self>,
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<Arc<Session>, SessionError> {
+        if self.sessions().contains_key(name) {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
+            )));
+        }
+        let mut spec: LaunchSpec = self.spec.clone();
+        let mut custom = false;
+        if let Some(venv) = &opts.venv {
+            let python = venv.join("bin").join("python");
+            if !is_executable(&python) {
+                return Err(SessionError::Invalid(format!(
+                    "'{}' is not a virtual environment: {} is missing; create it with `python3 -m venv {}`",
+                    venv.display(),
+                    python.display(),
+                    venv.display()
+                )));
+            }
+            spec.python = python;
+            custom = true;
+        }
+        if let Some(python) = &opts.python {
+            if !is_executable(python) {
+                return Err(SessionError::Invalid(format!(
+                    "interpreter '{}' does not exist or is not executable; pass the full path of a python3",
+                    python.display()
+                )));
+            }
+            spec.python = python.clone();
+            custom = true;
+        }
+        if let Some(dir) = &opts.workdir {
+            let dir = if dir.is_relative() {
+                self.spec.workdir.join(dir)
+            } else {
+                dir.clone()
+            };
+            if !dir.is_dir() {
+                return Err(SessionError::Invalid(format!(
+                    "working directory '{}' does not exist",
+                    dir.display()
+                )));
+            }
+            spec.workdir = dir;
+            custom = true;
+        }
+        for (k, v) in &opts.env {
+            if k.is_empty() || k.contains('=') || k.starts_with("FERREPL_") {
+                return Err(SessionError::Invalid(format!(
+                    "environment variable name '{k}' is not allowed"
+                )));
+            }
+            spec.env.push((OsString::from(k), OsString::from(v)));
+            custom = true;
+        }
+        let sess = self.get_or_create_with(name, custom.then_some(spec))?;
+        self.ensure_worker(&sess).await?;
+        Ok(sess)
+    }
+
+    /// Ends a session: its interpreter and everything it started.
+    pub fn delete(&self, name: &str) -> Result<String, SessionError> {
+        let sess = self.existing(name)?;
+        self.sessions().remove(name);
+        let mut st = sess.lock();
+        let running = st.running.take().map(|r| r.number);
+        if let Some(w) = st.worker.take() {
+            w.kill();
+        }
+        st.logs.clear();
+        let mut msg = format!("Session '{name}' was deleted; its interpreter and processes ended.");
+        if let Some(cell) = running {
+            msg.push_str(&format!(" Cell {cell}, which was running, was stopped."));
+        }
+        if name == DEFAULT_SESSION {
+            msg.push_str(" The next call without a session name starts a fresh default session.");
+        }
+        Ok(msg)
+    }
+
+    /// Ends sessions that have been idle longer than --session-ttl.
+    pub fn spawn_reaper(self: &Arc<Self>) {
+        let Some(ttl) = self.limits.session_ttl else {
+            return;
+        };
+        let this = Arc::downgrade(self);
+        let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                let idle: Vec<String> = this
+                    .sessions()
+                    .iter()
+                    .filter(|(_, s)| {
+                        let st = s.lock();
+                        st.running.is_none() && st.last_used.elapsed() > ttl
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in idle {
+                    tracing::info!(session = %name, "ending session idle longer than --session-ttl");
+                    let _ = this.delete(&name);
+                }
+            }
+        });
+    }
+
+    pub fn history(
+        &self,
+        name: &str,
+        last: Option<usize>,
+    ) -> Result<Vec<HistoryEntry>, SessionError> {
+        let sess = self.existing(name)?;
+        let mut st = sess.lock();
+        self.refresh(&sess, &mut st);
+        let n = last.unwrap_or(20).max(1);
+        let skip = st.history.len().saturating_sub(n);
+        Ok(st.history.iter().skip(skip).cloned().collect())
+    }
+
+    /// The running cell of a session, as (number, code, seconds), for history.
+    pub fn running_cell(&self, name: &str) -> Option<(u64, String, f64)> {
+        let sess = self.existing(name).ok()?;
+        let st = sess.lock();
+        st.running
+            .as_ref()
+            .map(|r| (r.number, r.code.clone(), r.elapsed_secs()))
+    }
+
+    /// A request answered by the driver's control thread.
+    async fn control(
+        self: &Arc<Self>,
+        name: &str,
+        op: &str,
+        args: serde_json::Map<String, Value>,
+    ) -> Result<Value, SessionError> {
+        let sess = if name == DEFAULT_SESSION {
+            self.get_or_create(name)?
+        } else {
+            self.existing(name)?
+        };
+        let worker = self.ensure_worker(&sess).await?;
+        let reply = worker
+            .control(op, args, self.limits.inspect_timeout)
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: sess.name.clone(),
+                source,
+            })?;
+        if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+            let msg = reply
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("the request failed");
+            return Err(SessionError::Invalid(format!(
+                "session '{}': {msg}",
+                sess.name
+            )));
+        }
+        Ok(reply)
+    }
+
+    pub async fn complete(
+        self: &Arc<Self>,
+        name: &str,
+        code: &str,
+        cursor: Option<usize>,
+    ) -> Result<Value, SessionError> {
+        let mut args = serde_json::Map::new();
+        args.insert("code".into(), Value::from(code));
+        args.insert(
+            "cursor".into(),
+            cursor.map(Value::from).unwrap_or(Value::Null),
+        );
+        self.control(name, "complete", args).await
+    }
+
+    /// Sets, deletes or clears names. Refused while a cell runs, so a cell
+    /// never sees its variables change under it.
+    pub async fn edit_namespace(
+        self: &Arc<Self>,
+        name: &str,
+        args: serde_json::Map<String, Value>,
+    ) -> Result<Value, SessionError> {
+        if let Ok(sess) = self.existing(name) {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            if let Some(run) = &st.running {
+                return Err(super::cells::busy(&sess.name, run));
+            }
+        }
+        self.control(name, "namespace", args).await
+    }
+
+    /// What server_status reports besides the sessions.
+    pub fn status(&self) -> StatusSnapshot {
+        let l = &self.limits;
+        let secs = |d: Duration| Value::from(d.as_secs_f64());
+        let mut limits = BTreeMap::new();
+        limits.insert("default-wait".into(), secs(l.default_wait));
+        limits.insert("max-wait".into(), secs(l.max_wait));
+        limits.insert("max-sessions".into(), Value::from(l.max_sessions));
+        limits.insert(
+            "session-ttl".into(),
+            l.session_ttl.map(secs).unwrap_or(Value::Null),
+        );
+        limits.insert(
+            "max-cell-seconds".into(),
+            l.max_cell.map(secs).unwrap_or(Value::Null),
+        );
+        limits.insert("interrupt-grace".into(), secs(l.interrupt_grace));
+        limits.insert("start-timeout".into(), secs(l.start_timeout));
+        limits.insert("max-images".into(), Value::from(l.max_images));
+        limits.insert(
+            "max-image-bytes".into(),
+            Value::from(self.spec.max_image_bytes),
+        );
+        limits.insert(
+            "output-head-bytes".into(),
+            Value::from(self.spec.output_head_bytes),
+        );
+        limits.insert(
+            "output-tail-bytes".into(),
+            Value::from(self.spec.output_tail_bytes),
+        );
+        limits.insert("output-log-bytes".into(), Value::from(l.cell_log_bytes));
+        limits.insert("output-keep-cells".into(), Value::from(l.keep_cells));
+        limits.insert(
+            "max-value-chars".into(),
+            Value::from(self.spec.max_value_chars),
+        );
+        StatusSnapshot {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            python: self.spec.python.display().to_string(),
+            workdir: self.spec.workdir.display().to_string(),
+            limits,
+            sandbox: "off: no OS-level confinement of workers yet (each session is only a separate process)"
+                .to_string(),
+        }
+    }
+}
