@@ -103,6 +103,19 @@ pub struct Config {
     )]
     pub tools: Vec<String>,
 
+    /// Shell jobs that may run at once.
+    #[arg(long, env = "FERREPL_MAX_JOBS", default_value_t = 16, value_name = "N")]
+    pub max_jobs: usize,
+
+    /// Seconds a finished shell job (and its output) is kept (at most 100 are kept).
+    #[arg(
+        long,
+        env = "FERREPL_JOB_TTL",
+        default_value_t = 3600.0,
+        value_name = "SECONDS"
+    )]
+    pub job_ttl: f64,
+
     /// Most sessions that may exist at once.
     #[arg(
         long,

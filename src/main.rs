@@ -1,6 +1,7 @@
 //! ferrepl: persistent Python sessions for AI agents over MCP.
 
 mod config;
+mod jobs;
 mod mcp;
 mod session;
 mod worker;
@@ -89,6 +90,17 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             _ => None,
         },
     };
+    let jobs = jobs::JobManager::new(jobs::JobConfig {
+        workdir: spec.workdir.clone(),
+        output_head_bytes: cfg.output_head_bytes,
+        output_tail_bytes: cfg.output_tail_bytes,
+        log_dir: log_dir.clone(),
+        log_bytes: cfg.output_log_bytes,
+        max_running: cfg.max_jobs.max(1),
+        keep_finished: seconds(cfg.job_ttl, "--job-ttl")?,
+        max_kept: 100,
+        drain_grace: std::time::Duration::from_millis(500),
+    });
     let groups =
         mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let manager = SessionManager::new(spec, limits);
@@ -100,16 +112,28 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     {
         // End the workers as soon as shutdown starts, so calls in flight
         // finish at once instead of holding the transport open.
-        let (manager, shutdown) = (manager.clone(), shutdown.clone());
+        let (manager, jobs, shutdown) = (manager.clone(), jobs.clone(), shutdown.clone());
         tokio::spawn(async move {
             shutdown.cancelled().await;
+            jobs.shutdown();
             manager.shutdown().await;
         });
     }
     let result = match cfg.http {
-        Some(addr) => mcp::http::serve(addr, &cfg, manager.clone(), groups, shutdown.clone()).await,
-        None => serve_stdio(manager.clone(), groups, shutdown.clone()).await,
+        Some(addr) => {
+            mcp::http::serve(
+                addr,
+                &cfg,
+                manager.clone(),
+                jobs.clone(),
+                groups,
+                shutdown.clone(),
+            )
+            .await
+        }
+        None => serve_stdio(manager.clone(), jobs.clone(), groups, shutdown.clone()).await,
     };
+    jobs.shutdown();
     manager.shutdown().await;
     let _ = std::fs::remove_dir_all(&log_dir);
     tracing::info!("ferrepl stopped");
@@ -118,10 +142,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
 async fn serve_stdio(
     manager: Arc<SessionManager>,
+    jobs: Arc<jobs::JobManager>,
     groups: mcp::groups::ToolGroups,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let server = mcp::server::FerreplServer::new(manager, groups);
+    let server = mcp::server::FerreplServer::new(manager, jobs, groups);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     // rmcp drains in-flight calls for a while after EOF; ending the workers at
     // once makes those calls finish (crashed) and the process exit promptly.

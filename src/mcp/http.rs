@@ -23,6 +23,7 @@ pub async fn serve(
     addr: SocketAddr,
     cfg: &Config,
     manager: Arc<SessionManager>,
+    jobs: Arc<crate::jobs::JobManager>,
     groups: super::groups::ToolGroups,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -56,7 +57,13 @@ pub async fn serve(
         .with_max_request_body_bytes(cfg.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());
     let service = StreamableHttpService::new(
-        move || Ok(FerreplServer::new(manager.clone(), groups.clone())),
+        move || {
+            Ok(FerreplServer::new(
+                manager.clone(),
+                jobs.clone(),
+                groups.clone(),
+            ))
+        },
         Arc::new(LocalSessionManager::default()),
         config,
     );

@@ -5,5 +5,6 @@ pub mod http;
 pub mod output_tool;
 pub mod render;
 pub mod server;
+pub mod shell_tools;
 pub mod text;
 pub mod workspace_tools;

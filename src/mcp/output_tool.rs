@@ -41,8 +41,15 @@ pub struct OutputParams {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct OutputWindow {
-    pub session: String,
-    pub cell: u64,
+    /// The session (for python_output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The cell (for python_output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell: Option<u64>,
+    /// The job (for shell_output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
     /// True while the cell still runs (its output may grow).
     pub running: bool,
     /// Characters and lines of the whole (cleaned) output.
@@ -60,9 +67,13 @@ pub struct OutputWindow {
     pub dropped_bytes: u64,
 }
 
+pub enum Origin {
+    Cell { session: String, cell: u64 },
+    Job(String),
+}
+
 pub struct Source {
-    pub session: String,
-    pub cell: u64,
+    pub origin: Origin,
     pub running: bool,
     pub bytes: Vec<u8>,
     pub dropped: u64,
@@ -73,9 +84,14 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
     let total_chars = text.chars().count() as u64;
     let line_list: Vec<&str> = text.lines().collect();
     let total_lines = line_list.len() as u64;
+    let (session, cell, job) = match src.origin {
+        Origin::Cell { session, cell } => (Some(session), Some(cell), None),
+        Origin::Job(job) => (None, None, Some(job)),
+    };
     let mut out = OutputWindow {
-        session: src.session,
-        cell: src.cell,
+        session,
+        cell,
+        job,
         running: src.running,
         total_chars,
         total_lines,
@@ -156,9 +172,14 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
 /// The text block: a header that says where the window is, then the window.
 pub fn render(w: &OutputWindow, lines: bool) -> String {
     let state = if w.running { "running" } else { "finished" };
+    let what = match (&w.job, w.cell) {
+        (Some(job), _) => format!("job {job}"),
+        (None, Some(cell)) => format!("cell {cell}"),
+        _ => "output".to_string(),
+    };
     let mut head = format!(
-        "[cell {} ({state}) output: {} characters, {} lines",
-        w.cell, w.total_chars, w.total_lines
+        "[{what} ({state}) output: {} characters, {} lines",
+        w.total_chars, w.total_lines
     );
     if let Some(n) = w.matches {
         head.push_str(&format!("; {n} matching lines"));
@@ -186,8 +207,10 @@ mod tests {
 
     fn src(text: &str) -> Source {
         Source {
-            session: "s".into(),
-            cell: 1,
+            origin: Origin::Cell {
+                session: "s".into(),
+                cell: 1,
+            },
             running: false,
             bytes: text.as_bytes().to_vec(),
             dropped: 0,

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::groups::ToolGroups;
 use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render::{self, CellOutput};
+use crate::jobs::JobManager;
 use crate::session::report::CellReport;
 use crate::session::{DEFAULT_SESSION, SessionError, SessionManager};
 
@@ -122,14 +123,15 @@ pub struct InspectOutput {
 #[derive(Clone)]
 pub struct FerreplServer {
     pub(super) manager: Arc<SessionManager>,
+    pub(super) jobs: Arc<JobManager>,
     pub(super) groups: ToolGroups,
     tool_router: ToolRouter<Self>,
 }
 
 #[tool_router]
 impl FerreplServer {
-    pub fn new(manager: Arc<SessionManager>, groups: ToolGroups) -> Self {
-        let mut router = Self::tool_router() + Self::workspace_router();
+    pub fn new(manager: Arc<SessionManager>, jobs: Arc<JobManager>, groups: ToolGroups) -> Self {
+        let mut router = Self::tool_router() + Self::workspace_router() + Self::shell_router();
         let names: Vec<String> = router
             .list_all()
             .iter()
@@ -142,6 +144,7 @@ impl FerreplServer {
         }
         Self {
             manager,
+            jobs,
             groups,
             tool_router: router,
         }
@@ -266,8 +269,7 @@ Example: {\"cell\": 7, \"grep\": \"Error|Warning\"} or {\"cell\": 7, \"offset\":
             Err(e) => return Ok(render::tool_error(e)),
         };
         let source = output_tool::Source {
-            session,
-            cell,
+            origin: output_tool::Origin::Cell { session, cell },
             running,
             bytes,
             dropped,

@@ -152,6 +152,8 @@ pub struct StatusOutput {
     pub python: String,
     pub workdir: String,
     pub sessions: Vec<SessionInfo>,
+    /// Shell jobs, running and recently finished.
+    pub jobs: Vec<crate::jobs::JobInfo>,
     /// Tool groups exposed (--tools).
     pub tool_groups: Vec<String>,
     /// Configured limits, by flag name.
@@ -405,14 +407,22 @@ sandbox state and uptime. Example: {}.",
         annotations(title = "Server status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn server_status(&self) -> Result<CallToolResult, McpError> {
-        let status = self.manager.status();
+        let mut status = self.manager.status();
         let sessions = self.manager.list();
+        let (max_jobs, job_ttl) = self.jobs.limits();
+        status
+            .limits
+            .insert("max-jobs".into(), Value::from(max_jobs));
+        status
+            .limits
+            .insert("job-ttl".into(), Value::from(job_ttl.as_secs_f64()));
         let out = StatusOutput {
             version: env!("CARGO_PKG_VERSION").to_string(),
             uptime_s: status.uptime_s,
             python: status.python.clone(),
             workdir: status.workdir.clone(),
             sessions,
+            jobs: self.jobs.list(),
             tool_groups: self.groups.names(),
             limits: status.limits.clone(),
             sandbox: status.sandbox.clone(),
@@ -432,6 +442,16 @@ sandbox state and uptime. Example: {}.",
         }
         text.push('\n');
         text.push_str(&sessions_table(&out.sessions));
+        let running = out
+            .jobs
+            .iter()
+            .filter(|j| j.status == crate::jobs::JobStatus::Running)
+            .count();
+        text.push_str(&format!(
+            "jobs: {} running, {} kept\n",
+            running,
+            out.jobs.len()
+        ));
         Ok(render::structured(text, &out))
     }
 }
