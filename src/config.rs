@@ -53,6 +53,11 @@ pub struct Config {
     #[arg(long, env = "FERREPL_PYTHON", value_name = "PATH")]
     pub python: Option<PathBuf>,
 
+    /// Virtual environment for sessions (created if it does not exist; uv when available,
+    /// else python -m venv). python_install installs into it.
+    #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
+    pub venv: Option<PathBuf>,
+
     /// Working directory of the sessions (default: ferrepl's own).
     #[arg(long, env = "FERREPL_WORKDIR", value_name = "DIR")]
     pub workdir: Option<PathBuf>,

@@ -54,7 +54,16 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let workdir = workdir
         .canonicalize()
         .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
-    let (python, source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
+    let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
+    if let Some(venv) = &cfg.venv {
+        let dir = if venv.is_relative() {
+            workdir.join(venv)
+        } else {
+            venv.clone()
+        };
+        python = worker::python::ensure_venv(&dir, &python)?;
+        source = worker::python::PythonSource::VenvFlag;
+    }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
     // Spilled output of this server's sessions; removed at exit.

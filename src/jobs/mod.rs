@@ -474,6 +474,21 @@ impl JobManager {
         }
     }
 
+    /// The exit code of a finished job (-1 when killed by a signal), or None
+    /// while it runs.
+    pub fn status_of(&self, job: &Job) -> Option<i32> {
+        job.lock().exit.as_ref().map(|e| e.code.unwrap_or(-1))
+    }
+
+    /// Resolves at the job's next state change.
+    pub async fn changed(&self, job: &Job) {
+        let mut rx = job.changed.subscribe();
+        rx.borrow_and_update();
+        if job.lock().exit.is_none() {
+            let _ = rx.changed().await;
+        }
+    }
+
     /// The job limits, for server_status.
     pub fn limits(&self) -> (usize, Duration) {
         (self.cfg.max_running, self.cfg.keep_finished)

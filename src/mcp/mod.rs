@@ -3,6 +3,7 @@
 pub mod groups;
 pub mod http;
 pub mod output_tool;
+pub mod packages_tool;
 pub mod render;
 pub mod server;
 pub mod shell_tools;

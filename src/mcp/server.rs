@@ -131,7 +131,10 @@ pub struct FerreplServer {
 #[tool_router]
 impl FerreplServer {
     pub fn new(manager: Arc<SessionManager>, jobs: Arc<JobManager>, groups: ToolGroups) -> Self {
-        let mut router = Self::tool_router() + Self::workspace_router() + Self::shell_router();
+        let mut router = Self::tool_router()
+            + Self::workspace_router()
+            + Self::shell_router()
+            + Self::packages_router();
         let names: Vec<String> = router
             .list_all()
             .iter()

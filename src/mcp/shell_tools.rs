@@ -344,7 +344,7 @@ Example: {\"job\": \"j1\", \"grep\": \"FAILED|Error\"}.",
 impl FerreplServer {
     /// Waits for a job while sending progress notifications; a cancelled
     /// shell_exec interrupts the job (SIGINT to its group).
-    async fn drive_job(
+    pub(super) async fn drive_job(
         &self,
         job: Arc<Job>,
         wait: std::time::Duration,

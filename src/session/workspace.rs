@@ -207,6 +207,24 @@ impl SessionManager {
         Ok(reply)
     }
 
+    /// The interpreter a session runs (or would run, if it does not exist yet).
+    pub fn session_python(&self, name: &str) -> PathBuf {
+        self.sessions()
+            .get(name)
+            .and_then(|s| s.spec.as_ref().map(|spec| spec.python.clone()))
+            .unwrap_or_else(|| self.spec.python.clone())
+    }
+
+    /// Makes newly installed packages importable in a running session.
+    pub async fn refresh_imports(self: &Arc<Self>, name: &str) -> Result<(), SessionError> {
+        if self.existing(name).is_err() {
+            return Ok(());
+        }
+        self.control(name, "refresh_imports", serde_json::Map::new())
+            .await
+            .map(|_| ())
+    }
+
     pub async fn complete(
         self: &Arc<Self>,
         name: &str,

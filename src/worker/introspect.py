@@ -228,7 +228,24 @@ def namespace_request(msg):
     return {"ok": False, "message": "unknown namespace action %r" % (action,)}
 
 
+def refresh_imports_request(msg):
+    """After a package install: new modules (and .pth files) import without a restart."""
+    import importlib
+    import site
+
+    importlib.invalidate_caches()
+    added = []
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    for d in dirs:
+        if os.path.isdir(d):
+            before = set(sys.path)
+            site.addsitedir(d)
+            added.extend(p for p in sys.path if p not in before)
+    return {"ok": True, "added": added}
+
+
 CONTROL_HANDLERS = {
+    "refresh_imports": refresh_imports_request,
     "inspect": inspect_request,
     "complete": complete_request,
     "namespace": namespace_request,

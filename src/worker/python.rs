@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PythonSource {
     Flag,
+    /// --venv DIR (created if missing).
+    VenvFlag,
+    /// The nearest .venv upward from the working directory.
     Venv,
     Path,
 }
@@ -26,6 +29,48 @@ pub fn resolve(explicit: Option<&Path>, start: &Path) -> (PathBuf, PythonSource)
         return (found, PythonSource::Path);
     }
     (PathBuf::from("python3"), PythonSource::Path)
+}
+
+/// The interpreter of virtual environment `dir`, creating the environment
+/// first (with uv when available, else `python -m venv`) if it is missing.
+pub fn ensure_venv(dir: &Path, base_python: &Path) -> anyhow::Result<PathBuf> {
+    let python = dir.join("bin").join("python");
+    if python.is_file() {
+        return Ok(python);
+    }
+    let output = match find_on_path("uv") {
+        Some(uv) => std::process::Command::new(uv)
+            .arg("venv")
+            .arg("--seed")
+            .arg("--python")
+            .arg(base_python)
+            .arg(dir)
+            .output(),
+        None => std::process::Command::new(base_python)
+            .args(["-m", "venv"])
+            .arg(dir)
+            .output(),
+    }
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "cannot run {} to create the venv: {e}",
+            base_python.display()
+        )
+    })?;
+    if !output.status.success() || !python.is_file() {
+        anyhow::bail!(
+            "creating the virtual environment {} failed ({}): {}",
+            dir.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(python)
+}
+
+/// The uv binary, when installed.
+pub fn uv() -> Option<PathBuf> {
+    find_on_path("uv")
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {

@@ -1,0 +1,178 @@
+//! python_install: packages into a session's virtual environment, as a job.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, RequestMetaObject};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use super::render;
+use super::server::{FerreplServer, session_name};
+use super::shell_tools::JobOutput;
+use crate::jobs::{JobSpec, JobStatus};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct InstallParams {
+    /// Package names or requirement specifiers ("pandas", "numpy>=2"), or paths of local
+    /// wheel / sdist files or project directories.
+    pub packages: Vec<String>,
+    /// The session whose interpreter gets the packages. Default "default".
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Upgrade packages that are already installed. Default false.
+    #[serde(default)]
+    pub upgrade: Option<bool>,
+    /// Seconds to wait before returning status "running" (the install goes on; collect it
+    /// with shell_wait on the returned job). Default 30.
+    #[serde(default)]
+    pub wait_s: Option<f64>,
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Whether `python` is a virtual environment and whether it is marked
+/// externally managed (PEP 668).
+async fn probe(python: &Path) -> Result<(bool, bool), String> {
+    let code = "import os, sys, sysconfig\nprint(int(sys.prefix != sys.base_prefix))\nprint(int(os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))";
+    let run = tokio::process::Command::new(python)
+        .args(["-I", "-c", code])
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .map_err(|_| format!("{} did not answer within 20 s", python.display()))?
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let venv = lines.next() == Some("1");
+    let managed = lines.next() == Some("1");
+    Ok((venv, managed))
+}
+
+#[tool_router(router = packages_router, vis = "pub(super)")]
+impl FerreplServer {
+    #[tool(
+        description = "Install Python packages into a session's virtual environment (uv when available, else pip), as a job \
+with a wait window: returns when done (the packages then import in the running session, no restart needed) or with status \
+'running' (collect with shell_wait). Names, specifiers or local wheel/sdist paths. Refuses interpreters that are not a venv: \
+start ferrepl with --venv DIR, or create a session with python_sessions create venv=... \
+Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}.",
+        output_schema = schema_for_output::<JobOutput>(),
+        annotations(title = "Install packages", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn python_install(
+        &self,
+        Parameters(p): Parameters<InstallParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> Result<CallToolResult, McpError> {
+        let session = session_name(&p.session).to_string();
+        if p.packages.is_empty() {
+            return Ok(render::tool_error(
+                "packages is empty: name at least one package or wheel path",
+            ));
+        }
+        if let Some(bad) = p
+            .packages
+            .iter()
+            .find(|s| s.trim().is_empty() || s.starts_with('-'))
+        {
+            return Ok(render::tool_error(format!(
+                "'{bad}' is not a package: pass names, specifiers or paths only (no installer options)"
+            )));
+        }
+        let python = self.manager.session_python(&session);
+        let (venv, managed) = match probe(&python).await {
+            Ok(v) => v,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        if !venv {
+            let why = if managed {
+                "is marked externally managed (PEP 668)"
+            } else {
+                "is not a virtual environment"
+            };
+            return Ok(render::tool_error(format!(
+                "the interpreter of session '{session}' ({}) {why}; ferrepl installs only into virtual environments. \
+Restart ferrepl with --venv DIR (it creates the venv), or create a session with python_sessions \
+{{\"action\": \"create\", \"name\": \"...\", \"venv\": \"/path/to/venv\"}} (make one with `python3 -m venv /path/to/venv`).",
+                python.display()
+            )));
+        }
+        let upgrade = if p.upgrade.unwrap_or(false) {
+            " --upgrade"
+        } else {
+            ""
+        };
+        let packages: Vec<String> = p.packages.iter().map(|s| shell_quote(s)).collect();
+        let command = match crate::worker::python::uv() {
+            Some(uv) => format!(
+                "{} pip install --python {}{upgrade} {}",
+                shell_quote(&uv.display().to_string()),
+                shell_quote(&python.display().to_string()),
+                packages.join(" ")
+            ),
+            None => format!(
+                "{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
+                shell_quote(&python.display().to_string()),
+                packages.join(" ")
+            ),
+        };
+        let spec = JobSpec {
+            command,
+            ..JobSpec::default()
+        };
+        let job = match self.jobs.start(spec) {
+            Ok(j) => j,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        // Whenever the install ends, the running session sees the new packages.
+        {
+            let (jobs, manager, job, session) = (
+                self.jobs.clone(),
+                self.manager.clone(),
+                job.clone(),
+                session.clone(),
+            );
+            tokio::spawn(async move {
+                while jobs.status_of(&job).is_none() {
+                    jobs.changed(&job).await;
+                }
+                if jobs.status_of(&job) == Some(0)
+                    && let Err(e) = manager.refresh_imports(&session).await
+                {
+                    tracing::warn!("refreshing imports after install: {e}");
+                }
+            });
+        }
+        let wait = self.manager.wait_window(p.wait_s);
+        let mut result = self
+            .drive_job(job.clone(), wait, meta, peer, ct, true)
+            .await;
+        let done_ok = result.structured_content.as_ref().is_some_and(|v| {
+            v.get("status") == Some(&serde_json::json!(JobStatus::Exited))
+                && v.get("exit_code") == Some(&serde_json::json!(0))
+        });
+        if done_ok {
+            let note = match self.manager.refresh_imports(&session).await {
+                Ok(()) => format!(
+                    "Installed; the packages import in session '{session}' now (no restart needed)."
+                ),
+                Err(e) => format!(
+                    "Installed, but the running session could not refresh its imports ({e}); python_reset if an import fails."
+                ),
+            };
+            if let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut() {
+                t.text = format!("[ferrepl] {note}\n{}", t.text);
+            }
+        }
+        Ok(result)
+    }
+}
