@@ -1,13 +1,13 @@
 //! ferrepl: persistent Python sessions for AI agents over MCP.
 
 mod config;
+mod files;
 mod jobs;
 mod mcp;
 mod session;
 mod worker;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
@@ -110,6 +110,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         max_kept: 100,
         drain_grace: std::time::Duration::from_millis(500),
     });
+    let workspace = files::Workspace::new(&spec.workdir)
+        .with_context(|| format!("workspace root {}", spec.workdir.display()))?;
     let groups =
         mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let manager = SessionManager::new(spec, limits);
@@ -130,17 +132,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let result = match cfg.http {
         Some(addr) => {
-            mcp::http::serve(
-                addr,
-                &cfg,
-                manager.clone(),
-                jobs.clone(),
-                groups,
-                shutdown.clone(),
-            )
-            .await
+            let app = (manager.clone(), jobs.clone(), workspace, groups);
+            mcp::http::serve(addr, &cfg, app, shutdown.clone()).await
         }
-        None => serve_stdio(manager.clone(), jobs.clone(), groups, shutdown.clone()).await,
+        None => {
+            let app = (manager.clone(), jobs.clone(), workspace, groups);
+            serve_stdio(app, shutdown.clone()).await
+        }
     };
     jobs.shutdown();
     manager.shutdown().await;
@@ -150,12 +148,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 }
 
 async fn serve_stdio(
-    manager: Arc<SessionManager>,
-    jobs: Arc<jobs::JobManager>,
-    groups: mcp::groups::ToolGroups,
+    app: mcp::server::AppParts,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let server = mcp::server::FerreplServer::new(manager, jobs, groups);
+    let (manager, jobs, files, groups) = app;
+    let server = mcp::server::FerreplServer::new(manager, jobs, files, groups);
     let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
     // rmcp drains in-flight calls for a while after EOF; ending the workers at
     // once makes those calls finish (crashed) and the process exit promptly.

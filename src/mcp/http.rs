@@ -17,14 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::server::FerreplServer;
 use crate::config::Config;
-use crate::session::SessionManager;
 
 pub async fn serve(
     addr: SocketAddr,
     cfg: &Config,
-    manager: Arc<SessionManager>,
-    jobs: Arc<crate::jobs::JobManager>,
-    groups: super::groups::ToolGroups,
+    app: super::server::AppParts,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let token = cfg.auth_token.clone().filter(|t| !t.is_empty());
@@ -58,11 +55,8 @@ pub async fn serve(
         .with_cancellation_token(shutdown.child_token());
     let service = StreamableHttpService::new(
         move || {
-            Ok(FerreplServer::new(
-                manager.clone(),
-                jobs.clone(),
-                groups.clone(),
-            ))
+            let (manager, jobs, files, groups) = app.clone();
+            Ok(FerreplServer::new(manager, jobs, files, groups))
         },
         Arc::new(LocalSessionManager::default()),
         config,

@@ -1,5 +1,6 @@
 //! MCP surface: tools, result rendering and transports.
 
+pub mod file_tools;
 pub mod groups;
 pub mod http;
 pub mod output_tool;

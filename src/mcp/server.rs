@@ -120,21 +120,36 @@ pub struct InspectOutput {
     pub detail: Option<Value>,
 }
 
+/// What every transport session's server is built from.
+pub type AppParts = (
+    Arc<SessionManager>,
+    Arc<JobManager>,
+    crate::files::Workspace,
+    ToolGroups,
+);
+
 #[derive(Clone)]
 pub struct FerreplServer {
     pub(super) manager: Arc<SessionManager>,
     pub(super) jobs: Arc<JobManager>,
+    pub(super) files: crate::files::Workspace,
     pub(super) groups: ToolGroups,
     tool_router: ToolRouter<Self>,
 }
 
 #[tool_router]
 impl FerreplServer {
-    pub fn new(manager: Arc<SessionManager>, jobs: Arc<JobManager>, groups: ToolGroups) -> Self {
+    pub fn new(
+        manager: Arc<SessionManager>,
+        jobs: Arc<JobManager>,
+        files: crate::files::Workspace,
+        groups: ToolGroups,
+    ) -> Self {
         let mut router = Self::tool_router()
             + Self::workspace_router()
             + Self::shell_router()
-            + Self::packages_router();
+            + Self::packages_router()
+            + Self::file_router();
         let names: Vec<String> = router
             .list_all()
             .iter()
@@ -148,6 +163,7 @@ impl FerreplServer {
         Self {
             manager,
             jobs,
+            files,
             groups,
             tool_router: router,
         }

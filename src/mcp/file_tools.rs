@@ -1,0 +1,409 @@
+//! Workspace file tools (mainly for HTTP clients without a file system of
+//! their own): file_list, file_read, file_write, file_delete.
+
+use std::path::Path;
+
+use base64::Engine;
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use rmcp::{ErrorData as McpError, tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::render;
+use super::server::FerreplServer;
+use crate::files::{FileError, mime_for};
+
+const MAX_ENTRIES: usize = 2000;
+const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+const DEFAULT_LINES: usize = 2000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListParams {
+    /// Directory relative to the workspace root. Default "." (the root).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Levels to descend. Default 2, at most 8.
+    #[serde(default)]
+    pub depth: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Entry {
+    /// Path relative to the workspace root.
+    pub path: String,
+    /// file, dir or symlink.
+    pub kind: String,
+    /// Size in bytes (files).
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListOutput {
+    pub root: String,
+    pub entries: Vec<Entry>,
+    /// True when the listing stopped at its limit.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ReadParams {
+    /// File path relative to the workspace root.
+    pub path: String,
+    /// First line to return (from 1). Default 1.
+    #[serde(default)]
+    pub start_line: Option<usize>,
+    /// Number of lines. Default 2000.
+    #[serde(default)]
+    pub line_count: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReadOutput {
+    pub path: String,
+    pub bytes: u64,
+    /// True for binary files: the content is an embedded resource (base64) instead of text.
+    pub binary: bool,
+    pub mime_type: String,
+    pub total_lines: Option<u64>,
+    pub start_line: Option<u64>,
+    pub end_line: Option<u64>,
+    /// The lines read (text files).
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WriteParams {
+    /// File path relative to the workspace root; parent directories are created.
+    pub path: String,
+    /// Text content (UTF-8).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Binary content, base64 encoded (instead of text).
+    #[serde(default)]
+    pub base64: Option<String>,
+    /// Append instead of replacing. Default false.
+    #[serde(default)]
+    pub append: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct DeleteParams {
+    /// File or directory relative to the workspace root.
+    pub path: String,
+    /// Delete a non-empty directory with everything in it. Default false.
+    #[serde(default)]
+    pub recursive: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChangeOutput {
+    pub path: String,
+    /// Bytes written (file_write) or 0.
+    pub bytes: u64,
+    pub message: String,
+}
+
+fn io_err(path: &str, e: std::io::Error) -> FileError {
+    FileError::Io {
+        path: path.to_string(),
+        error: e.to_string(),
+    }
+}
+
+fn walk(
+    ws: &crate::files::Workspace,
+    dir: &Path,
+    depth: usize,
+    out: &mut Vec<Entry>,
+) -> std::io::Result<bool> {
+    let mut items: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
+    items.sort_by_key(|e| e.file_name());
+    for item in items {
+        if out.len() >= MAX_ENTRIES {
+            return Ok(true);
+        }
+        let path = item.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = if meta.file_type().is_symlink() {
+            "symlink"
+        } else if meta.is_dir() {
+            "dir"
+        } else {
+            "file"
+        };
+        out.push(Entry {
+            path: ws.display(&path),
+            kind: kind.to_string(),
+            size: meta.is_file().then_some(meta.len()),
+        });
+        // Symlinked directories are listed, not followed.
+        if kind == "dir" && depth > 1 && walk(ws, &path, depth - 1, out)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+#[tool_router(router = file_router, vis = "pub(super)")]
+impl FerreplServer {
+    #[tool(
+        description = "List the workspace as a tree with sizes (paths relative to the workspace root; symlinked directories \
+are not followed). Example: {\"path\": \"data\", \"depth\": 1}.",
+        output_schema = schema_for_output::<ListOutput>(),
+        annotations(title = "List files", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn file_list(
+        &self,
+        Parameters(p): Parameters<ListParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let rel = p.path.unwrap_or_else(|| ".".into());
+        let dir = match self.files.existing(&rel) {
+            Ok(d) => d,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        if !dir.is_dir() {
+            return Ok(render::tool_error(format!(
+                "'{rel}' is not a directory; file_read reads files"
+            )));
+        }
+        let mut entries = Vec::new();
+        let depth = p.depth.unwrap_or(2).clamp(1, 8);
+        let truncated = match walk(&self.files, &dir, depth, &mut entries) {
+            Ok(t) => t,
+            Err(e) => return Ok(render::tool_error(io_err(&rel, e))),
+        };
+        let mut text = format!("{}/\n", self.files.display(&dir));
+        for e in &entries {
+            let indent = e.path.matches('/').count();
+            let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+            let suffix = match (e.kind.as_str(), e.size) {
+                ("dir", _) => "/".to_string(),
+                ("symlink", _) => " -> (symlink)".to_string(),
+                (_, Some(s)) => format!("  {}", human(s)),
+                _ => String::new(),
+            };
+            text.push_str(&format!("{}{name}{suffix}\n", "  ".repeat(indent + 1)));
+        }
+        if truncated {
+            text.push_str(&format!(
+                "[listing stopped at {MAX_ENTRIES} entries; list a subdirectory or lower depth]\n"
+            ));
+        }
+        let out = ListOutput {
+            root: self.files.root().display().to_string(),
+            entries,
+            truncated,
+        };
+        Ok(render::structured(text, &out))
+    }
+
+    #[tool(
+        description = "Read a workspace file. Text: a range of lines (default the first 2000) with the total line count. \
+Binary files (images, archives...) come back as an embedded resource with their MIME type. \
+Example: {\"path\": \"src/app.py\", \"start_line\": 100, \"line_count\": 50}.",
+        output_schema = schema_for_output::<ReadOutput>(),
+        annotations(title = "Read a file", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn file_read(
+        &self,
+        Parameters(p): Parameters<ReadParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let path = match self.files.existing(&p.path) {
+            Ok(f) => f,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        if path.is_dir() {
+            return Ok(render::tool_error(format!(
+                "'{}' is a directory; use file_list",
+                p.path
+            )));
+        }
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if size > MAX_READ_BYTES {
+            return Ok(render::tool_error(format!(
+                "'{}' is {size} bytes, over the {MAX_READ_BYTES}-byte read limit; read part of it with shell_exec (head, sed -n) or python_exec",
+                p.path
+            )));
+        }
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(e) => return Ok(render::tool_error(io_err(&p.path, e))),
+        };
+        let sniff = &data[..data.len().min(8192)];
+        let text = if sniff.contains(&0) {
+            None
+        } else {
+            String::from_utf8(data.clone()).ok()
+        };
+        let shown = self.files.display(&path);
+        let Some(text) = text else {
+            let mime = mime_for(&path).to_string();
+            let blob = base64::engine::general_purpose::STANDARD.encode(&data);
+            let uri = format!("file:///{}", shown);
+            let out = ReadOutput {
+                path: shown.clone(),
+                bytes: size,
+                binary: true,
+                mime_type: mime.clone(),
+                total_lines: None,
+                start_line: None,
+                end_line: None,
+                text: None,
+            };
+            let mut result = CallToolResult::success(vec![
+                ContentBlock::text(format!(
+                    "{shown}: binary, {mime}, {size} bytes (attached as a resource)"
+                )),
+                ContentBlock::resource(ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type: Some(mime),
+                    blob,
+                    meta: None,
+                }),
+            ]);
+            result.structured_content = serde_json::to_value(out).ok();
+            return Ok(result);
+        };
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        let start = p.start_line.unwrap_or(1).max(1);
+        let count = p.line_count.unwrap_or(DEFAULT_LINES).max(1);
+        let from = (start - 1).min(lines.len());
+        let to = from.saturating_add(count).min(lines.len());
+        let body: String = lines[from..to].concat();
+        let header = format!(
+            "[{shown}: lines {}-{} of {}{}]\n",
+            from + 1,
+            to,
+            lines.len(),
+            if to < lines.len() {
+                format!("; more with start_line={}", to + 1)
+            } else {
+                String::new()
+            }
+        );
+        let out = ReadOutput {
+            path: shown,
+            bytes: size,
+            binary: false,
+            mime_type: "text/plain".into(),
+            total_lines: Some(lines.len() as u64),
+            start_line: Some(from as u64 + 1),
+            end_line: Some(to as u64),
+            text: Some(body.clone()),
+        };
+        Ok(render::structured(header + &body, &out))
+    }
+
+    #[tool(
+        description = "Write a workspace file: text, or binary given as base64; parent directories are created; append=true \
+appends. Example: {\"path\": \"notes/todo.md\", \"text\": \"# TODO\\n\"}.",
+        output_schema = schema_for_output::<ChangeOutput>(),
+        annotations(title = "Write a file", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn file_write(
+        &self,
+        Parameters(p): Parameters<WriteParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let data = match (&p.text, &p.base64) {
+            (Some(t), None) => t.clone().into_bytes(),
+            (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b.trim()) {
+                Ok(d) => d,
+                Err(e) => return Ok(render::tool_error(format!("base64 is not valid: {e}"))),
+            },
+            _ => return Ok(render::tool_error("give exactly one of 'text' or 'base64'")),
+        };
+        let path = match self.files.writable(&p.path) {
+            Ok(f) => f,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        if path.is_dir() {
+            return Ok(render::tool_error(format!("'{}' is a directory", p.path)));
+        }
+        let append = p.append.unwrap_or(false);
+        let result = if append {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(&data))
+        } else {
+            std::fs::write(&path, &data)
+        };
+        if let Err(e) = result {
+            return Ok(render::tool_error(io_err(&p.path, e)));
+        }
+        let shown = self.files.display(&path);
+        let message = format!(
+            "{} {} bytes to {shown}",
+            if append { "appended" } else { "wrote" },
+            data.len()
+        );
+        let out = ChangeOutput {
+            path: shown,
+            bytes: data.len() as u64,
+            message: message.clone(),
+        };
+        Ok(render::structured(message, &out))
+    }
+
+    #[tool(
+        description = "Delete a workspace file, or a directory (recursive=true for a non-empty one). The workspace root \
+itself cannot be deleted. Example: {\"path\": \"build\", \"recursive\": true}.",
+        output_schema = schema_for_output::<ChangeOutput>(),
+        annotations(title = "Delete a file", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn file_delete(
+        &self,
+        Parameters(p): Parameters<DeleteParams>,
+    ) -> Result<CallToolResult, McpError> {
+        // A symlink is removed itself, never what it points to.
+        let path = match self.files.entry(&p.path) {
+            Ok(f) => f,
+            Err(e) => return Ok(render::tool_error(e)),
+        };
+        if path == self.files.root() {
+            return Ok(render::tool_error("refusing to delete the workspace root"));
+        }
+        let is_dir = std::fs::symlink_metadata(&path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        let result = if is_dir {
+            if p.recursive.unwrap_or(false) {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_dir(&path)
+            }
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = result {
+            let hint = if is_dir && e.kind() == std::io::ErrorKind::DirectoryNotEmpty {
+                "; pass recursive=true to delete it with its contents"
+            } else {
+                ""
+            };
+            return Ok(render::tool_error(format!("'{}': {e}{hint}", p.path)));
+        }
+        let message = format!("deleted {}", p.path);
+        let out = ChangeOutput {
+            path: p.path,
+            bytes: 0,
+            message: message.clone(),
+        };
+        Ok(render::structured(message, &out))
+    }
+}
