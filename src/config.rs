@@ -58,6 +58,61 @@ pub struct Config {
     #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
     pub venv: Option<PathBuf>,
 
+    /// OS confinement of sessions and shell jobs: workspace-write (write only the workspace
+    /// and a per-session temporary directory), read-only (only the temporary directory), or off.
+    #[arg(
+        long,
+        env = "FERREPL_SANDBOX",
+        value_enum,
+        default_value = "workspace-write"
+    )]
+    pub sandbox: crate::sandbox::SandboxMode,
+
+    /// Internet access (TCP/UDP, IPv4/IPv6) for sessions and jobs: off or on. Unix sockets
+    /// always work.
+    #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "off")]
+    pub network: Network,
+
+    /// Refuse to start unless every requested protection is available on this kernel.
+    #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
+    pub sandbox_require: bool,
+
+    /// Memory limit of each session's process tree (RSS), e.g. 2G, 512M; "off" for none.
+    #[arg(
+        long,
+        env = "FERREPL_MEMORY_LIMIT",
+        default_value = "4G",
+        value_name = "SIZE"
+    )]
+    pub memory_limit: String,
+
+    /// Most processes in one session's process tree (a fork bomb is stopped there).
+    #[arg(
+        long,
+        env = "FERREPL_MAX_PROCESSES",
+        default_value_t = 512,
+        value_name = "N"
+    )]
+    pub max_processes: u64,
+
+    /// Largest file a session or job may write (RLIMIT_FSIZE), e.g. 10G; "off" for none.
+    #[arg(
+        long,
+        env = "FERREPL_MAX_FILE_SIZE",
+        default_value = "16G",
+        value_name = "SIZE"
+    )]
+    pub max_file_size: String,
+
+    /// Most open files per process (RLIMIT_NOFILE).
+    #[arg(
+        long,
+        env = "FERREPL_MAX_OPEN_FILES",
+        default_value_t = 4096,
+        value_name = "N"
+    )]
+    pub max_open_files: u64,
+
     /// Working directory of the sessions (default: ferrepl's own).
     #[arg(long, env = "FERREPL_WORKDIR", value_name = "DIR")]
     pub workdir: Option<PathBuf>,
@@ -218,4 +273,41 @@ pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {
         anyhow::bail!("{name} must be a non-negative number of seconds, got {value}");
     }
     Ok(std::time::Duration::from_secs_f64(value))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Network {
+    Off,
+    On,
+}
+
+/// "4G", "512M", "100K", "123" (bytes) or "off".
+pub fn parse_bytes(s: &str) -> anyhow::Result<Option<u64>> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("off") || t == "0" {
+        return Ok(None);
+    }
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_uppercase();
+            let mult: u64 = match unit.trim_end_matches(['B', 'I']) {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => anyhow::bail!("cannot read size {s:?}: use a number with K, M, G or T"),
+            };
+            (&t[..i], mult)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("cannot read size {s:?}: use a number with K, M, G or T"))?;
+    if !n.is_finite() || n < 0.0 {
+        anyhow::bail!("size {s:?} must be positive");
+    }
+    Ok(Some((n * mult as f64) as u64))
 }

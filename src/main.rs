@@ -4,6 +4,7 @@ mod config;
 mod files;
 mod jobs;
 mod mcp;
+mod sandbox;
 mod session;
 mod worker;
 
@@ -19,6 +20,13 @@ use session::{Limits, SessionManager};
 use worker::LaunchSpec;
 
 fn main() -> ExitCode {
+    // Launcher modes run before anything else (single-threaded, no runtime).
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some(sandbox::launcher::LAUNCH_ARG) => sandbox::launcher::run(&args[2..]),
+        Some(sandbox::launcher::PROBE_ARG) => sandbox::launcher::probe(&args[2..]),
+        _ => {}
+    }
     let cfg = Config::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -66,8 +74,30 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
-    // Spilled output of this server's sessions; removed at exit.
+    // Spilled output and the sessions' temporary homes; removed at exit.
     let log_dir = std::env::temp_dir().join(format!("ferrepl-{}", std::process::id()));
+    std::fs::create_dir_all(&log_dir)
+        .with_context(|| format!("cannot create {}", log_dir.display()))?;
+    let mut sandbox_cfg = sandbox::SandboxConfig {
+        mode: cfg.sandbox,
+        network: cfg.network == config::Network::On,
+        require: cfg.sandbox_require,
+        memory_limit: config::parse_bytes(&cfg.memory_limit)?,
+        max_processes: cfg.max_processes,
+        max_file_bytes: config::parse_bytes(&cfg.max_file_size)?.unwrap_or(u64::MAX),
+        max_open_files: cfg.max_open_files,
+        home: std::env::var_os("HOME")
+            .map(std::path::PathBuf::from)
+            .filter(|h| h != std::path::Path::new("/")),
+        active: String::new(),
+    };
+    sandbox_cfg.active = sandbox::probe(&sandbox_cfg, &workdir, &log_dir.join("probe"))?;
+    if sandbox_cfg.enabled() {
+        tracing::info!("sandbox: {}", sandbox_cfg.active);
+    } else {
+        tracing::warn!("sandbox: {}", sandbox_cfg.active);
+    }
+    let sandbox_cfg = std::sync::Arc::new(sandbox_cfg);
     let spec = LaunchSpec {
         python,
         workdir,
@@ -78,6 +108,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         max_image_bytes: cfg.max_image_bytes,
         log_dir: log_dir.clone(),
         cell_log_bytes: cfg.output_log_bytes,
+        sandbox: Some(sandbox_cfg.clone()),
     };
     let limits = Limits {
         default_wait: seconds(cfg.default_wait, "--default-wait")?,
@@ -109,6 +140,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         keep_finished: seconds(cfg.job_ttl, "--job-ttl")?,
         max_kept: 100,
         drain_grace: std::time::Duration::from_millis(500),
+        sandbox: Some(sandbox_cfg.clone()),
     });
     let workspace = files::Workspace::new(&spec.workdir)
         .with_context(|| format!("workspace root {}", spec.workdir.display()))?;
@@ -117,6 +149,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let manager = SessionManager::new(spec, limits);
     manager.warm_up();
     manager.spawn_reaper();
+    manager.spawn_resource_watch();
 
     let shutdown = CancellationToken::new();
     spawn_signal_watch(shutdown.clone());

@@ -61,7 +61,7 @@ async fn cells_in_two_sessions_run_at_the_same_time() {
     // Each cell announces itself with a file and then waits for the other
     // one's file: both can finish only if the two cells run concurrently.
     let server = StdioServer::start(&[]).await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir_in(server.workdir.path()).expect("tempdir");
     let flag = |name: &str| dir.path().join(name);
     let rendezvous = |me: &str, other: &str| {
         format!(

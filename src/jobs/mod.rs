@@ -36,6 +36,8 @@ pub struct JobConfig {
     /// How long a finished job's pipes may stay open (held by its background
     /// children) before its result is returned anyway.
     pub drain_grace: Duration,
+    /// The same confinement as sessions (the launcher wraps /bin/sh).
+    pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -251,6 +253,26 @@ impl JobManager {
         }
     }
 
+    /// The program and arguments that run `/bin/sh -c command`, through the
+    /// sandbox launcher when it is on (with a temporary HOME for the job).
+    fn shell_command(
+        &self,
+        command: &str,
+        n: u64,
+    ) -> Result<(PathBuf, Vec<std::ffi::OsString>), JobError> {
+        let args: Vec<std::ffi::OsString> = vec!["-c".into(), command.into()];
+        let sh = PathBuf::from("/bin/sh");
+        match self.cfg.sandbox.as_deref().filter(|s| s.enabled()) {
+            Some(sandbox) => {
+                let tmp = self.cfg.log_dir.join(format!("job-home-{n}"));
+                std::fs::create_dir_all(&tmp).map_err(|e| JobError::Spawn(e.to_string()))?;
+                let policy = sandbox.policy(&self.cfg.workdir, &tmp, None);
+                Ok(sandbox.wrap(&policy, &sh, &args))
+            }
+            None => Ok((sh, args)),
+        }
+    }
+
     pub fn start(&self, spec: JobSpec) -> Result<Arc<Job>, JobError> {
         self.prune();
         let running = self
@@ -280,10 +302,11 @@ impl JobManager {
         };
         let capture =
             Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
+        let shell = self.shell_command(&spec.command, n)?;
         let spawned = if spec.pty {
-            spawn_pty(&spec, &cwd)
+            spawn_pty(&spec, &cwd, shell)
         } else {
-            spawn_pipes(&spec, &cwd)
+            spawn_pipes(&spec, &cwd, shell)
         }
         .map_err(|e| JobError::Spawn(e.to_string()))?;
         let (changed, _) = watch::channel(0u64);
@@ -534,10 +557,15 @@ fn job_env(spec: &JobSpec) -> Vec<(String, String)> {
     env
 }
 
-fn spawn_pipes(spec: &JobSpec, cwd: &std::path::Path) -> std::io::Result<Spawned> {
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(&spec.command)
+type ShellCommand = (PathBuf, Vec<std::ffi::OsString>);
+
+fn spawn_pipes(
+    spec: &JobSpec,
+    cwd: &std::path::Path,
+    shell: ShellCommand,
+) -> std::io::Result<Spawned> {
+    let mut cmd = tokio::process::Command::new(&shell.0);
+    cmd.args(&shell.1)
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -566,13 +594,16 @@ fn spawn_pipes(spec: &JobSpec, cwd: &std::path::Path) -> std::io::Result<Spawned
     })
 }
 
-fn spawn_pty(spec: &JobSpec, cwd: &std::path::Path) -> std::io::Result<Spawned> {
+fn spawn_pty(
+    spec: &JobSpec,
+    cwd: &std::path::Path,
+    shell: ShellCommand,
+) -> std::io::Result<Spawned> {
     let to_io = |e: pty_process::Error| std::io::Error::other(e.to_string());
     let (pty, pts) = pty_process::open().map_err(to_io)?;
     pty.resize(pty_process::Size::new(40, 120)).map_err(to_io)?;
-    let mut cmd = pty_process::Command::new("/bin/sh")
-        .arg("-c")
-        .arg(&spec.command)
+    let mut cmd = pty_process::Command::new(&shell.0)
+        .args(&shell.1)
         .current_dir(cwd)
         .env("TERM", "xterm-256color")
         .kill_on_drop(true);

@@ -158,6 +158,9 @@ impl SessionManager {
             let log = std::mem::take(&mut run.log);
             self.keep_log(st, log);
             let code = std::mem::take(&mut run.code);
+            if let Some(reason) = worker.take_kill_reason() {
+                run.stop_notes.push(reason);
+            }
             let (status, notes) = if run.killed_by_ferrepl {
                 (CellStatus::Interrupted, std::mem::take(&mut run.stop_notes))
             } else {

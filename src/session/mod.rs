@@ -352,6 +352,9 @@ impl SessionManager {
                     None => return Ok(w.clone()),
                     Some(exit) => {
                         if st.running.is_none() {
+                            if let Some(reason) = w.take_kill_reason() {
+                                st.notes.push(reason);
+                            }
                             let note = format!(
                                 "The interpreter of session '{}' had exited ({}) after cell {}; its variables were lost. This cell runs in a fresh interpreter.",
                                 sess.name,

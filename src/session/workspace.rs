@@ -122,6 +122,62 @@ impl SessionManager {
         Ok(msg)
     }
 
+    /// Watches every session's process tree: past the memory limit or the
+    /// process limit, the tree is killed and the crash report says why.
+    pub fn spawn_resource_watch(self: &Arc<Self>) {
+        let Some(sandbox) = self.spec.sandbox.clone().filter(|s| s.enabled()) else {
+            return;
+        };
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                let workers: Vec<(String, Arc<crate::worker::Worker>)> = this
+                    .sessions()
+                    .iter()
+                    .filter_map(|(name, s)| s.lock().worker.clone().map(|w| (name.clone(), w)))
+                    .filter(|(_, w)| w.exit_info().is_none())
+                    .collect();
+                if workers.is_empty() {
+                    continue;
+                }
+                let sandbox = sandbox.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let snap = crate::sandbox::watch::Snapshot::take();
+                    for (name, w) in workers {
+                        let (rss, count) = snap.usage(w.root_pid());
+                        let reason = if count as u64 > sandbox.max_processes {
+                            Some(format!(
+                                "Session '{name}' went over its limit of {} processes (--max-processes; a fork bomb?), so all of them were killed.",
+                                sandbox.max_processes
+                            ))
+                        } else {
+                            match sandbox.memory_limit {
+                                Some(limit) if rss > limit => Some(format!(
+                                    "Session '{name}' went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
+                                    human_bytes(limit),
+                                    rss / (1024 * 1024)
+                                )),
+                                _ => None,
+                            }
+                        };
+                        if let Some(reason) = reason {
+                            tracing::warn!("{reason}");
+                            w.set_kill_reason(reason);
+                            w.kill();
+                        }
+                    }
+                })
+                .await;
+            }
+        });
+    }
+
     /// Ends sessions that have been idle longer than --session-ttl.
     pub fn spawn_reaper(self: &Arc<Self>) {
         let Some(ttl) = self.limits.session_ttl else {
@@ -302,5 +358,13 @@ impl SessionManager {
             sandbox: "off: no OS-level confinement of workers yet (each session is only a separate process)"
                 .to_string(),
         }
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{} GiB", b >> 30)
+    } else {
+        format!("{} MiB", b >> 20)
     }
 }

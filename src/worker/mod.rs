@@ -52,6 +52,8 @@ exec(compile(_f.read(_n).decode('utf-8'),'<ferrepl-driver>','exec'),{'__name__':
 /// before it is delivered anyway (only if user code broke the pipes).
 const FENCE_GRACE: Duration = Duration::from_secs(5);
 
+static NEXT_WORKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Largest control-channel line accepted from a driver (values are capped far below).
 const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -69,6 +71,8 @@ pub struct LaunchSpec {
     pub log_dir: PathBuf,
     /// Budget of one cell's full output log (--output-log-bytes).
     pub cell_log_bytes: u64,
+    /// OS confinement; None or mode off runs the interpreter directly.
+    pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
 }
 
 #[derive(Debug, Clone)]
@@ -160,10 +164,16 @@ struct State {
     control_closed: bool,
     inspect_waiters: HashMap<u64, oneshot::Sender<Value>>,
     next_request_id: u64,
+    /// Why ferrepl killed this worker (a resource limit), for the crash report.
+    kill_reason: Option<String>,
 }
 
 pub struct Worker {
+    /// The process ferrepl started: the interpreter, or the sandbox launcher
+    /// above it. It leads the process group.
     pid: u32,
+    /// The worker's own temporary directory (HOME, TMPDIR) under the sandbox.
+    home: Option<PathBuf>,
     python: PathBuf,
     ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
@@ -203,10 +213,28 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     };
     let (parent_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(spawn_err)?;
     let nonce = random_hex();
-    let mut cmd = tokio::process::Command::new(&spec.python);
-    cmd.arg("-c")
-        .arg(BOOTSTRAP)
-        .stdin(Stdio::null())
+    let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let python_args: Vec<OsString> = vec!["-c".into(), BOOTSTRAP.into()];
+    let mut home = None;
+    let mut cmd = match spec.sandbox.as_deref().filter(|s| s.enabled()) {
+        Some(sandbox) => {
+            // Its own HOME and TMPDIR, writable, removed when it exits.
+            let tmp = spec.log_dir.join(format!("home-{launch_no}"));
+            std::fs::create_dir_all(&tmp).map_err(spawn_err)?;
+            let policy = sandbox.policy(&spec.workdir, &tmp, Some(&spec.python));
+            let (exe, args) = sandbox.wrap(&policy, &spec.python, &python_args);
+            home = Some(tmp);
+            let mut c = tokio::process::Command::new(exe);
+            c.args(args);
+            c
+        }
+        None => {
+            let mut c = tokio::process::Command::new(&spec.python);
+            c.args(&python_args);
+            c
+        }
+    };
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .current_dir(&spec.workdir)
@@ -244,6 +272,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let (changed, _) = watch::channel(0u64);
     let worker = Arc::new(Worker {
         pid,
+        home,
         python: spec.python.clone(),
         ctl: ctl_tx,
         state: Mutex::new(State {
@@ -262,6 +291,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
             control_closed: false,
             inspect_waiters: HashMap::new(),
             next_request_id: 1,
+            kill_reason: None,
         }),
         changed,
     });
@@ -442,6 +472,9 @@ async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
         Err(_) => (None, None),
     };
     tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
+    if let Some(home) = &worker.home {
+        let _ = std::fs::remove_dir_all(home);
+    }
     worker.lock().exit = Some(ExitInfo {
         code,
         signal,
@@ -459,8 +492,27 @@ impl Worker {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// The interpreter's pid (what `os.getpid()` says in the session).
     pub fn pid(&self) -> u32 {
+        self.lock().ready.as_ref().map_or(self.pid, |r| r.pid)
+    }
+
+    /// The process ferrepl started and whose tree it watches.
+    pub fn root_pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Records why ferrepl is about to kill this worker.
+    pub fn set_kill_reason(&self, reason: String) {
+        let mut st = self.lock();
+        if st.kill_reason.is_none() {
+            st.kill_reason = Some(reason);
+        }
+    }
+
+    /// Why ferrepl killed this worker; given out once, for one report.
+    pub fn take_kill_reason(&self) -> Option<String> {
+        self.lock().kill_reason.take()
     }
 
     /// A receiver that wakes on any change of this worker's state.
@@ -715,16 +767,16 @@ impl Worker {
         }
     }
 
-    /// Ends the worker and everything in its process group.
+    /// Ends the worker and every process below it (daemonized ones too).
     pub fn kill(&self) {
         if self.lock().exit.is_none() {
-            self.signal_group(Signal::SIGKILL);
+            crate::sandbox::watch::kill_tree(self.pid);
         }
     }
 
     /// Resident memory of the worker process, from /proc.
     pub fn rss_bytes(&self) -> Option<u64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid)).ok()?;
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid())).ok()?;
         let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

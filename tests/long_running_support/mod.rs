@@ -175,12 +175,13 @@ impl Server {
         Server {
             client,
             recorder,
+            // Inside the workdir: the sandbox lets cells write only there.
+            files: tempfile::tempdir_in(workdir.path()).expect("create a temporary directory"),
             process: Process::Stdio {
                 child,
                 stderr,
                 _workdir: workdir,
             },
-            files: tempfile::tempdir().expect("create a temporary directory"),
         }
     }
 
@@ -208,8 +209,9 @@ impl Server {
         Server {
             client,
             recorder,
+            // Inside the workdir: the sandbox lets cells write only there.
+            files: tempfile::tempdir_in(http.workdir.path()).expect("create a temporary directory"),
             process: Process::Http(http),
-            files: tempfile::tempdir().expect("create a temporary directory"),
         }
     }
 

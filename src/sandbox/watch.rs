@@ -1,0 +1,131 @@
+//! Process trees from /proc: descendants of a process (daemonized ones
+//! included, as long as they were re-parented to our subreaper launcher),
+//! their memory and their number.
+
+use std::collections::HashMap;
+
+/// (pid, ppid, rss pages, zombie) of every process.
+fn processes() -> Vec<(u32, u32, u64, bool)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in dir.filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The command name may contain spaces and parentheses: parse after the last ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // fields[0] = state, [1] = ppid, ..., [21] = rss (pages)
+        let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let rss = fields.get(21).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let zombie = fields.first() == Some(&"Z");
+        out.push((pid, ppid, if zombie { 0 } else { rss }, zombie));
+    }
+    out
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p).unwrap_or(4096)
+}
+
+/// Every live descendant of `root` (not `root` itself).
+pub fn descendants(root: u32) -> Vec<u32> {
+    Snapshot::take()
+        .tree(root)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|p| *p != root)
+        .collect()
+}
+
+/// The process table at one moment.
+pub struct Snapshot {
+    children: HashMap<u32, Vec<(u32, u64)>>,
+    rss: HashMap<u32, u64>,
+    page: u64,
+}
+
+impl Snapshot {
+    pub fn take() -> Self {
+        let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
+        let mut rss = HashMap::new();
+        for (pid, ppid, pages, zombie) in processes() {
+            if zombie {
+                continue;
+            }
+            children.entry(ppid).or_default().push((pid, pages));
+            rss.insert(pid, pages);
+        }
+        Self {
+            children,
+            rss,
+            page: page_size(),
+        }
+    }
+
+    /// `root` (if alive) and its live descendants, with RSS in bytes.
+    pub fn tree(&self, root: u32) -> Vec<(u32, u64)> {
+        let Some(root_rss) = self.rss.get(&root) else {
+            return Vec::new();
+        };
+        let mut out = vec![(root, root_rss * self.page)];
+        let mut i = 0;
+        while i < out.len() {
+            let pid = out[i].0;
+            if let Some(kids) = self.children.get(&pid) {
+                for (kid, pages) in kids {
+                    if *kid != root {
+                        out.push((*kid, pages * self.page));
+                    }
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Resident memory and number of processes of a tree.
+    pub fn usage(&self, root: u32) -> (u64, usize) {
+        let t = self.tree(root);
+        (t.iter().map(|(_, rss)| rss).sum(), t.len())
+    }
+}
+
+/// SIGKILL to a whole tree, repeated until nothing is left (a fork bomb keeps
+/// adding processes while it is being killed).
+pub fn kill_tree(root: u32) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    // The root (a subreaper launcher under the sandbox) dies last, so orphans
+    // are re-parented to it and found by the next pass instead of escaping.
+    for _ in 0..100 {
+        let below: Vec<u32> = Snapshot::take()
+            .tree(root)
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| *p != root)
+            .collect();
+        if below.is_empty() {
+            break;
+        }
+        for pid in below {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let _ = kill(Pid::from_raw(root as i32), Signal::SIGKILL);
+    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+}
