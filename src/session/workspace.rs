@@ -355,8 +355,12 @@ impl SessionManager {
             python: self.spec.python.display().to_string(),
             workdir: self.spec.workdir.display().to_string(),
             limits,
-            sandbox: "off: no OS-level confinement of workers yet (each session is only a separate process)"
-                .to_string(),
+            sandbox: self
+                .spec
+                .sandbox
+                .as_ref()
+                .map(|s| s.active.clone())
+                .unwrap_or_else(|| "OFF".to_string()),
         }
     }
 }
