@@ -1,167 +1,307 @@
 #!/usr/bin/env python3
-"""ferrepl benchmark: cold start, warm call latency against a raw-pipe floor,
-and large output (time to result, peak server memory).
+"""ferrepl benchmark: cold start, warm python_exec latency against a raw-pipe
+floor, and large output.
 
-Speaks newline-delimited JSON-RPC to `ferrepl` over stdio; needs only the
-standard library. Usage: python3 bench/bench.py --bin target/release/ferrepl
+It speaks newline-delimited JSON-RPC to `ferrepl` over stdio itself (initialize,
+notifications/initialized, tools/call), so it needs only the standard library.
+
+    cargo build --release && python3 bench/bench.py --bin target/release/ferrepl
+
+* cold start: spawning ferrepl -> the result of the first `print(1)` call
+  (handshake and interpreter start included), median of --cold-runs runs;
+  next to it, for context, the same for a bare Python worker.
+* warm: python_exec of `x = x + 1`, median and p99 over --calls calls.
+* floor: the same loop over a raw pipe to a bare Python worker (reads a JSON
+  line, exec()s it, writes a JSON line), run with the same interpreter the
+  server's sessions use; and the difference and ratio to it.
+* large output: 10 MB printed as many lines and as one line (time to the
+  result; the server's peak RSS).
 """
 
 import argparse
+import ast
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
+COLD_TARGET_MS = 100.0
+OVERHEAD_TARGET_MS = 0.3
+
 FLOOR_WORKER = r"""
-import sys, json
+import json, sys
 ns = {}
-for line in sys.stdin:
-    msg = json.loads(line)
-    exec(msg["code"], ns)
-    sys.stdout.write('{"ok": true}\n')
-    sys.stdout.flush()
+read, write, flush = sys.stdin.readline, sys.stdout.write, sys.stdout.flush
+while True:
+    line = read()
+    if not line:
+        break
+    exec(json.loads(line)["code"], ns)
+    write('{"ok": true}\n')
+    flush()
 """
 
 
-class Server:
-    def __init__(self, binary, python=None):
-        args = [binary] + (["--python", python] if python else [])
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.next_id = 0
+class ServerError(RuntimeError):
+    pass
 
-    def send(self, msg):
-        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-        self.proc.stdin.flush()
+
+class Ferrepl:
+    """One `ferrepl` process driven over stdio with newline-delimited JSON-RPC."""
+
+    def __init__(self, binary, python=None, workdir=None):
+        args = [binary]
+        if python:
+            args += ["--python", python]
+        if workdir:
+            args += ["--workdir", workdir]
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self._ids = 0
+
+    def _fail(self, why):
+        self._stderr.seek(0)
+        tail = self._stderr.read()[-4000:].decode(errors="replace")
+        raise ServerError(f"{why}; ferrepl stderr (tail):\n{tail}")
+
+    def send(self, message):
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            self._fail("ferrepl closed its stdin")
 
     def request(self, method, params):
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        self._ids += 1
+        want = self._ids
+        self.send({"jsonrpc": "2.0", "id": want, "method": method, "params": params})
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise RuntimeError("ferrepl closed its stdout")
-            msg = json.loads(line)
-            if msg.get("id") == self.next_id:
-                if "error" in msg:
-                    raise RuntimeError(msg["error"])
-                return msg["result"]
+                self._fail(f"ferrepl closed its stdout while we waited for the answer to {method}")
+            message = json.loads(line)
+            if message.get("id") == want and "method" not in message:
+                if "error" in message:
+                    self._fail(f"{method} failed: {message['error']}")
+                return message["result"]
+            # Anything else (progress or log notifications) is not ours.
 
     def initialize(self):
         self.request(
             "initialize",
-            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "ferrepl-bench", "version": "1"},
+            },
         )
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return self
 
-    def exec(self, code):
-        return self.request("tools/call", {"name": "python_exec", "arguments": {"code": code}})
+    def exec(self, code, session=None):
+        arguments = {"code": code}
+        if session:
+            arguments["session"] = session
+        result = self.request("tools/call", {"name": "python_exec", "arguments": arguments})
+        structured = result.get("structuredContent") or {}
+        if structured.get("status") != "ok":
+            self._fail(f"python_exec {code!r} did not succeed: {json.dumps(result)[:2000]}")
+        return structured
 
-    def peak_rss_kb(self):
+    def peak_rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM"):
+                if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         return 0
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._stderr.close()
+
+
+class FloorWorker:
+    """The floor: a bare Python exec() loop behind a pipe, no MCP, no server."""
+
+    def __init__(self, python):
+        self.proc = subprocess.Popen(
+            [python, "-c", FLOOR_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def exec(self, code):
+        self.proc.stdin.write(json.dumps({"code": code}).encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the floor worker died")
+        return json.loads(line)
 
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(10)
 
 
-def percentile(sorted_values, q):
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+def ms_since(start):
+    return (time.perf_counter() - start) * 1000.0
 
 
-def cold_start(binary, runs):
+def p99(values):
+    ordered = sorted(values)
+    # nearest-rank percentile
+    rank = max(1, -(-99 * len(ordered) // 100))
+    return ordered[rank - 1]
+
+
+def time_loop(exec_fn, calls, warmup):
+    exec_fn("x = 0")
+    for _ in range(warmup):
+        exec_fn("x = x + 1")
     times = []
-    for _ in range(runs):
+    for _ in range(calls):
         start = time.perf_counter()
-        server = Server(binary)
-        server.initialize()
-        result = server.exec("print(1)")
-        times.append((time.perf_counter() - start) * 1000)
-        assert result["structuredContent"]["stdout"] == "1\n", result
+        exec_fn("x = x + 1")
+        times.append(ms_since(start))
+    return times
+
+
+def bench_cold(args, workdir):
+    times = []
+    for _ in range(args.cold_runs):
+        start = time.perf_counter()
+        server = Ferrepl(args.bin, args.python, workdir)
+        try:
+            server.initialize()
+            result = server.exec("print(1)")
+            times.append(ms_since(start))
+            if result.get("stdout") != "1\n":
+                raise ServerError(f"print(1) gave {result!r}")
+        finally:
+            server.close()
+    return times
+
+
+def bench_warm(args, workdir):
+    server = Ferrepl(args.bin, args.python, workdir).initialize()
+    try:
+        python = server.exec("import sys; sys.executable")["value"]
+        times = time_loop(server.exec, args.calls, args.warmup)
+        final = server.exec("x")["value"]
+        if final != str(args.calls + args.warmup):
+            raise ServerError(f"x is {final} after {args.calls + args.warmup} increments")
+    finally:
         server.close()
-    return statistics.median(times)
+    # The cell's value is the repr of the path.
+    return times, ast.literal_eval(python) if python else sys.executable
 
 
-def warm_latency(binary, calls):
-    server = Server(binary)
-    server.initialize()
-    server.exec("x = 0")
+def bench_cold_floor(args, python):
+    """Spawning the bare worker -> the answer to its first cell: what Python's
+    own start-up costs on this machine, for context."""
     times = []
-    for _ in range(calls):
+    for _ in range(args.cold_runs):
         start = time.perf_counter()
-        server.exec("x = x + 1")
-        times.append((time.perf_counter() - start) * 1000)
-    final = server.exec("x")["structuredContent"]["value"]
-    assert final == str(calls), final
-    server.close()
-    times.sort()
-    return statistics.median(times), percentile(times, 0.99)
+        worker = FloorWorker(python)
+        try:
+            worker.exec("print(1)")
+            times.append(ms_since(start))
+        finally:
+            worker.close()
+    return times
 
 
-def floor_latency(calls):
-    proc = subprocess.Popen([sys.executable, "-c", FLOOR_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-
-    def call(code):
-        proc.stdin.write((json.dumps({"code": code}) + "\n").encode())
-        proc.stdin.flush()
-        proc.stdout.readline()
-
-    call("x = 0")
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        call("x = x + 1")
-        times.append((time.perf_counter() - start) * 1000)
-    proc.stdin.close()
-    proc.wait(10)
-    times.sort()
-    return statistics.median(times), percentile(times, 0.99)
+def bench_floor(args, python):
+    worker = FloorWorker(python)
+    try:
+        return time_loop(worker.exec, args.calls, args.warmup)
+    finally:
+        worker.close()
 
 
-def large_output(binary):
+LARGE_OUTPUTS = (
+    ("10 MB as 100,000 lines", "for i in range(100000): print('x' * 99)"),
+    ("10 MB as one line", "print('x' * 10_000_000)"),
+)
+
+
+def bench_large(args, workdir):
     rows = []
-    for label, code in (
-        ("10 MB as 100,000 lines", "for i in range(100000): print('x' * 99)"),
-        ("10 MB as one line", "print('x' * 10_000_000)"),
-    ):
-        server = Server(binary)
-        server.initialize()
-        server.exec("1")
-        before = server.peak_rss_kb()
-        start = time.perf_counter()
-        result = server.exec(code)
-        elapsed = (time.perf_counter() - start) * 1000
-        assert result["structuredContent"]["status"] == "ok", result
-        rows.append((label, elapsed, before, server.peak_rss_kb(), result["structuredContent"]["output_bytes"]))
-        server.close()
+    for label, code in LARGE_OUTPUTS:
+        server = Ferrepl(args.bin, args.python, workdir).initialize()
+        try:
+            server.exec("1")
+            before = server.peak_rss_kib()
+            start = time.perf_counter()
+            result = server.exec(code)
+            elapsed = ms_since(start)
+            rows.append((label, elapsed, before, server.peak_rss_kib(), result.get("output_bytes")))
+        finally:
+            server.close()
     return rows
+
+
+def verdict(ok):
+    return "MET" if ok else "MISSED"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bin", default="target/release/ferrepl", help="ferrepl binary (a release build)")
-    parser.add_argument("--calls", type=int, default=1000, help="calls in the warm loops")
-    parser.add_argument("--cold-runs", type=int, default=5, help="server starts for the cold-start median")
+    parser.add_argument("--bin", default="target/release/ferrepl", help="the ferrepl binary (default: %(default)s)")
+    parser.add_argument("--python", help="interpreter for the sessions (passed as --python; default: ferrepl's own)")
+    parser.add_argument("--calls", type=int, default=1000, help="timed calls in each warm loop (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=50, help="untimed calls before each warm loop (default: %(default)s)")
+    parser.add_argument("--cold-runs", type=int, default=5, help="server starts for the cold median (default: %(default)s)")
+    parser.add_argument("--no-large", action="store_true", help="skip the large-output measurements")
     args = parser.parse_args()
 
-    cold = cold_start(args.bin, args.cold_runs)
-    warm_med, warm_p99 = warm_latency(args.bin, args.calls)
-    floor_med, floor_p99 = floor_latency(args.calls)
-    print(f"cold start (spawn -> result of print(1)), median of {args.cold_runs}: {cold:.1f} ms   [target < 100 ms]")
-    print(f"warm python_exec 'x = x + 1' over MCP stdio: median {warm_med:.3f} ms, p99 {warm_p99:.3f} ms ({args.calls} calls)")
-    print(f"floor (raw pipe to a bare Python exec loop): median {floor_med:.3f} ms, p99 {floor_p99:.3f} ms")
-    print(
-        f"overhead over the floor: {warm_med - floor_med:+.3f} ms (ratio {warm_med / floor_med:.2f}x)   [target within 0.3 ms]"
-    )
-    for label, elapsed, before, peak, size in large_output(args.bin):
+    if not (os.path.isfile(args.bin) and os.access(args.bin, os.X_OK)):
+        sys.exit(f"bench: no ferrepl binary at {args.bin} (cargo build --release, or pass --bin)")
+
+    with tempfile.TemporaryDirectory(prefix="ferrepl-bench-") as workdir:
+        print(f"ferrepl: {args.bin}")
+        cold = bench_cold(args, workdir)
+        warm, python = bench_warm(args, workdir)
+        print(f"session interpreter (also runs the floor): {python}")
+        floor = bench_floor(args, python)
+        cold_floor = bench_cold_floor(args, python)
+
+        cold_med = statistics.median(cold)
+        warm_med, warm_p99 = statistics.median(warm), p99(warm)
+        floor_med, floor_p99 = statistics.median(floor), p99(floor)
+        overhead = warm_med - floor_med
+
+        print()
         print(
-            f"{label}: result in {elapsed:.0f} ms ({size} bytes); server peak RSS {peak / 1024:.1f} MiB "
-            f"(+{(peak - before) / 1024:.1f} MiB)   [target < 1000 ms, bounded memory]"
+            f"cold start (spawn -> result of print(1)), median of {len(cold)}: {cold_med:.1f} ms"
+            f"  (runs: {', '.join(f'{t:.1f}' for t in cold)})"
+            f"   target < {COLD_TARGET_MS:.0f} ms: {verdict(cold_med < COLD_TARGET_MS)}"
         )
+        print(f"  for context, spawn -> first answer of the bare Python worker: median {statistics.median(cold_floor):.1f} ms")
+        print(f"warm python_exec 'x = x + 1' over MCP stdio ({len(warm)} calls): median {warm_med:.3f} ms, p99 {warm_p99:.3f} ms")
+        print(f"floor, raw pipe to a bare Python exec() loop ({len(floor)} calls): median {floor_med:.3f} ms, p99 {floor_p99:.3f} ms")
+        print(
+            f"overhead over the floor: median {overhead:+.3f} ms (ratio {warm_med / floor_med:.2f}x), "
+            f"p99 {warm_p99 - floor_p99:+.3f} ms"
+            f"   target within {OVERHEAD_TARGET_MS} ms: {verdict(overhead <= OVERHEAD_TARGET_MS)}"
+        )
+
+        if not args.no_large:
+            print()
+            for label, elapsed, before, peak, size in bench_large(args, workdir):
+                print(
+                    f"large output, {label}: result in {elapsed:.0f} ms ({size} bytes); "
+                    f"server peak RSS {peak / 1024:.1f} MiB (+{(peak - before) / 1024:.1f} MiB during the cell)"
+                )
 
 
 if __name__ == "__main__":

@@ -1,63 +1,135 @@
-"""Fixtures for the interoperability tests: the ferrepl binary and an HTTP server."""
+"""Fixtures for the interoperability tests with the official MCP Python SDK.
+
+* `ferrepl_bin`: the server binary, from $FERREPL_BIN or target/debug/ferrepl.
+  A missing binary fails every test (never skips).
+* `http_url`: a `ferrepl --http` server on a free loopback port, started fresh
+  for the test and killed after it; yields its /mcp URL.
+* `target`: parametrized over both transports; gives what `mcp.Client` takes
+  (StdioServerParameters for stdio, the URL string for HTTP).
+
+Nothing here skips: a missing binary or a server that does not start fails
+the test with the reason and the server's stderr.
+"""
 
 import os
 import pathlib
-import re
 import socket
 import subprocess
 import threading
 
 import pytest
+from mcp import StdioServerParameters
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
+DEFAULT_BIN = ROOT / "target" / "debug" / "ferrepl"
+START_TIMEOUT_S = 30
 
 
 @pytest.fixture(scope="session")
 def ferrepl_bin() -> str:
-    path = os.environ.get("FERREPL_BIN", str(ROOT / "target" / "debug" / "ferrepl"))
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"ferrepl binary not found at {path}: run `cargo build` (or bash scripts/test.sh)")
+    path = os.environ.get("FERREPL_BIN") or str(DEFAULT_BIN)
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        pytest.fail(
+            f"ferrepl binary not found or not executable at {path!r}: "
+            "run `cargo build` in the crate (or set FERREPL_BIN)",
+            pytrace=False,
+        )
     return path
 
 
+@pytest.fixture
+def workdir(tmp_path) -> pathlib.Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def stdio_params(ferrepl_bin, workdir) -> StdioServerParameters:
+    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir)])
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+class HttpServer:
+    """`ferrepl --http 127.0.0.1:PORT` as a child process.
+
+    Its stderr is drained by a thread for the whole run (so a chatty server
+    never blocks on a full pipe) and kept for failure messages.
+    """
+
+    def __init__(self, binary: str, workdir: pathlib.Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self._needle = f"listening on {self.url}"
+        self.proc = subprocess.Popen(
+            [binary, "--http", f"127.0.0.1:{self.port}", "--workdir", str(workdir)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+        self._pump = threading.Thread(target=self._drain, daemon=True)
+        self._pump.start()
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if self._needle in line:
+                self._ready.set()
+        self._ready.set()  # stderr closed: wake the waiter, which checks why
+
+    def log(self) -> str:
+        return "".join(self.lines[-200:])
+
+    def wait_ready(self):
+        self._ready.wait(START_TIMEOUT_S)
+        if not any(self._needle in line for line in self.lines):
+            code = self.proc.poll()
+            self.stop()
+            state = f"exited with {code}" if code is not None else f"no such line within {START_TIMEOUT_S} s"
+            pytest.fail(f"`ferrepl --http` never logged {self._needle!r} ({state}); stderr:\n{self.log()}")
+
+    def stop(self) -> int | None:
+        """Stops the server: SIGTERM, then SIGKILL after 10 s. Returns the exit code,
+        or None if it had to be killed."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.terminate()
+        try:
+            return self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            return None
+        finally:
+            self._pump.join(5)
+
+
 @pytest.fixture
-def http_url(ferrepl_bin, tmp_path):
-    """Starts `ferrepl --http` on a free port; yields its /mcp URL; kills it after."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [ferrepl_bin, "--http", f"127.0.0.1:{port}", "--workdir", str(tmp_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    ready = threading.Event()
-    lines = []
+def http_server(ferrepl_bin, workdir):
+    server = HttpServer(ferrepl_bin, workdir)
+    server.wait_ready()
+    yield server
+    if server.stop() is None:
+        pytest.fail(f"ferrepl --http did not exit within 10 s of SIGTERM; stderr:\n{server.log()}")
 
-    def pump():
-        for line in proc.stderr:
-            lines.append(line)
-            if re.search(r"listening on http://", line):
-                ready.set()
 
-    threading.Thread(target=pump, daemon=True).start()
-    if not ready.wait(30):
-        proc.kill()
-        pytest.fail("ferrepl --http did not start listening:\n" + "".join(lines))
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("ferrepl did not exit within 10 s of SIGTERM")
+@pytest.fixture
+def http_url(http_server) -> str:
+    return http_server.url
+
+
+@pytest.fixture(params=["stdio", "http"])
+def target(request, workdir):
+    """What `mcp.Client(...)` connects to, once per transport."""
+    if request.param == "stdio":
+        return request.getfixturevalue("stdio_params")
+    return request.getfixturevalue("http_url")

@@ -1,141 +1,445 @@
-"""Interoperability with the official MCP Python SDK (`mcp` from PyPI), over stdio and HTTP."""
+"""Interoperability with the official MCP Python SDK (`mcp` from PyPI).
+
+Every test that takes `target` runs twice: over stdio (the SDK spawns
+`ferrepl`) and over streamable HTTP (a fresh `ferrepl --http` on a free port).
+Results are checked against the contract of the python_* tools and, for every
+structured result, against the output schema the server itself lists.
+"""
 
 import asyncio
+import logging
+import re
 
+import jsonschema
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.anyio]
+pytestmark = pytest.mark.timeout(60)
 
-EXPECTED_TOOLS = {
-    "python_exec",
-    "python_wait",
-    "python_input",
-    "python_interrupt",
-    "python_reset",
-    "python_inspect",
-    "python_sessions",
-    "python_output",
-}
+CONTRACT_TOOLS = {"python_exec", "python_reset", "python_inspect", "python_sessions"}
+EXEC_FIELDS = {"status", "session", "cell", "stdout", "stderr", "value", "error", "prompt", "elapsed_ms"}
+STATUSES = {"ok", "error", "running", "waiting_input", "interrupted", "crashed"}
 
 
-def stdio(ferrepl_bin, tmp_path):
-    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(tmp_path)])
+# --------------------------------------------------------------------------
+# helpers
 
 
-async def check_basics(client):
-    tools = (await client.list_tools()).tools
-    names = {t.name for t in tools}
-    assert EXPECTED_TOOLS <= names, names
-    for tool in tools:
-        assert tool.description and len(tool.description) > 40, tool.name
-        assert tool.input_schema.get("type") == "object", tool.name
-        assert tool.output_schema and tool.output_schema.get("type") == "object", tool.name
-
-    r = await client.call_tool("python_exec", {"code": "x = 20\nprint('hello')\nx * 2 + 2"})
-    assert not r.is_error
-    assert r.structured_content["status"] == "ok"
-    assert r.structured_content["value"] == "42"
-    assert r.structured_content["stdout"] == "hello\n"
-    assert "hello" in r.content[0].text and "42" in r.content[0].text
-
-    r = await client.call_tool("python_exec", {"code": "x + 1"})
-    assert r.structured_content["value"] == "21"
-
-    r = await client.call_tool("python_exec", {"code": "def f():\n    raise ValueError('bad')\nf()"})
-    assert r.is_error
-    assert r.structured_content["status"] == "error"
-    assert r.structured_content["error"]["type"] == "ValueError"
-    assert "<cell" in r.structured_content["error"]["traceback"]
+def run(coro):
+    """Tests are plain functions driving their coroutine here, so they need no
+    async pytest plugin (without one, pytest would skip async tests)."""
+    return asyncio.run(coro)
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_stdio_basics(ferrepl_bin, tmp_path, mode):
-    async with Client(stdio(ferrepl_bin, tmp_path), mode=mode) as client:
-        await check_basics(client)
+class SdkComplaints(logging.Handler):
+    """Collects WARNING-or-worse records from the SDK's loggers ("mcp.*"),
+    which is where it reports e.g. results it cannot validate."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def messages(self):
+        return [f"{r.name}: {r.getMessage()}" for r in self.records]
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_http_basics(http_url, mode):
-    async with Client(http_url, mode=mode) as client:
-        await check_basics(client)
+@pytest.fixture(autouse=True)
+def sdk_complaints():
+    handler = SdkComplaints()
+    logger = logging.getLogger("mcp")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
 
 
-async def test_crash_and_recovery(ferrepl_bin, tmp_path):
-    async with Client(stdio(ferrepl_bin, tmp_path), mode="legacy") as client:
-        await client.call_tool("python_exec", {"code": "kept = 1"})
-        r = await client.call_tool("python_exec", {"code": "import os; os._exit(3)"})
-        assert r.is_error
-        assert r.structured_content["status"] == "crashed"
-        assert "exit code 3" in r.content[0].text
-        r = await client.call_tool("python_exec", {"code": "'kept' in globals()"})
-        assert not r.is_error
-        assert r.structured_content["value"] == "False"
-        assert "lost" in r.content[0].text
+class Tools:
+    """A connected client plus the output schemas it listed, so each result can
+    be validated independently of the SDK (which skips is_error results)."""
+
+    def __init__(self, client: Client):
+        self.client = client
+        self.schemas = {}
+
+    async def load(self):
+        for tool in (await self.client.list_tools()).tools:
+            self.schemas[tool.name] = tool.output_schema
+        return self
+
+    async def call(self, name, args=None, **kw):
+        result = await self.client.call_tool(name, args or {}, **kw)
+        schema = self.schemas.get(name)
+        if schema is not None and result.structured_content is not None:
+            try:
+                jsonschema.validate(result.structured_content, schema)
+            except jsonschema.ValidationError as e:
+                pytest.fail(
+                    f"{name} returned structured content that does not match its own output schema: "
+                    f"{e.message}\nresult: {result!r}"
+                )
+        return result
+
+    async def exec(self, code, session=None, **extra):
+        args = {"code": code, **extra}
+        if session is not None:
+            args["session"] = session
+        result = await self.call("python_exec", args)
+        sc = result.structured_content
+        assert isinstance(sc, dict), f"python_exec returned no structured content: {result!r}"
+        missing = EXEC_FIELDS - set(sc)
+        assert not missing, f"python_exec structured content lacks {sorted(missing)}: {sc}"
+        assert sc["status"] in STATUSES, sc
+        return result
 
 
-async def test_two_sessions_run_concurrently(ferrepl_bin, tmp_path):
-    # Each cell waits for the other's flag file: both can only finish if they
-    # run at the same time.
-    code = (
-        "import pathlib, time\n"
-        "d = pathlib.Path({d!r})\n"
-        "(d / {me!r}).touch()\n"
-        "deadline = time.time() + 30\n"
-        "while not (d / {other!r}).exists() and time.time() < deadline:\n"
-        "    time.sleep(0.01)\n"
-        "(d / {other!r}).exists()"
-    )
-    async with Client(stdio(ferrepl_bin, tmp_path), mode="legacy") as client:
-        a, b = await asyncio.gather(
-            client.call_tool("python_exec", {"session": "a", "code": code.format(d=str(tmp_path), me="a", other="b")}),
-            client.call_tool("python_exec", {"session": "b", "code": code.format(d=str(tmp_path), me="b", other="a")}),
-        )
-        assert a.structured_content["value"] == "True"
-        assert b.structured_content["value"] == "True"
+def text_of(result) -> str:
+    return "".join(getattr(block, "text", "") for block in result.content)
 
 
-async def test_wait_input_and_progress(ferrepl_bin, tmp_path):
-    async with Client(stdio(ferrepl_bin, tmp_path), mode="legacy") as client:
-        r = await client.call_tool("python_exec", {"code": "name = input('Name: ')\nprint('hi', name)"})
-        assert r.structured_content["status"] == "waiting_input"
-        assert r.structured_content["prompt"] == "Name: "
-        r = await client.call_tool("python_input", {"text": "Ada"})
-        assert r.structured_content["status"] == "ok"
-        assert "hi Ada" in r.structured_content["stdout"]
-
-        seen = []
-
-        async def on_progress(progress, total, message):
-            seen.append((progress, message))
-
-        gate = tmp_path / "gate"
-        code = (
-            "import pathlib, time\n"
-            f"gate = pathlib.Path({str(gate)!r})\n"
-            "i = 0\n"
-            "while not gate.exists():\n"
-            "    print('step', i, flush=True); i += 1; time.sleep(0.2)\n"
-            "'done'"
-        )
-        task = asyncio.create_task(
-            client.call_tool("python_exec", {"code": code, "wait_s": 60}, progress_callback=on_progress)
-        )
-        while not any("step" in (m or "") for _, m in seen):
-            assert not task.done(), "the cell ended before any progress notification"
-            await asyncio.sleep(0.05)
-        gate.touch()
-        r = await task
-        assert r.structured_content["value"] == "'done'"
-        values = [p for p, _ in seen]
-        assert values == sorted(values)
+def footer(result) -> str:
+    lines = [line for line in text_of(result).splitlines() if line.strip()]
+    assert lines, f"empty text content: {result!r}"
+    return lines[-1]
 
 
-async def test_sessions_listing(ferrepl_bin, tmp_path):
-    async with Client(stdio(ferrepl_bin, tmp_path), mode="legacy") as client:
-        await client.call_tool("python_exec", {"session": "s1", "code": "1"})
-        r = await client.call_tool("python_sessions", {})
-        names = {s["name"]: s for s in r.structured_content["sessions"]}
-        assert "default" in names and "s1" in names
-        assert names["s1"]["state"] == "idle"
-        assert names["s1"]["pid"] > 0
+def assert_footer(result, status, cell, session):
+    last = footer(result)
+    assert re.search(rf"\b{re.escape(status)}\b", last), f"footer lacks status {status!r}: {last!r}"
+    assert re.search(rf"\bcell {cell}\b", last), f"footer lacks 'cell {cell}': {last!r}"
+    assert re.search(rf"\b{re.escape(session)}\b", last), f"footer lacks session {session!r}: {last!r}"
+
+
+def assert_ok(result):
+    sc = result.structured_content
+    assert not result.is_error and sc["status"] == "ok" and sc["error"] is None, result
+
+
+def assert_raised(result, exc_type):
+    sc = result.structured_content
+    assert result.is_error, f"a Python exception must set is_error: {result!r}"
+    assert sc["status"] == "error", sc
+    assert sc["error"] and sc["error"]["type"] == exc_type, sc
+
+
+# How the SDK reports a non-200/204 answer to its HTTP DELETE (session
+# termination). test_http_session_termination_is_clean checks exactly that;
+# the other tests leave it to that one test so each defect fails one test.
+TERMINATION_COMPLAINT = "Session termination failed"
+
+
+def assert_quiet(complaints):
+    """No warning from the SDK: in particular none about validating structured
+    output against the listed output schemas, or about unlisted tools."""
+    messages = [m for m in complaints.messages() if TERMINATION_COMPLAINT not in m]
+    assert not messages, "the SDK complained:\n" + "\n".join(messages)
+
+
+async def session_info(tools, name):
+    r = await tools.call("python_sessions", {})
+    assert not r.is_error, r
+    sessions = {s["name"]: s for s in r.structured_content["sessions"]}
+    assert name in sessions, f"session {name!r} not listed: {r.structured_content}"
+    return sessions[name]
+
+
+# --------------------------------------------------------------------------
+# tests
+
+
+def test_list_tools(target, sdk_complaints):
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            tools = (await client.list_tools()).tools
+            names = {t.name for t in tools}
+            assert CONTRACT_TOOLS <= names, f"missing tools: {sorted(CONTRACT_TOOLS - names)}"
+            assert len(names) == len(tools), "duplicate tool names"
+            for tool in tools:
+                assert tool.description and tool.description.strip(), f"{tool.name}: no description"
+                assert tool.input_schema.get("type") == "object", f"{tool.name}: input schema {tool.input_schema}"
+                assert tool.output_schema, f"{tool.name}: no output schema"
+                assert tool.output_schema.get("type") == "object", f"{tool.name}: output schema {tool.output_schema}"
+                for schema in (tool.input_schema, tool.output_schema):
+                    jsonschema.validators.validator_for(schema).check_schema(schema)
+            by_name = {t.name: t for t in tools}
+            exec_in = by_name["python_exec"].input_schema
+            assert {"code", "session", "wait_s"} <= set(exec_in.get("properties", {})), exec_in
+            assert "code" in exec_in.get("required", []), exec_in
+            assert EXEC_FIELDS <= set(by_name["python_exec"].output_schema.get("properties", {}))
+            # Calling every contract tool once makes the SDK validate each
+            # result against the schema it just listed.
+            t = await Tools(client).load()
+            await t.exec("probe = 1")
+            for name, args in (("python_inspect", {}), ("python_sessions", {}), ("python_reset", {})):
+                r = await t.call(name, args)
+                assert not r.is_error, r
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_variables_persist_and_print_output(target, sdk_complaints):
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            r = await t.exec("x = 20\nprint('hello', 'world')\nx * 2 + 2")
+            assert_ok(r)
+            sc = r.structured_content
+            assert sc["value"] == "42", sc
+            assert sc["stdout"] == "hello world\n", sc
+            assert sc["stderr"] == "", sc
+            assert sc["session"] == "default", sc
+            assert sc["prompt"] is None, sc
+            assert isinstance(sc["elapsed_ms"], (int, float)) and sc["elapsed_ms"] >= 0, sc
+            first_cell = sc["cell"]
+            text = text_of(r)
+            assert "hello world" in text and "42" in text, text
+            assert text.index("hello world") < text.index("42"), f"output must come before the value: {text!r}"
+            assert_footer(r, "ok", first_cell, "default")
+
+            r = await t.exec("x += 1\nimport sys\nprint('to stderr', file=sys.stderr)\nx")
+            assert_ok(r)
+            assert r.structured_content["value"] == "21", r.structured_content
+            assert "to stderr" in r.structured_content["stderr"], r.structured_content
+            assert r.structured_content["cell"] == first_cell + 1, r.structured_content
+            assert_footer(r, "ok", first_cell + 1, "default")
+
+            # A statement has no value; definitions persist like variables.
+            r = await t.exec("def double(v):\n    return v * 2")
+            assert_ok(r)
+            assert r.structured_content["value"] is None, r.structured_content
+            r = await t.exec("double(x)")
+            assert r.structured_content["value"] == "42", r.structured_content
+            r = await t.exec("'text'")
+            assert r.structured_content["value"] == "'text'", "value must be the repr"
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_exception_is_error_with_type(target, sdk_complaints):
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            r = await t.exec("def f():\n    raise ValueError('bad input')\nprint('before')\nf()")
+            assert_raised(r, "ValueError")
+            err = r.structured_content["error"]
+            assert err["message"] == "bad input", err
+            assert "ValueError: bad input" in err["traceback"], err
+            assert "line 2" in err["traceback"] and "in f" in err["traceback"], err
+            assert r.structured_content["stdout"] == "before\n", r.structured_content
+            assert r.structured_content["value"] is None, r.structured_content
+            text = text_of(r)
+            assert "before" in text and "ValueError: bad input" in text, text
+            assert_footer(r, "error", r.structured_content["cell"], "default")
+
+            r = await t.exec("undefined_name")
+            assert_raised(r, "NameError")
+            r = await t.exec("1/0")
+            assert_raised(r, "ZeroDivisionError")
+            r = await t.exec("def broken(:\n    pass")
+            assert_raised(r, "SyntaxError")
+
+            # The session survives its exceptions.
+            r = await t.exec("'still here'")
+            assert_ok(r)
+            assert r.structured_content["value"] == "'still here'"
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_crash_and_recovery(target, sdk_complaints):
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            assert_ok(await t.exec("kept = 'value'"))
+            old_pid = (await session_info(t, "default"))["pid"]
+
+            r = await t.exec("import os; os._exit(3)")
+            assert r.is_error, f"a crash must set is_error: {r!r}"
+            assert r.structured_content["status"] == "crashed", r.structured_content
+            assert_footer(r, "crashed", r.structured_content["cell"], "default")
+
+            r = await t.exec("'kept' in globals()")
+            assert_ok(r)
+            assert r.structured_content["value"] == "False", r.structured_content
+            assert "lost" in text_of(r).lower(), f"the first call after a crash must say the state was lost: {text_of(r)!r}"
+
+            r = await t.exec("kept = 2\nkept * 21")
+            assert_ok(r)
+            assert r.structured_content["value"] == "42"
+            assert "lost" not in text_of(r).lower(), "the lost-state note must be given once"
+            info = await session_info(t, "default")
+            assert info["pid"] > 0 and info["pid"] != old_pid, (old_pid, info)
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_default_mode_connects_and_calls(target, sdk_complaints):
+    """The SDK's default mode probes `server/discover` first and falls back to
+    `initialize` on a JSON-RPC error; the server must let that happen."""
+
+    async def go():
+        async with Client(target) as client:
+            assert client.protocol_version, "no protocol version negotiated"
+            r = await client.call_tool("python_exec", {"code": "answer = 6 * 7\nanswer"})
+            assert not r.is_error, r
+            assert r.structured_content["status"] == "ok", r.structured_content
+            assert r.structured_content["value"] == "42", r.structured_content
+            r = await client.call_tool("python_exec", {"code": "answer + 1"})
+            assert r.structured_content["value"] == "43", r.structured_content
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+RENDEZVOUS = """\
+import pathlib, time
+d = pathlib.Path({d!r})
+(d / {me!r}).touch()
+deadline = time.time() + 30
+while not (d / {other!r}).exists() and time.time() < deadline:
+    time.sleep(0.01)
+print({me!r}, 'saw', {other!r})
+(d / {other!r}).exists()
+"""
+
+
+def test_two_sessions_run_concurrently(target, workdir, sdk_complaints):
+    """Each cell waits for a file the other one writes: both finish only if
+    the two sessions really run at the same time."""
+
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            assert_ok(await t.exec("mine = 'a'", session="a"))
+            assert_ok(await t.exec("mine = 'b'", session="b"))
+
+            rendezvous = workdir / "rendezvous"
+            rendezvous.mkdir()
+            a, b = await asyncio.gather(
+                t.exec(RENDEZVOUS.format(d=str(rendezvous), me="a-flag", other="b-flag"), session="a"),
+                t.exec(RENDEZVOUS.format(d=str(rendezvous), me="b-flag", other="a-flag"), session="b"),
+            )
+            for r, name in ((a, "a"), (b, "b")):
+                assert_ok(r)
+                assert r.structured_content["session"] == name, r.structured_content
+                assert r.structured_content["value"] == "True", f"session {name} did not see the other: {r!r}"
+                assert_footer(r, "ok", r.structured_content["cell"], name)
+            assert a.structured_content["stdout"] == "a-flag saw b-flag\n"
+            assert b.structured_content["stdout"] == "b-flag saw a-flag\n"
+
+            # Namespaces are separate.
+            ra, rb = await asyncio.gather(t.exec("mine", session="a"), t.exec("mine", session="b"))
+            assert (ra.structured_content["value"], rb.structured_content["value"]) == ("'a'", "'b'")
+
+            listed = {s["name"]: s for s in (await t.call("python_sessions", {})).structured_content["sessions"]}
+            assert {"a", "b"} <= set(listed), listed
+            assert listed["a"]["pid"] != listed["b"]["pid"], listed
+            for name in ("a", "b"):
+                assert listed[name]["state"] == "idle", listed[name]
+                assert listed[name]["cells"] >= 3, listed[name]
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_reset_and_inspect(target, sdk_complaints):
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            assert_ok(await t.exec("count = 41\nitems = [1, 2, 3]", session="insp"))
+
+            r = await t.call("python_inspect", {"session": "insp"})
+            assert not r.is_error, r
+            names = {v["name"]: v for v in r.structured_content["variables"]}
+            assert {"count", "items"} <= set(names), r.structured_content
+            assert names["count"]["type"] == "int" and names["count"]["repr"] == "41", names["count"]
+
+            r = await t.call("python_inspect", {"session": "insp", "name": "items"})
+            assert not r.is_error, r
+            assert "[1, 2, 3]" in text_of(r), text_of(r)
+
+            r = await t.call("python_reset", {"session": "insp"})
+            assert not r.is_error, r
+            r = await t.exec("'count' in globals()", session="insp")
+            assert_ok(r)
+            assert r.structured_content["value"] == "False", "python_reset must clear the variables"
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_progress_notifications_while_a_cell_runs(stdio_params, workdir, sdk_complaints):
+    async def go():
+        async with Client(stdio_params, mode="legacy") as client:
+            seen = []
+
+            async def on_progress(progress, total, message):
+                seen.append((progress, message))
+
+            gate = workdir / "gate"
+            code = (
+                "import pathlib, time\n"
+                f"gate = pathlib.Path({str(gate)!r})\n"
+                "i = 0\n"
+                "while not gate.exists():\n"
+                "    print('step', i, flush=True); i += 1; time.sleep(0.2)\n"
+                "'done'"
+            )
+            task = asyncio.create_task(
+                client.call_tool("python_exec", {"code": code, "wait_s": 50}, progress_callback=on_progress)
+            )
+            while not any("step" in (m or "") for _, m in seen):
+                assert not task.done(), f"the cell ended before any progress notification: {task.result()!r}"
+                await asyncio.sleep(0.05)
+            gate.touch()
+            r = await task
+            assert not r.is_error, r
+            assert r.structured_content["value"] == "'done'", r.structured_content
+            values = [p for p, _ in seen]
+            assert values == sorted(values), f"progress must not go backwards: {values}"
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_http_session_termination_is_clean(http_url, sdk_complaints):
+    """On leaving, the SDK ends its HTTP session with a DELETE and accepts 200
+    or 204 (405 if termination is not supported); anything else it logs as
+    "Session termination failed: <status>"."""
+
+    async def go():
+        async with Client(http_url, mode="legacy") as client:
+            r = await client.call_tool("python_exec", {"code": "1 + 1"})
+            assert r.structured_content["value"] == "2", r
+
+    run(go())
+    complaints = [m for m in sdk_complaints.messages() if TERMINATION_COMPLAINT in m]
+    assert not complaints, "the SDK rejected the answer to its DELETE /mcp:\n" + "\n".join(complaints)
+
+
+def test_input_prompt_and_answer(target, sdk_complaints):
+    """A cell blocked in input() comes back as waiting_input with its prompt;
+    python_input answers it and the cell finishes."""
+
+    async def go():
+        async with Client(target, mode="legacy") as client:
+            t = await Tools(client).load()
+            r = await t.exec("name = input('Name: ')\nprint('hi', name)")
+            assert r.structured_content["status"] == "waiting_input", r.structured_content
+            assert r.structured_content["prompt"] == "Name: ", r.structured_content
+            r = await t.call("python_input", {"text": "Ada"})
+            assert not r.is_error, r
+            assert r.structured_content["status"] == "ok", r.structured_content
+            assert "hi Ada" in r.structured_content["stdout"], r.structured_content
+            r = await t.exec("name")
+            assert r.structured_content["value"] == "'Ada'", r.structured_content
+        assert_quiet(sdk_complaints)
+
+    run(go())

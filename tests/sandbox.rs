@@ -1,0 +1,765 @@
+//! OS confinement of sessions and shell jobs: network off by default, writes
+//! limited to the workspace and a per-session temporary directory, the user's
+//! home hidden, process-count and memory limits enforced on the whole process
+//! tree, every process of a session (daemonized ones included) ended on reset
+//! and delete, and `--sandbox off` lifting all of it.
+//!
+//! Every test talks to a real server over stdio through an rmcp client. The
+//! network probes go to sockets the test itself opened, so the test can tell
+//! from its own side that nothing reached them.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{StdioServer, ToolOutput, process_alive, wait_for_file_line, wait_process_gone};
+use serde_json::{Value, json};
+
+/// Upper bound for processes of a killed session to disappear.
+const GONE_TIMEOUT: Duration = Duration::from_secs(15);
+/// wait_s of cells that only end when the server kills them: past it the cell
+/// comes back "running", which fails the test instead of hanging it.
+const KILL_WAIT_S: f64 = 25.0;
+
+// ------------------------------------------------------------------ helpers
+
+/// A string no other test (or test run) uses, for process markers and secrets.
+fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}{}x{}x{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A Python string literal for `s` (JSON strings are valid Python literals
+/// for the ASCII paths used here).
+fn py(s: impl AsRef<str>) -> String {
+    serde_json::to_string(s.as_ref()).expect("encode a string")
+}
+
+fn py_path(p: &Path) -> String {
+    py(p.to_str().expect("a UTF-8 path"))
+}
+
+/// Python prelude of the probing cells: `attempt(label, fn)` prints one line
+/// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
+const ATTEMPT: &str = r#"
+def attempt(label, fn):
+    try:
+        r = fn()
+        print(f"{label}: OK {r!r}", flush=True)
+    except BaseException as e:
+        print(f"{label}: {type(e).__name__} errno={getattr(e, 'errno', None)}", flush=True)
+"#;
+
+/// The outcome printed by `attempt` for `label` in a cell's stdout.
+fn outcome<'a>(out: &'a ToolOutput, label: &str) -> &'a str {
+    let stdout = out.str_field("stdout");
+    let prefix = format!("{label}: ");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no line for '{label}' in the cell's stdout; result: {out:#?}"))
+}
+
+/// Panics unless `label` failed with a permission error (PermissionError, or
+/// an OSError carrying EPERM/EACCES).
+fn assert_denied(out: &ToolOutput, label: &str) {
+    let got = outcome(out, label);
+    let denied = got.starts_with("PermissionError")
+        || (got.starts_with("OSError")
+            && (got.ends_with(&format!("errno={}", libc::EPERM))
+                || got.ends_with(&format!("errno={}", libc::EACCES))));
+    assert!(
+        denied,
+        "'{label}' should have been refused with PermissionError/OSError(EPERM|EACCES), got '{got}'; result: {out:#?}"
+    );
+}
+
+fn assert_succeeded(out: &ToolOutput, label: &str) {
+    let got = outcome(out, label);
+    assert!(
+        got.starts_with("OK"),
+        "'{label}' should have worked, got '{got}'; result: {out:#?}"
+    );
+}
+
+/// python_exec with an explicit wait window.
+async fn exec_wait(server: &StdioServer, session: &str, code: &str, wait_s: f64) -> ToolOutput {
+    server
+        .call(
+            "python_exec",
+            json!({ "code": code, "session": session, "wait_s": wait_s }),
+        )
+        .await
+}
+
+/// The notes of a cell result, joined, for matching.
+fn notes_text(out: &ToolOutput) -> String {
+    out.structured["notes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// The argv of a process, or None when it is gone or a zombie.
+fn cmdline(pid: u32) -> Option<Vec<String>> {
+    if !process_alive(pid) {
+        return None;
+    }
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if raw.is_empty() {
+        return None;
+    }
+    Some(
+        raw.split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
+}
+
+/// Live processes with `marker` as one of their arguments.
+fn processes_with_arg(marker: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == marker)))
+        .collect()
+}
+
+/// Bounded poll until no live process carries `marker`; returns the survivors.
+async fn wait_no_process_with_arg(marker: &str, timeout: Duration) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = processes_with_arg(marker);
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: kill(2) has no memory effects; pid is a live process we checked.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    }
+}
+
+/// Kills, when the test ends (passing or not), whatever is still alive of
+/// the processes it made the sandbox start: those with `marker` in their
+/// argv, and given pids whose argv still holds the expected argument.
+#[derive(Default)]
+struct Reaper {
+    markers: Vec<String>,
+    pids: Vec<(u32, String)>,
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for marker in &self.markers {
+            for pid in processes_with_arg(marker) {
+                sigkill(pid);
+            }
+        }
+        for (pid, arg) in &self.pids {
+            if cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == arg)) {
+                sigkill(*pid);
+            }
+        }
+    }
+}
+
+/// A fake home directory holding `.ssh/id_rsa` with `secret` in it.
+fn fake_home(secret: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("create a fake HOME");
+    let ssh = home.path().join(".ssh");
+    std::fs::create_dir(&ssh).expect("mkdir .ssh");
+    std::fs::write(ssh.join("id_rsa"), format!("{secret}\n")).expect("write the fake key");
+    home
+}
+
+/// The whole tool result (text, structured content and every content block)
+/// as one string, to look for leaked data.
+fn everything(out: &ToolOutput) -> String {
+    format!(
+        "{}\n{}\n{}",
+        out.text,
+        out.structured,
+        serde_json::to_string(&out.raw).unwrap_or_default()
+    )
+}
+
+/// Cell probing the network against the test's own TCP and UDP sockets.
+fn network_cell(tcp_port: u16, udp_port: u16) -> String {
+    format!(
+        r#"{ATTEMPT}
+import socket
+def tcp():
+    s = socket.create_connection(("127.0.0.1", {tcp_port}), timeout=10)
+    s.close()
+    return "connected"
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        return s.sendto(b"ping", ("127.0.0.1", {udp_port}))
+    finally:
+        s.close()
+def ipv6():
+    socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
+    return "created"
+def unix_pair():
+    a, b = socket.socketpair()
+    a.sendall(b"hi")
+    got = b.recv(2)
+    a.close(); b.close()
+    return got
+attempt("tcp", tcp)
+attempt("udp", udp)
+attempt("ipv6", ipv6)
+attempt("unix", unix_pair)
+"#
+    )
+}
+
+async fn sandbox_string(server: &StdioServer) -> String {
+    let status = server.call("server_status", json!({})).await;
+    assert!(!status.is_error, "server_status failed: {status:#?}");
+    status.str_field("sandbox").to_string()
+}
+
+// ------------------------------------------------------------------ network
+
+#[tokio::test]
+async fn network_is_off_by_default_but_unix_sockets_work() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a TCP listener");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    let tcp_port = listener.local_addr().expect("tcp addr").port();
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket");
+    udp.set_nonblocking(true).expect("non-blocking UDP socket");
+    let udp_port = udp.local_addr().expect("udp addr").port();
+
+    let mut server = StdioServer::start(&[]).await;
+    let out = server.exec(&network_cell(tcp_port, udp_port)).await;
+    out.assert_ok();
+
+    assert_denied(&out, "tcp");
+    assert_denied(&out, "udp");
+    assert_denied(&out, "ipv6");
+    assert_eq!(
+        outcome(&out, "unix"),
+        "OK b'hi'",
+        "socketpair() must work: {out:#?}"
+    );
+
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Ok((_, peer)) => panic!("the sandboxed cell reached the test's TCP listener from {peer}"),
+        Err(e) => panic!("accept on the test's listener failed: {e}"),
+    }
+    let mut buf = [0u8; 64];
+    match udp.recv_from(&mut buf) {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Ok((n, peer)) => panic!("the sandboxed cell sent {n} UDP bytes from {peer}"),
+        Err(e) => panic!("recv on the test's UDP socket failed: {e}"),
+    }
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ filesystem
+
+#[tokio::test]
+async fn writes_are_confined_to_the_workspace_and_a_private_home() {
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("escaped.txt");
+    let real_home = std::env::var("HOME").unwrap_or_default();
+
+    let mut server = StdioServer::start(&[]).await;
+    let inside = server.workdir.path().join("inside.txt");
+    let code = format!(
+        r#"{ATTEMPT}
+import os
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+attempt("outside", lambda: write({target}, "escaped"))
+attempt("inside", lambda: write({inside}, "kept"))
+attempt("home", lambda: write(os.path.join(os.environ["HOME"], "probe.txt"), "h"))
+attempt("tmpdir", lambda: write(os.path.join(os.environ["TMPDIR"], "probe.txt"), "t"))
+print("HOME=" + os.environ["HOME"])
+print("TMPDIR=" + os.environ["TMPDIR"])
+"#,
+        target = py_path(&target),
+        inside = py_path(&inside),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+
+    assert_denied(&out, "outside");
+    assert!(
+        !target.exists(),
+        "{} was created outside the workspace",
+        target.display()
+    );
+
+    assert_succeeded(&out, "inside");
+    assert_eq!(
+        std::fs::read_to_string(&inside).expect("read the file the cell wrote"),
+        "kept"
+    );
+
+    assert_succeeded(&out, "home");
+    assert_succeeded(&out, "tmpdir");
+    let stdout = out.str_field("stdout");
+    let value_of = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} line in {stdout:?}"))
+            .to_string()
+    };
+    let home = value_of("HOME=");
+    let tmpdir = value_of("TMPDIR=");
+    for (name, dir) in [("HOME", &home), ("TMPDIR", &tmpdir)] {
+        assert!(!dir.is_empty(), "{name} is empty in the session");
+        if !real_home.is_empty() {
+            assert_ne!(
+                Path::new(dir),
+                Path::new(&real_home),
+                "{name} of the session is the real HOME"
+            );
+            assert!(
+                !Path::new(dir).starts_with(&real_home),
+                "{name} of the session ({dir}) is inside the real HOME ({real_home})"
+            );
+        }
+    }
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn read_only_sandbox_refuses_workspace_writes_but_allows_tmpdir() {
+    let mut server = StdioServer::start(&["--sandbox", "read-only"]).await;
+    let inside = server.workdir.path().join("inside.txt");
+    let code = format!(
+        r#"{ATTEMPT}
+import os
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+attempt("workspace", lambda: write({inside}, "nope"))
+attempt("tmpdir", lambda: write(os.path.join(os.environ["TMPDIR"], "probe.txt"), "t"))
+"#,
+        inside = py_path(&inside),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+    assert_denied(&out, "workspace");
+    assert!(
+        !inside.exists(),
+        "{} was written under --sandbox read-only",
+        inside.display()
+    );
+    assert_succeeded(&out, "tmpdir");
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn secrets_in_the_home_directory_cannot_be_read() {
+    let secret = unique("SECRET-");
+    let home = fake_home(&secret);
+    let key = home.path().join(".ssh").join("id_rsa");
+    let home_str = home.path().to_str().expect("UTF-8 home").to_string();
+
+    let mut server = StdioServer::start_with_env(&[], &[("HOME", home_str.as_str())]).await;
+    assert!(
+        !server.workdir.path().starts_with(home.path()),
+        "the workspace must be outside the fake HOME"
+    );
+    let out = server
+        .exec(&format!("open({}).read()", py_path(&key)))
+        .await;
+    out.assert_raised("PermissionError");
+    let all = everything(&out);
+    assert!(
+        !all.contains("SECRET"),
+        "the secret leaked into the result: {all}"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ limits
+
+#[tokio::test]
+async fn a_fork_bomb_is_stopped_and_leaves_nothing_behind() {
+    let marker = unique("ferrepl-bomb-");
+    let _reaper = Reaper {
+        markers: vec![marker.clone()],
+        pids: Vec::new(),
+    };
+    let mut server = StdioServer::start(&["--max-processes", "64"]).await;
+
+    let bystander = server.exec_in("bystander", "1 + 1").await;
+    bystander.assert_ok();
+
+    // Children exec `sleep` with the marker as argv[0]; the parent keeps
+    // forking, then holds on until the server kills the tree.
+    let code = format!(
+        r#"
+import os, shutil, time
+sleep = shutil.which("sleep")
+for _ in range(1000):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            os.execv(sleep, [{marker}, "6001"])
+        finally:
+            os._exit(0)
+time.sleep(60)
+"#,
+        marker = py(&marker)
+    );
+    let bomb = exec_wait(&server, "default", &code, KILL_WAIT_S).await;
+    assert!(bomb.is_error, "the fork bomb must be an error: {bomb:#?}");
+    assert_eq!(bomb.status(), "crashed", "{bomb:#?}");
+    let notes = notes_text(&bomb);
+    assert!(
+        notes.contains("limit of 64 processes") || notes.contains("memory limit"),
+        "the notes must name the process (or memory) limit: {notes:?}; result: {bomb:#?}"
+    );
+    assert!(
+        bomb.text.contains("limit of 64 processes") || bomb.text.contains("memory limit"),
+        "the text must name the limit: {:?}",
+        bomb.text
+    );
+
+    server.assert_alive();
+    let other = server.exec_in("bystander", "1 + 1").await;
+    other.assert_ok();
+    assert_eq!(other.value(), Some("2"));
+
+    let left = wait_no_process_with_arg(&marker, GONE_TIMEOUT).await;
+    assert!(
+        left.is_empty(),
+        "{} bomb processes still alive after {GONE_TIMEOUT:?}: {left:?}",
+        left.len()
+    );
+
+    let after = server.exec("'alive'").await;
+    after.assert_ok();
+    assert_eq!(after.value(), Some("'alive'"));
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn a_memory_hog_is_killed_and_the_session_restarts() {
+    let mut server = StdioServer::start(&["--memory-limit", "300M"]).await;
+    server.exec("before = 1").await.assert_ok();
+
+    // bytearray(n) zero-fills its buffer, so all of it is resident; the cell
+    // then holds it until the server kills the session.
+    let hog = exec_wait(
+        &server,
+        "default",
+        "import time\nx = bytearray(800 * 1024 * 1024)\nx[::4096] = b'\\x01' * len(x[::4096])\ntime.sleep(60)",
+        KILL_WAIT_S,
+    )
+    .await;
+    assert!(hog.is_error, "the memory hog must be an error: {hog:#?}");
+    assert_eq!(hog.status(), "crashed", "{hog:#?}");
+    let notes = notes_text(&hog);
+    assert!(
+        notes.contains("memory limit"),
+        "the notes must name the memory limit: {notes:?}; result: {hog:#?}"
+    );
+    assert!(
+        hog.text.contains("memory limit"),
+        "the text must name the memory limit: {:?}",
+        hog.text
+    );
+
+    server.assert_alive();
+    let after = server.exec("1 + 1").await;
+    after.assert_ok();
+    assert_eq!(after.value(), Some("2"));
+    assert!(
+        after.text.to_lowercase().contains("lost"),
+        "the first cell after the kill must say the state was lost: {:?}",
+        after.text
+    );
+    server.exec("before").await.assert_raised("NameError");
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ process cleanup
+
+/// Starts a daemonized (setsid) `sleep 6002` from `session` and returns its pid
+/// once it is running.
+async fn start_daemon(
+    server: &StdioServer,
+    session: &str,
+    pid_file: &Path,
+    reaper: &mut Reaper,
+) -> u32 {
+    let script = format!("sleep 6002 & echo $! > {}; wait", pid_file.display());
+    let code = format!(
+        "import subprocess\n_daemon = subprocess.Popen(['setsid', 'sh', '-c', {}])",
+        py(&script)
+    );
+    server.exec_in(session, &code).await.assert_ok();
+    let line = wait_for_file_line(pid_file, Duration::from_secs(15)).await;
+    let pid: u32 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad pid file content {line:?}"));
+    reaper.pids.push((pid, "6002".into()));
+    // `$!` is known before the forked shell has exec'd sleep: poll (bounded)
+    // until the pid runs `sleep 6002`.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !cmdline(pid).is_some_and(|argv| argv.iter().any(|a| a == "6002")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} from {} did not become a live `sleep 6002` (argv {:?})",
+            pid_file.display(),
+            cmdline(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pid
+}
+
+#[tokio::test]
+async fn reset_and_delete_kill_daemonized_grandchildren() {
+    let mut server = StdioServer::start(&[]).await;
+    let mut reaper = Reaper::default();
+
+    let pid_file = server.workdir.path().join("d.pid");
+    let pid = start_daemon(&server, "default", &pid_file, &mut reaper).await;
+    let reset = server
+        .call("python_reset", json!({ "session": "default" }))
+        .await;
+    assert!(!reset.is_error, "reset failed: {reset:#?}");
+    assert!(
+        wait_process_gone(pid, GONE_TIMEOUT).await,
+        "the daemonized sleep (pid {pid}) survived python_reset"
+    );
+
+    let pid_file = server.workdir.path().join("d2.pid");
+    let pid2 = start_daemon(&server, "named", &pid_file, &mut reaper).await;
+    let deleted = server
+        .call(
+            "python_sessions",
+            json!({ "action": "delete", "name": "named" }),
+        )
+        .await;
+    assert!(!deleted.is_error, "delete failed: {deleted:#?}");
+    assert!(
+        wait_process_gone(pid2, GONE_TIMEOUT).await,
+        "the daemonized sleep (pid {pid2}) survived python_sessions delete"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ sandbox off
+
+#[tokio::test]
+async fn sandbox_off_with_network_on_allows_everything() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a TCP listener");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    let tcp_port = listener.local_addr().expect("tcp addr").port();
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket");
+    let udp_port = udp.local_addr().expect("udp addr").port();
+
+    let secret = unique("SECRET-");
+    let home = fake_home(&secret);
+    let key = home.path().join(".ssh").join("id_rsa");
+    let home_str = home.path().to_str().expect("UTF-8 home").to_string();
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("written.txt");
+
+    let mut server = StdioServer::start_with_env(
+        &["--sandbox", "off", "--network", "on"],
+        &[("HOME", home_str.as_str())],
+    )
+    .await;
+
+    let out = server.exec(&network_cell(tcp_port, udp_port)).await;
+    out.assert_ok();
+    assert_eq!(outcome(&out, "tcp"), "OK 'connected'", "{out:#?}");
+    match listener.accept() {
+        Ok(_) => {}
+        Err(e) => panic!("the test's listener has no connection from the cell: {e}"),
+    }
+
+    let code = format!(
+        r#"{ATTEMPT}
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+def read(path):
+    with open(path) as f:
+        return f.read()
+attempt("outside", lambda: write({target}, "out"))
+attempt("secret", lambda: read({key}))
+"#,
+        target = py_path(&target),
+        key = py_path(&key),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+    assert_succeeded(&out, "outside");
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("the file written outside the workspace"),
+        "out"
+    );
+    assert!(
+        outcome(&out, "secret").contains(&secret),
+        "the fake key should be readable with --sandbox off: {out:#?}"
+    );
+
+    assert!(
+        sandbox_string(&server).await.contains("OFF"),
+        "server_status must say the sandbox is OFF"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ shell jobs
+
+#[tokio::test]
+async fn shell_jobs_are_confined_too() {
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("x");
+    let mut server = StdioServer::start(&[]).await;
+
+    let touch = server
+        .call(
+            "shell_exec",
+            json!({ "command": format!("touch {}; echo rc=$?", target.display()) }),
+        )
+        .await;
+    assert_eq!(touch.str_field("status"), "exited", "{touch:#?}");
+    let stdout = touch.str_field("stdout");
+    let rc = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rc="))
+        .unwrap_or_else(|| panic!("no rc= line in the job's stdout: {touch:#?}"));
+    assert_ne!(rc, "0", "touch outside the workspace succeeded: {touch:#?}");
+    assert!(
+        !target.exists(),
+        "the job created {} outside the workspace",
+        target.display()
+    );
+
+    let net = server
+        .call(
+            "shell_exec",
+            json!({ "command": "python3 -c \"import socket; socket.socket(); print('socket created')\"" }),
+        )
+        .await;
+    assert_eq!(net.str_field("status"), "exited", "{net:#?}");
+    let code = net.structured["exit_code"].as_i64();
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "creating an internet socket in a job should fail: {net:#?}"
+    );
+    let combined = format!("{}\n{}", net.str_field("stdout"), net.str_field("stderr"));
+    assert!(
+        !combined.contains("socket created"),
+        "the job created an internet socket: {net:#?}"
+    );
+    assert!(
+        combined.contains("PermissionError") || combined.contains("Operation not permitted"),
+        "the job should fail on the socket with a permission error: {net:#?}"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ status and startup
+
+#[tokio::test]
+async fn server_status_describes_the_default_sandbox() {
+    let mut server = StdioServer::start(&[]).await;
+    let sandbox = sandbox_string(&server).await;
+    for needle in ["Landlock", "seccomp", "network off"] {
+        assert!(
+            sandbox.contains(needle),
+            "server_status sandbox should mention {needle:?}: {sandbox:?}"
+        );
+    }
+    assert!(
+        !sandbox.contains("OFF"),
+        "the default sandbox must not be OFF: {sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn server_status_says_off_when_the_sandbox_is_off() {
+    let mut server = StdioServer::start(&["--sandbox", "off"]).await;
+    let sandbox = sandbox_string(&server).await;
+    assert!(
+        sandbox.contains("OFF"),
+        "server_status sandbox should say OFF: {sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn sandbox_require_starts_when_everything_is_available() {
+    let mut server = StdioServer::start(&["--sandbox-require"]).await;
+    let out = server.exec("1 + 1").await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("2"));
+    let sandbox = sandbox_string(&server).await;
+    assert!(
+        sandbox.contains("Landlock") && sandbox.contains("seccomp"),
+        "{sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
