@@ -209,6 +209,11 @@ pub struct JobSpec {
     /// Written to stdin, which is then closed.
     pub stdin: Option<String>,
     pub pty: bool,
+    /// Interpreter the job works on (python_install): under the sandbox its
+    /// installation becomes readable and its venv writable.
+    pub python: Option<PathBuf>,
+    /// Further paths the job must read under the sandbox (the uv binary).
+    pub readable: Vec<PathBuf>,
 }
 
 pub struct JobManager {
@@ -257,16 +262,19 @@ impl JobManager {
     /// sandbox launcher when it is on (with a temporary HOME for the job).
     fn shell_command(
         &self,
-        command: &str,
+        spec: &JobSpec,
         n: u64,
     ) -> Result<(PathBuf, Vec<std::ffi::OsString>), JobError> {
-        let args: Vec<std::ffi::OsString> = vec!["-c".into(), command.into()];
+        let args: Vec<std::ffi::OsString> = vec!["-c".into(), spec.command.clone().into()];
         let sh = PathBuf::from("/bin/sh");
         match self.cfg.sandbox.as_deref().filter(|s| s.enabled()) {
             Some(sandbox) => {
                 let tmp = self.cfg.log_dir.join(format!("job-home-{n}"));
                 std::fs::create_dir_all(&tmp).map_err(|e| JobError::Spawn(e.to_string()))?;
-                let policy = sandbox.policy(&self.cfg.workdir, &tmp, None);
+                let mut policy = sandbox.policy(&self.cfg.workdir, &tmp, spec.python.as_deref());
+                policy
+                    .read
+                    .extend(spec.readable.iter().map(|p| p.display().to_string()));
                 Ok(sandbox.wrap(&policy, &sh, &args))
             }
             None => Ok((sh, args)),
@@ -302,7 +310,7 @@ impl JobManager {
         };
         let capture =
             Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
-        let shell = self.shell_command(&spec.command, n)?;
+        let shell = self.shell_command(&spec, n)?;
         let spawned = if spec.pty {
             spawn_pty(&spec, &cwd, shell)
         } else {

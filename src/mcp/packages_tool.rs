@@ -112,7 +112,8 @@ Restart ferrepl with --venv DIR (it creates the venv), or create a session with 
             ""
         };
         let packages: Vec<String> = p.packages.iter().map(|s| shell_quote(s)).collect();
-        let command = match crate::worker::python::uv() {
+        let uv = crate::worker::python::uv();
+        let command = match &uv {
             Some(uv) => format!(
                 "{} pip install --python {}{upgrade} {}",
                 shell_quote(&uv.display().to_string()),
@@ -127,6 +128,13 @@ Restart ferrepl with --venv DIR (it creates the venv), or create a session with 
         };
         let spec = JobSpec {
             command,
+            python: Some(python.clone()),
+            readable: uv
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(std::path::Path::to_path_buf)
+                .into_iter()
+                .collect(),
             ..JobSpec::default()
         };
         let job = match self.jobs.start(spec) {

@@ -199,6 +199,9 @@ Example: {\"command\": \"pytest -x -q\", \"wait_s\": 120}.",
             env: p.env.unwrap_or_default(),
             stdin: p.stdin,
             pty: p.pty.unwrap_or(false),
+            // Readable under the sandbox, so `python3 script.py` works in jobs.
+            python: Some(self.manager.session_python(crate::session::DEFAULT_SESSION)),
+            readable: Vec::new(),
         };
         let job = match self.jobs.start(spec) {
             Ok(j) => j,
