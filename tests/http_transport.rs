@@ -157,3 +157,49 @@ async fn http_token_can_come_from_the_environment() {
     let server = HttpServer::start(&[], &[("FERREPL_AUTH_TOKEN", "s3cret-env")]).await;
     assert_token_enforced(&server, "s3cret-env").await;
 }
+
+/// Clients end their HTTP session with DELETE /mcp and accept 200 or 204; the
+/// official Python SDK logs any other status as a failed termination.
+#[tokio::test]
+async fn http_session_delete_answers_no_content() {
+    let mut server = HttpServer::start(&[], &[]).await;
+    let port = server.port;
+    let (status, head) = raw_post_mcp(port, &mcp_post_headers(port)).await;
+    assert!((200..300).contains(&status), "initialize: {head}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no Mcp-Session-Id header in {head}"));
+    let host = format!("127.0.0.1:{port}");
+    let (status, head) = common::raw_http(
+        port,
+        "DELETE",
+        "/mcp",
+        &[("Host", &host), ("Mcp-Session-Id", &session)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 204, "DELETE of a live session: {head}");
+    // The session is gone: a request in it is answered 404 (the client
+    // must start a new one).
+    let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let (status, head) = common::raw_http(
+        port,
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &session),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(status, 404, "a request in the ended session: {head}");
+    server.assert_alive();
+}

@@ -127,6 +127,14 @@ impl Job {
         }
     }
 
+    /// SIGKILL to the process group and to every descendant, so children
+    /// that left the group (`setsid`, daemons) go too.
+    fn kill_all(&self) {
+        if self.pid > 0 && self.lock().exit.is_none() {
+            crate::sandbox::watch::kill_tree(self.pid);
+        }
+    }
+
     fn done(&self, grace: Duration) -> bool {
         let st = self.lock();
         match &st.exit {
@@ -434,13 +442,19 @@ impl JobManager {
         if job.lock().exit.is_some() {
             return Ok(self.wait(&job, Duration::ZERO).await);
         }
-        job.signal(signal);
+        if signal == Signal::SIGKILL {
+            let target = job.clone();
+            let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
+        } else {
+            job.signal(signal);
+        }
         let mut report = self.wait(&job, Duration::from_secs(2)).await;
         if report.status == JobStatus::Running && signal == Signal::SIGTERM {
-            job.signal(Signal::SIGKILL);
+            let target = job.clone();
+            let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
             let mut more = self.wait(&job, Duration::from_secs(5)).await;
             more.notes.push(
-                "The job ignored SIGTERM for 2 s; its process group was sent SIGKILL.".into(),
+                "The job ignored SIGTERM for 2 s; it and every process it started were sent SIGKILL.".into(),
             );
             report = merge(report, more);
         }
@@ -501,7 +515,7 @@ impl JobManager {
 
     pub fn shutdown(&self) {
         for job in self.jobs().values() {
-            job.signal(Signal::SIGKILL);
+            job.kill_all();
         }
     }
 

@@ -63,6 +63,7 @@ pub async fn serve(
     );
     let router = Router::new()
         .nest_service("/mcp", service)
+        .layer(middleware::from_fn(session_delete_answers_no_content))
         .layer(middleware::from_fn_with_state(
             token.map(Arc::new),
             require_token,
@@ -114,6 +115,19 @@ async fn require_token(
         )
             .into_response(),
     }
+}
+
+/// rmcp answers a successful session DELETE with 202 Accepted; clients (the
+/// official Python SDK among them) expect 200 or 204 and log anything else as a
+/// failed termination. The session is gone by then, so 204 is the truth.
+async fn session_delete_answers_no_content(req: Request, next: Next) -> Response {
+    let is_delete = req.method() == axum::http::Method::DELETE;
+    let mut response = next.run(req).await;
+    if is_delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -3,10 +3,10 @@
 //!
 //! It forks. The child applies the policy (rlimits, no_new_privs, Landlock,
 //! seccomp) and execs the program. The parent stays as a child subreaper: it
-//! ignores SIGINT (interrupts are for the program), reaps everything, and when
-//! the program exits (or the launcher gets SIGTERM) it kills every process
-//! left below it, daemonized ones included, then exits with the program's
-//! status (re-raising its signal).
+//! ignores SIGINT (interrupts are for the program), passes SIGTERM and SIGHUP
+//! on to the program, reaps everything, and when the program exits it kills
+//! every process left below it, daemonized ones included, then exits with the
+//! program's status (re-raising its signal).
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -30,10 +30,20 @@ use super::{Applied, Policy};
 pub const LAUNCH_ARG: &str = "__ferrepl-launch";
 pub const PROBE_ARG: &str = "__ferrepl-probe";
 
-static TERMINATE: AtomicI32 = AtomicI32::new(0);
+/// The program's pid, for the signal handler.
+static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// SIGTERM/SIGHUP are the program's to handle (a job may trap or ignore
+/// them): pass them on. Whoever needs it gone regardless sends SIGKILL to the
+/// whole tree.
 extern "C" fn on_term(sig: libc::c_int) {
-    TERMINATE.store(sig, Ordering::SeqCst);
+    let child = CHILD.load(Ordering::SeqCst);
+    if child > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe {
+            libc::kill(child, sig);
+        }
+    }
 }
 
 /// Entry point of `ferrepl __ferrepl-launch POLICY -- PROGRAM ARGS...`.
@@ -71,6 +81,7 @@ pub fn run(args: &[String]) -> ! {
 }
 
 fn supervise(child: Pid) -> ! {
+    CHILD.store(child.as_raw(), Ordering::SeqCst);
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER has no memory effects.
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -81,7 +92,7 @@ fn supervise(child: Pid) -> ! {
         SaFlags::empty(),
         SigSet::empty(),
     );
-    // SAFETY: the handlers only store to an atomic.
+    // SAFETY: the handler only reads an atomic and calls kill(2).
     unsafe {
         let _ = sigaction(Signal::SIGINT, &ignore);
         let _ = sigaction(Signal::SIGQUIT, &ignore);
@@ -92,17 +103,6 @@ fn supervise(child: Pid) -> ! {
     close_fds_from(0);
     let mut status: Option<WaitStatus> = None;
     loop {
-        let sig = TERMINATE.load(Ordering::SeqCst);
-        if sig != 0 {
-            // Told to stop: everything below goes, then this process dies of
-            // the same signal, so the server reports it.
-            let _ = kill(child, Signal::SIGKILL);
-            sweep();
-            if let Ok(sig) = Signal::try_from(sig) {
-                reraise(sig);
-            }
-            std::process::exit(128 + sig);
-        }
         match waitpid(None, Some(WaitPidFlag::__WALL)) {
             Ok(ws @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
                 if pid == child =>

@@ -109,6 +109,26 @@ impl Snapshot {
 pub fn kill_tree(root: u32) {
     use nix::sys::signal::{Signal, kill, killpg};
     use nix::unistd::Pid;
+    // Freeze the tree first: a stopped process cannot fork, and a stopped
+    // parent cannot see its children die (a shell would otherwise report
+    // "Killed" for its child and exit by itself, hiding that it was killed).
+    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGSTOP);
+    let mut stopped = std::collections::HashSet::new();
+    for _ in 0..100 {
+        let fresh: Vec<u32> = Snapshot::take()
+            .tree(root)
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|p| !stopped.contains(p))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for pid in fresh {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGSTOP);
+            stopped.insert(pid);
+        }
+    }
     // The root (a subreaper launcher under the sandbox) dies last, so orphans
     // are re-parented to it and found by the next pass instead of escaping.
     for _ in 0..100 {
