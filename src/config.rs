@@ -253,7 +253,7 @@ pub struct Config {
     #[arg(long, env = "FERREPL_MAX_CELL_SECONDS", value_name = "SECONDS")]
     pub max_cell_seconds: Option<f64>,
 
-    /// Largest HTTP request body accepted, in bytes.
+    /// Largest request accepted, in bytes: an HTTP body or one stdio line.
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
     pub max_request_bytes: usize,
 

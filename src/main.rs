@@ -170,7 +170,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         }
         None => {
             let app = (manager.clone(), jobs.clone(), workspace, groups);
-            serve_stdio(app, shutdown.clone()).await
+            serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await
         }
     };
     jobs.shutdown();
@@ -182,19 +182,17 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
 async fn serve_stdio(
     app: mcp::server::AppParts,
+    max_request_bytes: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let (manager, jobs, files, groups) = app;
     let server = mcp::server::FerreplServer::new(manager, jobs, files, groups);
-    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    // rmcp drains in-flight calls for a while after EOF; ending the workers at
-    // once makes those calls finish (crashed) and the process exit promptly.
-    let stdin = EofSignal {
-        inner: stdin,
-        on_eof: shutdown.clone(),
-    };
+    // Stdin's end cancels `shutdown`: rmcp drains in-flight calls for a while
+    // after EOF, and ending the workers at once makes those calls finish
+    // (crashed) and the process exit promptly.
+    let transport = mcp::stdio::StdioTransport::start(max_request_bytes, shutdown.clone());
     let running = tokio::select! {
-        r = server.serve((stdin, stdout)) => r.context("MCP handshake on stdio failed")?,
+        r = server.serve(transport) => r.context("MCP handshake on stdio failed")?,
         _ = shutdown.cancelled() => return Ok(()),
     };
     tokio::select! {
@@ -202,31 +200,6 @@ async fn serve_stdio(
         _ = shutdown.cancelled() => {}
     }
     Ok(())
-}
-
-/// Cancels a token when the reader reaches end of file.
-struct EofSignal<R> {
-    inner: R,
-    on_eof: CancellationToken,
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let std::task::Poll::Ready(Ok(())) = &poll
-            && buf.filled().len() == before
-            && buf.remaining() > 0
-        {
-            tracing::info!("stdin closed: shutting down");
-            self.on_eof.cancel();
-        }
-        poll
-    }
 }
 
 fn spawn_signal_watch(shutdown: CancellationToken) {

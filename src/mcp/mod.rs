@@ -8,5 +8,6 @@ pub mod packages_tool;
 pub mod render;
 pub mod server;
 pub mod shell_tools;
+pub mod stdio;
 pub mod text;
 pub mod workspace_tools;
