@@ -77,7 +77,7 @@ pub struct Config {
     #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
     pub sandbox_require: bool,
 
-    /// Memory limit of each session's process tree (RSS), e.g. 2G, 512M; "off" for none.
+    /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none (a cgroup where one can be made, else a watch of the session's RSS).
     #[arg(
         long,
         env = "FERREPL_MEMORY_LIMIT",
@@ -86,7 +86,7 @@ pub struct Config {
     )]
     pub memory_limit: String,
 
-    /// Most processes in one session's process tree (a fork bomb is stopped there).
+    /// Most processes of one session or shell job (threads count under a cgroup); a fork bomb is stopped there.
     #[arg(
         long,
         env = "FERREPL_MAX_PROCESSES",
@@ -279,6 +279,15 @@ pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {
 pub enum Network {
     Off,
     On,
+}
+
+/// "4 GiB" for whole GiB, else MiB.
+pub fn human_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{} GiB", b >> 30)
+    } else {
+        format!("{} MiB", b >> 20)
+    }
 }
 
 /// "4G", "512M", "100K", "123" (bytes) or "off".

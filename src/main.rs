@@ -90,7 +90,11 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             .map(std::path::PathBuf::from)
             .filter(|h| h != std::path::Path::new("/")),
         active: String::new(),
+        cgroups: None,
     };
+    if sandbox_cfg.enabled() {
+        sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
+    }
     sandbox_cfg.active = sandbox::probe(&sandbox_cfg, &workdir, &log_dir.join("probe"))?;
     if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);

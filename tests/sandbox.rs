@@ -763,3 +763,75 @@ async fn sandbox_require_starts_when_everything_is_available() {
     server.assert_alive();
     server.close_and_wait().await;
 }
+
+/// Where cgroups can be made (as on this machine), every session and job is
+/// in its own memory and pids groups, which are removed when it ends; where
+/// they cannot, server_status says the process-tree watch enforces the limits.
+#[tokio::test]
+async fn limits_are_kernel_enforced_by_cgroups_when_status_says_so() {
+    let mut server = StdioServer::start(&["--memory-limit", "300M"]).await;
+    let sandbox = sandbox_string(&server).await;
+    let out = server
+        .exec("print(open('/proc/self/cgroup').read(), end='')")
+        .await;
+    out.assert_ok();
+    let worker_cgroups = out.str_field("stdout").to_string();
+    let job = server
+        .call("shell_exec", json!({ "command": "cat /proc/self/cgroup" }))
+        .await;
+    assert!(!job.is_error, "{job:#?}");
+    let job_cgroups = job.structured["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let memory_line = |text: &str| -> String {
+        text.lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+            })
+            .unwrap_or_default()
+            .to_string()
+    };
+    if sandbox.contains("cgroup v1 memory") {
+        let line = memory_line(&worker_cgroups);
+        assert!(
+            line.contains("/ferrepl-"),
+            "status says cgroup, but the worker is not in a ferrepl memory group: {worker_cgroups:?}"
+        );
+        assert!(
+            memory_line(&job_cgroups).contains("/ferrepl-"),
+            "status says cgroup, but the job is not in a ferrepl memory group: {job_cgroups:?}"
+        );
+        let path = line.splitn(3, ':').nth(2).unwrap_or_default();
+        let dir = Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
+        let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap_or_default();
+        assert_eq!(
+            limit.trim(),
+            (300u64 << 20).to_string(),
+            "limit of {}",
+            dir.display()
+        );
+
+        let reset = server.call("python_reset", json!({})).await;
+        assert!(!reset.is_error, "{reset:#?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while dir.exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the old session's cgroup {} was not removed after reset",
+                dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        assert!(
+            sandbox.contains("process-tree watch"),
+            "without cgroups the status must say what enforces the limits: {sandbox:?}"
+        );
+    }
+    server.assert_alive();
+    server.close_and_wait().await;
+}

@@ -16,6 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant as TokioInstant;
 
+use crate::sandbox::cgroup::Cgroup;
 use crate::worker::ExitInfo;
 use crate::worker::log::CellLog;
 use crate::worker::output::{Capture, LogSink, RenderedOutput, Stream};
@@ -99,6 +100,8 @@ struct JobState {
     open_streams: usize,
     finished_at: Option<Instant>,
     notes: Vec<String>,
+    /// Kernel-enforced limits, until the job exits.
+    cgroup: Option<Arc<Cgroup>>,
 }
 
 pub struct Job {
@@ -130,8 +133,15 @@ impl Job {
     /// SIGKILL to the process group and to every descendant, so children
     /// that left the group (`setsid`, daemons) go too.
     fn kill_all(&self) {
-        if self.pid > 0 && self.lock().exit.is_none() {
+        let (alive, cgroup) = {
+            let st = self.lock();
+            (st.exit.is_none(), st.cgroup.clone())
+        };
+        if self.pid > 0 && alive {
             crate::sandbox::watch::kill_tree(self.pid);
+        }
+        if let Some(group) = cgroup {
+            group.kill_all();
         }
     }
 
@@ -268,11 +278,13 @@ impl JobManager {
 
     /// The program and arguments that run `/bin/sh -c command`, through the
     /// sandbox launcher when it is on (with a temporary HOME for the job).
+    /// The program to start (the launcher under the sandbox) and the job's
+    /// cgroups when the kernel limits can be enforced that way.
     fn shell_command(
         &self,
         spec: &JobSpec,
         n: u64,
-    ) -> Result<(PathBuf, Vec<std::ffi::OsString>), JobError> {
+    ) -> Result<(PathBuf, Vec<std::ffi::OsString>, Option<Cgroup>), JobError> {
         let args: Vec<std::ffi::OsString> = vec!["-c".into(), spec.command.clone().into()];
         let sh = PathBuf::from("/bin/sh");
         match self.cfg.sandbox.as_deref().filter(|s| s.enabled()) {
@@ -283,9 +295,20 @@ impl JobManager {
                 policy
                     .read
                     .extend(spec.readable.iter().map(|p| p.display().to_string()));
-                Ok(sandbox.wrap(&policy, &sh, &args))
+                let cgroup = sandbox.cgroups.as_ref().map(|root| {
+                    root.create(
+                        &format!("j{n}"),
+                        sandbox.memory_limit,
+                        sandbox.max_processes,
+                    )
+                });
+                if let Some(group) = &cgroup {
+                    policy.cgroup_procs = group.procs_files();
+                }
+                let (program, args) = sandbox.wrap(&policy, &sh, &args);
+                Ok((program, args, cgroup))
             }
-            None => Ok((sh, args)),
+            None => Ok((sh, args, None)),
         }
     }
 
@@ -318,7 +341,8 @@ impl JobManager {
         };
         let capture =
             Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
-        let shell = self.shell_command(&spec, n)?;
+        let (program, args, cgroup) = self.shell_command(&spec, n)?;
+        let shell = (program, args);
         let spawned = if spec.pty {
             spawn_pty(&spec, &cwd, shell)
         } else {
@@ -340,6 +364,7 @@ impl JobManager {
                 open_streams: spawned.outputs.len(),
                 finished_at: None,
                 notes: Vec::new(),
+                cgroup: cgroup.map(Arc::new),
             }),
             changed,
         });
@@ -668,6 +693,15 @@ async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
         }
         Err(_) => (None, None),
     };
+    let cgroup = job.lock().cgroup.take();
+    if let Some(group) = cgroup {
+        if let Some(hit) = group.limit_hit() {
+            job.lock().notes.push(format!("The job {hit}."));
+        }
+        // Emptied and removed off the async threads: members may take a
+        // moment to be reaped.
+        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    }
     {
         let mut st = job.lock();
         st.exit = Some(ExitInfo {

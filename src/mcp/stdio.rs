@@ -166,16 +166,18 @@ async fn handle_line(raw: &[u8], out: &Out) -> Option<RxJsonRpcMessage<RoleServe
     };
     match serde_json::from_str::<Value>(text) {
         Err(e) => {
-            let message = format!(
-                "message is not valid JSON ({e}); send one JSON-RPC 2.0 object per line"
-            );
+            let message =
+                format!("message is not valid JSON ({e}); send one JSON-RPC 2.0 object per line");
             reply_error(out, Some(Value::Null), PARSE_ERROR, &message).await;
         }
         Ok(Value::Array(_)) => {
             let message = "JSON-RPC batches are not supported by MCP; send one message per line";
             reply_error(out, Some(Value::Null), INVALID_REQUEST, message).await;
         }
-        Ok(value) => match value.get("id").filter(|id| id.is_string() || id.is_number()) {
+        Ok(value) => match value
+            .get("id")
+            .filter(|id| id.is_string() || id.is_number())
+        {
             Some(id) => {
                 let message = format!("invalid JSON-RPC message: {error}");
                 reply_error(out, Some(id.clone()), INVALID_REQUEST, &message).await;

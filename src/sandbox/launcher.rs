@@ -66,6 +66,15 @@ pub fn run(args: &[String]) -> ! {
         Ok(p) => p,
         Err(e) => fail(format!("bad argument: {e}")),
     };
+    // Before the fork, so the program and all it starts are counted.
+    for procs in &policy.cgroup_procs {
+        if let Err(e) = std::fs::write(procs, "0") {
+            if policy.require {
+                fail(format!("cannot join cgroup {procs}: {e}"));
+            }
+            eprintln!("ferrepl launcher: cannot join cgroup {procs}: {e}");
+        }
+    }
     // SAFETY: the launcher is single-threaded here (no runtime was started).
     match unsafe { fork() } {
         Err(e) => fail(format!("fork failed: {e}")),

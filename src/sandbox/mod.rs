@@ -5,6 +5,7 @@
 //! single-threaded process and stays behind as a subreaper. Memory and
 //! process-count limits are enforced by the server watching process trees.
 
+pub mod cgroup;
 pub mod launcher;
 pub mod watch;
 
@@ -39,6 +40,9 @@ pub struct Policy {
     pub max_open_files: Option<u64>,
     pub max_processes: Option<u64>,
     pub env: BTreeMap<String, String>,
+    /// `cgroup.procs` files the launcher moves itself into before forking.
+    #[serde(default)]
+    pub cgroup_procs: Vec<String>,
 }
 
 /// What the launcher could apply (reported by the startup probe).
@@ -66,6 +70,9 @@ pub struct SandboxConfig {
     pub home: Option<PathBuf>,
     /// What the probe found active, for server_status and the log.
     pub active: String,
+    /// Where per-session cgroups can be made (None: the limits are enforced
+    /// by the process-tree watch alone).
+    pub cgroups: Option<cgroup::CgroupRoot>,
 }
 
 impl SandboxConfig {
@@ -114,6 +121,7 @@ impl SandboxConfig {
             max_open_files: Some(self.max_open_files),
             max_processes: Some(self.max_processes),
             env,
+            cgroup_procs: Vec::new(),
         }
     }
 
@@ -227,17 +235,29 @@ pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Resul
     if !applied.rlimits.is_empty() {
         parts.push(format!("rlimits: {}", applied.rlimits.join(", ")));
     }
+    let cgroups = cfg.cgroups.as_ref();
     parts.push(match cfg.memory_limit {
+        Some(b) if cgroups.is_some_and(|c| c.has_memory()) => format!(
+            "memory limit {} MiB per session and per job (cgroup v1 memory, enforced by the kernel; also a process-tree watch)",
+            b / (1024 * 1024)
+        ),
         Some(b) => format!(
-            "memory limit {} MiB per session (process-tree watch)",
+            "memory limit {} MiB per session (process-tree watch; no writable memory cgroup)",
             b / (1024 * 1024)
         ),
         None => "no memory limit".into(),
     });
-    parts.push(format!(
-        "at most {} processes per session",
-        cfg.max_processes
-    ));
+    parts.push(if cgroups.is_some_and(|c| c.has_pids()) {
+        format!(
+            "at most {} processes per session and per job (cgroup v1 pids, enforced by the kernel)",
+            cfg.max_processes
+        )
+    } else {
+        format!(
+            "at most {} processes per session (process-tree watch; no writable pids cgroup)",
+            cfg.max_processes
+        )
+    });
     parts.push(
         "home directory hidden; HOME and TMPDIR are per-session temporary directories".into(),
     );

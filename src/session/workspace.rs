@@ -151,7 +151,11 @@ impl SessionManager {
                     let snap = crate::sandbox::watch::Snapshot::take();
                     for (name, w) in workers {
                         let (rss, count) = snap.usage(w.root_pid());
-                        let reason = if count as u64 > sandbox.max_processes {
+                        let reason = if let Some(hit) = w.cgroup_limit_hit() {
+                            Some(format!(
+                                "Session '{name}' {hit}, so all of its processes were killed."
+                            ))
+                        } else if count as u64 > sandbox.max_processes {
                             Some(format!(
                                 "Session '{name}' went over its limit of {} processes (--max-processes; a fork bomb?), so all of them were killed.",
                                 sandbox.max_processes
@@ -160,7 +164,7 @@ impl SessionManager {
                             match sandbox.memory_limit {
                                 Some(limit) if rss > limit => Some(format!(
                                     "Session '{name}' went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
-                                    human_bytes(limit),
+                                    crate::config::human_bytes(limit),
                                     rss / (1024 * 1024)
                                 )),
                                 _ => None,
@@ -362,13 +366,5 @@ impl SessionManager {
                 .map(|s| s.active.clone())
                 .unwrap_or_else(|| "OFF".to_string()),
         }
-    }
-}
-
-fn human_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
-        format!("{} GiB", b >> 30)
-    } else {
-        format!("{} MiB", b >> 20)
     }
 }

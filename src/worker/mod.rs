@@ -166,6 +166,8 @@ struct State {
     next_request_id: u64,
     /// Why ferrepl killed this worker (a resource limit), for the crash report.
     kill_reason: Option<String>,
+    /// The worker's cgroups (kernel-enforced limits), until it exits.
+    cgroup: Option<Arc<crate::sandbox::cgroup::Cgroup>>,
 }
 
 pub struct Worker {
@@ -216,12 +218,22 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let python_args: Vec<OsString> = vec!["-c".into(), BOOTSTRAP.into()];
     let mut home = None;
+    let mut cgroup = None;
     let mut cmd = match spec.sandbox.as_deref().filter(|s| s.enabled()) {
         Some(sandbox) => {
             // Its own HOME and TMPDIR, writable, removed when it exits.
             let tmp = spec.log_dir.join(format!("home-{launch_no}"));
             std::fs::create_dir_all(&tmp).map_err(spawn_err)?;
-            let policy = sandbox.policy(&spec.workdir, &tmp, Some(&spec.python));
+            let mut policy = sandbox.policy(&spec.workdir, &tmp, Some(&spec.python));
+            if let Some(root) = &sandbox.cgroups {
+                let group = root.create(
+                    &format!("w{launch_no}"),
+                    sandbox.memory_limit,
+                    sandbox.max_processes,
+                );
+                policy.cgroup_procs = group.procs_files();
+                cgroup = Some(Arc::new(group));
+            }
             let (exe, args) = sandbox.wrap(&policy, &spec.python, &python_args);
             home = Some(tmp);
             let mut c = tokio::process::Command::new(exe);
@@ -292,6 +304,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
             inspect_waiters: HashMap::new(),
             next_request_id: 1,
             kill_reason: None,
+            cgroup,
         }),
         changed,
     });
@@ -472,6 +485,17 @@ async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
         Err(_) => (None, None),
     };
     tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
+    let cgroup = worker.lock().cgroup.take();
+    if let Some(group) = cgroup {
+        if let Some(hit) = group.limit_hit() {
+            worker.set_kill_reason(format!(
+                "The session {hit}, so all of its processes were ended."
+            ));
+        }
+        // Emptied and removed off the async threads: members may take a
+        // moment to be reaped.
+        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    }
     if let Some(home) = &worker.home {
         let _ = std::fs::remove_dir_all(home);
     }
@@ -769,9 +793,22 @@ impl Worker {
 
     /// Ends the worker and every process below it (daemonized ones too).
     pub fn kill(&self) {
-        if self.lock().exit.is_none() {
+        let (alive, cgroup) = {
+            let st = self.lock();
+            (st.exit.is_none(), st.cgroup.clone())
+        };
+        if alive {
             crate::sandbox::watch::kill_tree(self.pid);
         }
+        if let Some(group) = cgroup {
+            group.kill_all();
+        }
+    }
+
+    /// A kernel limit (memory, processes) the worker's cgroup reached.
+    pub fn cgroup_limit_hit(&self) -> Option<String> {
+        let group = self.lock().cgroup.clone()?;
+        group.limit_hit()
     }
 
     /// Resident memory of the worker process, from /proc.

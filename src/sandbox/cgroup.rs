@@ -1,0 +1,259 @@
+//! Kernel-enforced limits per session through cgroups, where we may create
+//! them: the memory and pids controllers of a cgroup v1 hierarchy that is
+//! writable to us (as on this machine; the launcher moves itself into the
+//! groups before it forks the program, so everything below is counted).
+//!
+//! cgroup v2 is not used: a process may only sit in a leaf, so using v2 needs
+//! a delegated subtree (systemd `Delegate=`) that ferrepl would move itself
+//! into; without one the process-tree watch enforces the limits instead.
+
+use std::path::{Path, PathBuf};
+
+/// The parent directories (one per controller) our session groups go under.
+#[derive(Debug, Clone)]
+pub struct CgroupRoot {
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+}
+
+/// One session's (or job's) groups. Dropping it kills whatever is still in
+/// them and removes them.
+#[derive(Debug)]
+pub struct Cgroup {
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+    memory_limit: Option<u64>,
+    max_processes: u64,
+}
+
+const PREFIX: &str = "ferrepl-";
+
+impl CgroupRoot {
+    /// The writable v1 memory and pids hierarchies of this process, or None.
+    pub fn detect() -> Option<Self> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let dir_of = |controller: &str| -> Option<PathBuf> {
+            let path = own.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+                list.split(',').any(|c| c == controller).then_some(path)
+            })?;
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(controller)
+                .join(path.trim_start_matches('/'));
+            usable(&dir).then_some(dir)
+        };
+        let root = Self {
+            memory: dir_of("memory"),
+            pids: dir_of("pids"),
+        };
+        if root.memory.is_none() && root.pids.is_none() {
+            return None;
+        }
+        root.remove_stale();
+        Some(root)
+    }
+
+    pub fn has_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    pub fn has_pids(&self) -> bool {
+        self.pids.is_some()
+    }
+
+    /// Creates the groups `ferrepl-<server pid>-<label>` with the limits.
+    pub fn create(&self, label: &str, memory_limit: Option<u64>, max_processes: u64) -> Cgroup {
+        let name = format!("{PREFIX}{}-{label}", std::process::id());
+        let make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| -> Option<PathBuf> {
+            let dir = parent.as_ref()?.join(&name);
+            if let Err(e) = std::fs::create_dir(&dir)
+                && e.kind() != std::io::ErrorKind::AlreadyExists
+            {
+                tracing::warn!("cannot create cgroup {}: {e}", dir.display());
+                return None;
+            }
+            for (file, value) in limits {
+                // memsw (memory + swap) exists only with swap accounting.
+                if let Err(e) = std::fs::write(dir.join(file), value)
+                    && !file.contains("memsw")
+                {
+                    tracing::warn!("cannot set {file} of {}: {e}", dir.display());
+                    let _ = std::fs::remove_dir(&dir);
+                    return None;
+                }
+            }
+            Some(dir)
+        };
+        let memory = match memory_limit {
+            Some(limit) => make(
+                &self.memory,
+                &[
+                    ("memory.limit_in_bytes", limit.to_string()),
+                    ("memory.memsw.limit_in_bytes", limit.to_string()),
+                ],
+            ),
+            None => None,
+        };
+        let pids = make(&self.pids, &[("pids.max", max_processes.to_string())]);
+        Cgroup {
+            memory,
+            pids,
+            memory_limit,
+            max_processes,
+        }
+    }
+
+    /// Groups left by a ferrepl that died without cleaning up.
+    fn remove_stale(&self) {
+        for parent in [&self.memory, &self.pids].into_iter().flatten() {
+            let Ok(entries) = std::fs::read_dir(parent) else {
+                continue;
+            };
+            for entry in entries.filter_map(Result::ok) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let Some(owner) = name
+                    .strip_prefix(PREFIX)
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|p| p.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if owner != std::process::id() && !Path::new(&format!("/proc/{owner}")).exists() {
+                    empty_and_remove(&entry.path());
+                }
+            }
+        }
+    }
+}
+
+/// A cgroup directory we can create groups in.
+fn usable(dir: &Path) -> bool {
+    if !dir.join("cgroup.procs").is_file() {
+        return false;
+    }
+    let probe = dir.join(format!("{PREFIX}{}-probe", std::process::id()));
+    let ok = std::fs::create_dir(&probe).is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    ok
+}
+
+impl Cgroup {
+    /// The `cgroup.procs` files the launcher writes itself into.
+    pub fn procs_files(&self) -> Vec<String> {
+        self.dirs()
+            .map(|d| d.join("cgroup.procs").display().to_string())
+            .collect()
+    }
+
+    fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.memory, &self.pids].into_iter().flatten()
+    }
+
+    /// Which kernel limit was reached, if one was: "went over its memory
+    /// limit of ..." (the caller names the session or job and says what
+    /// happened next).
+    pub fn limit_hit(&self) -> Option<String> {
+        if self.oom_kills() > 0 {
+            return Some(format!(
+                "went over its memory limit of {} (--memory-limit; the kernel's memory cgroup killed a process)",
+                crate::config::human_bytes(self.memory_limit.unwrap_or(0))
+            ));
+        }
+        if self.fork_refusals() > 0 {
+            return Some(format!(
+                "reached its limit of {} processes and threads (--max-processes; a fork bomb?): the kernel refused to start more",
+                self.max_processes
+            ));
+        }
+        None
+    }
+
+    /// Processes the kernel killed for going over the memory limit.
+    pub fn oom_kills(&self) -> u64 {
+        let Some(dir) = &self.memory else { return 0 };
+        let text = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
+        counter(&text, "oom_kill")
+    }
+
+    /// Forks refused because the process limit was reached.
+    pub fn fork_refusals(&self) -> u64 {
+        let Some(dir) = &self.pids else { return 0 };
+        let text = std::fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
+        counter(&text, "max")
+    }
+
+    /// SIGKILL to every member until none is left.
+    pub fn kill_all(&self) {
+        for dir in self.dirs() {
+            kill_members(dir);
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for dir in self.dirs() {
+            empty_and_remove(dir);
+        }
+    }
+}
+
+fn counter(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+        .unwrap_or(0)
+}
+
+fn read_procs(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn kill_members(dir: &Path) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    for _ in 0..100 {
+        let pids = read_procs(dir);
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn empty_and_remove(dir: &Path) {
+    kill_members(dir);
+    // A killed process leaves the group only once it is reaped; its parent
+    // (our launcher or the server) may take a moment.
+    for _ in 0..200 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+        }
+    }
+    tracing::warn!("cannot remove cgroup {}", dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counter;
+
+    #[test]
+    fn counters_are_read_by_name() {
+        let oom = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
+        assert_eq!(counter(oom, "oom_kill"), 3);
+        assert_eq!(counter("max 7\n", "max"), 7);
+        assert_eq!(counter("", "max"), 0);
+    }
+}
