@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use rmcp::RoleServer;
+use rmcp::model::{ErrorCode, JsonRpcMessage};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::{StdioReader, StdioWriter, Transport};
 use serde_json::{Value, json};
@@ -49,6 +50,7 @@ impl Transport<RoleServer> for StdioTransport {
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let out = self.out.clone();
+        let item = explain_unknown_method(item);
         async move {
             let line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
             write_line(&out, line).await
@@ -63,6 +65,21 @@ impl Transport<RoleServer> for StdioTransport {
         self.incoming.close();
         self.out.lock().await.flush().await
     }
+}
+
+/// rmcp's "method not found" error carries only the method's name.
+fn explain_unknown_method(mut item: TxJsonRpcMessage<RoleServer>) -> TxJsonRpcMessage<RoleServer> {
+    if let JsonRpcMessage::Error(e) = &mut item
+        && e.error.code == ErrorCode::METHOD_NOT_FOUND
+        && !e.error.message.contains(' ')
+    {
+        e.error.message = format!(
+            "method '{}' is not supported by this server; it serves MCP tools: tools/list to see them, tools/call to run one",
+            e.error.message
+        )
+        .into();
+    }
+    item
 }
 
 async fn write_line(out: &Out, mut line: Vec<u8>) -> std::io::Result<()> {
