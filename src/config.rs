@@ -86,7 +86,7 @@ pub struct Config {
     )]
     pub memory_limit: String,
 
-    /// Most processes of one session or shell job (threads count under a cgroup); a fork bomb is stopped there.
+    /// Most processes in one session's process tree (a fork bomb is stopped there).
     #[arg(
         long,
         env = "FERREPL_MAX_PROCESSES",

@@ -45,13 +45,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cfg)) {
+    let code = match runtime.block_on(run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // A blocking read of stdin (when it is not a pipe) cannot be cancelled
+    // and would hold the runtime's drop until the client writes or closes
+    // it; everything that matters has been cleaned up by now.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    code
 }
 
 async fn run(cfg: Config) -> anyhow::Result<()> {
@@ -194,17 +199,37 @@ async fn serve_stdio(
     // Stdin's end cancels `shutdown`: rmcp drains in-flight calls for a while
     // after EOF, and ending the workers at once makes those calls finish
     // (crashed) and the process exit promptly.
-    let transport = mcp::stdio::StdioTransport::start(max_request_bytes, shutdown.clone());
+    let stdin_closed = CancellationToken::new();
+    let transport = mcp::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
+    {
+        let (stdin_closed, shutdown) = (stdin_closed.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            stdin_closed.cancelled().await;
+            shutdown.cancel();
+        });
+    }
     let running = tokio::select! {
         r = server.serve(transport) => r.context("MCP handshake on stdio failed")?,
         _ = shutdown.cancelled() => return Ok(()),
     };
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
     tokio::select! {
-        r = running.waiting() => { r.context("stdio service failed")?; }
-        _ = shutdown.cancelled() => {}
+        r = &mut waiting => { r.context("stdio service failed")?; }
+        _ = shutdown.cancelled() => {
+            // After stdin's end, calls in flight end quickly once the workers
+            // are gone; let their answers out before exiting. (After a
+            // signal the client is not listening.)
+            if stdin_closed.is_cancelled() {
+                let _ = tokio::time::timeout(STDIO_DRAIN, &mut waiting).await;
+            }
+        }
     }
     Ok(())
 }
+
+/// How long answers to calls in flight may delay the exit after shutdown.
+const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn spawn_signal_watch(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};

@@ -835,3 +835,30 @@ async fn limits_are_kernel_enforced_by_cgroups_when_status_says_so() {
     server.assert_alive();
     server.close_and_wait().await;
 }
+
+/// Threads are not processes: a session may start many (numeric libraries
+/// start one per core) without being taken for a fork bomb.
+#[tokio::test]
+async fn many_threads_are_not_a_fork_bomb() {
+    let mut server = StdioServer::start(&["--max-processes", "64"]).await;
+    let code = "import threading\n\
+gate = threading.Event()\n\
+threads = [threading.Thread(target=gate.wait) for _ in range(600)]\n\
+for t in threads:\n    t.start()\n\
+alive = sum(t.is_alive() for t in threads)\n\
+gate.set()\n\
+for t in threads:\n    t.join()\n\
+alive";
+    let out = server.exec(code).await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("600"), "{out:#?}");
+    let after = server.exec("alive").await;
+    after.assert_ok();
+    assert_eq!(
+        after.value(),
+        Some("600"),
+        "the session survived: {after:#?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}

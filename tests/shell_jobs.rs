@@ -853,3 +853,38 @@ async fn shell_jobs_over_http() {
     srv.assert_alive();
     let _ = client.cancel().await;
 }
+
+/// shell_kill's SIGTERM goes to the job's process group; the sandbox
+/// launcher in that group must not pass it on a second time.
+#[tokio::test]
+async fn sigterm_reaches_a_sandboxed_job_exactly_once() {
+    let srv = StdioServer::start(&[]).await;
+    let script = "import signal, time\n\
+n = [0]\n\
+def on_term(*_):\n    n[0] += 1\n\
+signal.signal(signal.SIGTERM, on_term)\n\
+print('ready', flush=True)\n\
+while n[0] == 0:\n    time.sleep(0.02)\n\
+time.sleep(0.3)\n\
+print('terms', n[0], flush=True)\n";
+    let path = srv.workdir.path().join("count_terms.py");
+    std::fs::write(&path, script).expect("write the script");
+    let started = exec(
+        &srv,
+        &format!("exec python3 {}", sh_quote(&path)),
+        json!({ "wait_s": 0.2 }),
+    )
+    .await;
+    started.assert_running();
+    let job = started.job_id();
+    wait_output_contains(&srv, &job, "ready").await;
+    let killed = srv.call("shell_kill", json!({ "job": job })).await;
+    killed.assert_exited();
+    let out = srv.call("shell_output", json!({ "job": job })).await;
+    let all = out.str_field("text").to_string();
+    assert!(
+        all.contains("terms 1"),
+        "the job must see SIGTERM exactly once: {all:?} / {killed:#?}"
+    );
+    srv.close_and_wait().await;
+}

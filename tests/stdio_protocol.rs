@@ -614,3 +614,26 @@ async fn sigterm_ends_the_server_its_worker_and_the_workers_children() {
 async fn sigint_ends_the_server_its_worker_and_the_workers_children() {
     signal_ends_server_worker_and_children(Signal::SIGINT).await;
 }
+
+/// A client may pipe its requests and close stdin right after: every request
+/// read before the end is still answered before the server exits.
+#[tokio::test]
+async fn requests_piped_just_before_stdin_closes_are_answered() {
+    let mut srv = RawServer::start(&[]).await;
+    srv.initialize().await;
+    srv.send_line(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+        .await;
+    srv.send_line(&tools_call_line(3, r#"{"code":"6*7"}"#))
+        .await;
+    srv.send_line(br#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#)
+        .await;
+    drop(srv.stdin.take());
+    let mut answered = Vec::new();
+    while let Some(message) = srv.next_message().await {
+        if let Some(id) = message.get("id").and_then(Value::as_i64) {
+            answered.push(id);
+        }
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, vec![2, 3, 4], "{}", srv.stderr_log());
+}

@@ -694,13 +694,11 @@ async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
         Err(_) => (None, None),
     };
     let cgroup = job.lock().cgroup.take();
-    if let Some(group) = cgroup {
-        if let Some(hit) = group.limit_hit() {
-            job.lock().notes.push(format!("The job {hit}."));
-        }
-        // Emptied and removed off the async threads: members may take a
-        // moment to be reaped.
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    if let Some(group) = &cgroup {
+        let notes = [group.limit_hit(), group.task_limit_note()];
+        job.lock()
+            .notes
+            .extend(notes.into_iter().flatten().map(|n| format!("The job {n}.")));
     }
     {
         let mut st = job.lock();
@@ -712,6 +710,11 @@ async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
         st.finished_at = Some(Instant::now());
     }
     job.bump();
+    if let Some(group) = cgroup {
+        // Emptied and removed off the async threads: members may take a
+        // moment to be reaped.
+        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    }
 }
 
 #[cfg(test)]

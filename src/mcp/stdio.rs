@@ -29,6 +29,7 @@ type Out = Arc<Mutex<StdioWriter>>;
 pub struct StdioTransport {
     incoming: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
     out: Out,
+    on_eof: CancellationToken,
 }
 
 impl StdioTransport {
@@ -37,8 +38,12 @@ impl StdioTransport {
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let out = Arc::new(Mutex::new(writer));
         let (tx, incoming) = mpsc::channel(64);
-        tokio::spawn(read_loop(reader, max_line_bytes, tx, out.clone(), on_eof));
-        Self { incoming, out }
+        tokio::spawn(read_loop(reader, max_line_bytes, tx, out.clone()));
+        Self {
+            incoming,
+            out,
+            on_eof,
+        }
     }
 }
 
@@ -57,8 +62,14 @@ impl Transport<RoleServer> for StdioTransport {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        self.incoming.recv()
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let message = self.incoming.recv().await;
+        // Only once rmcp has taken every message read before the end:
+        // requests piped in just before stdin closed are still served.
+        if message.is_none() {
+            self.on_eof.cancel();
+        }
+        message
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
@@ -94,7 +105,6 @@ async fn read_loop(
     max_line_bytes: usize,
     tx: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     out: Out,
-    on_eof: CancellationToken,
 ) {
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
     let mut line: Vec<u8> = Vec::new();
@@ -153,7 +163,6 @@ async fn read_loop(
             return;
         }
     }
-    on_eof.cancel();
 }
 
 /// A parsed message, or None after answering (or logging) a bad line.

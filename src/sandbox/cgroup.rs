@@ -23,10 +23,40 @@ pub struct Cgroup {
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
     memory_limit: Option<u64>,
-    max_processes: u64,
+    max_tasks: u64,
 }
 
 const PREFIX: &str = "ferrepl-";
+
+/// `<pid namespace inode>-<pid>-<start time>` of a process: unique among
+/// live processes across pid namespaces and pid reuse.
+fn identity(pid: &str) -> Option<String> {
+    let ns = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let ns: String = ns
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let start = stat
+        .rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .to_string();
+    let pid = if pid == "self" {
+        std::process::id().to_string()
+    } else {
+        pid.to_string()
+    };
+    Some(format!("{ns}-{pid}-{start}"))
+}
+
+/// Our own identity, computed once.
+fn own_identity() -> &'static str {
+    static OWN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| identity("self").unwrap_or_else(|| format!("0-{}-0", std::process::id())))
+}
 
 impl CgroupRoot {
     /// The writable v1 memory and pids hierarchies of this process, or None.
@@ -62,14 +92,18 @@ impl CgroupRoot {
         self.pids.is_some()
     }
 
-    /// Creates the groups `ferrepl-<server pid>-<label>` with the limits.
+    /// Creates the groups `ferrepl-<our identity>-<label>` with the limits.
+    /// `pids.max` counts threads too, so it is a ceiling well above
+    /// `max_processes` (which the process-tree watch enforces exactly).
     pub fn create(&self, label: &str, memory_limit: Option<u64>, max_processes: u64) -> Cgroup {
-        let name = format!("{PREFIX}{}-{label}", std::process::id());
+        let name = format!("{PREFIX}{}-{label}", own_identity());
         let make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| -> Option<PathBuf> {
             let dir = parent.as_ref()?.join(&name);
-            if let Err(e) = std::fs::create_dir(&dir)
-                && e.kind() != std::io::ErrorKind::AlreadyExists
-            {
+            if dir.exists() {
+                // Left over (its counters would be stale): start afresh.
+                empty_and_remove(&dir);
+            }
+            if let Err(e) = std::fs::create_dir(&dir) {
                 tracing::warn!("cannot create cgroup {}: {e}", dir.display());
                 return None;
             }
@@ -95,12 +129,13 @@ impl CgroupRoot {
             ),
             None => None,
         };
-        let pids = make(&self.pids, &[("pids.max", max_processes.to_string())]);
+        let tasks = task_ceiling(max_processes);
+        let pids = make(&self.pids, &[("pids.max", tasks.to_string())]);
         Cgroup {
             memory,
             pids,
             memory_limit,
-            max_processes,
+            max_tasks: tasks,
         }
     }
 
@@ -112,19 +147,33 @@ impl CgroupRoot {
             };
             for entry in entries.filter_map(Result::ok) {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let Some(owner) = name
-                    .strip_prefix(PREFIX)
-                    .and_then(|r| r.split('-').next())
-                    .and_then(|p| p.parse::<u32>().ok())
+                let Some(rest) = name.strip_prefix(PREFIX) else {
+                    continue;
+                };
+                let mut parts = rest.splitn(4, '-');
+                let (Some(ns), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next())
                 else {
                     continue;
                 };
-                if owner != std::process::id() && !Path::new(&format!("/proc/{owner}")).exists() {
+                // Only groups of our pid namespace can be judged from here.
+                let own_ns = own_identity().split('-').next().unwrap_or_default();
+                if ns != own_ns {
+                    continue;
+                }
+                let owner_alive =
+                    identity(pid).is_some_and(|id| id == format!("{ns}-{pid}-{start}"));
+                if !owner_alive {
                     empty_and_remove(&entry.path());
                 }
             }
         }
     }
+}
+
+/// Threads count against `pids.max`: numeric libraries start one per core.
+fn task_ceiling(max_processes: u64) -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    max_processes.saturating_mul(8).max(4096).max(cores * 64)
 }
 
 /// A cgroup directory we can create groups in.
@@ -160,13 +209,17 @@ impl Cgroup {
                 crate::config::human_bytes(self.memory_limit.unwrap_or(0))
             ));
         }
-        if self.fork_refusals() > 0 {
-            return Some(format!(
-                "reached its limit of {} processes and threads (--max-processes; a fork bomb?): the kernel refused to start more",
-                self.max_processes
-            ));
-        }
         None
+    }
+
+    /// For a job's result: the kernel refused to start more tasks.
+    pub fn task_limit_note(&self) -> Option<String> {
+        (self.fork_refusals() > 0).then(|| {
+            format!(
+                "reached the ceiling of {} processes and threads (pids cgroup; a fork bomb?): the kernel refused to start more",
+                self.max_tasks
+            )
+        })
     }
 
     /// Processes the kernel killed for going over the memory limit.

@@ -32,18 +32,33 @@ pub const PROBE_ARG: &str = "__ferrepl-probe";
 
 /// The program's pid, for the signal handler.
 static CHILD: AtomicI32 = AtomicI32::new(0);
+/// The server that started us; its signals go to the whole process group.
+static SERVER: AtomicI32 = AtomicI32::new(0);
 
 /// SIGTERM/SIGHUP are the program's to handle (a job may trap or ignore
-/// them): pass them on. Whoever needs it gone regardless sends SIGKILL to the
-/// whole tree.
-extern "C" fn on_term(sig: libc::c_int) {
-    let child = CHILD.load(Ordering::SeqCst);
-    if child > 0 {
-        // SAFETY: kill(2) is async-signal-safe.
-        unsafe {
+/// them). The server signals the whole process group, which reaches the
+/// program directly, so only a signal from anyone else (`kill <pid>` of the
+/// launcher) is passed on; passing the server's on too would deliver it
+/// twice. Whoever needs everything gone sends SIGKILL to the whole tree.
+extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO; only
+    // async-signal-safe calls (kill) are made, and errno is preserved.
+    unsafe {
+        let sender = if info.is_null() { 0 } else { (*info).si_pid() };
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 && sender != SERVER.load(Ordering::SeqCst) {
+            let errno = *libc::__errno_location();
             libc::kill(child, sig);
+            *libc::__errno_location() = errno;
         }
     }
+}
+
+fn term_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
+    set
 }
 
 /// Entry point of `ferrepl __ferrepl-launch POLICY -- PROGRAM ARGS...`.
@@ -75,10 +90,15 @@ pub fn run(args: &[String]) -> ! {
             eprintln!("ferrepl launcher: cannot join cgroup {procs}: {e}");
         }
     }
+    SERVER.store(nix::unistd::getppid().as_raw(), Ordering::SeqCst);
+    // Held back until the handlers are in place, so a SIGTERM right after
+    // the fork cannot kill the launcher and orphan the program.
+    let _ = term_signals().thread_block();
     // SAFETY: the launcher is single-threaded here (no runtime was started).
     match unsafe { fork() } {
         Err(e) => fail(format!("fork failed: {e}")),
         Ok(ForkResult::Child) => {
+            let _ = term_signals().thread_unblock();
             if let Err(e) = apply(&policy) {
                 fail(e);
             }
@@ -97,17 +117,18 @@ fn supervise(child: Pid) -> ! {
     }
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
     let term = SigAction::new(
-        SigHandler::Handler(on_term),
-        SaFlags::empty(),
+        SigHandler::SigAction(on_term),
+        SaFlags::SA_SIGINFO,
         SigSet::empty(),
     );
-    // SAFETY: the handler only reads an atomic and calls kill(2).
+    // SAFETY: the handler only reads atomics and calls kill(2).
     unsafe {
         let _ = sigaction(Signal::SIGINT, &ignore);
         let _ = sigaction(Signal::SIGQUIT, &ignore);
         let _ = sigaction(Signal::SIGTERM, &term);
         let _ = sigaction(Signal::SIGHUP, &term);
     }
+    let _ = term_signals().thread_unblock();
     // The program's pipes and control socket must close when it goes.
     close_fds_from(0);
     let mut status: Option<WaitStatus> = None;
@@ -124,6 +145,7 @@ fn supervise(child: Pid) -> ! {
             Err(_) => break,
         }
     }
+    CHILD.store(0, Ordering::SeqCst);
     sweep();
     match status {
         Some(WaitStatus::Exited(_, code)) => std::process::exit(code),

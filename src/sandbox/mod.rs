@@ -249,7 +249,7 @@ pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Resul
     });
     parts.push(if cgroups.is_some_and(|c| c.has_pids()) {
         format!(
-            "at most {} processes per session and per job (cgroup v1 pids, enforced by the kernel)",
+            "at most {} processes per session (process-tree watch), and a kernel ceiling on tasks per session and per job (cgroup v1 pids)",
             cfg.max_processes
         )
     } else {

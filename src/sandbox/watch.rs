@@ -148,4 +148,10 @@ pub fn kill_tree(root: u32) {
     }
     let _ = kill(Pid::from_raw(root as i32), Signal::SIGKILL);
     let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+    // A process frozen above may have left the tree since (its parent died
+    // with no subreaper to adopt it); stopped, it cannot have exited, so its
+    // pid is still its own.
+    for pid in stopped {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
 }

@@ -486,15 +486,10 @@ async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
     };
     tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
     let cgroup = worker.lock().cgroup.take();
-    if let Some(group) = cgroup {
-        if let Some(hit) = group.limit_hit() {
-            worker.set_kill_reason(format!(
-                "The session {hit}, so all of its processes were ended."
-            ));
-        }
-        // Emptied and removed off the async threads: members may take a
-        // moment to be reaped.
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    if let Some(hit) = cgroup.as_ref().and_then(|g| g.limit_hit()) {
+        worker.set_kill_reason(format!(
+            "The session {hit}, so all of its processes were ended."
+        ));
     }
     if let Some(home) = &worker.home {
         let _ = std::fs::remove_dir_all(home);
@@ -505,6 +500,11 @@ async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
         at: Instant::now(),
     });
     worker.bump();
+    if let Some(group) = cgroup {
+        // Emptied and removed off the async threads: members may take a
+        // moment to be reaped.
+        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+    }
 }
 
 impl Worker {
