@@ -14,12 +14,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{StdioServer, process_alive, wait_process_gone};
+use common::{
+    StdioServer, initialize_body, process_alive, server_command, wait_process_gone,
+    worker_with_a_sleeping_child,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// Upper bound for any single read or write on the server's pipes; only hit
 /// when the server hangs (or stays silent where it owes an answer).
@@ -59,15 +62,8 @@ impl RawServer {
     /// `args`, and do the MCP handshake by hand.
     async fn start(args: &[&str]) -> Self {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrepl"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("FERREPL_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("NO_COLOR", "1")
-            .kill_on_drop(true)
-            .arg("--workdir")
+        let mut cmd = server_command();
+        cmd.arg("--workdir")
             .arg(workdir.path())
             .args(args)
             .stdin(Stdio::piped())
@@ -116,17 +112,7 @@ impl RawServer {
 
     /// `initialize`, its response, then `notifications/initialized`.
     async fn initialize(&mut self) {
-        let request = json!({
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": { "name": "ferrepl-stdio-protocol-test", "version": "0" }
-            }
-        });
-        self.send_json(&request).await;
+        self.send_line(initialize_body().as_bytes()).await;
         let response = self.response(1).await;
         if response["result"]["protocolVersion"].as_str().is_none() {
             self.fail(&format!(
@@ -545,33 +531,14 @@ impl Drop for SleepGuard {
     }
 }
 
-fn parse_pid(value: Option<&str>) -> u32 {
-    value
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or_else(|| panic!("expected a pid as the cell's value, got {value:?}"))
-}
-
 /// Start a worker with a `sleep 300` child, send `signal` to the server, and
 /// check that the server exits and takes the worker and the sleep with it.
 async fn signal_ends_server_worker_and_children(signal: Signal) {
     let mut server = StdioServer::start(&[]).await;
     let mut guard = SleepGuard(None);
 
-    let started = server
-        .exec("import subprocess\n_sleeper = subprocess.Popen(['sleep', '300'])\n_sleeper.pid")
-        .await;
-    started.assert_ok();
-    let sleep_pid = parse_pid(started.value());
+    let (worker_pid, sleep_pid) = worker_with_a_sleeping_child(&server).await;
     guard.0 = Some(sleep_pid);
-
-    let worker = server.exec("import os; os.getpid()").await;
-    worker.assert_ok();
-    let worker_pid = parse_pid(worker.value());
-    assert!(
-        process_alive(worker_pid),
-        "the worker {worker_pid} is alive"
-    );
-    assert!(process_alive(sleep_pid), "the sleep {sleep_pid} is alive");
 
     let server_pid = server.child.id().expect("the server is running");
     kill(Pid::from_raw(server_pid as i32), signal)

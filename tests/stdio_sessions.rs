@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{EXIT_TIMEOUT, StdioServer, process_alive, wait_for_file_line, wait_process_gone};
+use common::{EXIT_TIMEOUT, StdioServer, parse_pid, wait_for_file_line, wait_process_gone};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -19,12 +19,6 @@ fn mentions_exit_code_3(text: &str) -> bool {
         && lower
             .split(|c: char| !c.is_ascii_alphanumeric())
             .any(|w| w == "3")
-}
-
-fn parse_pid(value: Option<&str>) -> u32 {
-    value
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or_else(|| panic!("expected a pid as the cell's value, got {value:?}"))
 }
 
 fn find_session<'a>(listing: &'a Value, name: &str) -> Option<&'a Value> {
@@ -359,19 +353,7 @@ async fn the_interpreter_can_be_set_by_environment() {
 #[tokio::test]
 async fn stdin_eof_kills_workers_and_their_children() {
     let server = StdioServer::start(&[]).await;
-    let spawn = server
-        .exec("import subprocess; p = subprocess.Popen([\"sleep\", \"300\"]); p.pid")
-        .await;
-    spawn.assert_ok();
-    let sleep_pid = parse_pid(spawn.value());
-    let worker = server.exec("import os; os.getpid()").await;
-    worker.assert_ok();
-    let worker_pid = parse_pid(worker.value());
-    assert!(
-        process_alive(sleep_pid),
-        "the sleep child should be running"
-    );
-    assert!(process_alive(worker_pid), "the worker should be running");
+    let (worker_pid, sleep_pid) = common::worker_with_a_sleeping_child(&server).await;
 
     let _status = server.close_and_wait().await;
     assert!(

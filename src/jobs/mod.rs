@@ -284,7 +284,7 @@ impl JobManager {
         &self,
         spec: &JobSpec,
         n: u64,
-    ) -> Result<(PathBuf, Vec<std::ffi::OsString>, Option<Cgroup>), JobError> {
+    ) -> Result<(ShellCommand, Option<Cgroup>), JobError> {
         let args: Vec<std::ffi::OsString> = vec!["-c".into(), spec.command.clone().into()];
         let sh = PathBuf::from("/bin/sh");
         match self.cfg.sandbox.as_deref().filter(|s| s.enabled()) {
@@ -295,20 +295,10 @@ impl JobManager {
                 policy
                     .read
                     .extend(spec.readable.iter().map(|p| p.display().to_string()));
-                let cgroup = sandbox.cgroups.as_ref().map(|root| {
-                    root.create(
-                        &format!("j{n}"),
-                        sandbox.memory_limit,
-                        sandbox.max_processes,
-                    )
-                });
-                if let Some(group) = &cgroup {
-                    policy.cgroup_procs = group.procs_files();
-                }
-                let (program, args) = sandbox.wrap(&policy, &sh, &args);
-                Ok((program, args, cgroup))
+                let cgroup = sandbox.cgroup_for(&mut policy, &format!("j{n}"));
+                Ok((sandbox.wrap(&policy, &sh, &args), cgroup))
             }
-            None => Ok((sh, args, None)),
+            None => Ok(((sh, args), None)),
         }
     }
 
@@ -341,8 +331,7 @@ impl JobManager {
         };
         let capture =
             Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
-        let (program, args, cgroup) = self.shell_command(&spec, n)?;
-        let shell = (program, args);
+        let (shell, cgroup) = self.shell_command(&spec, n)?;
         let spawned = if spec.pty {
             spawn_pty(&spec, &cwd, shell)
         } else {

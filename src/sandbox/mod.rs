@@ -125,6 +125,17 @@ impl SandboxConfig {
         }
     }
 
+    /// New cgroups `label` with the configured limits, joined by whoever is
+    /// launched with `policy` (None where no cgroup can be made).
+    pub fn cgroup_for(&self, policy: &mut Policy, label: &str) -> Option<cgroup::Cgroup> {
+        let group = self
+            .cgroups
+            .as_ref()?
+            .create(label, self.memory_limit, self.max_processes);
+        policy.cgroup_procs = group.procs_files();
+        Some(group)
+    }
+
     /// The program and arguments that start `program args` under `policy`.
     pub fn wrap(
         &self,

@@ -9,6 +9,7 @@ pub mod log;
 pub mod output;
 pub mod protocol;
 pub mod python;
+mod readers;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -23,11 +24,11 @@ use command_fds::{CommandFdExt, FdMapping};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use output::{Capture, MarkerScanner, Segment, Stream};
+use output::{Capture, Stream};
 use protocol::{Event, Image, PyError, Request};
 
 /// The driver is one Python source made of two files (same namespace).
@@ -53,9 +54,6 @@ exec(compile(_f.read(_n).decode('utf-8'),'<ferrepl-driver>','exec'),{'__name__':
 const FENCE_GRACE: Duration = Duration::from_secs(5);
 
 static NEXT_WORKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Largest control-channel line accepted from a driver (values are capped far below).
-const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Everything needed to start a worker; one per interpreter configuration.
 #[derive(Debug, Clone)]
@@ -225,15 +223,9 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
             let tmp = spec.log_dir.join(format!("home-{launch_no}"));
             std::fs::create_dir_all(&tmp).map_err(spawn_err)?;
             let mut policy = sandbox.policy(&spec.workdir, &tmp, Some(&spec.python));
-            if let Some(root) = &sandbox.cgroups {
-                let group = root.create(
-                    &format!("w{launch_no}"),
-                    sandbox.memory_limit,
-                    sandbox.max_processes,
-                );
-                policy.cgroup_procs = group.procs_files();
-                cgroup = Some(Arc::new(group));
-            }
+            cgroup = sandbox
+                .cgroup_for(&mut policy, &format!("w{launch_no}"))
+                .map(Arc::new);
             let (exe, args) = sandbox.wrap(&policy, &spec.python, &python_args);
             home = Some(tmp);
             let mut c = tokio::process::Command::new(exe);
@@ -322,7 +314,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         }
     });
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(read_pipe(
+        tokio::spawn(readers::read_pipe(
             out,
             Stream::Stdout,
             worker.clone(),
@@ -330,181 +322,16 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         ));
     }
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(read_pipe(
+        tokio::spawn(readers::read_pipe(
             err,
             Stream::Stderr,
             worker.clone(),
             nonce.clone(),
         ));
     }
-    tokio::spawn(read_control(read_half, worker.clone()));
-    tokio::spawn(watch_exit(child, worker.clone()));
+    tokio::spawn(readers::read_control(read_half, worker.clone()));
+    tokio::spawn(readers::watch_exit(child, worker.clone()));
     Ok(worker)
-}
-
-async fn read_pipe(
-    mut pipe: impl AsyncRead + Unpin,
-    stream: Stream,
-    worker: Arc<Worker>,
-    nonce: String,
-) {
-    let idx = stream_index(stream);
-    let mut scanner = MarkerScanner::new(&nonce);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut segments = Vec::new();
-    // The last fence passed whose barrier has not been checked yet. Bytes
-    // after a fence may not enter the capture until the other pipe has passed
-    // the same fence and (for an event fence) the event has taken the output
-    // before it. The check is made lazily, when such bytes exist, so a quiet
-    // pipe costs no extra wake-up per cell.
-    let mut barrier: Option<(u64, bool)> = None;
-    loop {
-        let n = match pipe.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        segments.clear();
-        scanner.feed(&buf[..n], &mut segments);
-        for seg in segments.drain(..) {
-            match seg {
-                Segment::Data(bytes) => {
-                    if let Some((number, event)) = barrier.take() {
-                        pass_barrier(&worker, idx, number, event).await;
-                    }
-                    worker.lock().capture.push(stream, &bytes);
-                    worker.bump();
-                }
-                Segment::Fence { number, event } => {
-                    if let Some((earlier, event)) = barrier.take() {
-                        pass_barrier(&worker, idx, earlier, event).await;
-                    }
-                    {
-                        let mut st = worker.lock();
-                        st.fence_seen[idx] = st.fence_seen[idx].max(number);
-                    }
-                    worker.bump();
-                    barrier = Some((number, event));
-                }
-            }
-        }
-    }
-    scanner.finish(&mut segments);
-    if let Some((number, event)) = barrier.take()
-        && !segments.is_empty()
-    {
-        pass_barrier(&worker, idx, number, event).await;
-    }
-    let mut st = worker.lock();
-    for seg in segments.drain(..) {
-        if let Segment::Data(bytes) = seg {
-            st.capture.push(stream, &bytes);
-        }
-    }
-    st.eof[idx] = true;
-    drop(st);
-    worker.bump();
-}
-
-/// Waits until output after fence `number` on pipe `idx` may be captured.
-async fn pass_barrier(worker: &Worker, idx: usize, number: u64, event: bool) {
-    let other = 1 - idx;
-    let passed = tokio::time::timeout(
-        FENCE_GRACE,
-        worker.wait_until(|s| {
-            let other_done = s.fence_seen[other] >= number || s.eof[other];
-            let released = !event || s.released >= number || s.control_closed;
-            (other_done && released) || (s.exit.is_some() && s.control_closed)
-        }),
-    )
-    .await;
-    if passed.is_err() {
-        tracing::warn!(
-            pid = worker.pid,
-            number,
-            "output fence not matched in time; continuing"
-        );
-    }
-}
-
-async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Worker>) {
-    let mut reader = BufReader::new(read_half);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        // Each line is bounded; an oversized one is skipped, not buffered.
-        match (&mut reader)
-            .take(MAX_EVENT_BYTES)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if !line.ends_with(b"\n") && line.len() as u64 == MAX_EVENT_BYTES {
-            tracing::warn!(pid = worker.pid, "oversized event from worker skipped");
-            let mut sink = Vec::new();
-            loop {
-                sink.clear();
-                match (&mut reader)
-                    .take(MAX_EVENT_BYTES)
-                    .read_until(b'\n', &mut sink)
-                    .await
-                {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if sink.ends_with(b"\n") => break,
-                    Ok(_) => {}
-                }
-            }
-            continue;
-        }
-        let event: Event = match serde_json::from_slice(&line) {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::warn!(pid = worker.pid, error = %e, "unreadable event from worker");
-                continue;
-            }
-        };
-        worker.handle_event(event).await;
-    }
-    let mut st = worker.lock();
-    st.control_closed = true;
-    st.inspect_waiters.clear();
-    drop(st);
-    worker.bump();
-}
-
-async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
-    let status = child.wait().await;
-    // Whatever the worker left running in its group goes with it.
-    worker.signal_group(Signal::SIGKILL);
-    let (code, signal) = match status {
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            (s.code(), s.signal())
-        }
-        Err(_) => (None, None),
-    };
-    tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
-    let cgroup = worker.lock().cgroup.take();
-    if let Some(hit) = cgroup.as_ref().and_then(|g| g.limit_hit()) {
-        worker.set_kill_reason(format!(
-            "The session {hit}, so all of its processes were ended."
-        ));
-    }
-    if let Some(home) = &worker.home {
-        let _ = std::fs::remove_dir_all(home);
-    }
-    worker.lock().exit = Some(ExitInfo {
-        code,
-        signal,
-        at: Instant::now(),
-    });
-    worker.bump();
-    if let Some(group) = cgroup {
-        // Emptied and removed off the async threads: members may take a
-        // moment to be reaped.
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
-    }
 }
 
 impl Worker {

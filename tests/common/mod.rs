@@ -159,7 +159,8 @@ pub fn strip_ansi(line: &str) -> String {
 
 /// A base command for the server binary, with an environment free of any
 /// FERREPL_* variables of the caller's shell.
-fn server_command() -> Command {
+/// The ferrepl binary with none of the caller's FERREPL_* settings.
+pub fn server_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrepl"));
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("FERREPL_") {
@@ -554,7 +555,33 @@ impl HttpServer {
     }
 }
 
-/// The body of an MCP `initialize` request, for raw HTTP tests.
+/// Has the default session start `sleep 300` and returns (worker pid, sleep
+/// pid), both checked alive: what a shutdown must take down.
+pub async fn worker_with_a_sleeping_child(server: &StdioServer) -> (u32, u32) {
+    let started = server
+        .exec("import subprocess\n_sleeper = subprocess.Popen(['sleep', '300'])\n_sleeper.pid")
+        .await;
+    started.assert_ok();
+    let sleep_pid = parse_pid(started.value());
+    let worker = server.exec("import os; os.getpid()").await;
+    worker.assert_ok();
+    let worker_pid = parse_pid(worker.value());
+    assert!(
+        process_alive(worker_pid),
+        "the worker {worker_pid} is alive"
+    );
+    assert!(process_alive(sleep_pid), "the sleep {sleep_pid} is alive");
+    (worker_pid, sleep_pid)
+}
+
+/// A pid printed as a cell's value.
+pub fn parse_pid(value: Option<&str>) -> u32 {
+    value
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("expected a pid as the cell's value, got {value:?}"))
+}
+
+/// The body of an MCP `initialize` request, for raw tests.
 pub fn initialize_body() -> String {
     json!({
         "jsonrpc": "2.0",
