@@ -29,6 +29,11 @@ pub struct Config {
     )]
     pub auth_token: Option<String>,
 
+    /// Read the bearer token from FILE (first line) instead of the command line, where every
+    /// local process can see it.
+    #[arg(long, env = "FERREPL_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
     /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
     #[arg(
         long = "allow-host",
@@ -57,6 +62,54 @@ pub struct Config {
     /// else python -m venv). python_install installs into it.
     #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
     pub venv: Option<PathBuf>,
+
+    /// Interpreters or virtual environments (comma separated) that python_sessions may name
+    /// besides those inside the workspace; their installations become readable, venvs writable.
+    #[arg(
+        long = "allow-python",
+        env = "FERREPL_ALLOW_PYTHON",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_python: Vec<PathBuf>,
+
+    /// Environment variables of the server passed on to sessions and jobs (comma separated),
+    /// beyond PATH, LANG, LC_*, TERM, TZ and a few other harmless ones. Nothing else is inherited.
+    #[arg(
+        long = "pass-env",
+        env = "FERREPL_PASS_ENV",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub pass_env: Vec<String>,
+
+    /// Extra paths sessions and jobs may read (comma separated), e.g. a dataset outside the
+    /// workspace or inside the (otherwise hidden) home directory.
+    #[arg(
+        long = "allow-read",
+        env = "FERREPL_ALLOW_READ",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_read: Vec<PathBuf>,
+
+    /// Extra paths sessions and jobs may write (comma separated).
+    #[arg(
+        long = "allow-write",
+        env = "FERREPL_ALLOW_WRITE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_write: Vec<PathBuf>,
+
+    /// Host devices added to the sessions' private /dev (comma separated), e.g. /dev/nvidia0.
+    #[arg(
+        long = "allow-device",
+        env = "FERREPL_ALLOW_DEVICE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_device: Vec<PathBuf>,
 
     /// OS confinement of sessions and shell jobs: workspace-write (write only the workspace
     /// and a per-session temporary directory), read-only (only the temporary directory), or off.
@@ -272,7 +325,8 @@ pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {
     if !value.is_finite() || value < 0.0 {
         anyhow::bail!("{name} must be a non-negative number of seconds, got {value}");
     }
-    Ok(std::time::Duration::from_secs_f64(value))
+    std::time::Duration::try_from_secs_f64(value)
+        .map_err(|_| anyhow::anyhow!("{name} is too large: {value} seconds"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

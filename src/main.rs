@@ -6,12 +6,12 @@ mod jobs;
 mod mcp;
 mod sandbox;
 mod session;
+mod state;
 mod worker;
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
@@ -24,10 +24,21 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some(sandbox::launcher::LAUNCH_ARG) => sandbox::launcher::run(&args[2..]),
-        Some(sandbox::launcher::PROBE_ARG) => sandbox::launcher::probe(&args[2..]),
         _ => {}
     }
-    let cfg = Config::parse();
+    // Sessions run as the same user: keep them out of this process's memory
+    // and /proc/<pid>/environ (the auth token, the operator's environment).
+    // SAFETY: prctl(PR_SET_DUMPABLE) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    let matches = <Config as clap::CommandFactory>::command().get_matches();
+    let mut cfg = match <Config as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let token_on_command_line = matches.value_source("auth_token")
+        == Some(clap::parser::ValueSource::CommandLine);
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -45,6 +56,20 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if token_on_command_line {
+        tracing::warn!(
+            "--auth-token on the command line is visible to every local process (ps, /proc); use --auth-token-file FILE or FERREPL_AUTH_TOKEN"
+        );
+    }
+    if let Some(file) = &cfg.auth_token_file {
+        match std::fs::read_to_string(file) {
+            Ok(text) => cfg.auth_token = text.lines().next().map(|l| l.trim().to_string()),
+            Err(e) => {
+                tracing::error!("--auth-token-file {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let code = match runtime.block_on(run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -68,39 +93,40 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .canonicalize()
         .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
+    // Nothing inside the workspace is run outside the sandbox: the system
+    // interpreter on PATH is the base for creating venvs and for finding the
+    // installation sessions need to read.
+    let path_python = worker::python::find_on_path("python3")
+        .and_then(|p| sandbox::paths::real_executable(&p));
+    if !python.starts_with(&workdir)
+        && let Some(real) = sandbox::paths::real_executable(&python)
+    {
+        // A pyenv/asdf shim would pick its version per session from files
+        // the agent can write; sessions run the binary it selects now.
+        python = real;
+    }
+    let base_python = if python.starts_with(&workdir) {
+        path_python.clone().unwrap_or_else(|| python.clone())
+    } else {
+        python.clone()
+    };
+    let mut venvs = Vec::new();
     if let Some(venv) = &cfg.venv {
-        let dir = if venv.is_relative() {
-            workdir.join(venv)
-        } else {
-            venv.clone()
-        };
-        python = worker::python::ensure_venv(&dir, &python)?;
+        let dir = sandbox::paths::normalize(venv, &workdir);
+        python = worker::python::ensure_venv(&dir, &base_python)?;
         source = worker::python::PythonSource::VenvFlag;
+        venvs.push(dir);
+    } else if source == worker::python::PythonSource::Venv
+        && let Some(dir) = python.parent().and_then(std::path::Path::parent)
+    {
+        venvs.push(dir.to_path_buf());
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
-    // Spilled output and the sessions' temporary homes; removed at exit.
-    let log_dir = std::env::temp_dir().join(format!("ferrepl-{}", std::process::id()));
-    std::fs::create_dir_all(&log_dir)
-        .with_context(|| format!("cannot create {}", log_dir.display()))?;
-    let mut sandbox_cfg = sandbox::SandboxConfig {
-        mode: cfg.sandbox,
-        network: cfg.network == config::Network::On,
-        require: cfg.sandbox_require,
-        memory_limit: config::parse_bytes(&cfg.memory_limit)?,
-        max_processes: cfg.max_processes,
-        max_file_bytes: config::parse_bytes(&cfg.max_file_size)?.unwrap_or(u64::MAX),
-        max_open_files: cfg.max_open_files,
-        home: std::env::var_os("HOME")
-            .map(std::path::PathBuf::from)
-            .filter(|h| h != std::path::Path::new("/")),
-        active: String::new(),
-        cgroups: None,
-    };
-    if sandbox_cfg.enabled() {
-        sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
-    }
-    sandbox_cfg.active = sandbox::probe(&sandbox_cfg, &workdir, &log_dir.join("probe"))?;
+    // Spilled output, the sessions' temporary homes; private, removed at exit.
+    let state_dir = state::StateDir::create()?;
+    let log_dir = state_dir.path().to_path_buf();
+    let sandbox_cfg = sandbox_settings(&cfg, &workdir, &state_dir, &python, &base_python, &venvs)?;
     if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);
     } else {
@@ -184,9 +210,84 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     jobs.shutdown();
     manager.shutdown().await;
-    let _ = std::fs::remove_dir_all(&log_dir);
+    drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
+}
+
+/// The sandbox fixed from the operator's flags and environment: what every
+/// session and job may read, write and reach, and which interpreters
+/// python_sessions may name. Then probed.
+fn sandbox_settings(
+    cfg: &Config,
+    workdir: &std::path::Path,
+    state_dir: &state::StateDir,
+    python: &std::path::Path,
+    base_python: &std::path::Path,
+    venvs: &[std::path::PathBuf],
+) -> anyhow::Result<sandbox::SandboxConfig> {
+    use sandbox::paths::{interpreter_dirs, normalize};
+    let abs = |p: &std::path::PathBuf| normalize(p, workdir);
+    let outside = |p: &std::path::Path| !p.starts_with(workdir);
+    let mut read = interpreter_dirs(python, workdir);
+    read.extend(interpreter_dirs(base_python, workdir));
+    let mut write: Vec<std::path::PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
+    let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
+    allowed_python.extend(venvs.iter().cloned());
+    for p in cfg.allow_python.iter().map(abs) {
+        if p.is_dir() {
+            read.extend(interpreter_dirs(&p.join("bin").join("python"), workdir));
+            if outside(&p) {
+                read.push(p.clone());
+                write.push(p.clone());
+            }
+        } else {
+            read.extend(interpreter_dirs(&p, workdir));
+        }
+        allowed_python.push(p);
+    }
+    if let Some(uv) = worker::python::uv()
+        && let Some(dir) = uv.parent()
+    {
+        read.push(dir.to_path_buf());
+        if let Ok(real) = uv.canonicalize()
+            && let Some(dir) = real.parent()
+        {
+            read.push(dir.to_path_buf());
+        }
+    }
+    read.extend(cfg.allow_read.iter().map(abs));
+    write.extend(cfg.allow_write.iter().map(abs));
+    read.sort();
+    read.dedup();
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|h| h.is_absolute() && h != std::path::Path::new("/"));
+    let mut sandbox_cfg = sandbox::SandboxConfig {
+        mode: cfg.sandbox,
+        network: cfg.network == config::Network::On,
+        require: cfg.sandbox_require,
+        memory_limit: config::parse_bytes(&cfg.memory_limit)?,
+        max_processes: cfg.max_processes,
+        max_file_bytes: config::parse_bytes(&cfg.max_file_size)?.unwrap_or(u64::MAX),
+        max_open_files: cfg.max_open_files,
+        workspace: workdir.to_path_buf(),
+        state: state_dir.path().to_path_buf(),
+        hidden: sandbox::paths::hidden_places(home.as_deref(), state_dir.root()),
+        read,
+        write,
+        devices: cfg.allow_device.iter().map(abs).collect(),
+        allowed_python,
+        namespaces: false,
+        env: sandbox::env::inherited(&cfg.pass_env),
+        active: String::new(),
+        cgroups: None,
+    };
+    if sandbox_cfg.enabled() {
+        sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
+    }
+    sandbox::probe(&mut sandbox_cfg)?;
+    Ok(sandbox_cfg)
 }
 
 async fn serve_stdio(

@@ -51,6 +51,8 @@ pub enum JobError {
     TooMany { running: usize },
     #[error("cannot start the job: {0}")]
     Spawn(String),
+    #[error("{0}")]
+    Invalid(String),
     #[error("job {0} has finished; its stdin is closed")]
     Finished(String),
     #[error("job {0}: its stdin is closed (eof was sent, or stdin text was given at start)")]
@@ -227,11 +229,6 @@ pub struct JobSpec {
     /// Written to stdin, which is then closed.
     pub stdin: Option<String>,
     pub pty: bool,
-    /// Interpreter the job works on (python_install): under the sandbox its
-    /// installation becomes readable and its venv writable.
-    pub python: Option<PathBuf>,
-    /// Further paths the job must read under the sandbox (the uv binary).
-    pub readable: Vec<PathBuf>,
 }
 
 pub struct JobManager {
@@ -276,29 +273,49 @@ impl JobManager {
         }
     }
 
-    /// The program and arguments that run `/bin/sh -c command`, through the
-    /// sandbox launcher when it is on (with a temporary HOME for the job).
-    /// The program to start (the launcher under the sandbox) and the job's
+    /// What to start for `/bin/sh -c command`: the launcher under the
+    /// sandbox (with a private temporary HOME for the job), and the job's
     /// cgroups when the kernel limits can be enforced that way.
     fn shell_command(
         &self,
         spec: &JobSpec,
+        cwd: &std::path::Path,
         n: u64,
     ) -> Result<(ShellCommand, Option<Cgroup>), JobError> {
         let args: Vec<std::ffi::OsString> = vec!["-c".into(), spec.command.clone().into()];
         let sh = PathBuf::from("/bin/sh");
-        match self.cfg.sandbox.as_deref().filter(|s| s.enabled()) {
-            Some(sandbox) => {
+        let env = job_env(spec);
+        let spawn_err = |e: std::io::Error| JobError::Spawn(e.to_string());
+        match self.cfg.sandbox.as_deref() {
+            Some(sandbox) if sandbox.enabled() => {
                 let tmp = self.cfg.log_dir.join(format!("job-home-{n}"));
-                std::fs::create_dir_all(&tmp).map_err(|e| JobError::Spawn(e.to_string()))?;
-                let mut policy = sandbox.policy(&self.cfg.workdir, &tmp, spec.python.as_deref());
-                policy
-                    .read
-                    .extend(spec.readable.iter().map(|p| p.display().to_string()));
+                crate::state::private_dir(&tmp).map_err(spawn_err)?;
+                let mut policy = sandbox.policy(&tmp, cwd, sandbox.environment(Some(&tmp), &env));
                 let cgroup = sandbox.cgroup_for(&mut policy, &format!("j{n}"));
-                Ok((sandbox.wrap(&policy, &sh, &args), cgroup))
+                let (program, args) = sandbox.wrap(&policy, &sh, &args).map_err(spawn_err)?;
+                let shell = ShellCommand {
+                    program,
+                    args,
+                    env: BTreeMap::new(),
+                };
+                Ok((shell, cgroup))
             }
-            None => Ok(((sh, args), None)),
+            Some(sandbox) => Ok((
+                ShellCommand {
+                    program: sh,
+                    args,
+                    env: sandbox.environment(None, &env),
+                },
+                None,
+            )),
+            None => Ok((
+                ShellCommand {
+                    program: sh,
+                    args,
+                    env: env.into_iter().collect(),
+                },
+                None,
+            )),
         }
     }
 
@@ -314,28 +331,36 @@ impl JobManager {
         }
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("j{n}");
+        crate::sandbox::env::check(&spec.env).map_err(JobError::Invalid)?;
         let cwd = match &spec.cwd {
-            Some(c) if c.is_relative() => self.cfg.workdir.join(c),
-            Some(c) => c.clone(),
+            Some(c) => crate::sandbox::paths::normalize(c, &self.cfg.workdir),
             None => self.cfg.workdir.clone(),
         };
-        if !cwd.is_dir() {
-            return Err(JobError::Spawn(format!(
-                "working directory '{}' does not exist",
+        let real = cwd.canonicalize().map_err(|_| {
+            JobError::Invalid(format!(
+                "cwd '{}' does not exist; give a directory inside the workspace",
                 cwd.display()
+            ))
+        })?;
+        if !real.is_dir() || !real.starts_with(&self.cfg.workdir) {
+            return Err(JobError::Invalid(format!(
+                "cwd '{}' is not a directory inside the workspace {}; jobs start only there",
+                cwd.display(),
+                self.cfg.workdir.display()
             )));
         }
+        let cwd = real;
         let sink = LogSink {
             dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),
             budget: self.cfg.log_bytes,
         };
         let capture =
             Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
-        let (shell, cgroup) = self.shell_command(&spec, n)?;
+        let (shell, cgroup) = self.shell_command(&spec, &cwd, n)?;
         let spawned = if spec.pty {
-            spawn_pty(&spec, &cwd, shell)
+            spawn_pty(&cwd, shell)
         } else {
-            spawn_pipes(&spec, &cwd, shell)
+            spawn_pipes(&cwd, shell)
         }
         .map_err(|e| JobError::Spawn(e.to_string()))?;
         let (changed, _) = watch::channel(0u64);
@@ -582,38 +607,37 @@ struct Spawned {
     stdin: Option<Stdin>,
 }
 
+/// The job's own variables (the agent's, already checked), over defaults.
 fn job_env(spec: &JobSpec) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = spec
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.push(("PAGER".into(), "cat".into()));
-    env.push(("GIT_PAGER".into(), "cat".into()));
+    let mut env: Vec<(String, String)> = vec![
+        ("PAGER".into(), "cat".into()),
+        ("GIT_PAGER".into(), "cat".into()),
+    ];
+    if spec.pty {
+        env.push(("TERM".into(), "xterm-256color".into()));
+    }
+    env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
 }
 
-type ShellCommand = (PathBuf, Vec<std::ffi::OsString>);
+/// A program to start, with exactly the environment given.
+struct ShellCommand {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    env: BTreeMap<String, String>,
+}
 
-fn spawn_pipes(
-    spec: &JobSpec,
-    cwd: &std::path::Path,
-    shell: ShellCommand,
-) -> std::io::Result<Spawned> {
-    let mut cmd = tokio::process::Command::new(&shell.0);
-    cmd.args(&shell.1)
+fn spawn_pipes(cwd: &std::path::Path, shell: ShellCommand) -> std::io::Result<Spawned> {
+    let mut cmd = tokio::process::Command::new(&shell.program);
+    cmd.args(&shell.args)
+        .env_clear()
+        .envs(&shell.env)
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("FERREPL_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.envs(job_env(spec));
     let mut child = cmd.spawn()?;
     let mut outputs: Vec<(Stream, Box<dyn AsyncRead + Send + Unpin>)> = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -630,25 +654,16 @@ fn spawn_pipes(
     })
 }
 
-fn spawn_pty(
-    spec: &JobSpec,
-    cwd: &std::path::Path,
-    shell: ShellCommand,
-) -> std::io::Result<Spawned> {
+fn spawn_pty(cwd: &std::path::Path, shell: ShellCommand) -> std::io::Result<Spawned> {
     let to_io = |e: pty_process::Error| std::io::Error::other(e.to_string());
     let (pty, pts) = pty_process::open().map_err(to_io)?;
     pty.resize(pty_process::Size::new(40, 120)).map_err(to_io)?;
-    let mut cmd = pty_process::Command::new(&shell.0)
-        .args(&shell.1)
+    let cmd = pty_process::Command::new(&shell.program)
+        .args(&shell.args)
+        .env_clear()
+        .envs(&shell.env)
         .current_dir(cwd)
-        .env("TERM", "xterm-256color")
         .kill_on_drop(true);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("FERREPL_") {
-            cmd = cmd.env_remove(&key);
-        }
-    }
-    cmd = cmd.envs(job_env(spec));
     let child = cmd.spawn(pts).map_err(to_io)?;
     let (read, write) = pty.into_split();
     Ok(Spawned {

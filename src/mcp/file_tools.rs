@@ -5,12 +5,12 @@ use std::path::Path;
 
 use base64::Engine;
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use rmcp::{ErrorData as McpError, tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::args::Parameters;
 use super::render;
 use super::server::FerreplServer;
 use crate::files::{FileError, mime_for};

@@ -1,5 +1,6 @@
 //! MCP surface: tools, result rendering and transports.
 
+pub mod args;
 pub mod file_tools;
 pub mod groups;
 pub mod http;

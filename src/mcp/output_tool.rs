@@ -3,12 +3,18 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::args::index;
 use super::text::clean;
 
 /// Default and largest window, in characters (or lines with `lines: true`).
+/// Larger limits are clamped to the maximum, offsets past the end give an
+/// empty window: no argument value is an error here.
 pub const DEFAULT_CHARS: usize = 20_000;
 pub const MAX_CHARS: usize = 200_000;
 pub const DEFAULT_LINES: usize = 200;
+pub const MAX_LINES: usize = 10_000;
+/// Most context lines around a grep match.
+pub const MAX_CONTEXT: u64 = 20;
 const MAX_MATCHES: usize = 500;
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -24,7 +30,7 @@ pub struct OutputParams {
     #[serde(default)]
     pub offset: Option<u64>,
     /// Size of the window: characters (default 20000, at most 200000), or lines when `lines`
-    /// is true (default 200).
+    /// is true (default 200, at most 10000).
     #[serde(default)]
     pub limit: Option<u64>,
     /// Count offset and limit in lines instead of characters.
@@ -34,7 +40,7 @@ pub struct OutputParams {
     /// them instead of a window.
     #[serde(default)]
     pub grep: Option<String>,
-    /// Lines of context around each grep match. Default 1.
+    /// Lines of context around each grep match. Default 1, at most 20.
     #[serde(default)]
     pub context: Option<u64>,
 }
@@ -104,8 +110,8 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
     if let Some(pattern) = p.grep.as_deref().filter(|g| !g.is_empty()) {
         let re = regex::Regex::new(pattern)
             .map_err(|e| format!("invalid grep pattern {pattern:?}: {e}"))?;
-        let context = p.context.unwrap_or(1).min(20) as usize;
-        let budget = p.limit.map_or(DEFAULT_CHARS, |l| l as usize).min(MAX_CHARS);
+        let context = index(p.context.unwrap_or(1).min(MAX_CONTEXT));
+        let budget = p.limit.map_or(DEFAULT_CHARS, index).min(MAX_CHARS);
         let hits: Vec<usize> = line_list
             .iter()
             .enumerate()
@@ -123,7 +129,9 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
                 break;
             }
             let from = hit.saturating_sub(context);
-            let to = (hit + context).min(line_list.len().saturating_sub(1));
+            let to = hit
+                .saturating_add(context)
+                .min(line_list.len().saturating_sub(1));
             if let Some(last) = last_printed
                 && from > last + 1
             {
@@ -144,9 +152,9 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
     }
     if p.lines.unwrap_or(false) {
         let first = p.offset.unwrap_or(1).max(1);
-        let count = p.limit.unwrap_or(DEFAULT_LINES as u64).max(1);
-        let start = (first - 1) as usize;
-        let end = start.saturating_add(count as usize).min(line_list.len());
+        let count = p.limit.map_or(DEFAULT_LINES, index).clamp(1, MAX_LINES);
+        let start = index(first - 1);
+        let end = start.saturating_add(count).min(line_list.len());
         if start < line_list.len() {
             for line in &line_list[start..end] {
                 out.text.push_str(line);
@@ -158,13 +166,10 @@ pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
         return Ok(out);
     }
     let offset = p.offset.unwrap_or(0);
-    let limit = p
-        .limit
-        .map_or(DEFAULT_CHARS, |l| l as usize)
-        .clamp(1, MAX_CHARS);
-    out.text = text.chars().skip(offset as usize).take(limit).collect();
+    let limit = p.limit.map_or(DEFAULT_CHARS, index).clamp(1, MAX_CHARS);
+    out.text = text.chars().skip(index(offset)).take(limit).collect();
     out.offset = offset;
-    let end = offset + out.text.chars().count() as u64;
+    let end = offset.saturating_add(out.text.chars().count() as u64);
     out.next_offset = (end < total_chars).then_some(end);
     Ok(out)
 }
@@ -261,6 +266,33 @@ mod tests {
         let w = window(src(text), &p).expect("window");
         assert_eq!(w.matches, Some(2));
         assert_eq!(w.text, "2- b\n3: ERROR one\n4- c\n--\n6- e\n7: ERROR two\n");
+    }
+
+    #[test]
+    fn huge_offsets_and_limits_are_clamped() {
+        let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+        for lines in [false, true] {
+            for (offset, limit) in [(u64::MAX, u64::MAX), (u64::MAX - 1, 1), (0, u64::MAX)] {
+                let mut p = params();
+                p.lines = Some(lines);
+                p.offset = Some(offset);
+                p.limit = Some(limit);
+                let w = window(src(&text), &p).expect("window");
+                assert_eq!(w.offset, if lines { offset.max(1) } else { offset });
+                if offset == 0 {
+                    assert_eq!(w.text, text);
+                } else {
+                    assert!(w.text.is_empty());
+                }
+            }
+        }
+        let mut p = params();
+        p.grep = Some("line 5".into());
+        p.context = Some(u64::MAX);
+        p.limit = Some(u64::MAX);
+        let w = window(src(&text), &p).expect("window");
+        assert_eq!(w.matches, Some(1));
+        assert_eq!(w.text.lines().count(), 10);
     }
 
     #[test]

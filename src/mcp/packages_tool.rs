@@ -1,16 +1,14 @@
 //! python_install: packages into a session's virtual environment, as a job.
 
-use std::path::Path;
-use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, RequestMetaObject};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::args::{Parameters, Seconds, secs};
 use super::render;
 use super::server::{FerreplServer, session_name};
 use super::shell_tools::JobOutput;
@@ -30,30 +28,20 @@ pub struct InstallParams {
     /// Seconds to wait before returning status "running" (the install goes on; collect it
     /// with shell_wait on the returned job). Default 30.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Whether `python` is a virtual environment and whether it is marked
-/// externally managed (PEP 668).
-async fn probe(python: &Path) -> Result<(bool, bool), String> {
-    let code = "import os, sys, sysconfig\nprint(int(sys.prefix != sys.base_prefix))\nprint(int(os.path.exists(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED'))))";
-    let run = tokio::process::Command::new(python)
-        .args(["-I", "-c", code])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), run)
-        .await
-        .map_err(|_| format!("{} did not answer within 20 s", python.display()))?
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut lines = text.lines();
-    let venv = lines.next() == Some("1");
-    let managed = lines.next() == Some("1");
-    Ok((venv, managed))
-}
+/// Run first in the install job, inside the sandbox like the install itself
+/// (the interpreter may be any file the agent wrote): refuses interpreters
+/// that are not a virtual environment, saying what to do instead.
+const VENV_CHECK: &str = "import os,sys,sysconfig\n\
+if sys.prefix == sys.base_prefix:\n\
+    m = os.path.exists(os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\"))\n\
+    sys.exit(\"ferrepl: the interpreter \" + sys.executable + (\" is marked externally managed (PEP 668)\" if m else \" is not a virtual environment\") + \"; ferrepl installs only into virtual environments. Restart ferrepl with --venv DIR (it creates the venv), or make one in the workspace (python3 -m venv .venv) and create a session with python_sessions {action: create, name: ..., venv: .venv}.\")\n";
 
 #[tool_router(router = packages_router, vis = "pub(super)")]
 impl FerreplServer {
@@ -89,23 +77,6 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
             )));
         }
         let python = self.manager.session_python(&session);
-        let (venv, managed) = match probe(&python).await {
-            Ok(v) => v,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        if !venv {
-            let why = if managed {
-                "is marked externally managed (PEP 668)"
-            } else {
-                "is not a virtual environment"
-            };
-            return Ok(render::tool_error(format!(
-                "the interpreter of session '{session}' ({}) {why}; ferrepl installs only into virtual environments. \
-Restart ferrepl with --venv DIR (it creates the venv), or create a session with python_sessions \
-{{\"action\": \"create\", \"name\": \"...\", \"venv\": \"/path/to/venv\"}} (make one with `python3 -m venv /path/to/venv`).",
-                python.display()
-            )));
-        }
         let upgrade = if p.upgrade.unwrap_or(false) {
             " --upgrade"
         } else {
@@ -113,28 +84,26 @@ Restart ferrepl with --venv DIR (it creates the venv), or create a session with 
         };
         let packages: Vec<String> = p.packages.iter().map(|s| shell_quote(s)).collect();
         let uv = crate::worker::python::uv();
+        let check = format!(
+            "{} -I -c {} && ",
+            shell_quote(&python.display().to_string()),
+            shell_quote(VENV_CHECK)
+        );
         let command = match &uv {
             Some(uv) => format!(
-                "{} pip install --python {}{upgrade} {}",
+                "{check}{} pip install --no-config --python {}{upgrade} {}",
                 shell_quote(&uv.display().to_string()),
                 shell_quote(&python.display().to_string()),
                 packages.join(" ")
             ),
             None => format!(
-                "{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
+                "{check}{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
                 shell_quote(&python.display().to_string()),
                 packages.join(" ")
             ),
         };
         let spec = JobSpec {
             command,
-            python: Some(python.clone()),
-            readable: uv
-                .as_deref()
-                .and_then(std::path::Path::parent)
-                .map(std::path::Path::to_path_buf)
-                .into_iter()
-                .collect(),
             ..JobSpec::default()
         };
         let job = match self.jobs.start(spec) {
@@ -160,7 +129,7 @@ Restart ferrepl with --venv DIR (it creates the venv), or create a session with 
                 }
             });
         }
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         let mut result = self
             .drive_job(job.clone(), wait, meta, peer, ct, true)
             .await;

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
     CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject,
     ServerCapabilities, ServerConfig,
@@ -17,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::args::{Parameters, Seconds, secs};
 use super::groups::ToolGroups;
 use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render::{self, CellOutput};
@@ -58,7 +58,7 @@ pub struct ExecParams {
     /// Seconds to wait for the cell before returning with status "running" (the cell keeps
     /// running; collect it with python_wait). Default 30; capped by the server's maximum.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -75,7 +75,7 @@ pub struct WaitParams {
     pub session: Option<String>,
     /// Longest time to wait, in seconds, for the cell to finish or ask for input. Default 30.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -90,7 +90,7 @@ pub struct InputParams {
     pub eof: Option<bool>,
     /// Longest time to wait afterwards, in seconds, like python_wait. Default 30.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -185,7 +185,7 @@ Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.56637
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         let session = session_name(&p.session).to_string();
         let call = CallContext {
             meta,
@@ -213,7 +213,7 @@ Example: {\"session\": \"train\", \"wait_s\": 60}.",
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         let session = session_name(&p.session).to_string();
         let call = CallContext {
             meta,
@@ -238,7 +238,7 @@ then wait like python_wait. Set eof=true to close the input instead. Example: {\
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         let eof = p.eof.unwrap_or(false);
         let session = session_name(&p.session).to_string();
         let call = CallContext {

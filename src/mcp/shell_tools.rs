@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, RequestMetaObject};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::args::{Parameters, Seconds, SignalArg, secs};
 use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render;
 use super::server::FerreplServer;
@@ -25,7 +25,7 @@ pub struct ShellExecParams {
     /// Seconds to wait before returning status "running" (the job keeps running; collect it
     /// with shell_wait). Default 30.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
     /// Working directory (relative to the server's workdir). Default: the workdir.
     #[serde(default)]
     pub cwd: Option<String>,
@@ -48,7 +48,7 @@ pub struct ShellWaitParams {
     pub job: String,
     /// Longest time to wait for the job to exit, in seconds. Default 30.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -63,7 +63,7 @@ pub struct ShellInputParams {
     pub eof: Option<bool>,
     /// Seconds to wait afterwards for the job to exit. Default 0: return at once.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -73,7 +73,7 @@ pub struct ShellKillParams {
     /// Signal name or number (TERM, KILL, INT, HUP...). Default TERM, followed by KILL if the
     /// job is still running 2 s later.
     #[serde(default)]
-    pub signal: Option<String>,
+    pub signal: Option<SignalArg>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -83,7 +83,8 @@ pub struct ShellOutputParams {
     /// Window start: characters from 0, or a line number from 1 with `lines`.
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Window size: characters (default 20000), or lines with `lines` (default 200).
+    /// Window size: characters (default 20000, at most 200000), or lines with `lines`
+    /// (default 200, at most 10000).
     #[serde(default)]
     pub limit: Option<u64>,
     /// Count offset and limit in lines.
@@ -92,7 +93,7 @@ pub struct ShellOutputParams {
     /// Regular expression: only matching lines (numbered), with `context` lines around.
     #[serde(default)]
     pub grep: Option<String>,
-    /// Context lines around grep matches. Default 1.
+    /// Context lines around grep matches. Default 1, at most 20.
     #[serde(default)]
     pub context: Option<u64>,
 }
@@ -199,15 +200,12 @@ Example: {\"command\": \"pytest -x -q\", \"wait_s\": 120}.",
             env: p.env.unwrap_or_default(),
             stdin: p.stdin,
             pty: p.pty.unwrap_or(false),
-            // Readable under the sandbox, so `python3 script.py` works in jobs.
-            python: Some(self.manager.session_python(crate::session::DEFAULT_SESSION)),
-            readable: Vec::new(),
         };
         let job = match self.jobs.start(spec) {
             Ok(j) => j,
             Err(e) => return Ok(render::tool_error(e)),
         };
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         Ok(self.drive_job(job, wait, meta, peer, ct, true).await)
     }
 
@@ -228,7 +226,7 @@ before. Example: {\"job\": \"j1\", \"wait_s\": 60}.",
             Ok(j) => j,
             Err(e) => return Ok(render::tool_error(e)),
         };
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         Ok(self.drive_job(job, wait, meta, peer, ct, false).await)
     }
 
@@ -251,7 +249,7 @@ Returns the job's state and new output (after wait_s, default 0). Example: {\"jo
             Err(e) => return Ok(render::tool_error(e)),
         };
         let wait = match p.wait_s {
-            Some(_) => self.manager.wait_window(p.wait_s),
+            Some(_) => self.manager.wait_window(secs(p.wait_s)),
             None => std::time::Duration::ZERO,
         };
         Ok(job_result(&self.jobs.wait(&job, wait).await))
@@ -267,7 +265,7 @@ it is still running 2 s later. Returns the final result. Example: {\"job\": \"j1
         &self,
         Parameters(p): Parameters<ShellKillParams>,
     ) -> Result<CallToolResult, McpError> {
-        let signal = match parse_signal(p.signal.as_deref().unwrap_or("TERM")) {
+        let signal = match parse_signal(p.signal.as_ref().map_or("TERM", SignalArg::as_str)) {
             Ok(s) => s,
             Err(e) => return Ok(render::tool_error(e)),
         };

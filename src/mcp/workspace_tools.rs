@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, RequestMetaObject};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
@@ -13,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::args::{Parameters, Seconds, secs};
 use super::render::{self, CellOutput};
 use super::server::{CallContext, FerreplServer, session_name};
 use crate::session::{CellSource, HistoryEntry, SessionInfo, SessionOptions};
@@ -84,7 +84,7 @@ pub struct RunFileParams {
     pub args: Option<Vec<String>>,
     /// Seconds to wait before returning status "running", as in python_exec.
     #[serde(default)]
-    pub wait_s: Option<f64>,
+    pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -277,7 +277,7 @@ Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        let wait = self.manager.wait_window(p.wait_s);
+        let wait = self.manager.wait_window(secs(p.wait_s));
         let session = session_name(&p.session).to_string();
         let args = p.args.unwrap_or_default();
         let call = CallContext {

@@ -1,16 +1,20 @@
-//! The launcher: ferrepl re-executed as `ferrepl __ferrepl-launch POLICY --
-//! PROGRAM ARGS...`, before any thread or async runtime exists.
+//! The launcher: ferrepl re-executed as `ferrepl __ferrepl-launch @POLICY --
+//! PROGRAM ARGS...`, before any thread or async runtime exists, with an
+//! empty environment (the program's environment is in the policy).
 //!
-//! It forks. The child applies the policy (rlimits, no_new_privs, Landlock,
-//! seccomp) and execs the program. The parent stays as a child subreaper: it
-//! ignores SIGINT (interrupts are for the program), passes SIGTERM and SIGHUP
-//! on to the program, reaps everything, and when the program exits it kills
-//! every process left below it, daemonized ones included, then exits with the
-//! program's status (re-raising its signal).
+//! It dies with the server (parent-death signal), joins the process's
+//! cgroups, and, with namespaces, enters them and forks the namespace's PID 1
+//! (also this binary, no exec), which builds the private file system view and
+//! forks the program. The program's process applies rlimits, drops every
+//! capability, sets no_new_privs, Landlock and seccomp, and execs. The outer
+//! launcher stays as a child subreaper: it ignores SIGINT (interrupts are for
+//! the program), passes SIGTERM/SIGHUP sent by anyone but the server on to
+//! the program, and exits with the program's status (re-raising its signal)
+//! once everything below it is gone. When PID 1 of a namespace exits, the
+//! kernel kills every process left in it, daemons included.
 
-use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use landlock::{
@@ -20,20 +24,25 @@ use landlock::{
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
-use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
-};
 
 use super::{Applied, Policy};
 
 pub const LAUNCH_ARG: &str = "__ferrepl-launch";
-pub const PROBE_ARG: &str = "__ferrepl-probe";
 
-/// The program's pid, for the signal handler.
+/// The process the signals are passed to (the program, or the namespace's
+/// PID 1), for the signal handlers.
 static CHILD: AtomicI32 = AtomicI32::new(0);
 /// The server that started us; its signals go to the whole process group.
 static SERVER: AtomicI32 = AtomicI32::new(0);
+/// Whether CHILD is a namespace's PID 1, which takes SIGTERM/SIGHUP as
+/// SIGUSR1/SIGUSR2 (it gets the server's group signals too, and cannot tell
+/// them apart from ours: senders outside its namespace all show as pid 0).
+static CHILD_IS_INIT: AtomicI32 = AtomicI32::new(0);
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("ferrepl launcher: {msg}");
+    std::process::exit(127);
+}
 
 /// SIGTERM/SIGHUP are the program's to handle (a job may trap or ignore
 /// them). The server signals the whole process group, which reaches the
@@ -48,6 +57,30 @@ extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         let child = CHILD.load(Ordering::SeqCst);
         if child > 0 && sender != SERVER.load(Ordering::SeqCst) {
             let errno = *libc::__errno_location();
+            let sig = match (CHILD_IS_INIT.load(Ordering::SeqCst), sig) {
+                (1, libc::SIGTERM) => libc::SIGUSR1,
+                (1, libc::SIGHUP) => libc::SIGUSR2,
+                _ => sig,
+            };
+            libc::kill(child, sig);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// In a namespace's PID 1: SIGUSR1/SIGUSR2 from the outer launcher become
+/// SIGTERM/SIGHUP for the program.
+extern "C" fn on_forward(sig: libc::c_int) {
+    // SAFETY: only kill(2) on an atomically loaded pid; errno preserved.
+    unsafe {
+        let child = CHILD.load(Ordering::SeqCst);
+        if child > 0 {
+            let errno = *libc::__errno_location();
+            let sig = if sig == libc::SIGUSR1 {
+                libc::SIGTERM
+            } else {
+                libc::SIGHUP
+            };
             libc::kill(child, sig);
             *libc::__errno_location() = errno;
         }
@@ -58,29 +91,51 @@ fn term_signals() -> SigSet {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGHUP);
+    set.add(Signal::SIGUSR1);
+    set.add(Signal::SIGUSR2);
     set
 }
 
-/// Entry point of `ferrepl __ferrepl-launch POLICY -- PROGRAM ARGS...`.
-pub fn run(args: &[String]) -> ! {
-    let fail = |msg: String| -> ! {
-        eprintln!("ferrepl launcher: {msg}");
-        std::process::exit(127);
+/// Reads the policy: `@FILE` (written by the server in its private state
+/// directory and removed here) or inline JSON.
+fn read_policy(arg: &str) -> Result<Policy, String> {
+    let text = match arg.strip_prefix('@') {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            let _ = std::fs::remove_file(path);
+            text
+        }
+        None => arg.to_string(),
     };
-    let (Some(policy_json), Some(sep)) = (args.first(), args.get(1)) else {
-        fail("usage: __ferrepl-launch POLICY -- PROGRAM [ARGS...]".into());
+    serde_json::from_str(&text).map_err(|e| format!("bad policy: {e}"))
+}
+
+/// Entry point of `ferrepl __ferrepl-launch @POLICY -- PROGRAM ARGS...`.
+pub fn run(args: &[String]) -> ! {
+    let usage = "usage: __ferrepl-launch @POLICY -- PROGRAM [ARGS...]";
+    let (Some(policy_arg), Some(sep)) = (args.first(), args.get(1)) else {
+        fail(usage);
     };
     if sep != "--" || args.len() < 3 {
-        fail("usage: __ferrepl-launch POLICY -- PROGRAM [ARGS...]".into());
+        fail(usage);
     }
-    let policy: Policy = match serde_json::from_str(policy_json) {
-        Ok(p) => p,
-        Err(e) => fail(format!("bad policy: {e}")),
-    };
-    let program: Vec<CString> = match args[2..].iter().map(|a| CString::new(a.as_str())).collect() {
-        Ok(p) => p,
-        Err(e) => fail(format!("bad argument: {e}")),
-    };
+    let policy = read_policy(policy_arg).unwrap_or_else(|e| fail(e));
+    let program: Vec<CString> = args[2..]
+        .iter()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| fail(format!("bad argument: {e}")));
+    // Die with the server, even when it is SIGKILLed. (The death signal is
+    // tied to the server thread that forked us: the runtime's threads live
+    // as long as the server.)
+    // SAFETY: prctl(PR_SET_PDEATHSIG) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    let parent = nix::unistd::getppid().as_raw();
+    if policy.server_pid != 0 && parent != policy.server_pid as i32 {
+        fail("the server is gone");
+    }
     // Before the fork, so the program and all it starts are counted.
     for procs in &policy.cgroup_procs {
         if let Err(e) = std::fs::write(procs, "0") {
@@ -90,7 +145,17 @@ pub fn run(args: &[String]) -> ! {
             eprintln!("ferrepl launcher: cannot join cgroup {procs}: {e}");
         }
     }
-    SERVER.store(nix::unistd::getppid().as_raw(), Ordering::SeqCst);
+    SERVER.store(parent, Ordering::SeqCst);
+    #[cfg(target_os = "linux")]
+    if policy.mounts.is_some()
+        && let Err(e) = super::namespaces::enter(policy.network)
+    {
+        fail(e);
+    }
+    let status_pipe = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => fail(format!("pipe: {e}")),
+    };
     // Held back until the handlers are in place, so a SIGTERM right after
     // the fork cannot kill the launcher and orphan the program.
     let _ = term_signals().thread_block();
@@ -98,18 +163,160 @@ pub fn run(args: &[String]) -> ! {
     match unsafe { fork() } {
         Err(e) => fail(format!("fork failed: {e}")),
         Ok(ForkResult::Child) => {
-            let _ = term_signals().thread_unblock();
-            if let Err(e) = apply(&policy) {
-                fail(e);
+            drop(status_pipe.0);
+            if policy.mounts.is_some() {
+                init(&policy, &program, status_pipe.1)
+            } else {
+                drop(status_pipe.1);
+                start_program(&policy, &program)
             }
-            let _ = nix::unistd::execvp(&program[0], &program);
-            fail(format!("cannot execute {:?}", program[0]));
         }
-        Ok(ForkResult::Parent { child }) => supervise(child),
+        Ok(ForkResult::Parent { child }) => {
+            drop(status_pipe.1);
+            if policy.mounts.is_some() {
+                CHILD_IS_INIT.store(1, Ordering::SeqCst);
+            }
+            supervise(child, status_pipe.0)
+        }
     }
 }
 
-fn supervise(child: Pid) -> ! {
+/// The program's process: confinement, then exec (or, for the probe, a
+/// report of what is active).
+fn start_program(policy: &Policy, program: &[CString]) -> ! {
+    // Dispositions and the mask are inherited through exec: the program
+    // starts with defaults (Python only handles SIGINT if it is not ignored).
+    let dfl = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        // SAFETY: restoring default dispositions.
+        unsafe {
+            let _ = sigaction(sig, &dfl);
+        }
+    }
+    let _ = SigSet::all().thread_unblock();
+    let mut applied = apply(policy).unwrap_or_else(|e| fail(e));
+    if policy.probe {
+        applied.namespaces = policy.mounts.is_some();
+        applied.network_blocked = !policy.network && network_blocked();
+        println!("{}", serde_json::to_string(&applied).unwrap_or_default());
+        std::process::exit(0);
+    }
+    let env: Vec<CString> = policy
+        .env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let path = resolve_program(&program[0], policy);
+    let _ = nix::unistd::execve(&path, program, &env);
+    fail(format!(
+        "cannot execute {:?}: {}",
+        program[0],
+        std::io::Error::last_os_error()
+    ));
+}
+
+/// An absolute program path: as given when it has a slash, else searched in
+/// the program's PATH.
+fn resolve_program(program: &CString, policy: &Policy) -> CString {
+    let bytes = program.as_bytes();
+    if bytes.contains(&b'/') {
+        return program.clone();
+    }
+    let name = String::from_utf8_lossy(bytes).into_owned();
+    let path = policy.env.get("PATH").cloned().unwrap_or_default();
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let candidate = std::path::Path::new(dir).join(&name);
+        if candidate.is_file()
+            && let Ok(c) = CString::new(candidate.to_string_lossy().into_owned())
+        {
+            return c;
+        }
+    }
+    program.clone()
+}
+
+/// PID 1 of the new PID namespace: builds the file system view, starts the
+/// program, reaps orphans, and reports the program's status on `status`.
+fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(plan) = &policy.mounts
+        && let Err(e) = super::namespaces::build(plan)
+    {
+        fail(format!("cannot build the sandbox's file system view: {e}"));
+    }
+    // SAFETY: single-threaded; the child only calls async-signal-safe code
+    // until it execs (start_program does no locking before exec besides
+    // what a freshly forked single-threaded process may do).
+    let child = match unsafe { fork() } {
+        Err(e) => fail(format!("fork failed: {e}")),
+        Ok(ForkResult::Child) => {
+            drop(status);
+            start_program(policy, program)
+        }
+        Ok(ForkResult::Parent { child }) => child,
+    };
+    CHILD.store(child.as_raw(), Ordering::SeqCst);
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    let forward = SigAction::new(
+        SigHandler::Handler(on_forward),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only reads an atomic and calls kill(2).
+    unsafe {
+        for sig in [Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGHUP] {
+            let _ = sigaction(sig, &ignore);
+        }
+        let _ = sigaction(Signal::SIGUSR1, &forward);
+        let _ = sigaction(Signal::SIGUSR2, &forward);
+    }
+    let _ = term_signals().thread_unblock();
+    let keep = status.as_raw_fd();
+    close_fds_except(keep);
+    let result = wait_for(child);
+    CHILD.store(0, Ordering::SeqCst);
+    // Everything else in the namespace goes with the program.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
+    let report = match result {
+        Some(WaitStatus::Exited(_, code)) => format!("exit {code}"),
+        Some(WaitStatus::Signaled(_, sig, _)) => format!("signal {}", sig as i32),
+        _ => "exit 1".to_string(),
+    };
+    let mut file = std::fs::File::from(status);
+    let _ = std::io::Write::write_all(&mut file, report.as_bytes());
+    drop(file);
+    std::process::exit(0);
+}
+
+/// Reaps everything until `child` exits; its status.
+fn wait_for(child: Pid) -> Option<WaitStatus> {
+    loop {
+        match waitpid(None, Some(WaitPidFlag::__WALL)) {
+            Ok(ws @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
+                if pid == child =>
+            {
+                return Some(ws);
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+fn supervise(child: Pid, status_pipe: OwnedFd) -> ! {
     CHILD.store(child.as_raw(), Ordering::SeqCst);
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER has no memory effects.
     unsafe {
@@ -130,23 +337,24 @@ fn supervise(child: Pid) -> ! {
     }
     let _ = term_signals().thread_unblock();
     // The program's pipes and control socket must close when it goes.
-    close_fds_from(0);
-    let mut status: Option<WaitStatus> = None;
-    loop {
-        match waitpid(None, Some(WaitPidFlag::__WALL)) {
-            Ok(ws @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
-                if pid == child =>
-            {
-                status = Some(ws);
-                break;
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break,
-        }
-    }
+    let keep = status_pipe.as_raw_fd();
+    close_fds_except(keep);
+    let status = wait_for(child);
     CHILD.store(0, Ordering::SeqCst);
     sweep();
+    // A namespace's PID 1 reports the program's own status.
+    let mut report = String::new();
+    let mut file = std::fs::File::from(status_pipe);
+    let _ = std::io::Read::read_to_string(&mut file, &mut report);
+    if let Some(sig) = report.strip_prefix("signal ").and_then(|s| s.parse::<i32>().ok())
+        && let Ok(sig) = Signal::try_from(sig)
+    {
+        reraise(sig);
+        std::process::exit(128 + sig as i32);
+    }
+    if let Some(code) = report.strip_prefix("exit ").and_then(|s| s.parse::<i32>().ok()) {
+        std::process::exit(code);
+    }
     match status {
         Some(WaitStatus::Exited(_, code)) => std::process::exit(code),
         Some(WaitStatus::Signaled(_, sig, _)) => {
@@ -190,7 +398,7 @@ fn sweep() {
     }
 }
 
-fn close_fds_from(first: i32) {
+fn close_fds_except(keep: i32) {
     let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.filter_map(Result::ok)
@@ -198,7 +406,7 @@ fn close_fds_from(first: i32) {
                 .collect()
         })
         .unwrap_or_default();
-    for fd in fds.into_iter().filter(|fd| *fd >= first) {
+    for fd in fds.into_iter().filter(|fd| *fd != keep) {
         // SAFETY: closing descriptors this process no longer uses.
         unsafe {
             libc::close(fd);
@@ -236,6 +444,26 @@ pub fn apply(policy: &Policy) -> Result<Applied, String> {
         set_limit(libc::RLIMIT_NPROC, n);
         applied.rlimits.push(format!("processes {n} (per user)"));
     }
+    if !policy.cwd.is_empty() {
+        std::env::set_current_dir(&policy.cwd).map_err(|e| {
+            format!(
+                "cannot enter the working directory {} inside the sandbox: {e}",
+                policy.cwd
+            )
+        })?;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        match super::privileges::drop_all() {
+            Ok(empty) => {
+                applied.capabilities_dropped = empty && super::privileges::bounding_empty();
+            }
+            Err(e) if policy.require && !super::privileges::all_empty() => {
+                return Err(format!("capabilities: {e}"));
+            }
+            Err(_) => applied.capabilities_dropped = super::privileges::all_empty(),
+        }
+    }
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0 {
         applied.no_new_privs = true;
@@ -250,16 +478,10 @@ pub fn apply(policy: &Policy) -> Result<Applied, String> {
         }
     }
     if policy.seccomp {
-        match seccomp(policy) {
+        match super::seccomp::apply(policy.network) {
             Ok(()) => applied.seccomp = true,
             Err(e) if policy.require => return Err(format!("seccomp: {e}")),
             Err(e) => applied.seccomp_error = Some(e),
-        }
-    }
-    for (k, v) in &policy.env {
-        // SAFETY: single-threaded; nothing else reads the environment now.
-        unsafe {
-            std::env::set_var(k, v);
         }
     }
     Ok(applied)
@@ -310,94 +532,6 @@ fn landlock(policy: &Policy) -> Result<String, String> {
         RulesetStatus::PartiallyEnforced => "partially enforced (older kernel ABI)".to_string(),
         RulesetStatus::NotEnforced => "not enforced (kernel without Landlock)".to_string(),
     })
-}
-
-fn target_arch() -> Result<TargetArch, String> {
-    if cfg!(target_arch = "x86_64") {
-        Ok(TargetArch::x86_64)
-    } else if cfg!(target_arch = "aarch64") {
-        Ok(TargetArch::aarch64)
-    } else {
-        Err("no seccomp support for this architecture".into())
-    }
-}
-
-fn seccomp(policy: &Policy) -> Result<(), String> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    let always = [
-        libc::SYS_ptrace,
-        libc::SYS_process_vm_readv,
-        libc::SYS_process_vm_writev,
-        libc::SYS_mount,
-        libc::SYS_umount2,
-        libc::SYS_pivot_root,
-        libc::SYS_keyctl,
-        libc::SYS_add_key,
-        libc::SYS_request_key,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_bpf,
-        libc::SYS_perf_event_open,
-        libc::SYS_kexec_load,
-        libc::SYS_kexec_file_load,
-        libc::SYS_reboot,
-        libc::SYS_swapon,
-        libc::SYS_swapoff,
-        libc::SYS_init_module,
-        libc::SYS_finit_module,
-        libc::SYS_delete_module,
-        libc::SYS_setns,
-        libc::SYS_unshare,
-    ];
-    for sys in always {
-        rules.insert(sys, vec![]);
-    }
-    if !policy.network {
-        let family = |f: i32| {
-            SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, f as u64)
-                .and_then(|c| SeccompRule::new(vec![c]))
-                .map_err(|e| e.to_string())
-        };
-        rules.insert(
-            libc::SYS_socket,
-            vec![family(libc::AF_INET)?, family(libc::AF_INET6)?],
-        );
-    }
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        target_arch()?,
-    )
-    .map_err(|e| e.to_string())?;
-    let program: seccompiler::BpfProgram = filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())?;
-    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
-}
-
-/// `ferrepl __ferrepl-probe POLICY`: applies the policy to itself and prints
-/// what is active as JSON (the server runs this once at start).
-pub fn probe(args: &[String]) -> ! {
-    let policy: Policy = match args.first().map(|p| serde_json::from_str(p)) {
-        Some(Ok(p)) => p,
-        _ => {
-            eprintln!("usage: __ferrepl-probe POLICY");
-            std::process::exit(2);
-        }
-    };
-    match apply(&policy) {
-        Ok(mut applied) => {
-            applied.network_blocked = !policy.network && network_blocked();
-            println!("{}", serde_json::to_string(&applied).unwrap_or_default());
-            std::process::exit(0);
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
-    }
 }
 
 fn network_blocked() -> bool {

@@ -6,7 +6,14 @@
 //! process-count limits are enforced by the server watching process trees.
 
 pub mod cgroup;
+pub mod env;
 pub mod launcher;
+#[cfg(target_os = "linux")]
+mod namespaces;
+pub mod paths;
+#[cfg(target_os = "linux")]
+mod privileges;
+mod seccomp;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -27,6 +34,26 @@ pub enum SandboxMode {
     WorkspaceWrite,
 }
 
+/// A path put back into a namespace's file system view.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bind {
+    pub path: String,
+    pub writable: bool,
+}
+
+/// How the launcher rebuilds the file system view in its namespaces.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MountPlan {
+    /// Exposed paths (read-only unless writable), on top of everything else.
+    pub binds: Vec<Bind>,
+    /// Covered by an empty read-only tmpfs.
+    pub hide: Vec<String>,
+    /// Host devices beyond the standard few (--allow-device).
+    pub devices: Vec<String>,
+    /// Size of the private /dev/shm.
+    pub shm_bytes: u64,
+}
+
 /// The launcher's instructions for one process.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Policy {
@@ -39,10 +66,24 @@ pub struct Policy {
     pub max_file_bytes: Option<u64>,
     pub max_open_files: Option<u64>,
     pub max_processes: Option<u64>,
+    /// The program's whole environment (nothing else is inherited).
     pub env: BTreeMap<String, String>,
     /// `cgroup.procs` files the launcher moves itself into before forking.
     #[serde(default)]
     pub cgroup_procs: Vec<String>,
+    /// Private namespaces and the file system view inside them (None: the
+    /// kernel does not allow them; Landlock and seccomp still apply).
+    #[serde(default)]
+    pub mounts: Option<MountPlan>,
+    /// The program's working directory, entered after the mounts.
+    #[serde(default)]
+    pub cwd: String,
+    /// The server: the launcher refuses to run once it is gone.
+    #[serde(default)]
+    pub server_pid: u32,
+    /// Apply everything, then print what is active instead of exec'ing.
+    #[serde(default)]
+    pub probe: bool,
 }
 
 /// What the launcher could apply (reported by the startup probe).
@@ -54,9 +95,13 @@ pub struct Applied {
     pub seccomp_error: Option<String>,
     pub rlimits: Vec<String>,
     pub network_blocked: bool,
+    #[serde(default)]
+    pub capabilities_dropped: bool,
+    #[serde(default)]
+    pub namespaces: bool,
 }
 
-/// The server's sandbox settings.
+/// The server's sandbox settings, fixed at start.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
     pub mode: SandboxMode,
@@ -66,8 +111,24 @@ pub struct SandboxConfig {
     pub max_processes: u64,
     pub max_file_bytes: u64,
     pub max_open_files: u64,
-    /// Home of the user running ferrepl: hidden from workers (secrets).
-    pub home: Option<PathBuf>,
+    /// The workspace root (--workdir): the only place sessions write.
+    pub workspace: PathBuf,
+    /// The server's private state directory (policies handed to launchers).
+    pub state: PathBuf,
+    /// Hidden from every process (home, host temp dir, /run, state).
+    pub hidden: Vec<PathBuf>,
+    /// Readable beyond the system: the operator's interpreters, uv, --allow-read.
+    pub read: Vec<PathBuf>,
+    /// Writable beyond the workspace: the operator's venvs, --allow-write.
+    pub write: Vec<PathBuf>,
+    /// Host devices added to the private /dev (--allow-device).
+    pub devices: Vec<PathBuf>,
+    /// Interpreters and venvs python_sessions may name outside the workspace.
+    pub allowed_python: Vec<PathBuf>,
+    /// Whether private namespaces work here (found by the probe).
+    pub namespaces: bool,
+    /// The environment every process starts from (allow-list + --pass-env).
+    pub env: BTreeMap<String, String>,
     /// What the probe found active, for server_status and the log.
     pub active: String,
     /// Where per-session cgroups can be made (None: the limits are enforced
@@ -75,41 +136,76 @@ pub struct SandboxConfig {
     pub cgroups: Option<cgroup::CgroupRoot>,
 }
 
+static NEXT_POLICY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 impl SandboxConfig {
     pub fn enabled(&self) -> bool {
         self.mode != SandboxMode::Off
     }
 
-    /// The policy of one process: `workspace` its workspace, `tmp` its own
-    /// temporary directory (also HOME and TMPDIR), `python` its interpreter.
-    pub fn policy(&self, workspace: &Path, tmp: &Path, python: Option<&Path>) -> Policy {
-        let mut read = Vec::new();
-        let hidden_top = self.home.as_deref().and_then(top_level);
-        if let Ok(entries) = std::fs::read_dir("/") {
-            for e in entries.filter_map(Result::ok) {
-                let path = e.path();
-                if Some(&path) != hidden_top.as_ref() {
-                    read.push(path.display().to_string());
-                }
+    /// The environment of a process with temporary directory `tmp`: the
+    /// inherited allow-list, HOME and TMPDIR, then `extra` (agent-given
+    /// variables were checked by `env::check`).
+    pub fn environment(
+        &self,
+        tmp: Option<&Path>,
+        extra: &[(String, String)],
+    ) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        if let Some(tmp) = tmp {
+            env.insert("HOME".into(), tmp.display().to_string());
+            env.insert("TMPDIR".into(), tmp.display().to_string());
+        }
+        for (k, v) in extra {
+            env.insert(k.clone(), v.clone());
+        }
+        env
+    }
+
+    /// The policy of one process: `tmp` its own temporary directory (also
+    /// HOME and TMPDIR), `cwd` where it starts, `env` its environment. The
+    /// same for every process but for these: no tool argument reaches it.
+    pub fn policy(&self, tmp: &Path, cwd: &Path, env: BTreeMap<String, String>) -> Policy {
+        let show = |p: &Path| p.display().to_string();
+        let mut read: Vec<String> = paths::readable_except(&self.hidden)
+            .iter()
+            .map(|p| show(p))
+            .collect();
+        read.push(show(&self.workspace));
+        read.extend(self.read.iter().map(|p| show(p)));
+        let mut write = vec![show(tmp), "/dev".to_string()];
+        let workspace_writable = self.mode == SandboxMode::WorkspaceWrite;
+        if workspace_writable {
+            write.push(show(&self.workspace));
+        }
+        write.extend(self.write.iter().map(|p| show(p)));
+        write.extend(self.devices.iter().map(|p| show(p)));
+        let mounts = self.namespaces.then(|| {
+            let mut binds = vec![
+                Bind {
+                    path: show(&self.workspace),
+                    writable: workspace_writable,
+                },
+                Bind {
+                    path: show(tmp),
+                    writable: true,
+                },
+            ];
+            binds.extend(self.read.iter().map(|p| Bind {
+                path: show(p),
+                writable: false,
+            }));
+            binds.extend(self.write.iter().map(|p| Bind {
+                path: show(p),
+                writable: true,
+            }));
+            MountPlan {
+                binds,
+                hide: self.hidden.iter().map(|p| show(p)).collect(),
+                devices: self.devices.iter().map(|p| show(p)).collect(),
+                shm_bytes: self.memory_limit.unwrap_or(1 << 30),
             }
-        }
-        read.push(workspace.display().to_string());
-        if let Some(python) = python {
-            for dir in interpreter_dirs(python) {
-                read.push(dir.display().to_string());
-            }
-        }
-        let mut write = vec![tmp.display().to_string(), "/dev".to_string()];
-        if self.mode == SandboxMode::WorkspaceWrite {
-            write.push(workspace.display().to_string());
-        }
-        if let Some(venv) = python.and_then(venv_of) {
-            // python_install writes into the session's venv.
-            write.push(venv.display().to_string());
-        }
-        let mut env = BTreeMap::new();
-        env.insert("HOME".into(), tmp.display().to_string());
-        env.insert("TMPDIR".into(), tmp.display().to_string());
+        });
         Policy {
             read,
             write,
@@ -122,6 +218,10 @@ impl SandboxConfig {
             max_processes: Some(self.max_processes),
             env,
             cgroup_procs: Vec::new(),
+            mounts,
+            cwd: show(cwd),
+            server_pid: std::process::id(),
+            probe: false,
         }
     }
 
@@ -137,85 +237,64 @@ impl SandboxConfig {
     }
 
     /// The program and arguments that start `program args` under `policy`.
+    /// The policy goes to the launcher in a file of the private state
+    /// directory (the launcher removes it), not on a command line every
+    /// process can read.
     pub fn wrap(
         &self,
         policy: &Policy,
         program: &Path,
         args: &[OsString],
-    ) -> (PathBuf, Vec<OsString>) {
-        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ferrepl"));
+    ) -> std::io::Result<(PathBuf, Vec<OsString>)> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let exe = std::env::current_exe()?;
+        let n = NEXT_POLICY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = self.state.join(format!("policy-{n}.json"));
+        let json = serde_json::to_vec(policy).map_err(std::io::Error::other)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&file)?
+            .write_all(&json)?;
+        let mut at = OsString::from("@");
+        at.push(file.as_os_str());
         let mut out: Vec<OsString> = vec![
             launcher::LAUNCH_ARG.into(),
-            serde_json::to_string(policy).unwrap_or_default().into(),
+            at,
             "--".into(),
             program.as_os_str().to_owned(),
         ];
         out.extend(args.iter().cloned());
-        (exe, out)
+        Ok((exe, out))
     }
 }
 
-fn top_level(path: &Path) -> Option<PathBuf> {
-    let mut comps = path.components();
-    comps.next()?;
-    let first = comps.next()?;
-    Some(Path::new("/").join(first))
-}
-
-/// The directories an interpreter needs: its prefix, and for a venv the
-/// base installation its symlinks lead to.
-fn interpreter_dirs(python: &Path) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
-    if let Some(d) = prefix(python) {
-        dirs.push(d);
-    }
-    if let Ok(real) = python.canonicalize()
-        && let Some(d) = prefix(&real)
-    {
-        dirs.push(d);
-    }
-    if let Some(venv) = venv_of(python)
-        && let Ok(cfg) = std::fs::read_to_string(venv.join("pyvenv.cfg"))
-    {
-        for line in cfg.lines() {
-            if let Some(home) = line
-                .strip_prefix("home")
-                .map(|r| r.trim_start_matches([' ', '=']))
-                && let Some(d) = Path::new(home.trim()).parent()
-            {
-                dirs.push(d.to_path_buf());
-            }
-        }
-    }
-    dirs
-}
-
-fn venv_of(python: &Path) -> Option<PathBuf> {
-    let dir = python.parent()?.parent()?;
-    dir.join("pyvenv.cfg").is_file().then(|| dir.to_path_buf())
-}
-
-/// Runs the launcher's probe with this configuration and describes what is
-/// active; fails when --sandbox-require is set and something is missing.
-pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Result<String> {
+/// Runs the launcher once with the real policy (namespaces first, without
+/// them if the kernel refuses) and records what is active in `cfg`; fails
+/// when --sandbox-require is set and something is missing.
+pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<()> {
     if !cfg.enabled() {
-        return Ok("OFF: no OS confinement; sessions can read and write everything ferrepl can, and use the network".into());
+        cfg.namespaces = false;
+        cfg.active = "OFF: no OS confinement; sessions can read and write everything ferrepl can, and use the network".into();
+        return Ok(());
     }
-    std::fs::create_dir_all(tmp)?;
-    let policy = cfg.policy(workspace, tmp, None);
-    let exe = std::env::current_exe()?;
-    let out = std::process::Command::new(exe)
-        .arg(launcher::PROBE_ARG)
-        .arg(serde_json::to_string(&policy)?)
-        .output()?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "the sandbox cannot be applied on this system: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let applied: Applied = serde_json::from_slice(&out.stdout)?;
+    let tmp = cfg.state.join("probe");
+    std::fs::create_dir_all(&tmp)?;
+    cfg.namespaces = cfg!(target_os = "linux");
+    let mut gap = None;
+    let applied = match run_probe(cfg, &tmp) {
+        Ok(a) => a,
+        Err(e) if cfg.namespaces => {
+            gap = Some(e);
+            cfg.namespaces = false;
+            run_probe(cfg, &tmp)?
+        }
+        Err(e) => return Err(e),
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
     let mut parts = vec![format!(
         "{}: Landlock filesystem {}",
         match cfg.mode {
@@ -224,6 +303,21 @@ pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Resul
         },
         applied.landlock
     )];
+    parts.push(match (&gap, applied.namespaces) {
+        (_, true) => format!(
+            "private mount, PID, IPC, UTS{} namespaces (system read-only, home, /tmp and /run hidden, own /dev and /proc)",
+            if cfg.network { "" } else { " and network" }
+        ),
+        (Some(e), false) => format!(
+            "NO private namespaces ({e}): other processes, host Unix sockets in /tmp and /run, and file metadata outside the workspace are not isolated"
+        ),
+        (None, false) => "no private namespaces on this system".into(),
+    });
+    parts.push(if applied.capabilities_dropped {
+        "all capabilities dropped".into()
+    } else {
+        "capabilities NOT fully dropped".into()
+    });
     parts.push(if applied.seccomp {
         "seccomp filter on".into()
     } else {
@@ -235,7 +329,7 @@ pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Resul
     parts.push(if cfg.network {
         "network on".into()
     } else if applied.network_blocked {
-        "network off (internet sockets refused)".into()
+        "network off (only Unix sockets)".into()
     } else {
         "network off requested but NOT enforced".into()
     });
@@ -269,18 +363,40 @@ pub fn probe(cfg: &SandboxConfig, workspace: &Path, tmp: &Path) -> anyhow::Resul
             cfg.max_processes
         )
     });
-    parts.push(
-        "home directory hidden; HOME and TMPDIR are per-session temporary directories".into(),
-    );
+    parts.push("environment: an allow-list plus --pass-env; HOME and TMPDIR are per-session temporary directories".into());
     let fully = applied.seccomp
         && applied.landlock.starts_with("fully")
         && applied.no_new_privs
+        && applied.capabilities_dropped
+        && applied.namespaces
         && (cfg.network || applied.network_blocked);
+    cfg.active = parts.join("; ");
     if cfg.require && !fully {
         anyhow::bail!(
             "--sandbox-require: not every protection is available: {}",
-            parts.join("; ")
+            cfg.active
         );
     }
-    Ok(parts.join("; "))
+    Ok(())
+}
+
+fn run_probe(cfg: &SandboxConfig, tmp: &Path) -> anyhow::Result<Applied> {
+    let mut policy = cfg.policy(tmp, &cfg.workspace, cfg.environment(Some(tmp), &[]));
+    policy.probe = true;
+    let (exe, args) = cfg.wrap(&policy, Path::new("/bin/true"), &[])?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .env_clear()
+        .current_dir(&cfg.workspace)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .trim_start_matches("ferrepl launcher: ")
+        );
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
 }

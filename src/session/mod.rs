@@ -204,13 +204,12 @@ impl SessionManager {
         });
     }
 
+    /// The wait window of a call: `requested` seconds (checked finite and
+    /// >= 0 by the tool's arguments) clamped to --max-wait, or --default-wait.
+    /// Total for any input: the clamp comes before the conversion, which
+    /// would panic past u64::MAX seconds.
     pub fn wait_window(&self, requested: Option<f64>) -> Duration {
-        match requested {
-            Some(s) if s.is_finite() && s >= 0.0 => {
-                Duration::from_secs_f64(s).min(self.limits.max_wait)
-            }
-            _ => self.limits.default_wait,
-        }
+        wait_window(requested, self.limits.default_wait, self.limits.max_wait)
     }
 
     fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
@@ -511,5 +510,41 @@ impl SessionManager {
             })
             .await;
         }
+    }
+}
+
+/// See [`SessionManager::wait_window`].
+fn wait_window(requested: Option<f64>, default: Duration, max: Duration) -> Duration {
+    match requested {
+        Some(s) if s.is_finite() && s >= 0.0 => {
+            if s >= max.as_secs_f64() {
+                max
+            } else {
+                Duration::try_from_secs_f64(s).map_or(max, |d| d.min(max))
+            }
+        }
+        _ => default,
+    }
+}
+
+#[cfg(test)]
+mod wait_window_tests {
+    use super::*;
+
+    #[test]
+    fn wait_windows_are_clamped_before_conversion() {
+        let (default, max) = (Duration::from_secs(30), Duration::from_secs(600));
+        let w = |s| wait_window(s, default, max);
+        assert_eq!(w(None), default);
+        assert_eq!(w(Some(1.5)), Duration::from_millis(1500));
+        assert_eq!(w(Some(-0.0)), Duration::ZERO);
+        assert_eq!(w(Some(1e300)), max);
+        assert_eq!(w(Some(f64::MAX)), max);
+        assert_eq!(w(Some(u64::MAX as f64 * 2.0)), max);
+        assert_eq!(w(Some(f64::NAN)), default);
+        assert_eq!(w(Some(f64::INFINITY)), default);
+        assert_eq!(w(Some(-1.0)), default);
+        let huge_max = Duration::MAX;
+        assert_eq!(wait_window(Some(1e300), default, huge_max), huge_max);
     }
 }

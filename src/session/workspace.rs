@@ -2,8 +2,7 @@
 //! expiry, history, completion and namespace edits without running code.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +50,7 @@ impl SessionManager {
         let mut spec: LaunchSpec = self.spec.clone();
         let mut custom = false;
         if let Some(venv) = &opts.venv {
+            let venv = self.allowed_interpreter(venv, "venv")?;
             let python = venv.join("bin").join("python");
             if !is_executable(&python) {
                 return Err(SessionError::Invalid(format!(
@@ -64,42 +64,89 @@ impl SessionManager {
             custom = true;
         }
         if let Some(python) = &opts.python {
-            if !is_executable(python) {
+            let python = self.allowed_interpreter(python, "python")?;
+            if !is_executable(&python) {
                 return Err(SessionError::Invalid(format!(
-                    "interpreter '{}' does not exist or is not executable; pass the full path of a python3",
+                    "interpreter '{}' does not exist or is not executable; pass the path of a python3 inside the workspace",
                     python.display()
                 )));
             }
-            spec.python = python.clone();
+            spec.python = python;
             custom = true;
         }
         if let Some(dir) = &opts.workdir {
-            let dir = if dir.is_relative() {
-                self.spec.workdir.join(dir)
-            } else {
-                dir.clone()
-            };
-            if !dir.is_dir() {
-                return Err(SessionError::Invalid(format!(
-                    "working directory '{}' does not exist",
-                    dir.display()
-                )));
-            }
-            spec.workdir = dir;
+            spec.workdir = self.inside_workspace(dir)?;
             custom = true;
         }
+        crate::sandbox::env::check(&opts.env).map_err(SessionError::Invalid)?;
         for (k, v) in &opts.env {
-            if k.is_empty() || k.contains('=') || k.starts_with("FERREPL_") {
-                return Err(SessionError::Invalid(format!(
-                    "environment variable name '{k}' is not allowed"
-                )));
-            }
-            spec.env.push((OsString::from(k), OsString::from(v)));
+            spec.env.push((k.clone(), v.clone()));
             custom = true;
         }
         let sess = self.get_or_create_with(name, custom.then_some(spec))?;
         self.ensure_worker(&sess).await?;
         Ok(sess)
+    }
+
+    /// A `workdir` argument: an existing directory whose real location
+    /// (symlinks resolved) is inside the server's workspace.
+    fn inside_workspace(&self, dir: &Path) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let path = crate::sandbox::paths::normalize(dir, workspace);
+        let real = path.canonicalize().map_err(|_| {
+            SessionError::Invalid(format!(
+                "workdir '{}' does not exist; give a directory inside the workspace {}",
+                dir.display(),
+                workspace.display()
+            ))
+        })?;
+        if !real.starts_with(workspace) || !real.is_dir() {
+            return Err(SessionError::Invalid(format!(
+                "workdir '{}' is not a directory inside the workspace {}; sessions may only start there",
+                dir.display(),
+                workspace.display()
+            )));
+        }
+        Ok(real)
+    }
+
+    /// A `python`/`venv` argument: inside the workspace (it then runs in
+    /// the same sandbox as everything else), or one the operator allowed
+    /// (--python, --venv, --allow-python).
+    fn allowed_interpreter(&self, path: &Path, arg: &str) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let abs = crate::sandbox::paths::normalize(path, workspace);
+        let allowed = self
+            .spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.allowed_python.as_slice())
+            .unwrap_or_default();
+        let by_operator = allowed
+            .iter()
+            .any(|a| *a == abs || (a.is_dir() && abs.starts_with(a)));
+        let inside = abs.starts_with(workspace)
+            && abs
+                .parent()
+                .and_then(|p| p.canonicalize().ok())
+                .is_some_and(|p| p.starts_with(workspace));
+        if inside || by_operator {
+            return Ok(abs);
+        }
+        Err(SessionError::Invalid(format!(
+            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv .venv), or ask the operator to start ferrepl with --allow-python {}",
+            path.display(),
+            workspace.display(),
+            abs.display()
+        )))
+    }
+
+    fn workspace(&self) -> &Path {
+        self.spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.workspace.as_path())
+            .unwrap_or(self.spec.workdir.as_path())
     }
 
     /// Ends a session: its interpreter and everything it started.

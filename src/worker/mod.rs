@@ -60,7 +60,8 @@ static NEXT_WORKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 pub struct LaunchSpec {
     pub python: PathBuf,
     pub workdir: PathBuf,
-    pub env: Vec<(OsString, OsString)>,
+    /// Variables set for the interpreter (checked by sandbox::env::check).
+    pub env: Vec<(String, String)>,
     pub output_head_bytes: usize,
     pub output_tail_bytes: usize,
     pub max_value_chars: usize,
@@ -217,24 +218,50 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let python_args: Vec<OsString> = vec!["-c".into(), BOOTSTRAP.into()];
     let mut home = None;
     let mut cgroup = None;
+    let mut env: Vec<(String, String)> = vec![
+        ("FERREPL_NONCE".into(), nonce.clone()),
+        (
+            "FERREPL_MAX_VALUE_CHARS".into(),
+            spec.max_value_chars.to_string(),
+        ),
+        (
+            "FERREPL_MAX_IMAGE_BYTES".into(),
+            spec.max_image_bytes.to_string(),
+        ),
+    ];
+    if std::env::var_os("MPLBACKEND").is_none() {
+        env.push(("MPLBACKEND".into(), "Agg".into()));
+    }
+    env.extend(spec.env.iter().cloned());
     let mut cmd = match spec.sandbox.as_deref().filter(|s| s.enabled()) {
         Some(sandbox) => {
             // Its own HOME and TMPDIR, writable, removed when it exits.
             let tmp = spec.log_dir.join(format!("home-{launch_no}"));
-            std::fs::create_dir_all(&tmp).map_err(spawn_err)?;
-            let mut policy = sandbox.policy(&spec.workdir, &tmp, Some(&spec.python));
+            crate::state::private_dir(&tmp).map_err(spawn_err)?;
+            let mut policy =
+                sandbox.policy(&tmp, &spec.workdir, sandbox.environment(Some(&tmp), &env));
             cgroup = sandbox
                 .cgroup_for(&mut policy, &format!("w{launch_no}"))
                 .map(Arc::new);
-            let (exe, args) = sandbox.wrap(&policy, &spec.python, &python_args);
+            let (exe, args) = sandbox
+                .wrap(&policy, &spec.python, &python_args)
+                .map_err(spawn_err)?;
             home = Some(tmp);
             let mut c = tokio::process::Command::new(exe);
-            c.args(args);
+            c.args(args).env_clear();
             c
         }
         None => {
             let mut c = tokio::process::Command::new(&spec.python);
             c.args(&python_args);
+            match spec.sandbox.as_deref() {
+                Some(sandbox) => {
+                    c.env_clear().envs(sandbox.environment(None, &env));
+                }
+                None => {
+                    c.envs(env);
+                }
+            }
             c
         }
     };
@@ -244,21 +271,6 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         .current_dir(&spec.workdir)
         .process_group(0)
         .kill_on_drop(true);
-    // The server's own settings (an auth token above all) stay out of user code.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("FERREPL_") {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.env("FERREPL_NONCE", &nonce)
-        .env("FERREPL_MAX_VALUE_CHARS", spec.max_value_chars.to_string())
-        .env("FERREPL_MAX_IMAGE_BYTES", spec.max_image_bytes.to_string());
-    if std::env::var_os("MPLBACKEND").is_none() {
-        cmd.env("MPLBACKEND", "Agg");
-    }
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
     cmd.fd_mappings(vec![FdMapping {
         parent_fd: OwnedFd::from(child_end),
         child_fd: 3,

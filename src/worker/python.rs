@@ -40,14 +40,17 @@ pub fn ensure_venv(dir: &Path, base_python: &Path) -> anyhow::Result<PathBuf> {
     }
     let output = match find_on_path("uv") {
         Some(uv) => std::process::Command::new(uv)
+            .current_dir("/")
             .arg("venv")
+            .arg("--no-config")
             .arg("--seed")
             .arg("--python")
             .arg(base_python)
             .arg(dir)
             .output(),
         None => std::process::Command::new(base_python)
-            .args(["-m", "venv"])
+            .current_dir("/")
+            .args(["-I", "-m", "venv"])
             .arg(dir)
             .output(),
     }
@@ -73,7 +76,7 @@ pub fn uv() -> Option<PathBuf> {
     find_on_path("uv")
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)

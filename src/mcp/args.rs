@@ -1,0 +1,306 @@
+//! Tool arguments: the `Parameters` extractor every tool uses, and the
+//! checked argument types and clamps shared by the tools.
+//!
+//! The rules (documented in docs/tools.md, "Argument checks"):
+//!
+//! * An argument of the wrong type, a negative count, or a number of seconds
+//!   that is negative, NaN or infinite is refused with a tool error that names
+//!   the argument (`wait_s must be a finite number of seconds >= 0, got -1`).
+//! * A number too big to mean anything is clamped, never converted as is:
+//!   `wait_s` to `--max-wait` (before it becomes a `Duration`), counts and
+//!   offsets by saturating conversions ([`index`]) and per-tool maximums.
+//!
+//! No tool argument can make a handler panic or overflow: a panic there would
+//! kill the request's task and leave the call unanswered (tests/arg_fuzz.rs).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use rmcp::ErrorData as McpError;
+use rmcp::handler::server::common::FromContextPart;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::JsonObject;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// rmcp answers an extractor error that starts with this text with a tool
+/// result (`isError: true`, the message as text) instead of a JSON-RPC error,
+/// so that the model sees what to fix.
+const ERROR_PREFIX: &str = "failed to deserialize parameters:";
+
+/// The arguments of a tool call, deserialized into `P`. Unlike rmcp's own
+/// `Parameters`, a failure names the argument at fault (`wait_s: invalid
+/// type: string "5", expected a number of seconds >= 0`). The `#[tool]` macro
+/// finds the input schema through any type named `Parameters`.
+#[derive(Debug, Clone)]
+pub struct Parameters<P>(pub P);
+
+impl<P: JsonSchema> JsonSchema for Parameters<P> {
+    fn schema_name() -> Cow<'static, str> {
+        P::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        P::json_schema(generator)
+    }
+}
+
+impl<S, P: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Parameters<P> {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, McpError> {
+        let arguments = context.arguments.take().unwrap_or_default();
+        parse(arguments)
+            .map(Parameters)
+            .map_err(|message| McpError::invalid_params(format!("{ERROR_PREFIX} {message}"), None))
+    }
+}
+
+/// Deserializes tool arguments; the error says which argument is wrong and how.
+pub fn parse<P: DeserializeOwned>(arguments: JsonObject) -> Result<P, String> {
+    serde_path_to_error::deserialize(Value::Object(arguments)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = plain_types(&e.inner().to_string());
+        match path.as_str() {
+            "." => message,
+            // Our own checks read as a sentence after the name.
+            _ if message.starts_with("must ") => format!("{path} {message}"),
+            _ => format!("{path}: {message}"),
+        }
+    })
+}
+
+/// serde's Rust type names in "expected ..." said the way the schema says them.
+fn plain_types(message: &str) -> String {
+    const NAMES: &[(&str, &str)] = &[
+        ("expected u64", "expected a whole number >= 0"),
+        ("expected usize", "expected a whole number >= 0"),
+        ("expected u32", "expected a whole number >= 0"),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected an array"),
+        ("expected a map", "expected an object"),
+    ];
+    let mut out = message.to_string();
+    for (rust, plain) in NAMES {
+        if let Some(at) = out.find(rust) {
+            let end = at + rust.len();
+            // Only a whole word: "expected u64" but not "expected u6400".
+            if !out[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                out.replace_range(at..end, plain);
+            }
+        }
+    }
+    out
+}
+
+/// The message of a refused number of seconds.
+pub fn check_seconds(value: f64) -> Result<f64, String> {
+    if value.is_finite() && value >= 0.0 {
+        // -0.0 passes the test above; make it a plain 0.
+        Ok(value.max(0.0))
+    } else {
+        Err(format!(
+            "must be a finite number of seconds >= 0, got {value}"
+        ))
+    }
+}
+
+/// A number of seconds: finite and >= 0 (checked when the arguments are
+/// read). How long it may be is up to the tool: waits are clamped to
+/// `--max-wait` by `SessionManager::wait_window`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Seconds(f64);
+
+impl Seconds {
+    pub fn new(value: f64) -> Result<Self, String> {
+        check_seconds(value).map(Seconds)
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+/// `Option<Seconds>` as the `Option<f64>` the session layer takes.
+pub fn secs(value: Option<Seconds>) -> Option<f64> {
+    value.map(Seconds::get)
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SecondsVisitor;
+
+        impl Visitor<'_> for SecondsVisitor {
+            type Value = Seconds;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of seconds >= 0")
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Seconds, E> {
+                Seconds::new(v).map_err(E::custom)
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Seconds, E> {
+                Seconds::new(v as f64).map_err(E::custom)
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Seconds, E> {
+                Seconds::new(v as f64).map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_f64(SecondsVisitor)
+    }
+}
+
+impl JsonSchema for Seconds {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Seconds".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "number", "minimum": 0 })
+    }
+}
+
+/// A signal given by name ("TERM", "SIGKILL") or number (9 or "9").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalArg(pub String);
+
+impl SignalArg {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for SignalArg {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SignalVisitor;
+
+        impl Visitor<'_> for SignalVisitor {
+            type Value = SignalArg;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a signal name (TERM, KILL, INT...) or number")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SignalArg, E> {
+                Ok(SignalArg(v.to_string()))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SignalArg, E> {
+                Ok(SignalArg(v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SignalArg, E> {
+                Ok(SignalArg(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(SignalVisitor)
+    }
+}
+
+impl JsonSchema for SignalArg {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Signal".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": ["string", "integer"] })
+    }
+}
+
+/// A count or offset from the arguments as an index: saturates instead of
+/// truncating where `usize` is narrower than `u64`.
+pub fn index(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    struct Args {
+        #[serde(default)]
+        wait_s: Option<Seconds>,
+        #[serde(default)]
+        offset: Option<u64>,
+        #[serde(default)]
+        signal: Option<SignalArg>,
+        #[serde(default)]
+        names: Option<Vec<String>>,
+    }
+
+    fn parsed(v: Value) -> Result<Args, String> {
+        let Value::Object(map) = v else {
+            panic!("arguments must be an object")
+        };
+        parse(map)
+    }
+
+    #[test]
+    fn seconds_must_be_finite_and_not_negative() {
+        assert_eq!(Seconds::new(1.5).map(Seconds::get), Ok(1.5));
+        assert_eq!(Seconds::new(-0.0).map(Seconds::get), Ok(0.0));
+        assert_eq!(Seconds::new(1e300).map(Seconds::get), Ok(1e300));
+        assert_eq!(
+            Seconds::new(f64::NAN),
+            Err("must be a finite number of seconds >= 0, got NaN".to_string())
+        );
+        assert!(Seconds::new(f64::INFINITY).is_err());
+        assert!(Seconds::new(-1.0).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        let e = parsed(json!({"wait_s": "5"})).unwrap_err();
+        assert_eq!(
+            e,
+            r#"wait_s: invalid type: string "5", expected a number of seconds >= 0"#
+        );
+        let e = parsed(json!({"wait_s": -1})).unwrap_err();
+        assert_eq!(e, "wait_s must be a finite number of seconds >= 0, got -1");
+        let e = parsed(json!({"offset": -1})).unwrap_err();
+        assert_eq!(
+            e,
+            "offset: invalid value: integer `-1`, expected a whole number >= 0"
+        );
+        let e = parsed(json!({"offset": 1e300})).unwrap_err();
+        assert!(e.starts_with("offset: invalid type: floating point"), "{e}");
+        let e = parsed(json!({"names": ["a", 1]})).unwrap_err();
+        assert!(e.starts_with("names[1]: invalid type: integer `1`"), "{e}");
+        let e = parsed(json!({"names": "a"})).unwrap_err();
+        assert!(e.ends_with("expected an array"), "{e}");
+    }
+
+    #[test]
+    fn huge_seconds_and_signals_by_number_are_accepted() {
+        let a = parsed(json!({"wait_s": 1e300, "signal": 9})).expect("valid");
+        assert_eq!(secs(a.wait_s), Some(1e300));
+        assert_eq!(a.signal.expect("signal").as_str(), "9");
+        let a = parsed(json!({"signal": "TERM", "offset": u64::MAX})).expect("valid");
+        assert_eq!(a.signal.expect("signal").as_str(), "TERM");
+        assert_eq!(a.offset, Some(u64::MAX));
+        assert!(parsed(json!({"signal": 1.5})).is_err());
+    }
+
+    #[test]
+    fn plain_types_only_rewrites_whole_names() {
+        assert_eq!(plain_types("expected u64"), "expected a whole number >= 0");
+        assert_eq!(plain_types("expected u6400"), "expected u6400");
+    }
+}

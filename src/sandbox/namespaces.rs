@@ -1,0 +1,359 @@
+//! Private namespaces for one sandboxed process tree: its own mount, PID,
+//! IPC and UTS namespaces (and network namespace when the network is off),
+//! entered by the launcher before it forks the namespace's PID 1.
+//!
+//! The file system view is rebuilt in place: every mount becomes read-only
+//! (so even a root-owned file outside the workspace cannot be chmod-ed or
+//! chown-ed), hidden places are covered by empty tmpfs, the paths the
+//! policy exposes are cloned before anything is covered and put back on
+//! top, `/dev` is a fresh tmpfs with a few host devices, a private devpts
+//! and a private `/dev/shm`, and `/proc` is the new PID namespace's own.
+
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::{Bind, MountPlan};
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Host devices every sandbox gets.
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Parts of the new /proc that stay read-only even for a uid-0 session.
+const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+fn cstr(path: &Path) -> Result<CString, String> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("bad path {}", path.display()))
+}
+
+fn os_err(what: &str, path: &Path) -> String {
+    format!(
+        "{what} {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    )
+}
+
+fn write_file(path: &str, data: &str) -> Result<(), String> {
+    std::fs::write(path, data).map_err(|e| format!("write {path}: {e}"))
+}
+
+/// Enters the namespaces. Without root, a user namespace comes first (the
+/// caller's uid and gid mapped to themselves, so files keep their owner);
+/// it grants the capabilities the mounts need, inside that namespace only.
+pub fn enter(network: bool) -> Result<(), String> {
+    // SAFETY: getuid/getgid/unshare have no memory effects.
+    unsafe {
+        let (uid, gid) = (libc::geteuid(), libc::getegid());
+        if uid != 0 {
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return Err(format!(
+                    "cannot create a user namespace: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            write_file("/proc/self/setgroups", "deny")?;
+            write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
+            write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+        }
+        let mut flags =
+            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        if !network {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if libc::unshare(flags) != 0 {
+            return Err(format!(
+                "cannot create mount/PID/IPC/UTS{} namespaces: {}",
+                if network { "" } else { "/network" },
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn mount(
+    src: Option<&str>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), String> {
+    let src = src.map(CString::new).transpose().map_err(|e| e.to_string())?;
+    let fstype = fstype
+        .map(CString::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let data = data.map(CString::new).transpose().map_err(|e| e.to_string())?;
+    let target_c = cstr(target)?;
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: every pointer is a valid NUL-terminated string or null.
+    let rc = unsafe {
+        libc::mount(
+            ptr(&src),
+            target_c.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data) as *const libc::c_void,
+        )
+    };
+    if rc != 0 {
+        return Err(os_err("mount on", target));
+    }
+    Ok(())
+}
+
+/// A detached recursive copy of the mount tree at `path`.
+fn clone_tree(path: &Path) -> Result<OwnedFd, String> {
+    let c = cstr(path)?;
+    // SAFETY: open_tree with a valid path; the fd is owned on success.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err("open_tree", path));
+    }
+    // SAFETY: the kernel returned a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn attach(tree: &OwnedFd, target: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let c = cstr(target)?;
+    let empty = c"";
+    // SAFETY: move_mount of a detached tree fd onto a valid path.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(os_err("move_mount onto", target));
+    }
+    Ok(())
+}
+
+fn set_attr(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), String> {
+    let c = cstr(path)?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let flags = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: mount_setattr with a valid path and an owned struct.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(os_err("mount_setattr", path));
+    }
+    Ok(())
+}
+
+/// Makes `path` exist as a mount point of the same kind as `like`.
+fn mount_point(path: &Path, dir: bool) -> Result<(), String> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
+    }
+    let made = if dir {
+        std::fs::create_dir(path)
+    } else {
+        std::fs::File::create(path).map(|_| ())
+    };
+    made.map_err(|e| format!("cannot make mount point {}: {e}", path.display()))
+}
+
+fn depth(p: &Path) -> usize {
+    p.components().count()
+}
+
+/// Rebuilds the file system view of this (new) mount namespace.
+pub fn build(plan: &MountPlan) -> Result<(), String> {
+    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+
+    // Clone what will be exposed before anything covers it.
+    let mut binds: Vec<(&Bind, OwnedFd, bool)> = Vec::new();
+    for bind in &plan.binds {
+        let path = Path::new(&bind.path);
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        binds.push((bind, clone_tree(path)?, meta.is_dir()));
+    }
+    binds.sort_by_key(|(b, _, _)| depth(Path::new(&b.path)));
+    let mut devices: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for dev in DEVICES
+        .iter()
+        .map(|d| format!("/dev/{d}"))
+        .chain(plan.devices.iter().cloned())
+    {
+        let path = PathBuf::from(dev);
+        if path.exists() {
+            let tree = clone_tree(&path)?;
+            devices.push((path, tree));
+        }
+    }
+
+    // The whole system read-only, at the mount level.
+    set_attr(
+        Path::new("/"),
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        0,
+        true,
+    )?;
+
+    // Hidden places: an empty tmpfs on each (read-only once the exposed
+    // paths inside are in place).
+    let mut hidden: Vec<PathBuf> = plan.hide.iter().map(PathBuf::from).collect();
+    hidden.sort_by_key(|p| depth(p));
+    let mut covered = Vec::new();
+    for h in hidden {
+        match std::fs::symlink_metadata(&h) {
+            Ok(m) if m.is_dir() => {}
+            _ => continue,
+        }
+        mount(
+            Some("tmpfs"),
+            &h,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some("mode=0755,size=1m"),
+        )?;
+        covered.push(h);
+    }
+
+    build_dev(plan, devices)?;
+    build_proc()?;
+
+    for (bind, tree, dir) in &binds {
+        let path = Path::new(&bind.path);
+        mount_point(path, *dir)?;
+        attach(tree, path)?;
+        if bind.writable {
+            set_attr(path, 0, MOUNT_ATTR_RDONLY, true)?;
+        } else {
+            set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
+        }
+    }
+    for h in &covered {
+        set_attr(h, MOUNT_ATTR_RDONLY, 0, false)?;
+    }
+    let name = b"ferrepl";
+    // SAFETY: sethostname with a valid buffer, in our own UTS namespace.
+    unsafe {
+        libc::sethostname(name.as_ptr().cast(), name.len());
+    }
+    Ok(())
+}
+
+fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), String> {
+    let dev = Path::new("/dev");
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("mode=0755,size=1m"),
+    )?;
+    for (path, tree) in &devices {
+        mount_point(path, false)?;
+        attach(tree, path)?;
+        // Read-only at the mount: the node's mode and owner are the host's
+        // and must not change; reading and writing the device still work.
+        set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, false)?;
+    }
+    let pts = dev.join("pts");
+    mount_point(&pts, true)?;
+    mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )?;
+    let shm = dev.join("shm");
+    mount_point(&shm, true)?;
+    mount(
+        Some("tmpfs"),
+        &shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("mode=1777,size={}", plan.shm_bytes.max(1 << 20))),
+    )?;
+    for (link, target) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(link))
+            .map_err(|e| format!("symlink /dev/{link}: {e}"))?;
+    }
+    set_attr(dev, MOUNT_ATTR_RDONLY, 0, false)
+}
+
+fn build_proc() -> Result<(), String> {
+    let proc_dir = Path::new("/proc");
+    mount(
+        Some("proc"),
+        proc_dir,
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    for p in PROC_READ_ONLY {
+        let path = Path::new(p);
+        if !path.exists() {
+            continue;
+        }
+        let s = path.to_string_lossy();
+        mount(Some(&s), path, None, libc::MS_BIND | libc::MS_REC, None)?;
+        set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! Which paths a sandboxed process may read and write, decided once at
+//! start from the operator's flags and environment: never from a file the
+//! agent can write (a `pyvenv.cfg`, a symlink in the workspace), and never
+//! widened by a tool argument.
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+/// `path` made absolute (relative to `base`) with `.` and `..` folded,
+/// without touching the file system.
+pub fn normalize(path: &Path, base: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base.join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::Normal(p) => out.push(p),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// Everything under `/` except the `hidden` paths: the top-level entries,
+/// split further only along the way to a hidden path (for Landlock, whose
+/// rules cannot carve a hole into an allowed directory).
+pub fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, depth: usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if hidden.iter().any(|h| *h == path) {
+                continue;
+            }
+            let on_the_way = hidden.iter().any(|h| h.starts_with(&path));
+            let real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if on_the_way && real_dir && depth < 12 {
+                walk(&path, hidden, out, depth + 1);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(Path::new("/"), hidden, &mut out, 0);
+    out
+}
+
+/// The places hidden from every session and job: the user's home, the
+/// host's temporary directory (other programs' files and sockets), /run
+/// (the session D-Bus, docker.sock, ssh-agent sockets) and the server's
+/// state directories. Canonical paths of those that exist.
+pub fn hidden_places(home: Option<&Path>, state_root: &Path) -> Vec<PathBuf> {
+    let mut places: Vec<PathBuf> = Vec::new();
+    if let Some(home) = home {
+        places.push(home.to_path_buf());
+    }
+    places.push(std::env::temp_dir());
+    places.push(PathBuf::from("/tmp"));
+    places.push(PathBuf::from("/run"));
+    places.push(PathBuf::from("/var/run"));
+    places.push(state_root.to_path_buf());
+    let mut out: Vec<PathBuf> = places
+        .into_iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .filter(|p| p != Path::new("/"))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The directories an operator-chosen interpreter needs readable: its
+/// prefix, its real location's prefix, and the base installation Python
+/// itself reports. Interpreters inside the workspace give nothing (the
+/// agent can rewrite them) and are never run here.
+pub fn interpreter_dirs(python: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if python.starts_with(workspace) {
+        return dirs;
+    }
+    let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
+    dirs.extend(prefix(python));
+    if let Ok(real) = python.canonicalize() {
+        dirs.extend(prefix(&real));
+    }
+    dirs.extend(ask_python(python));
+    dirs.retain(|d| d != Path::new("/") && !d.starts_with(workspace));
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// `sys.base_prefix`, `sys.prefix` and the real executable's prefix, asked
+/// of an interpreter outside the workspace (isolated mode, from `/`, so no
+/// project file steers a pyenv/asdf shim or site hooks).
+fn ask_python(python: &Path) -> Vec<PathBuf> {
+    let child = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-c",
+            "import sys,os;print(sys.base_prefix);print(sys.prefix);print(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))",
+        ])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Vec::new();
+    };
+    // Bounded: an interpreter that hangs is killed after 20 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Vec::new();
+            }
+        }
+    }
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+    }
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// The real binary behind `python3` (a pyenv or asdf shim resolves to the
+/// version it selects from `/`, not from the workspace's `.python-version`),
+/// so later sessions never run a shim.
+pub fn real_executable(python: &Path) -> Option<PathBuf> {
+    let out = std::process::Command::new(python)
+        .args(["-I", "-c", "import sys;print(sys.executable)"])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let exe = PathBuf::from(text.trim());
+    (out.status.success() && exe.is_absolute() && exe.is_file()).then_some(exe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_folds_dots() {
+        let base = Path::new("/w/s");
+        assert_eq!(normalize(Path::new("../x"), base), PathBuf::from("/w/x"));
+        assert_eq!(normalize(Path::new("/a/./b/.."), base), PathBuf::from("/a"));
+        assert_eq!(normalize(Path::new("../../../.."), base), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn hidden_paths_are_left_out() {
+        let root = Path::new("/").read_dir().expect("read /").count();
+        let hidden = vec![PathBuf::from("/proc/self")];
+        let list = readable_except(&hidden);
+        assert!(!list.contains(&PathBuf::from("/proc")));
+        assert!(!list.iter().any(|p| p == Path::new("/proc/self")));
+        assert!(list.iter().any(|p| p.starts_with("/proc/")));
+        assert!(list.len() > root);
+    }
+}

@@ -1,0 +1,183 @@
+//! The seccomp filter of sandboxed programs: system calls that reach past
+//! the sandbox (kernel state, other processes, new namespaces, devices,
+//! terminal injection, non-Unix sockets) fail with EPERM.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    TargetArch,
+};
+
+fn target_arch() -> Result<TargetArch, String> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else {
+        Err("no seccomp support for this architecture".into())
+    }
+}
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+}
+
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conds).map_err(|e| e.to_string())
+}
+
+/// Denied whatever their arguments.
+fn always_denied() -> Vec<i64> {
+    let mut v = vec![
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_fanotify_init,
+        libc::SYS_userfaultfd,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_setns,
+        libc::SYS_unshare,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_adjtimex,
+        libc::SYS_settimeofday,
+        libc::SYS_sethostname,
+        libc::SYS_setdomainname,
+        libc::SYS_quotactl,
+        libc::SYS_acct,
+        libc::SYS_syslog,
+        libc::SYS_vhangup,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_pidfd_getfd,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([libc::SYS_uselib, libc::SYS_ioperm, libc::SYS_iopl]);
+    v
+}
+
+/// The denials keyed by system call, each with the argument conditions that
+/// select the denied calls (no condition: every call).
+fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for sys in always_denied() {
+        rules.insert(sys, vec![]);
+    }
+    // Sockets: Unix only, plus IPv4/IPv6 when the network is on (no packet,
+    // netlink, vsock, bluetooth... sockets).
+    let mut families = vec![libc::AF_UNIX];
+    if network {
+        families.extend([libc::AF_INET, libc::AF_INET6]);
+    }
+    let other_family = |arg: u8| -> Result<SeccompRule, String> {
+        rule(
+            families
+                .iter()
+                .map(|f| cond(arg, SeccompCmpOp::Ne, *f as u64))
+                .collect::<Result<_, _>>()?,
+        )
+    };
+    rules.insert(libc::SYS_socket, vec![other_family(0)?]);
+    rules.insert(libc::SYS_socketpair, vec![other_family(0)?]);
+    // Typing into a terminal (another job's, or back into our own shell).
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCSTI as u64)?])?,
+            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX as u64)?])?,
+        ],
+    );
+    // New namespaces through clone flags; clone3 hides its flags in memory,
+    // so it is refused by a second filter with ENOSYS (libc falls back).
+    let ns_flags = [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWCGROUP,
+    ];
+    rules.insert(
+        libc::SYS_clone,
+        ns_flags
+            .iter()
+            .map(|f| {
+                rule(vec![cond(
+                    0,
+                    SeccompCmpOp::MaskedEq(*f as u64),
+                    *f as u64,
+                )?])
+            })
+            .collect::<Result<_, _>>()?,
+    );
+    // Device nodes (FIFOs and sockets stay allowed).
+    let devices = |arg: u8| -> Result<Vec<SeccompRule>, String> {
+        [libc::S_IFCHR, libc::S_IFBLK]
+            .iter()
+            .map(|kind| {
+                rule(vec![cond(
+                    arg,
+                    SeccompCmpOp::MaskedEq(libc::S_IFMT as u64),
+                    *kind as u64,
+                )?])
+            })
+            .collect()
+    };
+    rules.insert(libc::SYS_mknodat, devices(2)?);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod, devices(1)?);
+    Ok(rules)
+}
+
+fn compile(
+    rules: BTreeMap<i64, Vec<SeccompRule>>,
+    errno: i32,
+) -> Result<seccompiler::BpfProgram, String> {
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno as u32),
+        target_arch()?,
+    )
+    .map_err(|e| e.to_string())?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| e.to_string())
+}
+
+/// Installs the filters on this thread (needs no_new_privs first).
+pub fn apply(network: bool) -> Result<(), String> {
+    let main = compile(rules(network)?, libc::EPERM)?;
+    let mut clone3 = BTreeMap::new();
+    clone3.insert(libc::SYS_clone3, vec![]);
+    let clone3 = compile(clone3, libc::ENOSYS)?;
+    seccompiler::apply_filter(&main).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&clone3).map_err(|e| e.to_string())
+}
