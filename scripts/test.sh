@@ -16,6 +16,7 @@ export FERREPL_BIN="$PWD/target/debug/ferrepl"
 
 echo "== rust unit and integration tests (rmcp client, stdio and HTTP)" >&2
 cargo test --quiet
+bash scripts/escape-unprivileged.sh
 
 echo "== interop tests (official Python SDK)" >&2
 "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider

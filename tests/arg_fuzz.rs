@@ -4,7 +4,8 @@
 //!
 //! A panic in a tool handler kills the request's task, so the call is never
 //! answered: that shows up here as a call timeout. Panics that are answered
-//! anyway are caught by scanning the server's stderr for "panicked at".
+//! anyway are caught by scanning the server's stderr for "panicked at", and
+//! an argument that kills the session's interpreter by a `crashed` status.
 //!
 //! Deterministic: a fixed-seed xorshift generator (the seed is printed with
 //! any failure; set ARG_FUZZ_SEED to try another one).
@@ -160,7 +161,9 @@ fn shape(root: &Value, schema: &Value, types: &mut Vec<String>, enums: &mut Vec<
     let schema = resolve(root, schema);
     match schema.get("type") {
         Some(Value::String(t)) => types.push(t.clone()),
-        Some(Value::Array(ts)) => types.extend(ts.iter().filter_map(Value::as_str).map(String::from)),
+        Some(Value::Array(ts)) => {
+            types.extend(ts.iter().filter_map(Value::as_str).map(String::from))
+        }
         _ => {}
     }
     if let Some(Value::Array(values)) = schema.get("enum") {
@@ -194,7 +197,10 @@ fn typed_value(rng: &mut Rng, root: &Value, schema: &Value) -> Value {
         "string" => Value::String(rng.pick(&strings())),
         "boolean" => json!(rng.chance(50)),
         "array" => {
-            let items = resolve(root, schema).get("items").cloned().unwrap_or(json!({}));
+            let items = resolve(root, schema)
+                .get("items")
+                .cloned()
+                .unwrap_or(json!({}));
             let n = rng.below(4);
             Value::Array((0..n).map(|_| typed_value(rng, root, &items)).collect())
         }
@@ -315,6 +321,8 @@ struct Fuzzer<'a> {
     calls: usize,
     protocol_errors: usize,
     slowest: (Duration, String),
+    /// Time spent per tool, for the summary.
+    per_tool: std::collections::BTreeMap<String, Duration>,
 }
 
 impl Fuzzer<'_> {
@@ -326,11 +334,26 @@ impl Fuzzer<'_> {
         let answer = tokio::time::timeout(CALL_LIMIT, self.server.peer().call_tool(params)).await;
         let took = started.elapsed();
         self.calls += 1;
+        *self.per_tool.entry(tool.to_string()).or_default() += took;
         if took > self.slowest.0 {
             self.slowest = (took, what.clone());
         }
         match answer {
-            Ok(Ok(_)) => {}
+            // An argument may be refused, never take the interpreter down
+            // (the only code run here is "1" and scripts that cannot exit).
+            Ok(Ok(result)) => {
+                let status = result
+                    .structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("status"))
+                    .and_then(Value::as_str);
+                assert_ne!(
+                    status,
+                    Some("crashed"),
+                    "seed {:#x}: tools/call {what} crashed the session's interpreter: {result:#?}",
+                    self.seed
+                );
+            }
             // A JSON-RPC error is an answer too; only a closed connection is not.
             Ok(Err(rmcp::ServiceError::McpError(_))) => self.protocol_errors += 1,
             Ok(Err(e)) => panic!(
@@ -378,7 +401,12 @@ async fn every_tool_answers_every_argument_and_the_server_survives() {
                 .unwrap_or_default();
             let required = schema["required"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
                 .unwrap_or_default();
             Tool {
                 name: t.name.to_string(),
@@ -388,7 +416,11 @@ async fn every_tool_answers_every_argument_and_the_server_survives() {
             }
         })
         .collect();
-    assert!(tools.len() >= 10, "expected the full tool list, got {}", tools.len());
+    assert!(
+        tools.len() >= 10,
+        "expected the full tool list, got {}",
+        tools.len()
+    );
 
     let started = Instant::now();
     let mut rng = Rng(seed);
@@ -398,6 +430,7 @@ async fn every_tool_answers_every_argument_and_the_server_survives() {
         calls: 0,
         protocol_errors: 0,
         slowest: (Duration::ZERO, String::new()),
+        per_tool: Default::default(),
     };
     // Systematic: each property alone set to each edge-case number, and to a
     // value of each other JSON type.
@@ -429,6 +462,13 @@ async fn every_tool_answers_every_argument_and_the_server_survives() {
         }
     }
     let (calls, protocol_errors) = (fuzz.calls, fuzz.protocol_errors);
+    let mut per_tool: Vec<_> = fuzz.per_tool.iter().collect();
+    per_tool.sort_by_key(|(_, took)| std::cmp::Reverse(**took));
+    let costliest: Vec<String> = per_tool
+        .iter()
+        .take(5)
+        .map(|(tool, took)| format!("{tool} {:.1} s", took.as_secs_f64()))
+        .collect();
     eprintln!(
         "arg_fuzz: {calls} calls to {} tools in {:.1} s ({protocol_errors} JSON-RPC errors); slowest {:.2} s: {}",
         tools.len(),
@@ -436,6 +476,7 @@ async fn every_tool_answers_every_argument_and_the_server_survives() {
         fuzz.slowest.0.as_secs_f64(),
         &fuzz.slowest.1[..fuzz.slowest.1.len().min(300)]
     );
+    eprintln!("arg_fuzz: most time in {}", costliest.join(", "));
 
     server.assert_alive();
     server.assert_clean_stdout();

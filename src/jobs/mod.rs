@@ -291,6 +291,7 @@ impl JobManager {
                 let tmp = self.cfg.log_dir.join(format!("job-home-{n}"));
                 crate::state::private_dir(&tmp).map_err(spawn_err)?;
                 let mut policy = sandbox.policy(&tmp, cwd, sandbox.environment(Some(&tmp), &env));
+                policy.pty = spec.pty && policy.mounts.is_some();
                 let cgroup = sandbox.cgroup_for(&mut policy, &format!("j{n}"));
                 let (program, args) = sandbox.wrap(&policy, &sh, &args).map_err(spawn_err)?;
                 let shell = ShellCommand {

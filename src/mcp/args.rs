@@ -21,8 +21,8 @@ use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::JsonObject;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde_json::Value;
 
 /// rmcp answers an extractor error that starts with this text with a tool
@@ -222,6 +222,41 @@ impl JsonSchema for SignalArg {
     }
 }
 
+/// A file path argument: any text but NUL, which no path can hold (the
+/// interpreter would die on it instead of reporting a missing file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathArg(String);
+
+impl PathArg {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for PathArg {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let path = String::deserialize(deserializer)?;
+        if path.contains('\0') {
+            return Err(de::Error::custom("must be a path without NUL characters"));
+        }
+        Ok(PathArg(path))
+    }
+}
+
+impl JsonSchema for PathArg {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Path".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string" })
+    }
+}
+
 /// A count or offset from the arguments as an index: saturates instead of
 /// truncating where `usize` is narrower than `u64`.
 pub fn index(value: u64) -> usize {
@@ -243,6 +278,8 @@ mod tests {
         signal: Option<SignalArg>,
         #[serde(default)]
         names: Option<Vec<String>>,
+        #[serde(default)]
+        path: Option<PathArg>,
     }
 
     fn parsed(v: Value) -> Result<Args, String> {
@@ -285,6 +322,10 @@ mod tests {
         assert!(e.starts_with("names[1]: invalid type: integer `1`"), "{e}");
         let e = parsed(json!({"names": "a"})).unwrap_err();
         assert!(e.ends_with("expected an array"), "{e}");
+        let e = parsed(json!({"path": "a\u{0}b"})).unwrap_err();
+        assert_eq!(e, "path must be a path without NUL characters");
+        let a = parsed(json!({"path": "../x.py"})).expect("valid");
+        assert_eq!(a.path.expect("path").as_str(), "../x.py");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::args::Parameters;
 use super::render;
 use super::server::FerreplServer;
-use crate::files::{FileError, mime_for};
+use crate::files::{FileData, Listing, Workspace, mime_for};
 
 const MAX_ENTRIES: usize = 2000;
 const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
@@ -105,47 +105,16 @@ pub struct ChangeOutput {
     pub message: String,
 }
 
-fn io_err(path: &str, e: std::io::Error) -> FileError {
-    FileError::Io {
-        path: path.to_string(),
-        error: e.to_string(),
+/// Runs a file operation on the blocking pool, so a slow file system never
+/// stalls the async threads (and with them other tools).
+async fn blocking(
+    what: &str,
+    op: impl FnOnce() -> CallToolResult + Send + 'static,
+) -> CallToolResult {
+    match tokio::task::spawn_blocking(op).await {
+        Ok(result) => result,
+        Err(e) => render::tool_error(format!("{what} failed: {e}")),
     }
-}
-
-fn walk(
-    ws: &crate::files::Workspace,
-    dir: &Path,
-    depth: usize,
-    out: &mut Vec<Entry>,
-) -> std::io::Result<bool> {
-    let mut items: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
-    items.sort_by_key(|e| e.file_name());
-    for item in items {
-        if out.len() >= MAX_ENTRIES {
-            return Ok(true);
-        }
-        let path = item.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let kind = if meta.file_type().is_symlink() {
-            "symlink"
-        } else if meta.is_dir() {
-            "dir"
-        } else {
-            "file"
-        };
-        out.push(Entry {
-            path: ws.display(&path),
-            kind: kind.to_string(),
-            size: meta.is_file().then_some(meta.len()),
-        });
-        // Symlinked directories are listed, not followed.
-        if kind == "dir" && depth > 1 && walk(ws, &path, depth - 1, out)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 fn human(bytes: u64) -> String {
@@ -170,44 +139,9 @@ are not followed). Example: {\"path\": \"data\", \"depth\": 1}.",
         Parameters(p): Parameters<ListParams>,
     ) -> Result<CallToolResult, McpError> {
         let rel = p.path.unwrap_or_else(|| ".".into());
-        let dir = match self.files.existing(&rel) {
-            Ok(d) => d,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        if !dir.is_dir() {
-            return Ok(render::tool_error(format!(
-                "'{rel}' is not a directory; file_read reads files"
-            )));
-        }
-        let mut entries = Vec::new();
         let depth = p.depth.unwrap_or(2).clamp(1, 8);
-        let truncated = match walk(&self.files, &dir, depth, &mut entries) {
-            Ok(t) => t,
-            Err(e) => return Ok(render::tool_error(io_err(&rel, e))),
-        };
-        let mut text = format!("{}/\n", self.files.display(&dir));
-        for e in &entries {
-            let indent = e.path.matches('/').count();
-            let name = e.path.rsplit('/').next().unwrap_or(&e.path);
-            let suffix = match (e.kind.as_str(), e.size) {
-                ("dir", _) => "/".to_string(),
-                ("symlink", _) => " -> (symlink)".to_string(),
-                (_, Some(s)) => format!("  {}", human(s)),
-                _ => String::new(),
-            };
-            text.push_str(&format!("{}{name}{suffix}\n", "  ".repeat(indent + 1)));
-        }
-        if truncated {
-            text.push_str(&format!(
-                "[listing stopped at {MAX_ENTRIES} entries; list a subdirectory or lower depth]\n"
-            ));
-        }
-        let out = ListOutput {
-            root: self.files.root().display().to_string(),
-            entries,
-            truncated,
-        };
-        Ok(render::structured(text, &out))
+        let files = self.files.clone();
+        Ok(blocking("file_list", move || list_result(&files, &rel, depth)).await)
     }
 
     #[tool(
@@ -221,90 +155,8 @@ Example: {\"path\": \"src/app.py\", \"start_line\": 100, \"line_count\": 50}.",
         &self,
         Parameters(p): Parameters<ReadParams>,
     ) -> Result<CallToolResult, McpError> {
-        let path = match self.files.existing(&p.path) {
-            Ok(f) => f,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        if path.is_dir() {
-            return Ok(render::tool_error(format!(
-                "'{}' is a directory; use file_list",
-                p.path
-            )));
-        }
-        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if size > MAX_READ_BYTES {
-            return Ok(render::tool_error(format!(
-                "'{}' is {size} bytes, over the {MAX_READ_BYTES}-byte read limit; read part of it with shell_exec (head, sed -n) or python_exec",
-                p.path
-            )));
-        }
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(e) => return Ok(render::tool_error(io_err(&p.path, e))),
-        };
-        let sniff = &data[..data.len().min(8192)];
-        let text = if sniff.contains(&0) {
-            None
-        } else {
-            String::from_utf8(data.clone()).ok()
-        };
-        let shown = self.files.display(&path);
-        let Some(text) = text else {
-            let mime = mime_for(&path).to_string();
-            let blob = base64::engine::general_purpose::STANDARD.encode(&data);
-            let uri = format!("file:///{}", shown);
-            let out = ReadOutput {
-                path: shown.clone(),
-                bytes: size,
-                binary: true,
-                mime_type: mime.clone(),
-                total_lines: None,
-                start_line: None,
-                end_line: None,
-                text: None,
-            };
-            let mut result = CallToolResult::success(vec![
-                ContentBlock::text(format!(
-                    "{shown}: binary, {mime}, {size} bytes (attached as a resource)"
-                )),
-                ContentBlock::resource(ResourceContents::BlobResourceContents {
-                    uri,
-                    mime_type: Some(mime),
-                    blob,
-                    meta: None,
-                }),
-            ]);
-            result.structured_content = serde_json::to_value(out).ok();
-            return Ok(result);
-        };
-        let lines: Vec<&str> = text.split_inclusive('\n').collect();
-        let start = p.start_line.unwrap_or(1).max(1);
-        let count = p.line_count.unwrap_or(DEFAULT_LINES).max(1);
-        let from = (start - 1).min(lines.len());
-        let to = from.saturating_add(count).min(lines.len());
-        let body: String = lines[from..to].concat();
-        let header = format!(
-            "[{shown}: lines {}-{} of {}{}]\n",
-            from + 1,
-            to,
-            lines.len(),
-            if to < lines.len() {
-                format!("; more with start_line={}", to + 1)
-            } else {
-                String::new()
-            }
-        );
-        let out = ReadOutput {
-            path: shown,
-            bytes: size,
-            binary: false,
-            mime_type: "text/plain".into(),
-            total_lines: Some(lines.len() as u64),
-            start_line: Some(from as u64 + 1),
-            end_line: Some(to as u64),
-            text: Some(body.clone()),
-        };
-        Ok(render::structured(header + &body, &out))
+        let files = self.files.clone();
+        Ok(blocking("file_read", move || read_result(&files, &p)).await)
     }
 
     #[tool(
@@ -325,39 +177,26 @@ appends. Example: {\"path\": \"notes/todo.md\", \"text\": \"# TODO\\n\"}.",
             },
             _ => return Ok(render::tool_error("give exactly one of 'text' or 'base64'")),
         };
-        let path = match self.files.writable(&p.path) {
-            Ok(f) => f,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        if path.is_dir() {
-            return Ok(render::tool_error(format!("'{}' is a directory", p.path)));
-        }
         let append = p.append.unwrap_or(false);
-        let result = if append {
-            use std::io::Write;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .and_then(|mut f| f.write_all(&data))
-        } else {
-            std::fs::write(&path, &data)
-        };
-        if let Err(e) = result {
-            return Ok(render::tool_error(io_err(&p.path, e)));
-        }
-        let shown = self.files.display(&path);
-        let message = format!(
-            "{} {} bytes to {shown}",
-            if append { "appended" } else { "wrote" },
-            data.len()
-        );
-        let out = ChangeOutput {
-            path: shown,
-            bytes: data.len() as u64,
-            message: message.clone(),
-        };
-        Ok(render::structured(message, &out))
+        let files = self.files.clone();
+        Ok(blocking("file_write", move || {
+            let shown = match files.write(&p.path, &data, append) {
+                Ok(shown) => shown,
+                Err(e) => return render::tool_error(e),
+            };
+            let message = format!(
+                "{} {} bytes to {shown}",
+                if append { "appended" } else { "wrote" },
+                data.len()
+            );
+            let out = ChangeOutput {
+                path: shown,
+                bytes: data.len() as u64,
+                message: message.clone(),
+            };
+            render::structured(message, &out)
+        })
+        .await)
     }
 
     #[tool(
@@ -371,39 +210,136 @@ itself cannot be deleted. Example: {\"path\": \"build\", \"recursive\": true}.",
         Parameters(p): Parameters<DeleteParams>,
     ) -> Result<CallToolResult, McpError> {
         // A symlink is removed itself, never what it points to.
-        let path = match self.files.entry(&p.path) {
-            Ok(f) => f,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        if path == self.files.root() {
-            return Ok(render::tool_error("refusing to delete the workspace root"));
-        }
-        let is_dir = std::fs::symlink_metadata(&path)
-            .map(|m| m.is_dir())
-            .unwrap_or(false);
-        let result = if is_dir {
-            if p.recursive.unwrap_or(false) {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_dir(&path)
-            }
-        } else {
-            std::fs::remove_file(&path)
-        };
-        if let Err(e) = result {
-            let hint = if is_dir && e.kind() == std::io::ErrorKind::DirectoryNotEmpty {
-                "; pass recursive=true to delete it with its contents"
-            } else {
-                ""
+        let files = self.files.clone();
+        Ok(blocking("file_delete", move || {
+            let recursive = p.recursive.unwrap_or(false);
+            let shown = match files.delete(&p.path, recursive) {
+                Ok(shown) => shown,
+                Err(e) => return render::tool_error(e),
             };
-            return Ok(render::tool_error(format!("'{}': {e}{hint}", p.path)));
-        }
-        let message = format!("deleted {}", p.path);
-        let out = ChangeOutput {
-            path: p.path,
-            bytes: 0,
-            message: message.clone(),
-        };
-        Ok(render::structured(message, &out))
+            let message = format!("deleted {shown}");
+            let out = ChangeOutput {
+                path: shown,
+                bytes: 0,
+                message: message.clone(),
+            };
+            render::structured(message, &out)
+        })
+        .await)
     }
+}
+
+/// file_list's result (on the blocking pool).
+fn list_result(files: &Workspace, rel: &str, depth: usize) -> CallToolResult {
+    let Listing {
+        shown,
+        entries,
+        truncated,
+    } = match files.list(rel, depth, MAX_ENTRIES) {
+        Ok(listing) => listing,
+        Err(e) => return render::tool_error(e),
+    };
+    let entries: Vec<Entry> = entries
+        .into_iter()
+        .map(|e| Entry {
+            path: e.path,
+            kind: e.kind.as_str().to_string(),
+            size: e.size,
+        })
+        .collect();
+    let mut text = format!("{shown}/\n");
+    for e in &entries {
+        let indent = e.path.matches('/').count();
+        let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+        let suffix = match (e.kind.as_str(), e.size) {
+            ("dir", _) => "/".to_string(),
+            ("symlink", _) => " -> (symlink)".to_string(),
+            (_, Some(s)) => format!("  {}", human(s)),
+            _ => String::new(),
+        };
+        text.push_str(&format!("{}{name}{suffix}\n", "  ".repeat(indent + 1)));
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[listing stopped at {MAX_ENTRIES} entries; list a subdirectory or lower depth]\n"
+        ));
+    }
+    let out = ListOutput {
+        root: files.root().display().to_string(),
+        entries,
+        truncated,
+    };
+    render::structured(text, &out)
+}
+
+/// file_read's result (on the blocking pool): at most MAX_READ_BYTES are
+/// read, then the line window is cut from them.
+fn read_result(files: &Workspace, p: &ReadParams) -> CallToolResult {
+    let FileData { shown, data } = match files.read(&p.path, MAX_READ_BYTES) {
+        Ok(d) => d,
+        Err(e) => return render::tool_error(e),
+    };
+    let size = data.len() as u64;
+    let sniff = &data[..data.len().min(8192)];
+    let text = if sniff.contains(&0) {
+        None
+    } else {
+        std::str::from_utf8(&data).ok()
+    };
+    let Some(text) = text else {
+        let mime = mime_for(Path::new(&shown)).to_string();
+        let blob = base64::engine::general_purpose::STANDARD.encode(&data);
+        let uri = format!("file:///{shown}");
+        let out = ReadOutput {
+            path: shown.clone(),
+            bytes: size,
+            binary: true,
+            mime_type: mime.clone(),
+            total_lines: None,
+            start_line: None,
+            end_line: None,
+            text: None,
+        };
+        let mut result = CallToolResult::success(vec![
+            ContentBlock::text(format!(
+                "{shown}: binary, {mime}, {size} bytes (attached as a resource)"
+            )),
+            ContentBlock::resource(ResourceContents::BlobResourceContents {
+                uri,
+                mime_type: Some(mime),
+                blob,
+                meta: None,
+            }),
+        ]);
+        result.structured_content = serde_json::to_value(out).ok();
+        return result;
+    };
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let start = p.start_line.unwrap_or(1).max(1);
+    let count = p.line_count.unwrap_or(DEFAULT_LINES).max(1);
+    let from = (start - 1).min(lines.len());
+    let to = from.saturating_add(count).min(lines.len());
+    let body: String = lines[from..to].concat();
+    let header = format!(
+        "[{shown}: lines {}-{} of {}{}]\n",
+        from + 1,
+        to,
+        lines.len(),
+        if to < lines.len() {
+            format!("; more with start_line={}", to + 1)
+        } else {
+            String::new()
+        }
+    );
+    let out = ReadOutput {
+        path: shown,
+        bytes: size,
+        binary: false,
+        mime_type: "text/plain".into(),
+        total_lines: Some(lines.len() as u64),
+        start_line: Some(from as u64 + 1),
+        end_line: Some(to as u64),
+        text: Some(body.clone()),
+    };
+    render::structured(header + &body, &out)
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::args::{Parameters, Seconds, secs};
+use super::args::{Parameters, PathArg, Seconds, secs};
 use super::render::{self, CellOutput};
 use super::server::{CallContext, FerreplServer, session_name};
 use crate::session::{CellSource, HistoryEntry, SessionInfo, SessionOptions};
@@ -75,7 +75,7 @@ pub struct HistoryOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunFileParams {
     /// Path of the Python script (relative to the session's working directory).
-    pub path: String,
+    pub path: PathArg,
     /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
@@ -287,7 +287,7 @@ Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
             interrupt_on_cancel: true,
         };
         let source = CellSource::File {
-            path: &p.path,
+            path: p.path.as_str(),
             args: &args,
         };
         let fut = self.manager.exec(&session, source, wait);

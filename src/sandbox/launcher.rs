@@ -68,20 +68,30 @@ extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     }
 }
 
+/// Whether the program of this namespace's PID 1 has a terminal (and so a
+/// process group) of its own.
+static PTY: AtomicI32 = AtomicI32::new(0);
+
 /// In a namespace's PID 1: SIGUSR1/SIGUSR2 from the outer launcher become
-/// SIGTERM/SIGHUP for the program.
+/// SIGTERM/SIGHUP for the program; with a terminal, the signals the server
+/// sends to the launcher's group go to the program's group.
 extern "C" fn on_forward(sig: libc::c_int) {
     // SAFETY: only kill(2) on an atomically loaded pid; errno preserved.
     unsafe {
         let child = CHILD.load(Ordering::SeqCst);
         if child > 0 {
             let errno = *libc::__errno_location();
-            let sig = if sig == libc::SIGUSR1 {
-                libc::SIGTERM
-            } else {
-                libc::SIGHUP
+            let sig = match sig {
+                libc::SIGUSR1 => libc::SIGTERM,
+                libc::SIGUSR2 => libc::SIGHUP,
+                other => other,
             };
-            libc::kill(child, sig);
+            let target = if PTY.load(Ordering::SeqCst) == 1 {
+                -child
+            } else {
+                child
+            };
+            libc::kill(target, sig);
             *libc::__errno_location() = errno;
         }
     }
@@ -255,35 +265,59 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     {
         fail(format!("cannot build the sandbox's file system view: {e}"));
     }
-    // SAFETY: single-threaded; the child only calls async-signal-safe code
-    // until it execs (start_program does no locking before exec besides
-    // what a freshly forked single-threaded process may do).
+    #[cfg(target_os = "linux")]
+    let terminal = if policy.pty {
+        Some(super::pty::open().unwrap_or_else(|e| fail(format!("pty: {e}"))))
+    } else {
+        None
+    };
+    // SAFETY: single-threaded; the child goes straight to start_program.
     let child = match unsafe { fork() } {
         Err(e) => fail(format!("fork failed: {e}")),
         Ok(ForkResult::Child) => {
             drop(status);
+            #[cfg(target_os = "linux")]
+            if let Some(t) = &terminal
+                && let Err(e) = t.attach()
+            {
+                fail(e);
+            }
             start_program(policy, program)
         }
         Ok(ForkResult::Parent { child }) => child,
     };
     CHILD.store(child.as_raw(), Ordering::SeqCst);
+    // With a terminal of its own the program leads its own process group,
+    // which the server's group signals no longer reach: pass them on.
+    let pty = policy.pty;
+    PTY.store(i32::from(pty), Ordering::SeqCst);
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
     let forward = SigAction::new(
         SigHandler::Handler(on_forward),
         SaFlags::empty(),
         SigSet::empty(),
     );
-    // SAFETY: the handler only reads an atomic and calls kill(2).
+    // SAFETY: the handler only reads atomics and calls kill(2).
     unsafe {
         for sig in [Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGHUP] {
-            let _ = sigaction(sig, &ignore);
+            let _ = sigaction(sig, if pty { &forward } else { &ignore });
         }
         let _ = sigaction(Signal::SIGUSR1, &forward);
         let _ = sigaction(Signal::SIGUSR2, &forward);
     }
     let _ = term_signals().thread_unblock();
-    let keep = status.as_raw_fd();
-    close_fds_except(keep);
+    let mut keep = vec![status.as_raw_fd()];
+    #[cfg(target_os = "linux")]
+    if let Some(t) = &terminal {
+        keep.extend([0, 1, t.master_fd()]);
+    }
+    close_fds_except(&keep);
+    #[cfg(target_os = "linux")]
+    let result = match terminal {
+        Some(t) => t.relay(child),
+        None => wait_for(child),
+    };
+    #[cfg(not(target_os = "linux"))]
     let result = wait_for(child);
     CHILD.store(0, Ordering::SeqCst);
     // Everything else in the namespace goes with the program.
@@ -337,8 +371,7 @@ fn supervise(child: Pid, status_pipe: OwnedFd) -> ! {
     }
     let _ = term_signals().thread_unblock();
     // The program's pipes and control socket must close when it goes.
-    let keep = status_pipe.as_raw_fd();
-    close_fds_except(keep);
+    close_fds_except(&[status_pipe.as_raw_fd()]);
     let status = wait_for(child);
     CHILD.store(0, Ordering::SeqCst);
     sweep();
@@ -398,7 +431,7 @@ fn sweep() {
     }
 }
 
-fn close_fds_except(keep: i32) {
+fn close_fds_except(keep: &[i32]) {
     let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.filter_map(Result::ok)
@@ -406,7 +439,7 @@ fn close_fds_except(keep: i32) {
                 .collect()
         })
         .unwrap_or_default();
-    for fd in fds.into_iter().filter(|fd| *fd != keep) {
+    for fd in fds.into_iter().filter(|fd| !keep.contains(fd)) {
         // SAFETY: closing descriptors this process no longer uses.
         unsafe {
             libc::close(fd);

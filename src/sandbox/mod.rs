@@ -13,6 +13,8 @@ mod namespaces;
 pub mod paths;
 #[cfg(target_os = "linux")]
 mod privileges;
+#[cfg(target_os = "linux")]
+mod pty;
 mod seccomp;
 pub mod watch;
 
@@ -81,6 +83,10 @@ pub struct Policy {
     /// The server: the launcher refuses to run once it is gone.
     #[serde(default)]
     pub server_pid: u32,
+    /// Give the program a terminal of the namespace's own devpts (relayed to
+    /// the server's pty).
+    #[serde(default)]
+    pub pty: bool,
     /// Apply everything, then print what is active instead of exec'ing.
     #[serde(default)]
     pub probe: bool,
@@ -221,6 +227,7 @@ impl SandboxConfig {
             mounts,
             cwd: show(cwd),
             server_pid: std::process::id(),
+            pty: false,
             probe: false,
         }
     }

@@ -355,7 +355,8 @@ impl Worker {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// The interpreter's pid (what `os.getpid()` says in the session).
+    /// The interpreter's pid as the server sees it (inside its PID
+    /// namespace `os.getpid()` says something else).
     pub fn pid(&self) -> u32 {
         self.lock().ready.as_ref().map_or(self.pid, |r| r.pid)
     }
@@ -478,6 +479,16 @@ impl Worker {
                 python,
                 executable,
             } => {
+                // Shown and signalled from outside: the host's pid, not the
+                // one inside the sandbox's PID namespace.
+                let root = self.pid;
+                let pid = tokio::task::spawn_blocking(move || {
+                    crate::sandbox::watch::host_pid(root, pid)
+                })
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(pid);
                 self.lock().ready = Some(ReadyInfo {
                     pid,
                     python_version: python,
@@ -650,12 +661,10 @@ impl Worker {
         group.limit_hit()
     }
 
-    /// Resident memory of the worker process, from /proc.
+    /// Resident memory of the worker's whole process tree, from /proc (the
+    /// interpreter's own pid may be one of a private PID namespace).
     pub fn rss_bytes(&self) -> Option<u64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid())).ok()?;
-        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        Some(pages * u64::try_from(page).unwrap_or(4096))
+        let (rss, count) = crate::sandbox::watch::Snapshot::take().usage(self.pid);
+        (count > 0).then_some(rss)
     }
 }

@@ -620,3 +620,14 @@ attempt("setxattr", lambda: os.setxattr(decoy, "user.x", b"1"))
     server.close_and_wait().await;
     drop(decoy_guard);
 }
+
+#[tokio::test]
+async fn zz_scratch() {
+    let server = StdioServer::start(&[]).await;
+    for cmd in ["/usr/bin/python3 -c 'print(1)'", "/usr/bin/python3 -c 'import os; print(os.isatty(0))'", "/usr/bin/python3 -c 'import os; print(os.ttyname(0))'", "ls -la /dev/pts /proc/self/fd/; tty; echo $?", "/usr/bin/python3 -S -c 'print(2)'"] {
+        let out = server.call("shell_exec", json!({"command": cmd, "pty": true})).await;
+        eprintln!("CMD {cmd}\n{}\n", out.text);
+    }
+    let out = server.call("shell_exec", json!({"command": "/usr/bin/python3 -c 'print(1)'"})).await;
+    eprintln!("NOPTY {}\n", out.text);
+}

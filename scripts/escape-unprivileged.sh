@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Runs the escape suite (tests/escape) once more as an ordinary user, since a
+# laptop user runs ferrepl unprivileged and the sandbox must hold there too.
+#
+# As root: makes (once) the system user ferrepl-ci (or falls back to nobody),
+# builds the escape test binary, and runs it as that user with a clean
+# environment: PATH=/usr/local/bin:/usr/bin:/bin (so python3 is the system
+# interpreter; root's pyenv under /root is unreadable to that user), HOME the
+# user's home and TMPDIR a directory the user owns. Not as root: skips, as
+# creating a user and switching to it needs root (and `cargo test` already
+# ran the suite unprivileged then).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== escape suite as an unprivileged user" >&2
+if [ "$(id -u)" != 0 ]; then
+    echo "skipped: not running as root (uid $(id -u)); the cargo test run above already was unprivileged" >&2
+    exit 0
+fi
+
+RUN_USER=ferrepl-ci
+if ! id -u "$RUN_USER" >/dev/null 2>&1; then
+    if command -v useradd >/dev/null 2>&1; then
+        useradd --system --create-home --shell /usr/sbin/nologin "$RUN_USER" ||
+            id -u "$RUN_USER" >/dev/null 2>&1 # another run may have made it meanwhile
+    else
+        RUN_USER=nobody
+    fi
+fi
+RUN_GROUP="$(id -gn "$RUN_USER")"
+
+if command -v runuser >/dev/null 2>&1; then
+    as_user() { runuser -u "$RUN_USER" -- "$@"; }
+elif command -v setpriv >/dev/null 2>&1; then
+    as_user() { setpriv --reuid="$RUN_USER" --regid="$RUN_GROUP" --init-groups -- "$@"; }
+else
+    echo "cannot switch to $RUN_USER: neither runuser nor setpriv is installed" >&2
+    exit 1
+fi
+
+# TMPDIR (and, for nobody, HOME) live in a directory of the user's own under
+# /tmp, removed afterwards.
+SCRATCH="$(mktemp -d /tmp/ferrepl-unprivileged.XXXXXX)"
+trap 'rm -rf "$SCRATCH"' EXIT
+mkdir -p "$SCRATCH/tmp"
+USER_HOME="$(getent passwd "$RUN_USER" | cut -d: -f6)"
+if [ -z "$USER_HOME" ] || [ ! -d "$USER_HOME" ] || [ "$RUN_USER" = nobody ]; then
+    USER_HOME="$SCRATCH/home"
+    mkdir -p "$USER_HOME"
+fi
+chown -R "$RUN_USER:$RUN_GROUP" "$SCRATCH"
+chmod 0700 "$SCRATCH"
+if [ "$USER_HOME" != "$SCRATCH/home" ]; then
+    chown "$RUN_USER:$RUN_GROUP" "$USER_HOME"
+fi
+
+# The test binary (and the ferrepl binary it starts, by absolute path).
+TEST_BIN="$(cargo test --quiet --test escape --no-run --message-format=json |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["target"]["name"] == "escape" and m["profile"]["test"]:
+        print(m["executable"])
+')"
+SERVER_BIN="$PWD/target/debug/ferrepl"
+if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
+    echo "could not build or find the escape test binary" >&2
+    exit 1
+fi
+for bin in "$TEST_BIN" "$SERVER_BIN"; do
+    if ! as_user test -x "$bin"; then
+        echo "$RUN_USER cannot execute $bin (a directory above it is not world-readable?)" >&2
+        exit 1
+    fi
+done
+
+echo "running $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER"))" >&2
+# The test binary starts in the package root, as under cargo test.
+as_user env -i \
+    PATH=/usr/local/bin:/usr/bin:/bin \
+    HOME="$USER_HOME" \
+    USER="$RUN_USER" \
+    LOGNAME="$RUN_USER" \
+    TMPDIR="$SCRATCH/tmp" \
+    LANG=C.UTF-8 \
+    RUST_BACKTRACE=1 \
+    "$TEST_BIN" --test-threads 2 -q
