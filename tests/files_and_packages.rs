@@ -855,10 +855,13 @@ async fn install_refuses_a_non_venv_interpreter_and_bad_arguments() {
     let server = StdioServer::start(&["--python", python.as_str()]).await;
     let wheel = build_wheel(server.workdir.path(), "ferrepl_refused_pkg", "1.0", 1);
 
+    // The check runs inside the sandbox (the interpreter may be any file the
+    // agent wrote), as the first step of the install job.
     let refused = server
         .call("python_install", json!({ "packages": [path_str(&wheel)] }))
         .await;
-    assert_tool_error(&refused, "install with a non-venv interpreter");
+    assert!(refused.is_error, "install with a non-venv interpreter: {refused:#?}");
+    assert_eq!(refused.structured["exit_code"], 1, "{refused:#?}");
     assert!(
         refused.text.contains("virtual environment"),
         "the refusal says why: {refused:#?}"
@@ -951,11 +954,12 @@ async fn venv_flag_creates_the_venv_and_install_imports_without_restart() {
 async fn install_into_a_session_created_with_a_venv() {
     let python = real_python3();
     let server = StdioServer::start(&["--python", python.as_str()]).await;
-    let venv_parent = tempfile::tempdir().expect("venv tempdir");
-    let venv = venv_parent
+    // A venv the agent makes inside the workspace may be named freely.
+    let venv = server
+        .workdir
         .path()
         .canonicalize()
-        .expect("canonical venv parent")
+        .expect("canonical workspace")
         .join("v-env");
     make_venv(&venv);
 
@@ -1000,7 +1004,10 @@ async fn install_into_a_session_created_with_a_venv() {
     let refused = server
         .call("python_install", json!({ "packages": [path_str(&wheel)] }))
         .await;
-    assert_tool_error(&refused, "install into the non-venv default session");
+    assert!(
+        refused.is_error && refused.text.contains("not a virtual environment"),
+        "install into the non-venv default session: {refused:#?}"
+    );
     server
         .exec("import ferrepl_session_pkg")
         .await

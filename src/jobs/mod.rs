@@ -224,6 +224,8 @@ pub struct JobInfo {
 #[derive(Debug, Default)]
 pub struct JobSpec {
     pub command: String,
+    /// What the job is shown as, when not `command` itself.
+    pub shown: Option<String>,
     pub cwd: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
     /// Written to stdin, which is then closed.
@@ -367,7 +369,7 @@ impl JobManager {
         let (changed, _) = watch::channel(0u64);
         let job = Arc::new(Job {
             id,
-            command: spec.command.clone(),
+            command: spec.shown.clone().unwrap_or_else(|| spec.command.clone()),
             pid: spawned.child.id().unwrap_or(0),
             pty: spec.pty,
             started: Instant::now(),

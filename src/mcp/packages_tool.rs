@@ -38,10 +38,7 @@ fn shell_quote(s: &str) -> String {
 /// Run first in the install job, inside the sandbox like the install itself
 /// (the interpreter may be any file the agent wrote): refuses interpreters
 /// that are not a virtual environment, saying what to do instead.
-const VENV_CHECK: &str = "import os,sys,sysconfig\n\
-if sys.prefix == sys.base_prefix:\n\
-    m = os.path.exists(os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\"))\n\
-    sys.exit(\"ferrepl: the interpreter \" + sys.executable + (\" is marked externally managed (PEP 668)\" if m else \" is not a virtual environment\") + \"; ferrepl installs only into virtual environments. Restart ferrepl with --venv DIR (it creates the venv), or make one in the workspace (python3 -m venv .venv) and create a session with python_sessions {action: create, name: ..., venv: .venv}.\")\n";
+const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, name: ..., venv: .venv}\")";
 
 #[tool_router(router = packages_router, vis = "pub(super)")]
 impl FerreplServer {
@@ -91,19 +88,20 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
         );
         let command = match &uv {
             Some(uv) => format!(
-                "{check}{} pip install --no-config --python {}{upgrade} {}",
+                "{} pip install --no-config --python {}{upgrade} {}",
                 shell_quote(&uv.display().to_string()),
                 shell_quote(&python.display().to_string()),
                 packages.join(" ")
             ),
             None => format!(
-                "{check}{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
+                "{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
                 shell_quote(&python.display().to_string()),
                 packages.join(" ")
             ),
         };
         let spec = JobSpec {
-            command,
+            shown: Some(command.clone()),
+            command: format!("{check}{command}"),
             ..JobSpec::default()
         };
         let job = match self.jobs.start(spec) {

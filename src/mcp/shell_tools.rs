@@ -200,6 +200,7 @@ Example: {\"command\": \"pytest -x -q\", \"wait_s\": 120}.",
             env: p.env.unwrap_or_default(),
             stdin: p.stdin,
             pty: p.pty.unwrap_or(false),
+            shown: None,
         };
         let job = match self.jobs.start(spec) {
             Ok(j) => j,

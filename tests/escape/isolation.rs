@@ -743,6 +743,8 @@ try:
     for _ in range({WRITE_MIB}):
         os.write(fd, chunk)
         written += 1
+        if written % 8 == 0:
+            print(f"progress={{written}}", flush=True)
 finally:
     print(f"wrote={{written}}", flush=True)
 "#,
@@ -759,6 +761,10 @@ finally:
         "the cell should have ended: {out:#?}"
     );
     let stdout = out.structured["stdout"].as_str().unwrap_or_default();
+    assert!(
+        stdout.contains("progress=8\n"),
+        "writing into /dev/shm should work up to the limit: {out:#?}"
+    );
     assert!(
         !stdout.contains(&format!("wrote={WRITE_MIB}")),
         "{WRITE_MIB} MiB went into /dev/shm under --memory-limit {LIMIT_MIB}M: {out:#?}"

@@ -21,8 +21,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::args::{ATTEMPT, assert_failed, everything, outcome, path_str, py, py_path, unique};
 use crate::common::{
-    self, Client, HttpServer, START_TIMEOUT, ToolOutput, mcp_post_headers, parse_pid,
-    process_alive, raw_post_mcp, wait_process_gone,
+    self, Client, HttpServer, START_TIMEOUT, ToolOutput, mcp_post_headers, process_alive,
+    raw_post_mcp, wait_process_gone,
 };
 
 /// Upper bound for processes of a killed server to disappear, and for a
@@ -358,11 +358,12 @@ attempt("read_a", lambda: open({a_file}).read())
 // ------------------------------------------------------------------ H: SIGKILL
 
 /// Cell that double-forks a daemon (`setsid` between the forks) running
-/// `sleep` with `marker` as its argv[0], and returns the worker's pid.
-fn daemon_cell(marker: &str) -> String {
+/// `sleep` with `marker` as its argv[0]; with `hold` it keeps running, so
+/// the server is killed in the middle of a cell.
+fn daemon_cell(marker: &str, hold: bool) -> String {
     format!(
         r#"
-import os, shutil
+import os, shutil, time
 _sleep = shutil.which("sleep")
 _pid = os.fork()
 if _pid == 0:
@@ -373,10 +374,35 @@ if _pid == 0:
     finally:
         os._exit(0)
 os.waitpid(_pid, 0)
-os.getpid()
+if {hold}:
+    time.sleep(1000)
 "#,
-        marker = py(marker)
+        marker = py(marker),
+        hold = if hold { "True" } else { "False" },
     )
+}
+
+/// Runs `daemon_cell` in the default session, waits (bounded) for the
+/// daemon to run, and returns the session's pid as the server reports it
+/// (a host pid: inside its PID namespace the session sees other numbers).
+async fn start_daemon(server: &Server, marker: &str, hold: bool) -> u32 {
+    let out = common::call(
+        server.client.peer(),
+        "python_exec",
+        json!({ "code": daemon_cell(marker, hold), "wait_s": if hold { 1.0 } else { 30.0 } }),
+    )
+    .await;
+    let expected = if hold { "running" } else { "ok" };
+    assert_eq!(out.status(), expected, "the daemon cell: {out:#?}");
+    let started = poll_until(GONE_TIMEOUT, || !processes_with_arg(marker).is_empty()).await;
+    assert!(started, "the daemon did not start: {out:#?}");
+    let list = common::call(server.client.peer(), "python_sessions", json!({})).await;
+    list.structured["sessions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["name"] == "default"))
+        .and_then(|s| s["pid"].as_u64())
+        .and_then(|pid| u32::try_from(pid).ok())
+        .unwrap_or_else(|| panic!("no pid for the default session in {list:#?}"))
 }
 
 #[tokio::test]
@@ -396,12 +422,21 @@ async fn nothing_outlives_a_sigkilled_server() {
         }
         let marker = unique("ferrepl-orphan-");
         reaper.markers.push(marker.clone());
-        let out = server.exec_in("default", &daemon_cell(&marker)).await;
-        out.assert_ok();
-        let worker = parse_pid(out.value());
-        let started = poll_until(GONE_TIMEOUT, || !processes_with_arg(&marker).is_empty()).await;
-        assert!(started, "round {round}: the daemon did not start");
+        // Odd rounds: the cell has finished; even rounds: it is running.
+        let worker = start_daemon(&server, &marker, round % 2 == 0).await;
+        assert!(
+            process_alive(worker),
+            "round {round}: the session's process {worker} is not running"
+        );
         let state = state_dir(tmp.path(), server.pid());
+        let exists = poll_until(GONE_TIMEOUT, || state.is_dir()).await;
+        assert!(
+            exists,
+            "round {round}: the server's state directory {} does not exist; {} holds {:?}",
+            state.display(),
+            tmp.path().display(),
+            tree(tmp.path())
+        );
 
         server.sigkill().await;
         let mut left = Vec::new();
@@ -416,14 +451,7 @@ async fn nothing_outlives_a_sigkilled_server() {
         );
         assert!(
             wait_process_gone(worker, GONE_TIMEOUT).await,
-            "round {round}: the worker {worker} survived the server's SIGKILL"
-        );
-        assert!(
-            state.is_dir(),
-            "round {round}: the server's state directory {} did not exist; {} holds {:?}",
-            state.display(),
-            tmp.path().display(),
-            tree(tmp.path())
+            "round {round}: the session's process {worker} survived the server's SIGKILL"
         );
         stale = Some(state);
     }
