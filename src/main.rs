@@ -22,9 +22,8 @@ use worker::LaunchSpec;
 fn main() -> ExitCode {
     // Launcher modes run before anything else (single-threaded, no runtime).
     let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some(sandbox::launcher::LAUNCH_ARG) => sandbox::launcher::run(&args[2..]),
-        _ => {}
+    if args.get(1).map(String::as_str) == Some(sandbox::launcher::LAUNCH_ARG) {
+        sandbox::launcher::run(&args[2..]);
     }
     // Sessions run as the same user: keep them out of this process's memory
     // and /proc/<pid>/environ (the auth token, the operator's environment).
@@ -37,8 +36,8 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    let token_on_command_line = matches.value_source("auth_token")
-        == Some(clap::parser::ValueSource::CommandLine);
+    let token_on_command_line =
+        matches.value_source("auth_token") == Some(clap::parser::ValueSource::CommandLine);
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -96,8 +95,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // Nothing inside the workspace is run outside the sandbox: the system
     // interpreter on PATH is the base for creating venvs and for finding the
     // installation sessions need to read.
-    let path_python = worker::python::find_on_path("python3")
-        .and_then(|p| sandbox::paths::real_executable(&p));
+    let path_python =
+        worker::python::find_on_path("python3").and_then(|p| sandbox::paths::real_executable(&p));
     if !python.starts_with(&workdir)
         && let Some(real) = sandbox::paths::real_executable(&python)
     {

@@ -97,7 +97,11 @@ fn remove_stale(root: &Path) {
     };
     for entry in entries.filter_map(Result::ok) {
         let dir = entry.path();
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let stale = match File::open(dir.join("lock")) {
@@ -107,7 +111,10 @@ fn remove_stale(root: &Path) {
             Err(_) => !Path::new(&format!("/proc/{pid}")).exists(),
         };
         if stale {
-            tracing::info!("removing the state of a server that is gone: {}", dir.display());
+            tracing::info!(
+                "removing the state of a server that is gone: {}",
+                dir.display()
+            );
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

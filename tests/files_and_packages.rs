@@ -860,7 +860,10 @@ async fn install_refuses_a_non_venv_interpreter_and_bad_arguments() {
     let refused = server
         .call("python_install", json!({ "packages": [path_str(&wheel)] }))
         .await;
-    assert!(refused.is_error, "install with a non-venv interpreter: {refused:#?}");
+    assert!(
+        refused.is_error,
+        "install with a non-venv interpreter: {refused:#?}"
+    );
     assert_eq!(refused.structured["exit_code"], 1, "{refused:#?}");
     assert!(
         refused.text.contains("virtual environment"),

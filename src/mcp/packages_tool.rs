@@ -1,6 +1,5 @@
 //! python_install: packages into a session's virtual environment, as a job.
 
-
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, RequestMetaObject};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};

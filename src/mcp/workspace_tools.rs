@@ -33,13 +33,13 @@ pub struct SessionsParams {
     /// The session to create or delete.
     #[serde(default)]
     pub name: Option<String>,
-    /// create: interpreter path for this session (default: the server's).
+    /// create: interpreter inside the workspace (or one the operator allowed).
     #[serde(default)]
     pub python: Option<PathBuf>,
-    /// create: a virtual environment directory; its bin/python is used.
+    /// create: venv directory inside the workspace (or allowed); its bin/python is used.
     #[serde(default)]
     pub venv: Option<PathBuf>,
-    /// create: working directory (relative paths are taken from the server's workdir).
+    /// create: working directory inside the workspace (relative to it).
     #[serde(default)]
     pub workdir: Option<PathBuf>,
     /// create: extra environment variables for the interpreter.
@@ -168,7 +168,7 @@ impl FerreplServer {
         description = "List sessions, or create / delete one. list: name, state (idle, busy, waiting_input, dead, starting), pid, cells run, memory, uptime, interpreter. \
 create: a session with its own interpreter (python or venv), working directory or environment variables. \
 delete: end a session and every process it started. Sessions idle past the server's TTL end by themselves. \
-Examples: {} ; {\"action\": \"create\", \"name\": \"ml\", \"venv\": \"/proj/.venv\", \"env\": {\"CUDA_VISIBLE_DEVICES\": \"\"}} ; {\"action\": \"delete\", \"name\": \"ml\"}.",
+Examples: {} ; {\"action\": \"create\", \"name\": \"ml\", \"venv\": \".venv\", \"env\": {\"CUDA_VISIBLE_DEVICES\": \"\"}} ; {\"action\": \"delete\", \"name\": \"ml\"}.",
         output_schema = schema_for_output::<SessionsOutput>(),
         annotations(title = "Sessions", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

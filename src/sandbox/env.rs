@@ -86,7 +86,13 @@ mod tests {
 
     #[test]
     fn loader_variables_are_refused() {
-        for bad in ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "FERREPL_X"] {
+        for bad in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "LD_AUDIT",
+            "GCONV_PATH",
+            "FERREPL_X",
+        ] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
         assert!(check_name("MY_VAR").is_ok());

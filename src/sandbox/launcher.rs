@@ -299,7 +299,12 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     );
     // SAFETY: the handler only reads atomics and calls kill(2).
     unsafe {
-        for sig in [Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGHUP] {
+        for sig in [
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+        ] {
             let _ = sigaction(sig, if pty { &forward } else { &ignore });
         }
         let _ = sigaction(Signal::SIGUSR1, &forward);
@@ -379,13 +384,18 @@ fn supervise(child: Pid, status_pipe: OwnedFd) -> ! {
     let mut report = String::new();
     let mut file = std::fs::File::from(status_pipe);
     let _ = std::io::Read::read_to_string(&mut file, &mut report);
-    if let Some(sig) = report.strip_prefix("signal ").and_then(|s| s.parse::<i32>().ok())
+    if let Some(sig) = report
+        .strip_prefix("signal ")
+        .and_then(|s| s.parse::<i32>().ok())
         && let Ok(sig) = Signal::try_from(sig)
     {
         reraise(sig);
         std::process::exit(128 + sig as i32);
     }
-    if let Some(code) = report.strip_prefix("exit ").and_then(|s| s.parse::<i32>().ok()) {
+    if let Some(code) = report
+        .strip_prefix("exit ")
+        .and_then(|s| s.parse::<i32>().ok())
+    {
         std::process::exit(code);
     }
     match status {

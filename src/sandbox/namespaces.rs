@@ -100,12 +100,18 @@ fn mount(
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> Result<(), String> {
-    let src = src.map(CString::new).transpose().map_err(|e| e.to_string())?;
+    let src = src
+        .map(CString::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let fstype = fstype
         .map(CString::new)
         .transpose()
         .map_err(|e| e.to_string())?;
-    let data = data.map(CString::new).transpose().map_err(|e| e.to_string())?;
+    let data = data
+        .map(CString::new)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let target_c = cstr(target)?;
     let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
     // SAFETY: every pointer is a valid NUL-terminated string or null.
@@ -196,8 +202,7 @@ fn mount_point(path: &Path, dir: bool) -> Result<(), String> {
         return Ok(());
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
     }
     let made = if dir {
         std::fs::create_dir(path)
@@ -213,7 +218,13 @@ fn depth(p: &Path) -> usize {
 
 /// Rebuilds the file system view of this (new) mount namespace.
 pub fn build(plan: &MountPlan) -> Result<(), String> {
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
 
     // Clone what will be exposed before anything covers it.
     let mut binds: Vec<(&Bind, OwnedFd, bool)> = Vec::new();
@@ -276,7 +287,12 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
         if bind.writable {
             set_attr(path, 0, MOUNT_ATTR_RDONLY, true)?;
         } else {
-            set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
+            set_attr(
+                path,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                0,
+                true,
+            )?;
         }
     }
     for h in &covered {
@@ -353,7 +369,12 @@ fn build_proc() -> Result<(), String> {
         }
         let s = path.to_string_lossy();
         mount(Some(&s), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-        set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
+        set_attr(
+            path,
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            0,
+            true,
+        )?;
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ pub fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
         };
         for entry in entries.filter_map(Result::ok) {
             let path = entry.path();
-            if hidden.iter().any(|h| *h == path) {
+            if hidden.contains(&path) {
                 continue;
             }
             let on_the_way = hidden.iter().any(|h| h.starts_with(&path));
@@ -168,7 +168,10 @@ mod tests {
         let base = Path::new("/w/s");
         assert_eq!(normalize(Path::new("../x"), base), PathBuf::from("/w/x"));
         assert_eq!(normalize(Path::new("/a/./b/.."), base), PathBuf::from("/a"));
-        assert_eq!(normalize(Path::new("../../../.."), base), PathBuf::from("/"));
+        assert_eq!(
+            normalize(Path::new("../../../.."), base),
+            PathBuf::from("/")
+        );
     }
 
     #[test]

@@ -59,11 +59,13 @@ pub fn drop_all() -> Result<bool, String> {
             pid: 0,
         };
         let data = [CapData::default(); 2];
-        if libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()) != 0 {
-            return Err(format!(
-                "capset: {}",
-                std::io::Error::last_os_error()
-            ));
+        if libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        ) != 0
+        {
+            return Err(format!("capset: {}", std::io::Error::last_os_error()));
         }
     }
     Ok(all_empty())

@@ -54,18 +54,16 @@ pub fn descendants(root: u32) -> Vec<u32> {
 /// The pid, as this process sees it, of the descendant of `root` that calls
 /// itself `inner` in its own (possibly private) PID namespace.
 pub fn host_pid(root: u32, inner: u32) -> Option<u32> {
-    std::iter::once(root)
-        .chain(descendants(root))
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("NSpid:"))
-                        .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
-                })
-                == Some(inner)
-        })
+    std::iter::once(root).chain(descendants(root)).find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok())
+            })
+            == Some(inner)
+    })
 }
 
 /// The process table at one moment.

@@ -482,13 +482,12 @@ impl Worker {
                 // Shown and signalled from outside: the host's pid, not the
                 // one inside the sandbox's PID namespace.
                 let root = self.pid;
-                let pid = tokio::task::spawn_blocking(move || {
-                    crate::sandbox::watch::host_pid(root, pid)
-                })
-                .await
-                .ok()
-                .flatten()
-                .unwrap_or(pid);
+                let pid =
+                    tokio::task::spawn_blocking(move || crate::sandbox::watch::host_pid(root, pid))
+                        .await
+                        .ok()
+                        .flatten()
+                        .unwrap_or(pid);
                 self.lock().ready = Some(ReadyInfo {
                     pid,
                     python_version: python,
