@@ -286,7 +286,39 @@ fn sandbox_settings(
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
     sandbox::probe(&mut sandbox_cfg)?;
+    if sandbox_cfg.enabled() {
+        warn_unreadable_interpreter(&sandbox_cfg, python);
+        if state_dir.root().starts_with(workdir) {
+            tracing::warn!(
+                "ferrepl's state directory {} lies inside the workspace: without namespaces sessions could read other sessions' output logs; set XDG_RUNTIME_DIR or TMPDIR elsewhere",
+                state_dir.root().display()
+            );
+        }
+    }
     Ok(sandbox_cfg)
+}
+
+/// An interpreter inside the workspace (a `.venv`) whose real binary lies in
+/// a place sessions may not read cannot start in the sandbox; nothing is
+/// widened for it (the agent can rewrite it), but the operator is told how.
+fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &std::path::Path) {
+    if !python.starts_with(&cfg.workspace) {
+        return;
+    }
+    let Ok(real) = python.canonicalize() else {
+        return;
+    };
+    let readable = real.starts_with(&cfg.workspace)
+        || cfg.read.iter().any(|r| real.starts_with(r))
+        || !cfg.hidden.iter().any(|h| real.starts_with(h));
+    if !readable {
+        tracing::warn!(
+            "the interpreter {} is {}, which sessions may not read (hidden place); start ferrepl with --allow-python {} or --python PATH",
+            python.display(),
+            real.display(),
+            real.display()
+        );
+    }
 }
 
 async fn serve_stdio(

@@ -257,46 +257,52 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
         true,
     )?;
 
-    // Hidden places: an empty tmpfs on each (read-only once the exposed
-    // paths inside are in place).
-    let mut hidden: Vec<PathBuf> = plan.hide.iter().map(PathBuf::from).collect();
-    hidden.sort_by_key(|p| depth(p));
-    let mut covered = Vec::new();
-    for h in hidden {
-        match std::fs::symlink_metadata(&h) {
-            Ok(m) if m.is_dir() => {}
-            _ => continue,
-        }
-        mount(
-            Some("tmpfs"),
-            &h,
-            Some("tmpfs"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("mode=0755,size=1m"),
-        )?;
-        covered.push(h);
-    }
-
     build_dev(plan, devices)?;
     build_proc()?;
 
-    for (bind, tree, dir) in &binds {
-        let path = Path::new(&bind.path);
-        mount_point(path, *dir)?;
-        attach(tree, path)?;
-        if bind.writable {
-            set_attr(path, 0, MOUNT_ATTR_RDONLY, true)?;
-        } else {
-            set_attr(
-                path,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                0,
-                true,
-            )?;
+    // Hidden places and exposed paths, outermost first (at the same spot,
+    // hiding first): an exposed path inside a hidden place shows, and a
+    // place hidden inside an exposed one (ferrepl's state inside a
+    // workspace that is /tmp itself) stays hidden.
+    let hidden: Vec<PathBuf> = plan.hide.iter().map(PathBuf::from).collect();
+    let mut steps: Vec<(usize, usize, Option<usize>)> = hidden
+        .iter()
+        .map(|h| (depth(h), 0, None))
+        .chain(
+            binds
+                .iter()
+                .enumerate()
+                .map(|(i, (b, _, _))| (depth(Path::new(&b.path)), 1, Some(i))),
+        )
+        .collect();
+    let mut hide_order: Vec<&PathBuf> = hidden.iter().collect();
+    hide_order.sort_by_key(|h| depth(h));
+    let mut next_hide = hide_order.into_iter();
+    steps.sort_by_key(|(d, kind, _)| (*d, *kind));
+    for (_, _, bind) in steps {
+        match bind {
+            None => {
+                if let Some(h) = next_hide.next() {
+                    hide(h, &binds, &hidden)?;
+                }
+            }
+            Some(i) => {
+                let (bind, tree, dir) = &binds[i];
+                let path = Path::new(&bind.path);
+                mount_point(path, *dir)?;
+                attach(tree, path)?;
+                if bind.writable {
+                    set_attr(path, 0, MOUNT_ATTR_RDONLY, true)?;
+                } else {
+                    set_attr(
+                        path,
+                        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                        0,
+                        true,
+                    )?;
+                }
+            }
         }
-    }
-    for h in &covered {
-        set_attr(h, MOUNT_ATTR_RDONLY, 0, false)?;
     }
     let name = b"ferrepl";
     // SAFETY: sethostname with a valid buffer, in our own UTS namespace.
@@ -304,6 +310,33 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
         libc::sethostname(name.as_ptr().cast(), name.len());
     }
     Ok(())
+}
+
+/// Covers `h` with an empty tmpfs holding only the mount points of what
+/// will be mounted inside it, then makes it read-only.
+fn hide(h: &Path, binds: &[(&Bind, OwnedFd, bool)], hidden: &[PathBuf]) -> Result<(), String> {
+    match std::fs::symlink_metadata(h) {
+        Ok(m) if m.is_dir() => {}
+        _ => return Ok(()),
+    }
+    mount(
+        Some("tmpfs"),
+        h,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some("mode=0755,size=1m"),
+    )?;
+    let inside = |p: &Path| p.starts_with(h) && p != h;
+    for (bind, _, dir) in binds {
+        let path = Path::new(&bind.path);
+        if inside(path) {
+            mount_point(path, *dir)?;
+        }
+    }
+    for other in hidden.iter().filter(|p| inside(p)) {
+        mount_point(other, true)?;
+    }
+    set_attr(h, MOUNT_ATTR_RDONLY, 0, false)
 }
 
 fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), String> {
