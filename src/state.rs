@@ -57,16 +57,23 @@ impl StateDir {
         }
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         remove_stale(&root);
-        let path = root.join(std::process::id().to_string());
+        // Made under a temporary name and locked before it gets its real
+        // name, so no other server starting now can take it for stale.
+        let pid = std::process::id();
+        let path = root.join(pid.to_string());
+        let fresh = root.join(format!("{pid}.new"));
+        let _ = std::fs::remove_dir_all(&fresh);
+        private_dir(&fresh).with_context(|| format!("cannot create {}", fresh.display()))?;
+        let lock = File::create(fresh.join("lock"))?;
+        if !try_lock(&lock) {
+            bail!("cannot lock {}", fresh.display());
+        }
         if path.exists() {
-            // A dead server with our pid (remove_stale took its lock).
+            // A dead server that had our pid.
             std::fs::remove_dir_all(&path)?;
         }
-        private_dir(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        let lock = File::create(path.join("lock"))?;
-        if !try_lock(&lock) {
-            bail!("cannot lock {}", path.display());
-        }
+        std::fs::rename(&fresh, &path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
         Ok(Self {
             root,
             path,
@@ -97,18 +104,27 @@ fn remove_stale(root: &Path) {
     };
     for entry in entries.filter_map(Result::ok) {
         let dir = entry.path();
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
             continue;
         };
-        let stale = match File::open(dir.join("lock")) {
-            Ok(f) => try_lock(&f),
-            // No lock file: a server that died while starting, unless it
-            // is starting right now.
-            Err(_) => !Path::new(&format!("/proc/{pid}")).exists(),
+        let (pid, starting) = match name.strip_suffix(".new") {
+            Some(p) => (p, true),
+            None => (name, false),
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        // A directory is stale when its lock can be taken (its server is
+        // gone); one still being made belongs to a live pid.
+        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        let stale = if starting {
+            !alive
+        } else {
+            match File::open(dir.join("lock")) {
+                Ok(f) => try_lock(&f),
+                Err(_) => !alive,
+            }
         };
         if stale {
             tracing::info!(

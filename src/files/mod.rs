@@ -293,9 +293,8 @@ impl Workspace {
     /// followed), at most `max_entries` entries.
     pub fn list(&self, rel: &str, depth: usize, max_entries: usize) -> Result<Listing, FileError> {
         let path = lexical(rel)?;
-        let shown = path.shown();
         let mut listing = Listing {
-            shown: shown.clone(),
+            shown: path.shown(),
             entries: Vec::new(),
             truncated: false,
         };
@@ -714,7 +713,15 @@ mod linux {
                 .map_err(|e| FileError::io(rel, e.desc()));
         }
         if recursive {
-            remove_contents(dir.as_fd(), name, 1).map_err(|e| FileError::io(rel, e.desc()))?;
+            remove_contents(dir.as_fd(), name, 1).map_err(|e| match e {
+                Removal::TooDeep => FileError::io(
+                    rel,
+                    format!(
+                        "nested more than {MAX_DELETE_DEPTH} directories deep; delete its deepest parts first"
+                    ),
+                ),
+                Removal::Failed(e) => FileError::io(rel, e.desc()),
+            })?;
         }
         nix::unistd::unlinkat(&dir, name, UnlinkatFlags::RemoveDir).map_err(|e| match e {
             Errno::ENOTEMPTY | Errno::EEXIST => FileError::NotEmpty(rel.to_string()),
@@ -724,35 +731,34 @@ mod linux {
 
     /// Removes everything inside `parent/name` (a directory opened without
     /// following symlinks), depth first, by descriptor.
-    fn remove_contents(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> nix::Result<()> {
+    fn remove_contents(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> Result<(), Removal> {
         if depth > MAX_DELETE_DEPTH {
-            return Err(Errno::ELOOP);
+            return Err(Removal::TooDeep);
         }
         let dir = open_child_dir(parent, name)?;
-        let mut stream = DirStream::open(&dir)
-            .map_err(|e| e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO))?;
+        let mut stream = DirStream::open(&dir).map_err(errno_of)?;
         // Batches, so a huge directory is not held in memory at once (the
         // stream is read again after removals); bounded, should entries keep
         // appearing.
         for _ in 0..MAX_DELETE_ROUNDS {
-            let (names, more) = stream
-                .names(MAX_DIR_NAMES)
-                .map_err(|e| e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO))?;
+            let (names, more) = stream.names(MAX_DIR_NAMES).map_err(errno_of)?;
             for child in &names {
                 let st = match lstat_at(dir.as_fd(), child) {
                     Ok(st) => st,
                     Err(Errno::ENOENT) => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 };
                 let result = if kind_of(&st) == SFlag::S_IFDIR {
                     remove_contents(dir.as_fd(), child, depth + 1).and_then(|()| {
                         nix::unistd::unlinkat(&dir, child.as_os_str(), UnlinkatFlags::RemoveDir)
+                            .map_err(Removal::from)
                     })
                 } else {
                     nix::unistd::unlinkat(&dir, child.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                        .map_err(Removal::from)
                 };
                 match result {
-                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Ok(()) | Err(Removal::Failed(Errno::ENOENT)) => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -762,7 +768,23 @@ mod linux {
             // SAFETY: the stream is open; start over for what is left.
             unsafe { libc::rewinddir(stream.0.as_ptr()) };
         }
-        Err(Errno::ENOTEMPTY)
+        Err(Errno::ENOTEMPTY.into())
+    }
+
+    fn errno_of(e: std::io::Error) -> Errno {
+        e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO)
+    }
+
+    /// Why a recursive delete stopped.
+    enum Removal {
+        TooDeep,
+        Failed(Errno),
+    }
+
+    impl From<Errno> for Removal {
+        fn from(e: Errno) -> Self {
+            Removal::Failed(e)
+        }
     }
 
     pub(super) fn list(
@@ -787,7 +809,7 @@ mod linux {
         walk(&dir, &shown, depth, max_entries, out).map_err(|e| FileError::io(rel, e))
     }
 
-    /// Lists `dir` into `out`; true when a limit stopped it.
+    /// Lists `dir` into `out` (`out.truncated` set when a limit stopped it).
     fn walk(
         dir: &OwnedFd,
         prefix: &str,
@@ -1158,6 +1180,43 @@ mod tests {
         assert_eq!(shown, "sub/dir/file.txt");
         assert!(root.path().join("sub/dir/file.txt").is_file());
         assert!(matches!(ws.delete(".", true), Err(FileError::Root(_))));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn special_files_and_deep_trees() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::new(root.path()).expect("workspace");
+        nix::unistd::mkfifo(
+            &root.path().join("pipe"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("mkfifo");
+        // Neither blocks: nobody opens the other end.
+        assert!(matches!(
+            ws.read("pipe", 100),
+            Err(FileError::NotRegular { kind: "a FIFO", .. })
+        ));
+        assert!(matches!(
+            ws.write("pipe", b"x", true),
+            Err(FileError::NotRegular { kind: "a FIFO", .. })
+        ));
+        // A recursive delete removes a symlink to a directory, not its
+        // contents.
+        std::fs::write(outside.path().join("keep"), "k").expect("write");
+        std::fs::create_dir(root.path().join("d")).expect("mkdir");
+        std::os::unix::fs::symlink(outside.path(), root.path().join("d/out")).expect("symlink");
+        ws.delete("d", true).expect("delete d");
+        assert!(outside.path().join("keep").exists());
+        // Too deep a tree is refused, not overflowing anything.
+        let mut deep = root.path().join("deep");
+        for _ in 0..MAX_DELETE_DEPTH + 2 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).expect("deep tree");
+        let err = ws.delete("deep", true).expect_err("too deep");
+        assert!(err.to_string().contains("nested more than"), "{err}");
     }
 
     #[test]

@@ -19,8 +19,11 @@ use crate::common::{StdioServer, ToolOutput};
 /// How long a file tool may take before the server counts as stalled: far
 /// above what any of these calls needs, far below the suite's call timeout.
 const PROMPT: Duration = Duration::from_secs(10);
-/// Calls made while a symlink is being swapped underneath them.
-const RACE_CALLS: usize = 200;
+/// file_read and file_write calls made while symlinks are swapped
+/// underneath them, `RACE_BATCH` at a time.
+const RACE_READS: usize = 1000;
+const RACE_WRITES: usize = 1000;
+const RACE_BATCH: usize = 8;
 /// Upper bound of swaps a swapper thread makes (it stops when the calls end).
 const MAX_SWAPS: u64 = 5_000_000;
 /// Resident memory the server may reach in the device test (it stays near
@@ -83,18 +86,18 @@ impl Outside {
         );
     }
 
+    /// Whether any part of the result shows the secret (as text, or
+    /// base64-encoded as a binary read would carry it).
+    fn leaked(&self, out: &ToolOutput) -> bool {
+        let raw = serde_json::to_string(&out.raw).expect("result as JSON");
+        raw.contains(self.content.trim()) || raw.contains(&b64(self.content.as_bytes()))
+    }
+
     /// Panics if any part of the result shows the secret.
     fn assert_not_leaked(&self, out: &ToolOutput, what: &str) {
-        let needle = self.content.trim();
-        let raw = serde_json::to_string(&out.raw).expect("result as JSON");
         assert!(
-            !raw.contains(needle),
+            !self.leaked(out),
             "{what}: the decoy secret leaked: {out:#?}"
-        );
-        // A binary read would carry it base64-encoded.
-        assert!(
-            !raw.contains(&b64(self.content.as_bytes())),
-            "{what}: the decoy secret leaked (base64): {out:#?}"
         );
     }
 }
@@ -291,16 +294,40 @@ async fn symlink_swapped_under_file_read_never_leaks() {
 
     let swapper = Swapper::start(root.join("link"), root.join("alt"));
     let swapper2 = Swapper::start(root.join("link2"), root.join("alt2"));
-    for i in 0..RACE_CALLS {
-        let path = if i % 2 == 0 { "link" } else { "link2" };
-        let out = prompt_call(&server, "file_read", json!({ "path": path })).await;
-        outside.assert_not_leaked(&out, &format!("file_read #{i} of {path}"));
-        eprintln!("DBG {i} {} {}", out.is_error, out.text.chars().take(120).collect::<String>());
+    // Batches of concurrent reads, so many opens land inside the swaps.
+    let mut leaks = Vec::new();
+    let (mut refused, mut read) = (0, 0);
+    for batch in 0..RACE_READS / RACE_BATCH {
+        let calls = (0..RACE_BATCH).map(|j| {
+            let path = if j % 2 == 0 { "link" } else { "link2" };
+            prompt_call(&server, "file_read", json!({ "path": path }))
+        });
+        for (j, out) in futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            if outside.leaked(&out) {
+                leaks.push(format!("read #{}: {:?}", batch * RACE_BATCH + j, out.text));
+            } else if out.is_error {
+                refused += 1;
+            } else {
+                read += 1;
+            }
+        }
     }
     let swaps = swapper.finish();
     let swaps2 = swapper2.finish();
     settle(&root.join("link"), &root.join("alt"), swaps);
     settle(&root.join("link2"), &root.join("alt2"), swaps2);
+    assert!(
+        leaks.is_empty(),
+        "{} of {RACE_READS} file_read calls returned the decoy secret from outside the \
+         workspace ({read} read the inside file, {refused} were refused; {swaps} + {swaps2} \
+         swaps): {:?}",
+        leaks.len(),
+        leaks.iter().take(3).collect::<Vec<_>>()
+    );
     outside.assert_intact("after the read race");
 
     // The tool still reads the regular file once it stays put.
@@ -342,18 +369,26 @@ async fn symlink_swapped_under_file_write_never_writes_outside() {
         Swapper::start(root.join("new"), root.join("newalt")),
         Swapper::start(root.join("d"), root.join("dalt")),
     ];
-    for i in 0..RACE_CALLS {
-        let args = match i % 5 {
-            0 => json!({ "path": "link", "text": "PWNED\n" }),
-            1 => json!({ "path": "link", "text": "PWNED\n", "append": true }),
-            2 => json!({ "path": "new", "text": "PWNED\n" }),
-            3 => json!({ "path": "d/planted.txt", "text": "PWNED\n" }),
-            _ => json!({ "path": format!("d/sub{i}/planted.txt"), "text": "PWNED\n" }),
-        };
-        let shown = args.to_string();
-        let out = prompt_call(&server, "file_write", args).await;
-        outside.assert_not_leaked(&out, &format!("file_write {shown}"));
-        outside.assert_intact(&format!("file_write #{i} {shown}"));
+    for batch in 0..RACE_WRITES / RACE_BATCH {
+        let calls = (0..RACE_BATCH).map(|j| {
+            let i = batch * RACE_BATCH + j;
+            let args = match i % 5 {
+                0 => json!({ "path": "link", "text": "PWNED\n" }),
+                1 => json!({ "path": "link", "text": "PWNED\n", "append": true }),
+                2 => json!({ "path": "new", "text": "PWNED\n" }),
+                3 => json!({ "path": "d/planted.txt", "text": "PWNED\n" }),
+                _ => json!({ "path": format!("d/sub{i}/planted.txt"), "text": "PWNED\n" }),
+            };
+            prompt_call(&server, "file_write", args)
+        });
+        for out in futures::future::join_all(calls).await {
+            outside.assert_not_leaked(&out, "file_write");
+        }
+        outside.assert_intact(&format!(
+            "file_write calls {}..{}",
+            batch * RACE_BATCH,
+            (batch + 1) * RACE_BATCH
+        ));
     }
     let pairs = [("link", "alt"), ("new", "newalt"), ("d", "dalt")];
     for (swapper, (a, b)) in swappers.into_iter().zip(pairs) {
