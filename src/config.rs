@@ -126,6 +126,11 @@ pub struct Config {
     #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "off")]
     pub network: Network,
 
+    /// Do not use private namespaces (mount, PID, network...) even where the kernel allows them;
+    /// Landlock, seccomp and the rest still apply. For debugging, or hosts where they misbehave.
+    #[arg(long, env = "FERREPL_NO_NAMESPACES")]
+    pub no_namespaces: bool,
+
     /// Refuse to start unless every requested protection is available on this kernel.
     #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
     pub sandbox_require: bool,

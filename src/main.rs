@@ -277,7 +277,7 @@ fn sandbox_settings(
         write,
         devices: cfg.allow_device.iter().map(abs).collect(),
         allowed_python,
-        namespaces: false,
+        namespaces: !cfg.no_namespaces,
         env: sandbox::env::inherited(&cfg.pass_env),
         active: String::new(),
         cgroups: None,

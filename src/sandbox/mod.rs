@@ -290,12 +290,18 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<()> {
     }
     let tmp = cfg.state.join("probe");
     std::fs::create_dir_all(&tmp)?;
-    cfg.namespaces = cfg!(target_os = "linux");
     let mut gap = None;
+    if !cfg!(target_os = "linux") {
+        cfg.namespaces = false;
+        gap = Some("Linux only".to_string());
+    } else if !cfg.namespaces {
+        gap = Some("turned off with --no-namespaces".to_string());
+    }
     let applied = match run_probe(cfg, &tmp) {
         Ok(a) => a,
         Err(e) if cfg.namespaces => {
-            gap = Some(e);
+            tracing::warn!("private namespaces are not available here: {e:#}");
+            gap = Some(format!("{e:#}"));
             cfg.namespaces = false;
             run_probe(cfg, &tmp)?
         }

@@ -7,6 +7,7 @@
 mod common;
 
 mod args;
+mod degraded;
 mod files;
 mod isolation;
 mod privileges;
