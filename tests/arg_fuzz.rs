@@ -35,6 +35,7 @@ fn random_calls(tool: &Tool) -> usize {
         _ => RANDOM_CALLS_PER_TOOL,
     }
 }
+
 const DEFAULT_SEED: u64 = 0x5EED_F00D_CAFE_0001;
 
 /// xorshift64*: small, deterministic, good enough for picking test values.

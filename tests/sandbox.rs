@@ -72,18 +72,63 @@ fn outcome<'a>(out: &'a ToolOutput, label: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line for '{label}' in the cell's stdout; result: {out:#?}"))
 }
 
+/// Whether an `attempt` outcome is a refusal: PermissionError, or an
+/// OSError carrying EPERM/EACCES, or EROFS (the sandbox's mount namespace
+/// makes everything but the workspace and the session's own directories
+/// read-only at the mount level).
+fn is_denial(got: &str) -> bool {
+    got.starts_with("PermissionError")
+        || (got.starts_with("OSError")
+            && [libc::EPERM, libc::EACCES, libc::EROFS]
+                .iter()
+                .any(|e| got.ends_with(&format!("errno={e}"))))
+}
+
 /// Panics unless `label` failed with a permission error (PermissionError, or
-/// an OSError carrying EPERM/EACCES).
+/// an OSError carrying EPERM/EACCES/EROFS).
 fn assert_denied(out: &ToolOutput, label: &str) {
     let got = outcome(out, label);
-    let denied = got.starts_with("PermissionError")
-        || (got.starts_with("OSError")
-            && (got.ends_with(&format!("errno={}", libc::EPERM))
-                || got.ends_with(&format!("errno={}", libc::EACCES))));
     assert!(
-        denied,
-        "'{label}' should have been refused with PermissionError/OSError(EPERM|EACCES), got '{got}'; result: {out:#?}"
+        is_denial(got),
+        "'{label}' should have been refused with PermissionError/OSError(EPERM|EACCES|EROFS), got '{got}'; result: {out:#?}"
     );
+}
+
+/// Like `assert_denied`, for a path in a place the sandbox hides (the host's
+/// temporary directory, the user's home): there the path does not exist at
+/// all (FileNotFoundError, ENOENT), which is a refusal too.
+fn assert_denied_or_hidden(out: &ToolOutput, label: &str) {
+    let got = outcome(out, label);
+    let hidden =
+        got.starts_with("FileNotFoundError") && got.ends_with(&format!("errno={}", libc::ENOENT));
+    assert!(
+        is_denial(got) || hidden,
+        "'{label}' should have been refused (PermissionError/OSError(EPERM|EACCES|EROFS)) or not found in a hidden place (ENOENT), got '{got}'; result: {out:#?}"
+    );
+}
+
+/// Whether the sandbox hides `path` from sessions: it is in the host's
+/// temporary directory or in the user's home.
+fn in_a_hidden_place(path: &Path) -> bool {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut places = vec![std::env::temp_dir(), Path::new("/tmp").to_path_buf()];
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        places.push(home.into());
+    }
+    places
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .filter(|p| p != Path::new("/"))
+        .any(|p| real.starts_with(p))
+}
+
+/// A fresh directory outside the workspace that the sandbox does not hide
+/// (under cargo's target directory), when the target directory itself is not
+/// in a hidden place.
+fn visible_outside_dir() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(base).expect("create CARGO_TARGET_TMPDIR");
+    tempfile::tempdir_in(base).expect("create a directory under CARGO_TARGET_TMPDIR")
 }
 
 fn assert_succeeded(out: &ToolOutput, label: &str) {
@@ -188,9 +233,11 @@ impl Drop for Reaper {
     }
 }
 
-/// A fake home directory holding `.ssh/id_rsa` with `secret` in it.
+/// A fake home directory holding `.ssh/id_rsa` with `secret` in it. It is
+/// made outside the host's temporary directory (which the sandbox hides as
+/// a whole), so that only its being HOME keeps it from the sessions.
 fn fake_home(secret: &str) -> tempfile::TempDir {
-    let home = tempfile::tempdir().expect("create a fake HOME");
+    let home = visible_outside_dir();
     let ssh = home.path().join(".ssh");
     std::fs::create_dir(&ssh).expect("mkdir .ssh");
     std::fs::write(ssh.join("id_rsa"), format!("{secret}\n")).expect("write the fake key");
@@ -292,8 +339,12 @@ async fn network_is_off_by_default_but_unix_sockets_work() {
 
 #[tokio::test]
 async fn writes_are_confined_to_the_workspace_and_a_private_home() {
+    // One directory in the host's temporary directory (hidden from the
+    // session), one outside it that the session sees (read-only).
     let outside = tempfile::tempdir().expect("create a directory outside the workspace");
     let target = outside.path().join("escaped.txt");
+    let visible = visible_outside_dir();
+    let visible_target = visible.path().join("escaped.txt");
     let real_home = std::env::var("HOME").unwrap_or_default();
 
     let mut server = StdioServer::start(&[]).await;
@@ -306,6 +357,7 @@ def write(path, text):
         f.write(text)
     return "written"
 attempt("outside", lambda: write({target}, "escaped"))
+attempt("outside_visible", lambda: write({visible_target}, "escaped"))
 attempt("inside", lambda: write({inside}, "kept"))
 attempt("home", lambda: write(os.path.join(os.environ["HOME"], "probe.txt"), "h"))
 attempt("tmpdir", lambda: write(os.path.join(os.environ["TMPDIR"], "probe.txt"), "t"))
@@ -313,17 +365,25 @@ print("HOME=" + os.environ["HOME"])
 print("TMPDIR=" + os.environ["TMPDIR"])
 "#,
         target = py_path(&target),
+        visible_target = py_path(&visible_target),
         inside = py_path(&inside),
     );
     let out = server.exec(&code).await;
     out.assert_ok();
 
-    assert_denied(&out, "outside");
-    assert!(
-        !target.exists(),
-        "{} was created outside the workspace",
-        target.display()
-    );
+    assert_denied_or_hidden(&out, "outside");
+    if in_a_hidden_place(visible.path()) {
+        assert_denied_or_hidden(&out, "outside_visible");
+    } else {
+        assert_denied(&out, "outside_visible");
+    }
+    for path in [&target, &visible_target] {
+        assert!(
+            !path.exists(),
+            "{} was created outside the workspace",
+            path.display()
+        );
+    }
 
     assert_succeeded(&out, "inside");
     assert_eq!(
@@ -407,7 +467,15 @@ async fn secrets_in_the_home_directory_cannot_be_read() {
     let out = server
         .exec(&format!("open({}).read()", py_path(&key)))
         .await;
-    out.assert_raised("PermissionError");
+    // The home is hidden: refused, or (covered by an empty tmpfs) not there.
+    assert!(
+        out.is_error && out.status() == "error",
+        "reading the key must raise: {out:#?}"
+    );
+    assert!(
+        matches!(out.error_type(), "PermissionError" | "FileNotFoundError"),
+        "reading the key must raise PermissionError or FileNotFoundError: {out:#?}"
+    );
     let all = everything(&out);
     assert!(
         !all.contains("SECRET"),
@@ -527,8 +595,9 @@ async fn a_memory_hog_is_killed_and_the_session_restarts() {
 
 // ------------------------------------------------------------------ process cleanup
 
-/// Starts a daemonized (setsid) `sleep 6002` from `session` and returns its pid
-/// once it is running.
+/// Starts a daemonized (setsid) `sleep 6002` from `session` and returns its
+/// host pid once it is running (the pid file holds its pid in the session's
+/// own PID namespace).
 async fn start_daemon(
     server: &StdioServer,
     session: &str,
@@ -541,11 +610,13 @@ async fn start_daemon(
         py(&script)
     );
     server.exec_in(session, &code).await.assert_ok();
+    let namespace = common::session_pid_namespace(server, session).await;
     let line = wait_for_file_line(pid_file, Duration::from_secs(15)).await;
-    let pid: u32 = line
+    let inner: u32 = line
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("bad pid file content {line:?}"));
+    let pid = common::host_pid_in_namespace(&namespace, inner);
     reaper.pids.push((pid, "6002".into()));
     // `$!` is known before the forked shell has exec'd sleep: poll (bounded)
     // until the pid runs `sleep 6002`.

@@ -154,6 +154,18 @@ async fn assert_gone(pid: u32, what: &str) {
     );
 }
 
+/// The host pid of the background child whose pid a job wrote (`$!`, a pid
+/// of the job's own PID namespace) to `pid_file`; `job_pid` is the job's
+/// pid as the server reports it (a host pid, the job's root process).
+async fn background_child(job_pid: u32, pid_file: &std::path::Path) -> u32 {
+    let inner: u32 = wait_for_file_line(pid_file, POLL_TIMEOUT)
+        .await
+        .trim()
+        .parse()
+        .expect("the pid file holds a pid");
+    common::host_pid(job_pid, inner)
+}
+
 /// Single-quotes a path for /bin/sh.
 fn sh_quote(path: &std::path::Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
@@ -299,11 +311,7 @@ async fn kill_stops_the_whole_process_group() {
     started.assert_running();
     let job = started.job_id();
     let job_pid = started.pid();
-    let child: u32 = wait_for_file_line(&pid_file, POLL_TIMEOUT)
-        .await
-        .trim()
-        .parse()
-        .expect("the pid file holds a pid");
+    let child = background_child(job_pid, &pid_file).await;
     assert!(
         process_alive(child),
         "the background child runs before the kill"
@@ -803,11 +811,7 @@ async fn closing_stdin_ends_running_jobs() {
     let started = exec(&srv, &command, json!({ "wait_s": 0.2 })).await;
     started.assert_running();
     let job_pid = started.pid();
-    let child: u32 = wait_for_file_line(&pid_file, POLL_TIMEOUT)
-        .await
-        .trim()
-        .parse()
-        .expect("the pid file holds a pid");
+    let child = background_child(job_pid, &pid_file).await;
     assert!(process_alive(job_pid) && process_alive(child));
 
     srv.close_and_wait().await;

@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{EXIT_TIMEOUT, StdioServer, parse_pid, wait_for_file_line, wait_process_gone};
+use common::{
+    EXIT_TIMEOUT, PID_PROBE_LINES, StdioServer, host_pid_in_namespace, parse_namespaced_pids,
+    pid_probe_code, session_host_pid, wait_for_file_line, wait_process_gone,
+};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -154,11 +157,9 @@ async fn a_worker_killed_by_sigkill_is_reported_as_crashed() {
 #[tokio::test]
 async fn reset_clears_state_in_a_new_interpreter() {
     let server = StdioServer::start(&[]).await;
-    let before = server
-        .exec_in("work", "import os\nz = 5\nos.getpid()")
-        .await;
-    before.assert_ok();
-    let old_pid = parse_pid(before.value());
+    server.exec_in("work", "z = 5").await.assert_ok();
+    // Host pids: inside its own PID namespace every interpreter is pid 2.
+    let old_pid = session_host_pid(&server, "work").await;
     server.exec_in("keep", "k = 1").await.assert_ok();
 
     let reset = server
@@ -167,10 +168,8 @@ async fn reset_clears_state_in_a_new_interpreter() {
     assert!(!reset.is_error, "reset must not be an error: {reset:#?}");
 
     server.exec_in("work", "z").await.assert_raised("NameError");
-    let after = server.exec_in("work", "import os; os.getpid()").await;
-    after.assert_ok();
     assert_ne!(
-        parse_pid(after.value()),
+        session_host_pid(&server, "work").await,
         old_pid,
         "reset must start a new interpreter"
     );
@@ -291,9 +290,12 @@ async fn sessions_lists_default_and_used_sessions() {
         fresh.structured
     );
 
-    let pid_out = server.exec_in("a", "import os\nos.getpid()").await;
+    // The listing gives the interpreter's host pid (the cell sees its pid in
+    // the session's own PID namespace).
+    let pid_out = server.exec_in("a", &pid_probe_code()).await;
     pid_out.assert_ok();
-    let worker_pid = parse_pid(pid_out.value());
+    let (namespace, inner) = parse_namespaced_pids(pid_out.value());
+    let worker_pid = host_pid_in_namespace(&namespace, inner[0]);
     server.exec_in("a", "1").await.assert_ok();
 
     let listing = server.call("python_sessions", json!({})).await;
@@ -370,11 +372,13 @@ async fn stdin_eof_kills_workers_and_their_children() {
 async fn stdin_eof_during_a_running_cell_kills_everything() {
     let server = StdioServer::start(&[]).await;
     let pidfile = server.workdir.path().join("busy.pids");
+    // The pids are those of the session's PID namespace, written with it.
     let code = format!(
         "import os, subprocess, time\n\
+         {PID_PROBE_LINES}\n\
          p = subprocess.Popen(['sleep', '300'])\n\
          with open({path}, 'w') as f:\n\
-         \x20   f.write('%d %d\\n' % (os.getpid(), p.pid))\n\
+         \x20   f.write('%s %d %d\\n' % (_pid_ns, os.getpid(), p.pid))\n\
          time.sleep(300)",
         path = py_str(&pidfile)
     );
@@ -383,11 +387,12 @@ async fn stdin_eof_during_a_running_cell_kills_everything() {
         let _ = common::try_call(&peer, "python_exec", json!({ "code": code })).await;
     });
     let line = wait_for_file_line(&pidfile, Duration::from_secs(20)).await;
-    let pids: Vec<u32> = line
-        .split_whitespace()
-        .map(|p| p.parse().expect("pid"))
+    let (namespace, inner) = parse_namespaced_pids(Some(line.as_str()));
+    assert_eq!(inner.len(), 2, "{line:?}");
+    let pids: Vec<u32> = inner
+        .iter()
+        .map(|p| host_pid_in_namespace(&namespace, *p))
         .collect();
-    assert_eq!(pids.len(), 2, "{line:?}");
 
     let _status = server.close_and_wait().await;
     running.abort();

@@ -69,13 +69,10 @@ async fn list_sessions(server: &StdioServer) -> ToolOutput {
     out
 }
 
-/// The interpreter's pid, as reported by a cell in `session`.
+/// The interpreter's host pid, from a cell in `session` (which sees its pid
+/// in the session's own PID namespace; the listing reports host pids).
 async fn interpreter_pid(server: &StdioServer, session: &str) -> u32 {
-    let out = server.exec_in(session, "import os; os.getpid()").await;
-    out.assert_ok();
-    out.value()
-        .and_then(|v| v.parse::<u32>().ok())
-        .unwrap_or_else(|| panic!("expected a pid value: {out:#?}"))
+    common::session_host_pid(server, session).await
 }
 
 /// A repr'd Python string value without its quotes.
@@ -150,7 +147,8 @@ async fn sessions_list_has_the_documented_fields() {
 #[tokio::test]
 async fn create_session_with_workdir_and_env_then_delete_it() {
     let server = StdioServer::start(&[]).await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    // A session's workdir must be inside the workspace.
+    let dir = tempfile::tempdir_in(server.workdir.path()).expect("tempdir");
 
     let created = server
         .call(
@@ -239,8 +237,8 @@ fn py_str_repr(path: &Path) -> String {
 #[tokio::test]
 async fn create_session_in_a_virtual_environment() {
     let server = StdioServer::start(&[]).await;
-    let holder = tempfile::tempdir().expect("tempdir");
-    let venv = holder.path().join("v");
+    // A venv must be inside the workspace (or allowed with --allow-python).
+    let venv = server.workdir.path().join("v");
     let made = std::process::Command::new("python3")
         .args(["-m", "venv", "--without-pip"])
         .arg(&venv)
@@ -284,20 +282,31 @@ async fn create_session_in_a_virtual_environment() {
 async fn create_is_refused_for_bad_options_and_existing_names() {
     let server = StdioServer::start(&[]).await;
 
-    let bad_python = server
+    // An interpreter outside the workspace needs the operator's --allow-python.
+    let outside_python = server
         .call(
             "python_sessions",
             json!({"action": "create", "name": "p", "python": "/nonexistent"}),
         )
         .await;
-    assert_tool_error(&bad_python, &["/nonexistent"]);
+    assert_tool_error(&outside_python, &["/nonexistent", "--allow-python"]);
+
+    // One inside the workspace must exist and be executable.
+    let missing = server.workdir.path().join("no-such-python");
+    let bad_python = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "name": "p", "python": missing}),
+        )
+        .await;
+    assert_tool_error(&bad_python, &[missing.to_str().expect("utf-8 path")]);
     assert!(
         bad_python.text.contains("not executable") || bad_python.text.contains("does not exist"),
         "{:?}",
         bad_python.text
     );
 
-    let not_a_venv = tempfile::tempdir().expect("tempdir");
+    let not_a_venv = tempfile::tempdir_in(server.workdir.path()).expect("tempdir");
     let bad_venv = server
         .call(
             "python_sessions",
@@ -959,7 +968,7 @@ async fn http_sessions_and_status() {
     assert_status_shape(&status, server.workdir.path());
     assert_eq!(status.structured["limits"]["max-sessions"], 3);
 
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = tempfile::tempdir_in(server.workdir.path()).expect("tempdir");
     let created = common::call(
         peer,
         "python_sessions",

@@ -322,6 +322,8 @@ mod tests {
         assert!(e.starts_with("names[1]: invalid type: integer `1`"), "{e}");
         let e = parsed(json!({"names": "a"})).unwrap_err();
         assert!(e.ends_with("expected an array"), "{e}");
+        let a = parsed(json!({"names": ["a"]})).expect("valid");
+        assert_eq!(a.names, Some(vec!["a".to_string()]));
         let e = parsed(json!({"path": "a\u{0}b"})).unwrap_err();
         assert_eq!(e, "path must be a path without NUL characters");
         let a = parsed(json!({"path": "../x.py"})).expect("valid");

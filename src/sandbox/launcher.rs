@@ -3,15 +3,15 @@
 //! empty environment (the program's environment is in the policy).
 //!
 //! It dies with the server (parent-death signal), joins the process's
-//! cgroups, and, with namespaces, enters them and forks the namespace's PID 1
-//! (also this binary, no exec), which builds the private file system view and
-//! forks the program. The program's process applies rlimits, drops every
-//! capability, sets no_new_privs, Landlock and seccomp, and execs. The outer
-//! launcher stays as a child subreaper: it ignores SIGINT (interrupts are for
-//! the program), passes SIGTERM/SIGHUP sent by anyone but the server on to
-//! the program, and exits with the program's status (re-raising its signal)
-//! once everything below it is gone. When PID 1 of a namespace exits, the
-//! kernel kills every process left in it, daemons included.
+//! cgroups, and, with namespaces, clones the namespaces' PID 1 (also this
+//! binary, no exec), which builds the private file system view and forks the
+//! program. The program's process applies rlimits, drops every capability,
+//! sets no_new_privs, Landlock and seccomp, and execs. The outer launcher
+//! stays as a child subreaper: it ignores SIGINT (interrupts are for the
+//! program; the server signals the whole process group), and exits with the
+//! program's status (re-raising its signal) once everything below it is
+//! gone. When PID 1 of a namespace exits, the kernel kills every process
+//! left in it, daemons included.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -34,11 +34,6 @@ pub const LAUNCH_ARG: &str = "__ferrepl-launch";
 static CHILD: AtomicI32 = AtomicI32::new(0);
 /// The server that started us; its signals go to the whole process group.
 static SERVER: AtomicI32 = AtomicI32::new(0);
-/// Whether CHILD is a namespace's PID 1, which takes SIGTERM/SIGHUP as
-/// SIGUSR1/SIGUSR2 (it gets the server's group signals too, and cannot tell
-/// them apart from ours: senders outside its namespace all show as pid 0).
-static CHILD_IS_INIT: AtomicI32 = AtomicI32::new(0);
-
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("ferrepl launcher: {msg}");
     std::process::exit(127);
@@ -57,41 +52,22 @@ extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         let child = CHILD.load(Ordering::SeqCst);
         if child > 0 && sender != SERVER.load(Ordering::SeqCst) {
             let errno = *libc::__errno_location();
-            let sig = match (CHILD_IS_INIT.load(Ordering::SeqCst), sig) {
-                (1, libc::SIGTERM) => libc::SIGUSR1,
-                (1, libc::SIGHUP) => libc::SIGUSR2,
-                _ => sig,
-            };
             libc::kill(child, sig);
             *libc::__errno_location() = errno;
         }
     }
 }
 
-/// Whether the program of this namespace's PID 1 has a terminal (and so a
-/// process group) of its own.
-static PTY: AtomicI32 = AtomicI32::new(0);
-
-/// In a namespace's PID 1: SIGUSR1/SIGUSR2 from the outer launcher become
-/// SIGTERM/SIGHUP for the program; with a terminal, the signals the server
-/// sends to the launcher's group go to the program's group.
+/// In a namespace's PID 1 whose program has a terminal (and so a process
+/// group) of its own: the signals the server sends to the launcher's group
+/// go on to the program's group.
 extern "C" fn on_forward(sig: libc::c_int) {
     // SAFETY: only kill(2) on an atomically loaded pid; errno preserved.
     unsafe {
         let child = CHILD.load(Ordering::SeqCst);
         if child > 0 {
             let errno = *libc::__errno_location();
-            let sig = match sig {
-                libc::SIGUSR1 => libc::SIGTERM,
-                libc::SIGUSR2 => libc::SIGHUP,
-                other => other,
-            };
-            let target = if PTY.load(Ordering::SeqCst) == 1 {
-                -child
-            } else {
-                child
-            };
-            libc::kill(target, sig);
+            libc::kill(-child, sig);
             *libc::__errno_location() = errno;
         }
     }
@@ -101,8 +77,6 @@ fn term_signals() -> SigSet {
     let mut set = SigSet::empty();
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGHUP);
-    set.add(Signal::SIGUSR1);
-    set.add(Signal::SIGUSR2);
     set
 }
 
@@ -158,7 +132,7 @@ pub fn run(args: &[String]) -> ! {
     SERVER.store(parent, Ordering::SeqCst);
     #[cfg(target_os = "linux")]
     if policy.mounts.is_some()
-        && let Err(e) = super::namespaces::enter(policy.network)
+        && let Err(e) = super::namespaces::enter_user()
     {
         fail(e);
     }
@@ -169,24 +143,46 @@ pub fn run(args: &[String]) -> ! {
     // Held back until the handlers are in place, so a SIGTERM right after
     // the fork cannot kill the launcher and orphan the program.
     let _ = term_signals().thread_block();
+    #[cfg(target_os = "linux")]
+    if policy.mounts.is_some() {
+        let (read_end, write_end) = status_pipe;
+        let mut write_end = Some(write_end);
+        let mut stack = vec![0u8; 4 << 20];
+        let start_init = Box::new(|| -> isize {
+            match write_end.take() {
+                Some(w) => init(&policy, &program, w),
+                None => 1,
+            }
+        });
+        // SAFETY: single-threaded; the child runs `init` on its own copy of
+        // the memory (no CLONE_VM) and never returns into our frames.
+        let child = unsafe {
+            nix::sched::clone(
+                start_init,
+                &mut stack,
+                super::namespaces::clone_flags(policy.network),
+                Some(libc::SIGCHLD),
+            )
+        };
+        match child {
+            Ok(child) => supervise(child, read_end, false),
+            Err(e) => fail(format!(
+                "cannot create mount/PID/IPC/UTS{} namespaces: {e}",
+                if policy.network { "" } else { "/network" }
+            )),
+        }
+    }
     // SAFETY: the launcher is single-threaded here (no runtime was started).
     match unsafe { fork() } {
         Err(e) => fail(format!("fork failed: {e}")),
         Ok(ForkResult::Child) => {
             drop(status_pipe.0);
-            if policy.mounts.is_some() {
-                init(&policy, &program, status_pipe.1)
-            } else {
-                drop(status_pipe.1);
-                start_program(&policy, &program)
-            }
+            drop(status_pipe.1);
+            start_program(&policy, &program)
         }
         Ok(ForkResult::Parent { child }) => {
             drop(status_pipe.1);
-            if policy.mounts.is_some() {
-                CHILD_IS_INIT.store(1, Ordering::SeqCst);
-            }
-            supervise(child, status_pipe.0)
+            supervise(child, status_pipe.0, true)
         }
     }
 }
@@ -202,8 +198,6 @@ fn start_program(policy: &Policy, program: &[CString]) -> ! {
         Signal::SIGQUIT,
         Signal::SIGTERM,
         Signal::SIGHUP,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
     ] {
         // SAFETY: restoring default dispositions.
         unsafe {
@@ -290,7 +284,6 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     // With a terminal of its own the program leads its own process group,
     // which the server's group signals no longer reach: pass them on.
     let pty = policy.pty;
-    PTY.store(i32::from(pty), Ordering::SeqCst);
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
     let forward = SigAction::new(
         SigHandler::Handler(on_forward),
@@ -307,8 +300,6 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
         ] {
             let _ = sigaction(sig, if pty { &forward } else { &ignore });
         }
-        let _ = sigaction(Signal::SIGUSR1, &forward);
-        let _ = sigaction(Signal::SIGUSR2, &forward);
     }
     let _ = term_signals().thread_unblock();
     let mut keep = vec![status.as_raw_fd()];
@@ -355,7 +346,14 @@ fn wait_for(child: Pid) -> Option<WaitStatus> {
     }
 }
 
-fn supervise(child: Pid, status_pipe: OwnedFd) -> ! {
+/// The outer launcher's life: waits for `child` (the program, or a
+/// namespace's PID 1) and exits with the program's status. `forward_terms`:
+/// pass SIGTERM/SIGHUP from anyone but the server on to the program. Not
+/// with namespaces: the kernel then reports the server's group signals to
+/// us with sender pid 0 (it rewrites the shared siginfo for the group
+/// members in the child PID namespace), so they cannot be told apart, and
+/// passing them on would deliver them twice.
+fn supervise(child: Pid, status_pipe: OwnedFd, forward_terms: bool) -> ! {
     CHILD.store(child.as_raw(), Ordering::SeqCst);
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER has no memory effects.
     unsafe {
@@ -371,8 +369,9 @@ fn supervise(child: Pid, status_pipe: OwnedFd) -> ! {
     unsafe {
         let _ = sigaction(Signal::SIGINT, &ignore);
         let _ = sigaction(Signal::SIGQUIT, &ignore);
-        let _ = sigaction(Signal::SIGTERM, &term);
-        let _ = sigaction(Signal::SIGHUP, &term);
+        let on_term_signal = if forward_terms { &term } else { &ignore };
+        let _ = sigaction(Signal::SIGTERM, on_term_signal);
+        let _ = sigaction(Signal::SIGHUP, on_term_signal);
     }
     let _ = term_signals().thread_unblock();
     // The program's pipes and control socket must close when it goes.

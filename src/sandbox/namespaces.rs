@@ -59,38 +59,43 @@ fn write_file(path: &str, data: &str) -> Result<(), String> {
     std::fs::write(path, data).map_err(|e| format!("write {path}: {e}"))
 }
 
-/// Enters the namespaces. Without root, a user namespace comes first (the
-/// caller's uid and gid mapped to themselves, so files keep their owner);
-/// it grants the capabilities the mounts need, inside that namespace only.
-pub fn enter(network: bool) -> Result<(), String> {
-    // SAFETY: getuid/getgid/unshare have no memory effects.
+/// Without root, enters a user namespace first (the caller's uid and gid
+/// mapped to themselves, so files keep their owner); it grants the
+/// capabilities the other namespaces and the mounts need, inside it only.
+pub fn enter_user() -> Result<(), String> {
+    // SAFETY: geteuid/getegid/unshare have no memory effects.
     unsafe {
         let (uid, gid) = (libc::geteuid(), libc::getegid());
-        if uid != 0 {
-            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                return Err(format!(
-                    "cannot create a user namespace: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            write_file("/proc/self/setgroups", "deny")?;
-            write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
-            write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
+        if uid == 0 {
+            return Ok(());
         }
-        let mut flags =
-            libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-        if !network {
-            flags |= libc::CLONE_NEWNET;
-        }
-        if libc::unshare(flags) != 0 {
+        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
             return Err(format!(
-                "cannot create mount/PID/IPC/UTS{} namespaces: {}",
-                if network { "" } else { "/network" },
+                "cannot create a user namespace: {}",
                 std::io::Error::last_os_error()
             ));
         }
+        write_file("/proc/self/setgroups", "deny")?;
+        write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
+        write_file("/proc/self/gid_map", &format!("{gid} {gid} 1"))?;
     }
     Ok(())
+}
+
+/// The namespaces PID 1 is cloned into. (Cloned rather than unshared: a
+/// process that unshares a PID namespace sees the pid of every signal's
+/// sender as 0 from then on, and the launcher must tell the server's
+/// signals from others'.)
+pub fn clone_flags(network: bool) -> nix::sched::CloneFlags {
+    use nix::sched::CloneFlags;
+    let mut flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    if !network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    flags
 }
 
 fn mount(

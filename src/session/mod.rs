@@ -204,10 +204,10 @@ impl SessionManager {
         });
     }
 
-    /// The wait window of a call: `requested` seconds (checked finite and
-    /// >= 0 by the tool's arguments) clamped to --max-wait, or --default-wait.
-    /// Total for any input: the clamp comes before the conversion, which
-    /// would panic past u64::MAX seconds.
+    /// The wait window of a call: `requested` seconds (the tool's arguments
+    /// checked them finite and not negative) clamped to `--max-wait`, or
+    /// `--default-wait`. Total for any input: the clamp comes before the
+    /// conversion, which would panic past `u64::MAX` seconds.
     pub fn wait_window(&self, requested: Option<f64>) -> Duration {
         wait_window(requested, self.limits.default_wait, self.limits.max_wait)
     }

@@ -125,11 +125,12 @@ impl SessionManager {
         let by_operator = allowed
             .iter()
             .any(|a| *a == abs || (a.is_dir() && abs.starts_with(a)));
+        // Symlinks in the existing part of the path must not lead out (a
+        // missing directory is reported as missing below).
         let inside = abs.starts_with(workspace)
             && abs
                 .parent()
-                .and_then(|p| p.canonicalize().ok())
-                .is_some_and(|p| p.starts_with(workspace));
+                .is_none_or(|p| p.canonicalize().map_or(true, |p| p.starts_with(workspace)));
         if inside || by_operator {
             return Ok(abs);
         }
