@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
@@ -260,6 +260,16 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
         fail(format!("cannot build the sandbox's file system view: {e}"));
     }
     #[cfg(target_os = "linux")]
+    let relay = match &policy.egress {
+        Some(e) => {
+            if let Err(err) = super::relay::loopback_up() {
+                fail(err);
+            }
+            Some(super::relay::listen(e.port).unwrap_or_else(|err| fail(err)))
+        }
+        None => None,
+    };
+    #[cfg(target_os = "linux")]
     let terminal = if policy.pty {
         Some(super::pty::open().unwrap_or_else(|e| fail(format!("pty: {e}"))))
     } else {
@@ -281,6 +291,11 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
         Ok(ForkResult::Parent { child }) => child,
     };
     CHILD.store(child.as_raw(), Ordering::SeqCst);
+    // Threads only now: the program was forked from a single thread.
+    #[cfg(target_os = "linux")]
+    if let (Some(listener), Some(e)) = (relay, &policy.egress) {
+        super::relay::spawn(listener, e.socket.clone());
+    }
     // With a terminal of its own the program leads its own process group,
     // which the server's group signals no longer reach: pass them on.
     let pty = policy.pty;
@@ -520,7 +535,7 @@ pub fn apply(policy: &Policy) -> Result<Applied, String> {
         }
     }
     if policy.seccomp {
-        match super::seccomp::apply(policy.network) {
+        match super::seccomp::apply(policy.network || policy.egress.is_some()) {
             Ok(()) => applied.seccomp = true,
             Err(e) if policy.require => return Err(format!("seccomp: {e}")),
             Err(e) => applied.seccomp_error = Some(e),
@@ -547,6 +562,12 @@ fn landlock(policy: &Policy) -> Result<String, String> {
     let ruleset = ruleset
         .scope(Scope::from_all(abi))
         .map_err(|e| e.to_string())?;
+    // An installer may connect to its relay's port only (in a network
+    // namespace where nothing else listens).
+    let net_rules: Vec<Result<NetPort, landlock::RulesetError>> = match &policy.egress {
+        Some(e) if !policy.network => vec![Ok(NetPort::new(e.port, AccessNet::ConnectTcp))],
+        _ => Vec::new(),
+    };
     let existing = |paths: &[String]| -> Vec<String> {
         paths
             .iter()
@@ -566,6 +587,8 @@ fn landlock(policy: &Policy) -> Result<String, String> {
             existing(&policy.write),
             AccessFs::from_all(abi),
         ))
+        .map_err(|e| e.to_string())?
+        .add_rules(net_rules)
         .map_err(|e| e.to_string())?
         .restrict_self()
         .map_err(|e| e.to_string())?;

@@ -15,6 +15,8 @@ pub mod paths;
 mod privileges;
 #[cfg(target_os = "linux")]
 mod pty;
+#[cfg(target_os = "linux")]
+mod relay;
 mod seccomp;
 pub mod watch;
 
@@ -56,6 +58,14 @@ pub struct MountPlan {
     pub shm_bytes: u64,
 }
 
+/// PID 1 listens on 127.0.0.1:`port` in the program's network namespace and
+/// relays to the proxy's Unix `socket`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EgressRelay {
+    pub port: u16,
+    pub socket: String,
+}
+
 /// The launcher's instructions for one process.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Policy {
@@ -83,6 +93,10 @@ pub struct Policy {
     /// The server: the launcher refuses to run once it is gone.
     #[serde(default)]
     pub server_pid: u32,
+    /// Package installers: the only way out of their empty network
+    /// namespace is this relay to the server's egress proxy.
+    #[serde(default)]
+    pub egress: Option<EgressRelay>,
     /// Give the program a terminal of the namespace's own devpts (relayed to
     /// the server's pty).
     #[serde(default)]
@@ -228,6 +242,7 @@ impl SandboxConfig {
             cwd: show(cwd),
             server_pid: std::process::id(),
             pty: false,
+            egress: None,
             probe: false,
         }
     }

@@ -1,0 +1,108 @@
+//! The only way out of an installer's empty network namespace: PID 1
+//! listens on 127.0.0.1:PORT inside it and copies every connection to the
+//! server's egress proxy (a Unix socket bound into the sandbox), which
+//! decides what may be reached. The installer is told to use
+//! `http://127.0.0.1:PORT` as its proxy.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Connections relayed at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 64;
+
+/// Brings the namespace's loopback interface up (it starts down).
+pub fn loopback_up() -> Result<(), String> {
+    // SAFETY: an ioctl on a socket we own, with a zeroed, sized ifreq.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let ok = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req) == 0 && {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(sock, libc::SIOCSIFFLAGS, &req) == 0
+        };
+        let err = std::io::Error::last_os_error();
+        libc::close(sock);
+        if !ok {
+            return Err(format!("bringing lo up: {err}"));
+        }
+    }
+    Ok(())
+}
+
+/// Binds the relay's port (before the program starts, so it can connect at
+/// once).
+pub fn listen(port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("relay on port {port}: {e}"))
+}
+
+/// Accepts and relays on threads of their own, for the life of PID 1.
+pub fn spawn(listener: TcpListener, socket: String) {
+    let socket = Arc::new(socket);
+    let active = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                let _ = client.shutdown(Shutdown::Both);
+                continue;
+            }
+            let (socket, active) = (socket.clone(), active.clone());
+            active.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                relay(client, &socket);
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+}
+
+fn relay(client: TcpStream, socket: &str) {
+    let Ok(upstream) = UnixStream::connect(socket) else {
+        let mut client = client;
+        let _ = client.write_all(
+            b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nferrepl: the egress proxy is not reachable\n",
+        );
+        return;
+    };
+    let (Ok(client2), Ok(upstream2)) = (client.try_clone(), upstream.try_clone()) else {
+        return;
+    };
+    // The proxy bounds idle time; this only keeps a dead peer from
+    // holding a thread forever.
+    let idle = Some(Duration::from_secs(300));
+    let _ = client.set_read_timeout(idle);
+    let _ = upstream.set_read_timeout(idle);
+    let up = std::thread::spawn(move || {
+        copy(client, upstream2, |s| {
+            let _ = s.shutdown(Shutdown::Write);
+        })
+    });
+    copy(upstream, client2, |s| {
+        let _ = s.shutdown(Shutdown::Write);
+    });
+    let _ = up.join();
+}
+
+fn copy<R: Read, W: Write>(mut from: R, mut to: W, done: impl FnOnce(&W)) {
+    let mut buf = [0u8; 32 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    done(&to);
+}
