@@ -121,10 +121,27 @@ pub struct Config {
     )]
     pub sandbox: crate::sandbox::SandboxMode,
 
-    /// Internet access (TCP/UDP, IPv4/IPv6) for sessions and jobs: off or on. Unix sockets
-    /// always work.
-    #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "off")]
+    /// Network access: packages (package installers reach only the package indexes, through
+    /// ferrepl's allow-listing proxy; cells and shell jobs reach nothing), off (nothing reaches
+    /// anything) or on (everything reaches everything). Unix sockets always work.
+    #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "packages")]
     pub network: Network,
+
+    /// Extra hosts package installers may reach (comma separated), e.g. a private index;
+    /// PyPI and the index URLs of your PIP_INDEX_URL, UV_INDEX_URL, pip.conf and uv.toml are
+    /// allowed already.
+    #[arg(
+        long = "allow-host-egress",
+        env = "FERREPL_ALLOW_HOST_EGRESS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub allow_host_egress: Vec<String>,
+
+    /// Let installs build source distributions (their build scripts run with the installer's
+    /// network access); by default installs take wheels only.
+    #[arg(long, env = "FERREPL_ALLOW_SOURCE_BUILDS")]
+    pub allow_source_builds: bool,
 
     /// Do not use private namespaces (mount, PID, network...) even where the kernel allows them;
     /// Landlock, seccomp and the rest still apply. For debugging, or hosts where they misbehave.
@@ -337,6 +354,8 @@ pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Network {
     Off,
+    /// Package installers reach the indexes through the proxy; nothing else.
+    Packages,
     On,
 }
 

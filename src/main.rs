@@ -1,7 +1,9 @@
 //! ferrepl: persistent Python sessions for AI agents over MCP.
 
 mod config;
+mod egress;
 mod files;
+mod installer;
 mod jobs;
 mod mcp;
 mod sandbox;
@@ -125,7 +127,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     // Spilled output, the sessions' temporary homes; private, removed at exit.
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
-    let sandbox_cfg = sandbox_settings(&cfg, &workdir, &state_dir, &python, &base_python, &venvs)?;
+    let mut sandbox_cfg =
+        sandbox_settings(&cfg, &workdir, &state_dir, &python, &base_python, &venvs)?;
+    let installer = installer_settings(&cfg, &mut sandbox_cfg, &state_dir)?;
     if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);
     } else {
@@ -175,6 +179,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         max_kept: 100,
         drain_grace: std::time::Duration::from_millis(500),
         sandbox: Some(sandbox_cfg.clone()),
+        installer: std::sync::Arc::new(installer),
     });
     let workspace = files::Workspace::new(&spec.workdir)
         .with_context(|| format!("workspace root {}", spec.workdir.display()))?;
@@ -265,6 +270,8 @@ fn sandbox_settings(
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,
         network: cfg.network == config::Network::On,
+        egress: None,
+        egress_hosts: Vec::new(),
         require: cfg.sandbox_require,
         memory_limit: config::parse_bytes(&cfg.memory_limit)?,
         max_processes: cfg.max_processes,
@@ -296,6 +303,50 @@ fn sandbox_settings(
         }
     }
     Ok(sandbox_cfg)
+}
+
+/// The operator's installer settings, and with `--network packages` the
+/// egress proxy installers reach the indexes through (started here).
+fn installer_settings(
+    cfg: &Config,
+    sandbox_cfg: &mut sandbox::SandboxConfig,
+    state_dir: &state::StateDir,
+) -> anyhow::Result<installer::InstallerSettings> {
+    let mut mode = cfg.network;
+    if mode == config::Network::Packages && !sandbox_cfg.enabled() {
+        // Without a sandbox nothing is confined: installers reach the network as
+        // everything else does.
+        mode = config::Network::On;
+    }
+    if mode == config::Network::Packages && !sandbox_cfg.namespaces {
+        tracing::warn!(
+            "--network packages needs private network namespaces, which are not available: package installers get no network (use --network on, or install local wheels)"
+        );
+        mode = config::Network::Off;
+    }
+    let settings = installer::InstallerSettings::discover(
+        mode,
+        &cfg.allow_host_egress,
+        cfg.allow_source_builds,
+    );
+    if mode == config::Network::Packages {
+        let socket = state_dir.path().join("egress.sock");
+        let listener = tokio::net::UnixListener::bind(&socket)
+            .with_context(|| format!("cannot listen on {}", socket.display()))?;
+        let proxy = std::sync::Arc::new(egress::EgressConfig::new(settings.allowed_hosts.clone()));
+        tracing::info!("package installers may reach: {}", proxy.describe());
+        tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
+        sandbox_cfg.egress = Some(sandbox::EgressRelay {
+            port: installer::RELAY_PORT,
+            socket: socket.display().to_string(),
+        });
+        sandbox_cfg.egress_hosts = settings.allowed_hosts.clone();
+        sandbox_cfg.active.push_str(&format!(
+            "; package installers reach only {} (HTTPS/HTTP through ferrepl's proxy)",
+            settings.allowed_hosts.join(", ")
+        ));
+    }
+    Ok(settings)
 }
 
 /// An interpreter inside the workspace (a `.venv`) whose real binary lies in

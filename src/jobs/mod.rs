@@ -39,6 +39,8 @@ pub struct JobConfig {
     pub drain_grace: Duration,
     /// The same confinement as sessions (the launcher wraps /bin/sh).
     pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
+    /// How package installers run (python_install).
+    pub installer: Arc<crate::installer::InstallerSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -226,6 +228,9 @@ pub struct JobSpec {
     pub command: String,
     /// What the job is shown as, when not `command` itself.
     pub shown: Option<String>,
+    /// A package installer: reaches the package indexes through the egress
+    /// proxy (with `--network packages`), nothing else.
+    pub egress: bool,
     pub cwd: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
     /// Written to stdin, which is then closed.
@@ -294,6 +299,15 @@ impl JobManager {
                 crate::state::private_dir(&tmp).map_err(spawn_err)?;
                 let mut policy = sandbox.policy(&tmp, cwd, sandbox.environment(Some(&tmp), &env));
                 policy.pty = spec.pty && policy.mounts.is_some();
+                if spec.egress
+                    && let (Some(relay), Some(plan)) = (&sandbox.egress, policy.mounts.as_mut())
+                {
+                    plan.binds.push(crate::sandbox::Bind {
+                        path: relay.socket.clone(),
+                        writable: true,
+                    });
+                    policy.egress = Some(relay.clone());
+                }
                 let cgroup = sandbox.cgroup_for(&mut policy, &format!("j{n}"));
                 let (program, args) = sandbox.wrap(&policy, &sh, &args).map_err(spawn_err)?;
                 let shell = ShellCommand {
@@ -574,6 +588,11 @@ impl JobManager {
         if job.lock().exit.is_none() {
             let _ = rx.changed().await;
         }
+    }
+
+    /// How package installers run.
+    pub fn installer(&self) -> &crate::installer::InstallerSettings {
+        &self.cfg.installer
     }
 
     /// The job limits, for server_status.

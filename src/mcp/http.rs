@@ -27,7 +27,7 @@ pub async fn serve(
     let token = cfg.auth_token.clone().filter(|t| !t.is_empty());
     if !addr.ip().is_loopback() && token.is_none() {
         anyhow::bail!(
-            "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token TOKEN (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
+            "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token-file FILE (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
         );
     }
     let listener = tokio::net::TcpListener::bind(addr)

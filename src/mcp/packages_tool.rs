@@ -85,22 +85,50 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
             shell_quote(&python.display().to_string()),
             shell_quote(VENV_CHECK)
         );
-        let command = match &uv {
-            Some(uv) => format!(
-                "{} pip install --no-config --python {}{upgrade} {}",
-                shell_quote(&uv.display().to_string()),
-                shell_quote(&python.display().to_string()),
-                packages.join(" ")
-            ),
-            None => format!(
-                "{} -m pip install --disable-pip-version-check --no-input{upgrade} {}",
-                shell_quote(&python.display().to_string()),
-                packages.join(" ")
-            ),
+        let settings = self.jobs.installer();
+        let quoted = |flags: Vec<String>| {
+            flags
+                .iter()
+                .map(|f| shell_quote(f))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (command, shown) = match &uv {
+            Some(uv) => {
+                let head = format!(
+                    "{} pip install --python {}{upgrade}",
+                    shell_quote(&uv.display().to_string()),
+                    shell_quote(&python.display().to_string()),
+                );
+                (
+                    format!(
+                        "{head} {} {}",
+                        quoted(settings.uv_flags()),
+                        packages.join(" ")
+                    ),
+                    format!("{head} {}", packages.join(" ")),
+                )
+            }
+            None => {
+                let head = format!(
+                    "{} -m pip install{upgrade}",
+                    shell_quote(&python.display().to_string()),
+                );
+                (
+                    format!(
+                        "{head} {} {}",
+                        quoted(settings.pip_flags()),
+                        packages.join(" ")
+                    ),
+                    format!("{head} {}", packages.join(" ")),
+                )
+            }
         };
         let spec = JobSpec {
-            shown: Some(command.clone()),
+            shown: Some(shown),
             command: format!("{check}{command}"),
+            env: settings.env().into_iter().collect(),
+            egress: true,
             ..JobSpec::default()
         };
         let job = match self.jobs.start(spec) {

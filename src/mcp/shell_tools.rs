@@ -201,6 +201,7 @@ Example: {\"command\": \"pytest -x -q\", \"wait_s\": 120}.",
             stdin: p.stdin,
             pty: p.pty.unwrap_or(false),
             shown: None,
+            egress: false,
         };
         let job = match self.jobs.start(spec) {
             Ok(j) => j,

@@ -293,6 +293,8 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     CHILD.store(child.as_raw(), Ordering::SeqCst);
     // Threads only now: the program was forked from a single thread.
     #[cfg(target_os = "linux")]
+    let relay_fd = relay.as_ref().map(|l| l.as_raw_fd());
+    #[cfg(target_os = "linux")]
     if let (Some(listener), Some(e)) = (relay, &policy.egress) {
         super::relay::spawn(listener, e.socket.clone());
     }
@@ -322,6 +324,8 @@ fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     if let Some(t) = &terminal {
         keep.extend([0, 1, t.master_fd()]);
     }
+    #[cfg(target_os = "linux")]
+    keep.extend(relay_fd);
     close_fds_except(&keep);
     #[cfg(target_os = "linux")]
     let result = match terminal {

@@ -145,6 +145,11 @@ pub struct SandboxConfig {
     pub devices: Vec<PathBuf>,
     /// Interpreters and venvs python_sessions may name outside the workspace.
     pub allowed_python: Vec<PathBuf>,
+    /// The relay to the egress proxy given to package installers
+    /// (`--network packages` with namespaces).
+    pub egress: Option<EgressRelay>,
+    /// What installers may reach, for the status line.
+    pub egress_hosts: Vec<String>,
     /// Whether private namespaces work here (found by the probe).
     pub namespaces: bool,
     /// The environment every process starts from (allow-list + --pass-env).

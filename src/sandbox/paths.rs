@@ -92,71 +92,117 @@ pub fn interpreter_dirs(python: &Path, workspace: &Path) -> Vec<PathBuf> {
     if let Ok(real) = python.canonicalize() {
         dirs.extend(prefix(&real));
     }
-    dirs.extend(ask_python(python));
+    if needs_asking(python)
+        && let Some(info) = inspect(python)
+    {
+        dirs.extend(info.dirs);
+    }
     dirs.retain(|d| d != Path::new("/") && !d.starts_with(workspace));
     dirs.sort();
     dirs.dedup();
     dirs
 }
 
-/// `sys.base_prefix`, `sys.prefix` and the real executable's prefix, asked
-/// of an interpreter outside the workspace (isolated mode, from `/`, so no
-/// project file steers a pyenv/asdf shim or site hooks).
-fn ask_python(python: &Path) -> Vec<PathBuf> {
-    let child = std::process::Command::new(python)
+/// What an interpreter says of itself.
+#[derive(Debug, Clone)]
+struct PythonInfo {
+    executable: PathBuf,
+    /// `sys.base_prefix`, `sys.prefix` and the real executable's prefix.
+    dirs: Vec<PathBuf>,
+}
+
+/// Asks an interpreter outside the workspace where it lives (isolated mode
+/// without site, from `/`, so no project file steers a pyenv/asdf shim or
+/// site hooks; ~10 ms). Asked once per path.
+fn inspect(python: &Path) -> Option<PythonInfo> {
+    static CACHE: std::sync::Mutex<Vec<(PathBuf, Option<PythonInfo>)>> =
+        std::sync::Mutex::new(Vec::new());
+    if let Some((_, info)) = CACHE
+        .lock()
+        .ok()?
+        .iter()
+        .find(|(p, _)| p.as_path() == python)
+    {
+        return info.clone();
+    }
+    let info = ask_python(python);
+    if let Ok(mut cache) = CACHE.lock() {
+        cache.push((python.to_path_buf(), info.clone()));
+    }
+    info
+}
+
+fn ask_python(python: &Path) -> Option<PythonInfo> {
+    let mut child = std::process::Command::new(python)
         .args([
             "-I",
+            "-S",
             "-c",
-            "import sys,os;print(sys.base_prefix);print(sys.prefix);print(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))",
+            "import sys,os;print(sys.executable);print(sys.base_prefix);print(sys.prefix);print(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))",
         ])
         .current_dir("/")
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .spawn();
-    let Ok(mut child) = child else {
-        return Vec::new();
-    };
+        .spawn()
+        .ok()?;
     // Bounded: an interpreter that hangs is killed after 20 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) if status.success() => break,
             Ok(None) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(1));
             }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Vec::new();
+                return None;
             }
         }
     }
     let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut out, &mut text);
-    }
-    text.lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('/'))
-        .map(PathBuf::from)
-        .collect()
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut text).ok()?;
+    let mut lines = text.lines().map(str::trim).filter(|l| l.starts_with('/'));
+    let executable = PathBuf::from(lines.next()?);
+    Some(PythonInfo {
+        executable,
+        dirs: lines.map(PathBuf::from).collect(),
+    })
+}
+
+/// Whether only the interpreter can tell where its installation is: a
+/// script (a pyenv/asdf shim) or a virtual environment (whose base lies
+/// elsewhere). A plain binary's installation is its real location's prefix,
+/// so start-up does not pay for running it (~10 ms).
+fn needs_asking(python: &Path) -> bool {
+    let real = python
+        .canonicalize()
+        .unwrap_or_else(|_| python.to_path_buf());
+    let script = std::fs::File::open(&real)
+        .and_then(|mut f| {
+            let mut magic = [0u8; 2];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|()| magic == *b"#!")
+        })
+        .unwrap_or(true);
+    let venv = [python, real.as_path()].iter().any(|p| {
+        p.ancestors()
+            .skip(1)
+            .take(2)
+            .any(|d| d.join("pyvenv.cfg").is_file())
+    });
+    script || venv
 }
 
 /// The real binary behind `python3` (a pyenv or asdf shim resolves to the
 /// version it selects from `/`, not from the workspace's `.python-version`),
 /// so later sessions never run a shim.
 pub fn real_executable(python: &Path) -> Option<PathBuf> {
-    let out = std::process::Command::new(python)
-        .args(["-I", "-c", "import sys;print(sys.executable)"])
-        .current_dir("/")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let exe = PathBuf::from(text.trim());
-    (out.status.success() && exe.is_absolute() && exe.is_file()).then_some(exe)
+    if !needs_asking(python) {
+        return python.canonicalize().ok();
+    }
+    let exe = inspect(python)?.executable;
+    (exe.is_absolute() && exe.is_file()).then_some(exe)
 }
 
 #[cfg(test)]

@@ -50,7 +50,13 @@ pub fn spawn(listener: TcpListener, socket: String) {
     let socket = Arc::new(socket);
     let active = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
-        for client in listener.incoming().flatten() {
+        for client in listener.incoming() {
+            let client = match client {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => continue,
+                Err(_) => break,
+            };
             if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
                 let _ = client.shutdown(Shutdown::Both);
                 continue;

@@ -1,0 +1,265 @@
+//! How package installers are run: the index they use and the hosts they may
+//! reach, decided once at start from the operator's own environment and
+//! user-level configuration (never from files the agent can write), and the
+//! command and environment of an install job.
+
+use std::path::{Path, PathBuf};
+
+pub const PYPI_INDEX: &str = "https://pypi.org/simple";
+const PYPI_HOSTS: &[&str] = &["pypi.org", "files.pythonhosted.org"];
+/// The port of the relay inside an installer's network namespace.
+pub const RELAY_PORT: u16 = 3128;
+
+/// The operator's installer settings.
+#[derive(Debug, Clone)]
+pub struct InstallerSettings {
+    pub index_url: String,
+    pub extra_index_urls: Vec<String>,
+    /// A CA bundle the operator's pip uses (`cert` in pip.conf, PIP_CERT).
+    pub cert: Option<PathBuf>,
+    /// Hosts installers may reach through the egress proxy.
+    pub allowed_hosts: Vec<String>,
+    /// Whether source distributions (and their build scripts) are allowed.
+    pub source_builds: bool,
+    /// How installers reach the network: through the proxy (`packages`),
+    /// directly (`on`), or not at all (`off`).
+    pub mode: crate::config::Network,
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next()?
+    } else {
+        host_port.split(':').next()?
+    };
+    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
+    (!host.is_empty()).then_some(host)
+}
+
+/// `key = value` pairs of an INI or TOML file whose key is one of `keys`
+/// (values may continue on indented lines, as pip's multi-line lists do;
+/// TOML strings and arrays of strings are unquoted).
+fn values(text: &str, keys: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') || trimmed.starts_with(';') || trimmed.is_empty() {
+            continue;
+        }
+        let continuation = line.starts_with([' ', '\t']) && !trimmed.contains('=');
+        let value = if continuation && current {
+            trimmed
+        } else if let Some((k, v)) = trimmed.split_once('=') {
+            current = keys.contains(&k.trim());
+            if !current {
+                continue;
+            }
+            v.trim()
+        } else {
+            current = false;
+            continue;
+        };
+        for item in value.split([',', ' ', '[', ']']) {
+            let item = item.trim().trim_matches(['"', '\'']);
+            if !item.is_empty() {
+                out.push(item.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+impl InstallerSettings {
+    /// Reads the operator's index settings: PIP_INDEX_URL and friends,
+    /// uv's variables, the user's and the system's pip.conf and the user's
+    /// uv.toml, then adds `extra_hosts` (--allow-host-egress).
+    pub fn discover(
+        mode: crate::config::Network,
+        extra_hosts: &[String],
+        source_builds: bool,
+    ) -> Self {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+        let mut pip_files = vec![PathBuf::from("/etc/pip.conf")];
+        if let Some(c) = &config_home {
+            pip_files.push(c.join("pip/pip.conf"));
+        }
+        if let Some(h) = &home {
+            pip_files.push(h.join(".pip/pip.conf"));
+        }
+        if let Some(f) = env("PIP_CONFIG_FILE").filter(|f| f != "/dev/null") {
+            pip_files.push(PathBuf::from(f));
+        }
+        let pip_text: String = pip_files.iter().map(|f| read(f) + "\n").collect();
+        let uv_text = config_home
+            .as_ref()
+            .map(|c| read(&c.join("uv/uv.toml")))
+            .unwrap_or_default();
+
+        let mut index: Option<String> = env("PIP_INDEX_URL")
+            .or_else(|| env("UV_DEFAULT_INDEX"))
+            .or_else(|| env("UV_INDEX_URL"));
+        if index.is_none() {
+            index = values(&pip_text, &["index-url"]).pop();
+        }
+        if index.is_none() {
+            index = values(&uv_text, &["index-url", "default-index"]).pop();
+        }
+        let mut extra: Vec<String> = Vec::new();
+        for var in ["PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"] {
+            if let Some(v) = env(var) {
+                extra.extend(v.split_whitespace().map(str::to_string));
+            }
+        }
+        extra.extend(values(&pip_text, &["extra-index-url"]));
+        extra.extend(values(&uv_text, &["extra-index-url", "url"]));
+        extra.retain(|u| u.contains("://"));
+        extra.dedup();
+        let cert = env("PIP_CERT")
+            .or_else(|| values(&pip_text, &["cert"]).pop())
+            .map(PathBuf::from)
+            .filter(|p| p.is_file());
+        let index_url = index.unwrap_or_else(|| PYPI_INDEX.to_string());
+        let mut hosts: Vec<String> = PYPI_HOSTS.iter().map(|h| h.to_string()).collect();
+        hosts.extend(
+            std::iter::once(&index_url)
+                .chain(&extra)
+                .filter_map(|u| host_of(u)),
+        );
+        hosts.extend(
+            extra_hosts
+                .iter()
+                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                .filter(|h| !h.is_empty()),
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        hosts.retain(|h| seen.insert(h.clone()));
+        Self {
+            index_url,
+            extra_index_urls: extra,
+            cert,
+            allowed_hosts: hosts,
+            source_builds,
+            mode,
+        }
+    }
+
+    /// The installer's flags and environment: the index given explicitly,
+    /// configuration the agent could write switched off, short retries so
+    /// a failure answers in seconds, wheels only unless the operator
+    /// allowed builds.
+    pub fn pip_flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--disable-pip-version-check".to_string(),
+            "--no-input".to_string(),
+            "--index-url".to_string(),
+            self.index_url.clone(),
+        ];
+        for u in &self.extra_index_urls {
+            flags.extend(["--extra-index-url".to_string(), u.clone()]);
+        }
+        let (retries, timeout) = match self.mode {
+            crate::config::Network::Off => ("0", "5"),
+            _ => ("2", "15"),
+        };
+        flags.extend([
+            "--retries".to_string(),
+            retries.to_string(),
+            "--timeout".to_string(),
+            timeout.to_string(),
+        ]);
+        if let Some(c) = &self.cert {
+            flags.extend(["--cert".to_string(), c.display().to_string()]);
+        }
+        if !self.source_builds {
+            flags.extend(["--only-binary".to_string(), ":all:".to_string()]);
+        }
+        flags
+    }
+
+    pub fn uv_flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--no-config".to_string(),
+            "--index-url".to_string(),
+            self.index_url.clone(),
+        ];
+        for u in &self.extra_index_urls {
+            flags.extend(["--extra-index-url".to_string(), u.clone()]);
+        }
+        if !self.source_builds {
+            flags.extend(["--only-binary".to_string(), ":all:".to_string()]);
+        }
+        flags
+    }
+
+    /// Environment of an install job.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("PIP_CONFIG_FILE".to_string(), "/dev/null".to_string()),
+            ("UV_NO_CONFIG".to_string(), "1".to_string()),
+            ("PIP_DISABLE_PIP_VERSION_CHECK".to_string(), "1".to_string()),
+            ("UV_HTTP_TIMEOUT".to_string(), "15".to_string()),
+        ];
+        if let Some(c) = &self.cert {
+            env.push(("SSL_CERT_FILE".to_string(), c.display().to_string()));
+        }
+        if self.mode == crate::config::Network::Packages {
+            let proxy = format!("http://127.0.0.1:{RELAY_PORT}");
+            for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+                env.push((var.to_string(), proxy.clone()));
+            }
+            env.push(("NO_PROXY".to_string(), String::new()));
+            env.push(("no_proxy".to_string(), String::new()));
+        }
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_come_from_urls() {
+        assert_eq!(
+            host_of("https://pypi.org/simple").as_deref(),
+            Some("pypi.org")
+        );
+        assert_eq!(
+            host_of("https://user:pw@Mirror.Example:8443/x/").as_deref(),
+            Some("mirror.example")
+        );
+        assert_eq!(host_of("https://[::1]:8080/").as_deref(), Some("::1"));
+        assert_eq!(host_of("nonsense"), None);
+    }
+
+    #[test]
+    fn ini_and_toml_values_are_read() {
+        let ini = "[global]\nindex-url = https://a.example/simple\nextra-index-url =\n    https://b.example/s\n    https://c.example/s\ncert = /etc/ca.pem\n";
+        assert_eq!(
+            values(ini, &["index-url"]),
+            vec!["https://a.example/simple"]
+        );
+        assert_eq!(
+            values(ini, &["extra-index-url"]),
+            vec!["https://b.example/s", "https://c.example/s"]
+        );
+        let toml = "index-url = \"https://d.example/simple\"\n[[index]]\nurl = \"https://e.example/simple\"\n";
+        assert_eq!(values(toml, &["url"]), vec!["https://e.example/simple"]);
+        assert_eq!(
+            values(toml, &["index-url"]),
+            vec!["https://d.example/simple"]
+        );
+    }
+}
