@@ -168,6 +168,47 @@ fn compile(
         .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
+/// The x32 ABI shares x86_64's audit architecture but numbers its calls
+/// with bit 30 set, so the rules keyed on x86_64 numbers would not see them:
+/// every x32 call fails with ENOSYS. (32-bit `int 0x80` calls have another
+/// architecture and are killed by the main filter's architecture check.)
+#[cfg(target_arch = "x86_64")]
+fn x32_filter() -> seccompiler::BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_NR: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS, offset 0 = nr
+    const JGE: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    const X32_BIT: u32 = 0x4000_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    vec![
+        sock_filter {
+            code: LD_NR,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: JGE,
+            jt: 0,
+            jf: 1,
+            k: X32_BIT,
+        },
+        sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: RET_ERRNO | libc::ENOSYS as u32,
+        },
+        sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: RET_ALLOW,
+        },
+    ]
+}
+
 /// Installs the filters on this thread (needs no_new_privs first).
 pub fn apply(network: bool) -> Result<(), String> {
     let main = compile(rules(network)?, libc::EPERM)?;
@@ -175,5 +216,7 @@ pub fn apply(network: bool) -> Result<(), String> {
     clone3.insert(libc::SYS_clone3, vec![]);
     let clone3 = compile(clone3, libc::ENOSYS)?;
     seccompiler::apply_filter(&main).map_err(|e| e.to_string())?;
+    #[cfg(target_arch = "x86_64")]
+    seccompiler::apply_filter(&x32_filter()).map_err(|e| e.to_string())?;
     seccompiler::apply_filter(&clone3).map_err(|e| e.to_string())
 }
