@@ -590,6 +590,11 @@ impl JobManager {
         }
     }
 
+    /// Where jobs start: the workspace.
+    pub fn workdir(&self) -> &std::path::Path {
+        &self.cfg.workdir
+    }
+
     /// How package installers run.
     pub fn installer(&self) -> &crate::installer::InstallerSettings {
         &self.cfg.installer

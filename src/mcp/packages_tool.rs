@@ -39,6 +39,28 @@ fn shell_quote(s: &str) -> String {
 /// that are not a virtual environment, saying what to do instead.
 const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, name: ..., venv: .venv}\")";
 
+/// Whether pip would build `spec` from source even with `--only-binary
+/// :all:`, which it ignores for direct references: a URL, `name @ URL`, a
+/// local path or directory that is not a wheel (pip takes a bare name for a
+/// directory when one of that name exists in its working directory, the
+/// workspace).
+fn would_build(spec: &str, workdir: &std::path::Path) -> bool {
+    let s = spec.trim();
+    let target = match s
+        .split_once(" @ ")
+        .or_else(|| s.split_once('@').filter(|(_, r)| r.contains("://")))
+    {
+        Some((_, url)) => url.trim(),
+        None => s,
+    };
+    let local = target.starts_with(['.', '/', '~'])
+        || target.contains('/')
+        || workdir.join(target).exists();
+    let direct = target.contains("://") || local;
+    let path = target.split(['#', '?']).next().unwrap_or(target);
+    direct && !path.to_ascii_lowercase().ends_with(".whl")
+}
+
 #[tool_router(router = packages_router, vis = "pub(super)")]
 impl FerreplServer {
     #[tool(
@@ -72,6 +94,19 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
                 "'{bad}' is not a package: pass names, specifiers or paths only (no installer options)"
             )));
         }
+        let settings = self.jobs.installer();
+        if !settings.source_builds
+            && let Some(bad) = p
+                .packages
+                .iter()
+                .find(|s| would_build(s, self.jobs.workdir()))
+        {
+            return Ok(render::tool_error(format!(
+                "'{bad}' is a source distribution, project directory or repository: installs take wheels only \
+(a build script would run with the installer's network access). Name a package (its wheel comes from the index), \
+a .whl file or URL, or ask the operator to start ferrepl with --allow-source-builds."
+            )));
+        }
         let python = self.manager.session_python(&session);
         let upgrade = if p.upgrade.unwrap_or(false) {
             " --upgrade"
@@ -85,7 +120,6 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
             shell_quote(&python.display().to_string()),
             shell_quote(VENV_CHECK)
         );
-        let settings = self.jobs.installer();
         let quoted = |flags: Vec<String>| {
             flags
                 .iter()
@@ -162,6 +196,16 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
             v.get("status") == Some(&serde_json::json!(JobStatus::Exited))
                 && v.get("exit_code") == Some(&serde_json::json!(0))
         });
+        let failed = result.is_error == Some(true);
+        if failed
+            && settings.mode == crate::config::Network::Off
+            && let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut()
+        {
+            t.text = format!(
+                "[ferrepl] The installer has no network (--network off): only local wheels install.\n{}",
+                t.text
+            );
+        }
         if done_ok {
             let note = match self.manager.refresh_imports(&session).await {
                 Ok(()) => format!(
@@ -176,5 +220,38 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
             }
         }
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::would_build;
+
+    #[test]
+    fn direct_references_that_are_not_wheels_would_build() {
+        let ws = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(ws.path().join("six")).expect("mkdir");
+        let dir = ws.path();
+        for spec in [
+            "https://example.com/x-1.0.tar.gz",
+            "docopt @ https://files.example/docopt-0.6.2.tar.gz",
+            "git+https://github.com/a/b",
+            "./proj",
+            "/abs/proj",
+            "dist/x-1.0.tar.gz",
+            "six",
+        ] {
+            assert!(would_build(spec, dir), "{spec}");
+        }
+        for spec in [
+            "numpy",
+            "numpy>=2",
+            "pandas[excel]==2.2",
+            "./dist/x-1.0-py3-none-any.whl",
+            "https://files.example/x-1.0-py3-none-any.whl#sha256=ab",
+            "x @ https://files.example/x-1.0-py3-none-any.WHL",
+        ] {
+            assert!(!would_build(spec, dir), "{spec}");
+        }
     }
 }
