@@ -85,6 +85,7 @@ impl InstallerSettings {
         mode: crate::config::Network,
         extra_hosts: &[String],
         source_builds: bool,
+        writable: &crate::sandbox::paths::Writable,
     ) -> Self {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -101,10 +102,18 @@ impl InstallerSettings {
         if let Some(f) = env("PIP_CONFIG_FILE").filter(|f| f != "/dev/null") {
             pip_files.push(PathBuf::from(f));
         }
-        let pip_text: String = pip_files.iter().map(|f| read(f) + "\n").collect();
+        // A file sessions could have written never widens the allow-list.
+        let trusted = |f: &Path| !writable.contains(f);
+        let pip_text: String = pip_files
+            .iter()
+            .filter(|f| trusted(f))
+            .map(|f| read(f) + "\n")
+            .collect();
         let uv_text = config_home
             .as_ref()
-            .map(|c| read(&c.join("uv/uv.toml")))
+            .map(|c| c.join("uv/uv.toml"))
+            .filter(|f| trusted(f))
+            .map(|f| read(&f))
             .unwrap_or_default();
 
         let mut index: Option<String> = env("PIP_INDEX_URL")

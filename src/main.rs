@@ -94,42 +94,61 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .canonicalize()
         .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
-    // Nothing inside the workspace is run outside the sandbox: the system
-    // interpreter on PATH is the base for creating venvs and for finding the
-    // installation sessions need to read.
-    let path_python =
-        worker::python::find_on_path("python3").and_then(|p| sandbox::paths::real_executable(&p));
-    if !python.starts_with(&workdir)
+    // What sessions can write: nothing there is trusted or run by the
+    // server outside the sandbox.
+    let mut writable = sandbox::paths::Writable(vec![workdir.clone()]);
+    let abs = |p: &std::path::PathBuf| sandbox::paths::normalize(p, &workdir);
+    writable.0.extend(cfg.allow_write.iter().map(abs));
+    writable.0.extend(
+        cfg.allow_python
+            .iter()
+            .map(abs)
+            .filter(|p| p.join("pyvenv.cfg").is_file()),
+    );
+    let mut venvs = Vec::new();
+    if let Some(venv) = &cfg.venv {
+        venvs.push(abs(venv));
+    } else if source == worker::python::PythonSource::Venv
+        && let Some(dir) = python.parent().and_then(std::path::Path::parent)
+    {
+        venvs.push(dir.to_path_buf());
+    }
+    writable.0.extend(venvs.iter().cloned());
+    // The system interpreter on PATH is the base for creating venvs and for
+    // finding the installation sessions need to read.
+    let path_python = writable
+        .find_on_path("python3")
+        .and_then(|p| sandbox::paths::real_executable(&p));
+    if !writable.contains(&python)
         && let Some(real) = sandbox::paths::real_executable(&python)
     {
         // A pyenv/asdf shim would pick its version per session from files
         // the agent can write; sessions run the binary it selects now.
         python = real;
     }
-    let base_python = if python.starts_with(&workdir) {
+    let base_python = if writable.contains(&python) {
         path_python.clone().unwrap_or_else(|| python.clone())
     } else {
         python.clone()
     };
-    let mut venvs = Vec::new();
-    if let Some(venv) = &cfg.venv {
-        let dir = sandbox::paths::normalize(venv, &workdir);
-        python = worker::python::ensure_venv(&dir, &base_python)?;
+    if let Some(dir) = cfg.venv.as_ref().map(abs) {
+        python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
         source = worker::python::PythonSource::VenvFlag;
-        venvs.push(dir);
-    } else if source == worker::python::PythonSource::Venv
-        && let Some(dir) = python.parent().and_then(std::path::Path::parent)
-    {
-        venvs.push(dir.to_path_buf());
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
     // Spilled output, the sessions' temporary homes; private, removed at exit.
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
-    let mut sandbox_cfg =
-        sandbox_settings(&cfg, &workdir, &state_dir, &python, &base_python, &venvs)?;
-    let installer = installer_settings(&cfg, &mut sandbox_cfg, &state_dir)?;
+    let mut sandbox_cfg = sandbox_settings(
+        &cfg,
+        &workdir,
+        &state_dir,
+        (&python, &base_python),
+        &venvs,
+        &writable,
+    )?;
+    let installer = installer_settings(&cfg, &mut sandbox_cfg, &state_dir, &writable)?;
     if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);
     } else {
@@ -182,7 +201,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         installer: std::sync::Arc::new(installer),
     });
     let workspace = files::Workspace::new(&spec.workdir)
-        .with_context(|| format!("workspace root {}", spec.workdir.display()))?;
+        .with_context(|| format!("workspace root {}", spec.workdir.display()))?
+        .read_only(cfg.sandbox == sandbox::SandboxMode::ReadOnly);
     let groups =
         mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let manager = SessionManager::new(spec, limits);
@@ -226,39 +246,38 @@ fn sandbox_settings(
     cfg: &Config,
     workdir: &std::path::Path,
     state_dir: &state::StateDir,
-    python: &std::path::Path,
-    base_python: &std::path::Path,
+    (python, base_python): (&std::path::Path, &std::path::Path),
     venvs: &[std::path::PathBuf],
+    writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<sandbox::SandboxConfig> {
     use sandbox::paths::{interpreter_dirs, normalize};
     let abs = |p: &std::path::PathBuf| normalize(p, workdir);
     let outside = |p: &std::path::Path| !p.starts_with(workdir);
-    let mut read = interpreter_dirs(python, workdir);
-    read.extend(interpreter_dirs(base_python, workdir));
+    let mut read = interpreter_dirs(python, writable);
+    read.extend(interpreter_dirs(base_python, writable));
     let mut write: Vec<std::path::PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
     let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
     allowed_python.extend(venvs.iter().cloned());
     for p in cfg.allow_python.iter().map(abs) {
-        if p.is_dir() {
-            read.extend(interpreter_dirs(&p.join("bin").join("python"), workdir));
+        if p.join("pyvenv.cfg").is_file() {
+            // A venv: writable (installs), never run by the server; its base
+            // must be readable already (--python, or another --allow-python).
             if outside(&p) {
                 read.push(p.clone());
                 write.push(p.clone());
             }
+        } else if p.is_dir() {
+            read.extend(interpreter_dirs(&p.join("bin").join("python3"), writable));
         } else {
-            read.extend(interpreter_dirs(&p, workdir));
+            read.extend(interpreter_dirs(&p, writable));
         }
         allowed_python.push(p);
     }
-    if let Some(uv) = worker::python::uv()
-        && let Some(dir) = uv.parent()
+    if let Some(uv) = writable.find_on_path("uv")
+        && let Ok(real) = uv.canonicalize()
+        && let Some(dir) = real.parent()
     {
         read.push(dir.to_path_buf());
-        if let Ok(real) = uv.canonicalize()
-            && let Some(dir) = real.parent()
-        {
-            read.push(dir.to_path_buf());
-        }
     }
     read.extend(cfg.allow_read.iter().map(abs));
     write.extend(cfg.allow_write.iter().map(abs));
@@ -267,6 +286,26 @@ fn sandbox_settings(
     let home = std::env::var_os("HOME")
         .map(std::path::PathBuf::from)
         .filter(|h| h.is_absolute() && h != std::path::Path::new("/"));
+    let hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
+    if cfg.sandbox != sandbox::SandboxMode::Off
+        && let Some(h) = hidden
+            .iter()
+            .find(|h| h.starts_with(workdir) && *h != workdir)
+    {
+        anyhow::bail!(
+            "the workspace {} contains {}, which sessions must not see (a home, a temporary or runtime directory, or ferrepl's own state); pick a narrower --workdir, or set XDG_RUNTIME_DIR/TMPDIR elsewhere",
+            workdir.display(),
+            h.display()
+        );
+    }
+    for p in cfg.allow_read.iter().chain(&cfg.allow_write).map(abs) {
+        if p.starts_with(workdir) {
+            anyhow::bail!(
+                "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",
+                p.display()
+            );
+        }
+    }
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,
         network: cfg.network == config::Network::On,
@@ -279,7 +318,7 @@ fn sandbox_settings(
         max_open_files: cfg.max_open_files,
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
-        hidden: sandbox::paths::hidden_places(home.as_deref(), state_dir.root()),
+        hidden,
         read,
         write,
         devices: cfg.allow_device.iter().map(abs).collect(),
@@ -295,12 +334,6 @@ fn sandbox_settings(
     sandbox::probe(&mut sandbox_cfg)?;
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, python);
-        if state_dir.root().starts_with(workdir) {
-            tracing::warn!(
-                "ferrepl's state directory {} lies inside the workspace: without namespaces sessions could read other sessions' output logs; set XDG_RUNTIME_DIR or TMPDIR elsewhere",
-                state_dir.root().display()
-            );
-        }
     }
     Ok(sandbox_cfg)
 }
@@ -311,6 +344,7 @@ fn installer_settings(
     cfg: &Config,
     sandbox_cfg: &mut sandbox::SandboxConfig,
     state_dir: &state::StateDir,
+    writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<installer::InstallerSettings> {
     let mut mode = cfg.network;
     if mode == config::Network::Packages && !sandbox_cfg.enabled() {
@@ -328,6 +362,7 @@ fn installer_settings(
         mode,
         &cfg.allow_host_egress,
         cfg.allow_source_builds,
+        writable,
     );
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");

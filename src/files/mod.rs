@@ -26,6 +26,10 @@ use std::path::{Component, Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    #[error(
+        "the workspace is read-only (--sandbox read-only): file_write and file_delete are refused"
+    )]
+    ReadOnly,
     #[error("'{0}' is an absolute path; give a path relative to the workspace root")]
     Absolute(String),
     #[error("'{0}' contains '..'; paths must stay inside the workspace root")]
@@ -213,6 +217,8 @@ fn join_shown(prefix: &str, name: &std::ffi::OsStr) -> String {
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    /// `--sandbox read-only`: the tools may not change the workspace either.
+    read_only: bool,
     #[cfg(target_os = "linux")]
     dir: std::sync::Arc<std::os::fd::OwnedFd>,
 }
@@ -231,13 +237,23 @@ impl Workspace {
             .map_err(std::io::Error::from)?;
             Ok(Self {
                 root,
+                read_only: false,
                 dir: std::sync::Arc::new(dir),
             })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            Ok(Self { root })
+            Ok(Self {
+                root,
+                read_only: false,
+            })
         }
+    }
+
+    /// The same workspace, refusing writes and deletions.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -261,6 +277,9 @@ impl Workspace {
     /// Writes (or appends to) a regular file, creating its parent
     /// directories; returns the path as shown.
     pub fn write(&self, rel: &str, data: &[u8], append: bool) -> Result<String, FileError> {
+        if self.read_only {
+            return Err(FileError::ReadOnly);
+        }
         let path = lexical(rel)?;
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::IsDir {
@@ -278,6 +297,9 @@ impl Workspace {
     /// Deletes an entry (a symlink itself, never what it points to); a
     /// directory with everything in it when `recursive`.
     pub fn delete(&self, rel: &str, recursive: bool) -> Result<String, FileError> {
+        if self.read_only {
+            return Err(FileError::ReadOnly);
+        }
         let path = lexical(rel)?;
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::Root(rel.to_string()));

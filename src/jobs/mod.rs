@@ -115,6 +115,9 @@ pub struct Job {
     pty: bool,
     started: Instant,
     stdin: tokio::sync::Mutex<Option<Stdin>>,
+    /// The job's private temporary directory (HOME, TMPDIR), removed when
+    /// it exits.
+    home: Option<PathBuf>,
     state: Mutex<JobState>,
     changed: watch::Sender<u64>,
 }
@@ -388,6 +391,12 @@ impl JobManager {
             pty: spec.pty,
             started: Instant::now(),
             stdin: tokio::sync::Mutex::new(None),
+            home: self
+                .cfg
+                .sandbox
+                .as_deref()
+                .filter(|s| s.enabled())
+                .map(|_| self.cfg.log_dir.join(format!("job-home-{n}"))),
             state: Mutex::new(JobState {
                 capture,
                 log: CellLog::new(n),
@@ -741,6 +750,9 @@ async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
         st.finished_at = Some(Instant::now());
     }
     job.bump();
+    if let Some(home) = job.home.clone() {
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(home)).await;
+    }
     if let Some(group) = cgroup {
         // Emptied and removed off the async threads: members may take a
         // moment to be reaped.

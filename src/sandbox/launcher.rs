@@ -85,7 +85,24 @@ fn term_signals() -> SigSet {
 fn read_policy(arg: &str) -> Result<Policy, String> {
     let text = match arg.strip_prefix('@') {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+            // Only a regular file of ours, never through a symlink or a FIFO.
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| format!("{path}: {e}"))?;
+            let meta = file.metadata().map_err(|e| format!("{path}: {e}"))?;
+            // SAFETY: geteuid has no preconditions.
+            if !meta.is_file()
+                || meta.uid() != unsafe { libc::geteuid() }
+                || meta.mode() & 0o077 != 0
+            {
+                return Err(format!("{path}: not a private policy file"));
+            }
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut file, &mut text)
+                .map_err(|e| format!("{path}: {e}"))?;
             let _ = std::fs::remove_file(path);
             text
         }
@@ -102,6 +119,14 @@ pub fn run(args: &[String]) -> ! {
     };
     if sep != "--" || args.len() < 3 {
         fail(usage);
+    }
+    // A session of its own: no controlling terminal of the server's (the
+    // operator's terminal must not be reachable through /dev/tty). The
+    // process group keeps our pid, so the server's group signals still
+    // reach it. (A pty job's launcher already leads its own session.)
+    // SAFETY: setsid has no memory effects.
+    unsafe {
+        libc::setsid();
     }
     let policy = read_policy(policy_arg).unwrap_or_else(|e| fail(e));
     let program: Vec<CString> = args[2..]

@@ -161,6 +161,20 @@ pub struct SandboxConfig {
     pub cgroups: Option<cgroup::CgroupRoot>,
 }
 
+/// Device paths sessions and jobs may open for writing (with namespaces
+/// the private ones; without, the host's /dev/pts and /dev/shm stay shared).
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+];
+
 static NEXT_POLICY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl SandboxConfig {
@@ -198,7 +212,10 @@ impl SandboxConfig {
             .collect();
         read.push(show(&self.workspace));
         read.extend(self.read.iter().map(|p| show(p)));
-        let mut write = vec![show(tmp), "/dev".to_string()];
+        // Device nodes one by one, never all of /dev (without namespaces
+        // that would be the host's /dev/kmsg, loop devices, terminals...).
+        let mut write = vec![show(tmp)];
+        write.extend(WRITABLE_DEVICES.iter().map(|d| d.to_string()));
         let workspace_writable = self.mode == SandboxMode::WorkspaceWrite;
         if workspace_writable {
             write.push(show(&self.workspace));
@@ -275,15 +292,18 @@ impl SandboxConfig {
     ) -> std::io::Result<(PathBuf, Vec<OsString>)> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let exe = std::env::current_exe()?;
+        // The running binary itself, never a path name: the file at the path
+        // may have been replaced (a binary inside the workspace can be
+        // deleted and its "(deleted)" name planted by a session).
+        let exe = PathBuf::from("/proc/self/exe");
         let n = NEXT_POLICY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let file = self.state.join(format!("policy-{n}.json"));
         let json = serde_json::to_vec(policy).map_err(std::io::Error::other)?;
         std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&file)?
             .write_all(&json)?;
         let mut at = OsString::from("@");

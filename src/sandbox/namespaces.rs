@@ -297,7 +297,10 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
                 mount_point(path, *dir)?;
                 attach(tree, path)?;
                 if bind.writable {
-                    set_attr(path, 0, MOUNT_ATTR_RDONLY, true)?;
+                    // The clone was taken before everything became read-only:
+                    // it keeps the host's flags (a read-only submount stays
+                    // read-only); only set-uid and devices are taken away.
+                    set_attr(path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
                 } else {
                     set_attr(
                         path,
@@ -322,6 +325,16 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
 fn hide(h: &Path, binds: &[(&Bind, OwnedFd, bool)], hidden: &[PathBuf]) -> Result<(), String> {
     match std::fs::symlink_metadata(h) {
         Ok(m) if m.is_dir() => {}
+        Ok(m) if m.is_file() => {
+            // A secret file: the (private) /dev/null read-only in its place.
+            mount(Some("/dev/null"), h, None, libc::MS_BIND, None)?;
+            return set_attr(
+                h,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                0,
+                false,
+            );
+        }
         _ => return Ok(()),
     }
     mount(

@@ -54,19 +54,68 @@ pub fn readable_except(hidden: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// The places hidden from every session and job: the user's home, the
-/// host's temporary directory (other programs' files and sockets), /run
-/// (the session D-Bus, docker.sock, ssh-agent sockets) and the server's
-/// state directories. Canonical paths of those that exist.
+/// The places hidden from every session and job: every home directory
+/// (the user's, whatever `$HOME` says, and `/home`, `/root`), the host's
+/// temporary directories (other programs' files and sockets), /run (the
+/// session D-Bus, docker.sock, ssh-agent sockets), container engines'
+/// sockets and state, and the server's state directories. For a root
+/// server also root's secrets its sessions (uid 0 without capabilities, so
+/// still the owner) could otherwise read: shadow files, host keys, debugfs.
+/// Canonical paths of those that exist.
 pub fn hidden_places(home: Option<&Path>, state_root: &Path) -> Vec<PathBuf> {
     let mut places: Vec<PathBuf> = Vec::new();
-    if let Some(home) = home {
-        places.push(home.to_path_buf());
+    places.extend(home.map(Path::to_path_buf));
+    // SAFETY: getpwuid returns a pointer into static storage or null; read
+    // at once, before any other call could overwrite it.
+    unsafe {
+        let pw = libc::getpwuid(libc::geteuid());
+        if !pw.is_null() && !(*pw).pw_dir.is_null() {
+            let dir = std::ffi::CStr::from_ptr((*pw).pw_dir);
+            places.push(PathBuf::from(
+                std::ffi::OsStr::from_encoded_bytes_unchecked(dir.to_bytes()),
+            ));
+        }
     }
     places.push(std::env::temp_dir());
-    places.push(PathBuf::from("/tmp"));
-    places.push(PathBuf::from("/run"));
-    places.push(PathBuf::from("/var/run"));
+    for fixed in [
+        "/home",
+        "/root",
+        "/tmp",
+        "/var/tmp",
+        "/run",
+        "/var/run",
+        "/var/snap",
+        "/var/lib/docker",
+        "/var/lib/containerd",
+        "/var/lib/lxd",
+        "/var/lib/incus",
+    ] {
+        places.push(PathBuf::from(fixed));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        for secret in [
+            "/etc/shadow",
+            "/etc/shadow-",
+            "/etc/gshadow",
+            "/etc/gshadow-",
+            "/sys/kernel/debug",
+            "/sys/kernel/tracing",
+        ] {
+            places.push(PathBuf::from(secret));
+        }
+        if let Ok(entries) = std::fs::read_dir("/etc/ssh") {
+            places.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                        name.starts_with("ssh_host_") && name.ends_with("_key")
+                    }),
+            );
+        }
+    }
     places.push(state_root.to_path_buf());
     let mut out: Vec<PathBuf> = places
         .into_iter()
@@ -78,17 +127,55 @@ pub fn hidden_places(home: Option<&Path>, state_root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The directories an operator-chosen interpreter needs readable: its
-/// prefix, its real location's prefix, and the base installation Python
-/// itself reports. Interpreters inside the workspace give nothing (the
-/// agent can rewrite them) and are never run here.
-pub fn interpreter_dirs(python: &Path, workspace: &Path) -> Vec<PathBuf> {
+/// The places sessions can write (the workspace, writable venvs,
+/// --allow-write): nothing found there is trusted or run by the server.
+#[derive(Debug, Clone, Default)]
+pub struct Writable(pub Vec<PathBuf>);
+
+impl Writable {
+    /// Whether the agent could have written `path`, or a symlink on its way:
+    /// it (as given, or resolved) lies in a writable place, or is relative.
+    pub fn contains(&self, path: &Path) -> bool {
+        if !path.is_absolute() {
+            return true;
+        }
+        let real = path.canonicalize().ok();
+        self.0.iter().any(|w| {
+            let w_real = w.canonicalize().unwrap_or_else(|_| w.clone());
+            [Some(path), real.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|p| p.starts_with(w) || p.starts_with(&w_real))
+        })
+    }
+
+    /// `name` on PATH, skipping relative entries and entries sessions can
+    /// write (an activated workspace venv on the operator's PATH).
+    pub fn find_on_path(&self, name: &str) -> Option<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(name))
+            .filter(|p| !self.contains(p))
+            .find(|p| {
+                p.metadata()
+                    .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                    .unwrap_or(false)
+            })
+    }
+}
+
+/// The directories an operator-chosen interpreter needs readable: its real
+/// location's prefix, and the base installation Python itself reports.
+/// Interpreters sessions could have written give nothing and are never run
+/// here.
+pub fn interpreter_dirs(python: &Path, writable: &Writable) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    if python.starts_with(workspace) {
+    if writable.contains(python) {
         return dirs;
     }
     let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
-    dirs.extend(prefix(python));
     if let Ok(real) = python.canonicalize() {
         dirs.extend(prefix(&real));
     }
@@ -97,7 +184,7 @@ pub fn interpreter_dirs(python: &Path, workspace: &Path) -> Vec<PathBuf> {
     {
         dirs.extend(info.dirs);
     }
-    dirs.retain(|d| d != Path::new("/") && !d.starts_with(workspace));
+    dirs.retain(|d| d != Path::new("/") && !writable.contains(d));
     dirs.sort();
     dirs.dedup();
     dirs

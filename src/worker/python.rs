@@ -33,12 +33,32 @@ pub fn resolve(explicit: Option<&Path>, start: &Path) -> (PathBuf, PythonSource)
 
 /// The interpreter of virtual environment `dir`, creating the environment
 /// first (with uv when available, else `python -m venv`) if it is missing.
-pub fn ensure_venv(dir: &Path, base_python: &Path) -> anyhow::Result<PathBuf> {
+pub fn ensure_venv(
+    dir: &Path,
+    base_python: &Path,
+    writable: &crate::sandbox::paths::Writable,
+) -> anyhow::Result<PathBuf> {
     let python = dir.join("bin").join("python");
     if python.is_file() {
         return Ok(python);
     }
-    let output = match find_on_path("uv") {
+    // Made by the server, outside the sandbox: only where nothing a session
+    // left behind (a symlink, a half-made tree) can steer the writes.
+    if std::fs::symlink_metadata(dir).is_ok() {
+        anyhow::bail!(
+            "--venv {} exists but is not a virtual environment (no bin/python); remove it, or name another directory",
+            dir.display()
+        );
+    }
+    if let Some(parent) = dir.parent()
+        && parent.canonicalize().ok().as_deref() != Some(parent)
+    {
+        anyhow::bail!(
+            "--venv {}: its parent directory is missing or reached through a symlink; create it first or give the real path",
+            dir.display()
+        );
+    }
+    let output = match writable.find_on_path("uv") {
         Some(uv) => std::process::Command::new(uv)
             .current_dir("/")
             .arg("venv")
