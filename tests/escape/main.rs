@@ -11,4 +11,5 @@ mod degraded;
 mod files;
 mod isolation;
 mod privileges;
+mod review;
 mod robustness;
