@@ -53,12 +53,9 @@ impl Server {
 }
 
 /// A directory outside every workspace that the test (not a session) can
-/// write: under cargo's target directory.
+/// write.
 fn outside() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("review-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("tempdir under target")
+    crate::args::outside_dir()
 }
 
 #[tokio::test]
