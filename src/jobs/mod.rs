@@ -672,8 +672,19 @@ fn spawn_pipes(cwd: &std::path::Path, shell: ShellCommand) -> std::io::Result<Sp
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    // A session of its own (so also its own process group, with its pid as
+    // id): no session or job may reach the server's controlling terminal,
+    // which is often the operator's.
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn()?;
     let mut outputs: Vec<(Stream, Box<dyn AsyncRead + Send + Unpin>)> = Vec::new();
     if let Some(out) = child.stdout.take() {

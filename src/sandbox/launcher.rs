@@ -122,8 +122,8 @@ pub fn run(args: &[String]) -> ! {
     }
     // A session of its own: no controlling terminal of the server's (the
     // operator's terminal must not be reachable through /dev/tty). The
-    // process group keeps our pid, so the server's group signals still
-    // reach it. (A pty job's launcher already leads its own session.)
+    // server already made one between fork and exec; this covers anyone
+    // else starting the launcher (it fails harmlessly for a session leader).
     // SAFETY: setsid has no memory effects.
     unsafe {
         libc::setsid();

@@ -269,8 +269,19 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .current_dir(&spec.workdir)
-        .process_group(0)
         .kill_on_drop(true);
+    // A session of its own (so also its own process group, with its pid as
+    // id): no session or job may reach the server's controlling terminal,
+    // which is often the operator's.
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd.fd_mappings(vec![FdMapping {
         parent_fd: OwnedFd::from(child_end),
         child_fd: 3,

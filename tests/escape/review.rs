@@ -3,6 +3,7 @@
 //! inside the workspace, a home hidden only through `$HOME`, the file tools
 //! under `--sandbox read-only`, host sockets outside /tmp and /run.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -255,4 +256,67 @@ async fn host_sockets_under_var_tmp_are_out_of_reach() {
     assert_failed(&out, "connect", "host sockets in /var/tmp are hidden");
     drop(listener);
     drop(server.child);
+}
+
+#[tokio::test]
+async fn sessions_cannot_reach_the_servers_controlling_terminal() {
+    // The server gets a terminal of its own as controlling terminal, as
+    // when an agent CLI runs it from the user's terminal.
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two descriptors into our ints.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed");
+    let ws = tempfile::tempdir().expect("workspace");
+    let mut cmd = common::server_command();
+    cmd.arg("--workdir")
+        .arg(ws.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn ferrepl");
+    let stdout = child.stdout.take().expect("stdout");
+    let stdin = child.stdin.take().expect("stdin");
+    let client = tokio::time::timeout(START_TIMEOUT, ().serve((stdout, stdin)))
+        .await
+        .expect("initialize in time")
+        .expect("initialize");
+    let server = Server { client, child };
+    let code =
+        format!("{ATTEMPT}\nimport os\nattempt('tty', lambda: os.open('/dev/tty', os.O_WRONLY))\n");
+    let cell = server.call("python_exec", json!({ "code": code })).await;
+    assert!(!cell.is_error, "{cell:#?}");
+    assert_failed(&cell, "tty", "the server's terminal is not the session's");
+    let job = server
+        .call(
+            "shell_exec",
+            json!({ "command": "echo injected > /dev/tty && echo opened", "wait_s": 20 }),
+        )
+        .await;
+    assert!(
+        !job.text.contains("opened"),
+        "a job wrote to the server's terminal: {job:#?}"
+    );
+    drop(server.child);
+    // SAFETY: closing the two descriptors openpty gave us.
+    unsafe {
+        libc::close(master);
+        libc::close(slave);
+    }
 }
