@@ -3,7 +3,6 @@
 //! inside the workspace, a home hidden only through `$HOME`, the file tools
 //! under `--sandbox read-only`, host sockets outside /tmp and /run.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
