@@ -176,6 +176,8 @@ pub fn interpreter_dirs(python: &Path, writable: &Writable) -> Vec<PathBuf> {
         return dirs;
     }
     let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
+    // Its own prefix (a venv named by the operator), and its real one.
+    dirs.extend(prefix(python));
     if let Ok(real) = python.canonicalize() {
         dirs.extend(prefix(&real));
     }
