@@ -176,8 +176,9 @@ pub fn interpreter_dirs(python: &Path, writable: &Writable) -> Vec<PathBuf> {
         return dirs;
     }
     let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
-    // Its own prefix (a venv named by the operator), and its real one.
-    dirs.extend(prefix(python));
+    // Its own prefix when that is a venv the operator named (not a home
+    // above ~/bin/python), and its real one.
+    dirs.extend(prefix(python).filter(|p| p.join("pyvenv.cfg").is_file()));
     if let Ok(real) = python.canonicalize() {
         dirs.extend(prefix(&real));
     }
