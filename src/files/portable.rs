@@ -1,0 +1,250 @@
+//! Fallback file I/O by checked paths, for systems without openat2.
+
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::{EntryKind, FileError, ListedEntry, Listing, MAX_DIR_NAMES, RelPath, join_shown};
+
+fn io(rel: &str, e: std::io::Error) -> FileError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => FileError::NotFound(rel.to_string()),
+        _ => FileError::io(rel, e),
+    }
+}
+
+/// An existing path, symlinks resolved, that must be inside the root.
+fn existing(root: &Path, rel: &str, path: &RelPath) -> Result<PathBuf, FileError> {
+    let real = root
+        .join(path.path())
+        .canonicalize()
+        .map_err(|e| io(rel, e))?;
+    if !real.starts_with(root) {
+        return Err(FileError::Escapes(rel.to_string()));
+    }
+    Ok(real)
+}
+
+fn describe(ft: std::fs::FileType) -> &'static str {
+    if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else {
+        "of an unknown type"
+    }
+}
+
+fn require_regular(rel: &str, meta: &std::fs::Metadata, write: bool) -> Result<(), FileError> {
+    let ft = meta.file_type();
+    if ft.is_file() {
+        Ok(())
+    } else if ft.is_dir() {
+        Err(FileError::IsDir {
+            path: rel.to_string(),
+            hint: if write {
+                "give a file path"
+            } else {
+                "use file_list"
+            },
+        })
+    } else {
+        Err(FileError::not_regular(rel, describe(ft), write))
+    }
+}
+
+fn flags() -> i32 {
+    libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC
+}
+
+pub(super) fn read(
+    root: &Path,
+    rel: &str,
+    path: &RelPath,
+    limit: u64,
+) -> Result<Vec<u8>, FileError> {
+    let real = existing(root, rel, path)?;
+    require_regular(
+        rel,
+        &std::fs::symlink_metadata(&real).map_err(|e| io(rel, e))?,
+        false,
+    )?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags())
+        .open(&real)
+        .map_err(|e| io(rel, e))?;
+    let meta = file.metadata().map_err(|e| io(rel, e))?;
+    require_regular(rel, &meta, false)?;
+    if meta.len() > limit {
+        return Err(FileError::TooLarge {
+            path: rel.to_string(),
+            size: meta.len(),
+            limit,
+        });
+    }
+    let mut data = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(|e| io(rel, e))?;
+    if data.len() as u64 > limit {
+        return Err(FileError::TooLarge {
+            path: rel.to_string(),
+            size: data.len() as u64,
+            limit,
+        });
+    }
+    Ok(data)
+}
+
+pub(super) fn write(
+    root: &Path,
+    rel: &str,
+    path: &RelPath,
+    parent: &RelPath,
+    name: &OsStr,
+    data: &[u8],
+    append: bool,
+) -> Result<(), FileError> {
+    let lexical_parent = root.join(parent.path());
+    // The nearest existing ancestor must be inside, before anything is
+    // created.
+    let mut ancestor = lexical_parent.clone();
+    while !ancestor.exists() {
+        if !ancestor.pop() {
+            break;
+        }
+    }
+    let real = ancestor.canonicalize().map_err(|e| io(rel, e))?;
+    if !real.starts_with(root) {
+        return Err(FileError::Escapes(rel.to_string()));
+    }
+    std::fs::create_dir_all(&lexical_parent).map_err(|e| io(rel, e))?;
+    let real_parent = existing(root, rel, parent)?;
+    let mut target = real_parent.join(name);
+    if let Ok(meta) = std::fs::symlink_metadata(&target)
+        && meta.file_type().is_symlink()
+    {
+        target = existing(root, rel, path).map_err(|e| match e {
+            FileError::NotFound(p) => FileError::DanglingSymlink(p),
+            e => e,
+        })?;
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(&target) {
+        require_regular(rel, &meta, true)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .append(append)
+        .custom_flags(flags())
+        .open(&target)
+        .map_err(|e| io(rel, e))?;
+    require_regular(rel, &file.metadata().map_err(|e| io(rel, e))?, true)?;
+    if !append {
+        file.set_len(0).map_err(|e| io(rel, e))?;
+    }
+    file.write_all(data).map_err(|e| io(rel, e))
+}
+
+pub(super) fn delete(
+    root: &Path,
+    rel: &str,
+    parent: &RelPath,
+    name: &OsStr,
+    recursive: bool,
+) -> Result<(), FileError> {
+    let real_parent = existing(root, rel, parent)?;
+    let entry = real_parent.join(name);
+    let meta = std::fs::symlink_metadata(&entry).map_err(|e| io(rel, e))?;
+    let result = if meta.is_dir() {
+        if recursive {
+            // std's remove_dir_all never follows symlinks.
+            std::fs::remove_dir_all(&entry)
+        } else {
+            std::fs::remove_dir(&entry)
+        }
+    } else {
+        std::fs::remove_file(&entry)
+    };
+    result.map_err(|e| {
+        if meta.is_dir() && e.kind() == std::io::ErrorKind::DirectoryNotEmpty {
+            FileError::NotEmpty(rel.to_string())
+        } else {
+            io(rel, e)
+        }
+    })
+}
+
+pub(super) fn list(
+    root: &Path,
+    rel: &str,
+    path: &RelPath,
+    depth: usize,
+    max_entries: usize,
+    out: &mut Listing,
+) -> Result<(), FileError> {
+    let dir = existing(root, rel, path)?;
+    if !dir.is_dir() {
+        return Err(FileError::NotDir(rel.to_string()));
+    }
+    let shown = out.shown.clone();
+    walk(&dir, &shown, depth, max_entries, out).map_err(|e| io(rel, e))
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    depth: usize,
+    max_entries: usize,
+    out: &mut Listing,
+) -> std::io::Result<()> {
+    let mut items = Vec::new();
+    for item in std::fs::read_dir(dir)? {
+        if items.len() >= MAX_DIR_NAMES {
+            out.truncated = true;
+            break;
+        }
+        if let Ok(item) = item {
+            items.push(item.file_name());
+        }
+    }
+    items.sort();
+    for name in items {
+        if out.entries.len() >= max_entries {
+            out.truncated = true;
+            return Ok(());
+        }
+        let path = dir.join(&name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = if meta.file_type().is_symlink() {
+            EntryKind::Symlink
+        } else if meta.is_dir() {
+            EntryKind::Dir
+        } else {
+            EntryKind::File
+        };
+        let shown = join_shown(prefix, &name);
+        out.entries.push(ListedEntry {
+            path: shown.clone(),
+            kind,
+            size: meta.is_file().then_some(meta.len()),
+        });
+        if kind == EntryKind::Dir && depth > 1 {
+            walk(&path, &shown, depth - 1, max_entries, out)?;
+            if out.truncated {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
