@@ -10,13 +10,13 @@
 
 mod common;
 
+use common::{ATTEMPT, cmdline, processes_with_arg, py, py_path, unique};
 use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{StdioServer, ToolOutput, process_alive, wait_for_file_line, wait_process_gone};
+use common::{StdioServer, ToolOutput, wait_for_file_line, wait_process_gone};
 use serde_json::{Value, json};
 
 /// Upper bound for processes of a killed session to disappear.
@@ -26,41 +26,6 @@ const GONE_TIMEOUT: Duration = Duration::from_secs(15);
 const KILL_WAIT_S: f64 = 25.0;
 
 // ------------------------------------------------------------------ helpers
-
-/// A string no other test (or test run) uses, for process markers and secrets.
-fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}{}x{}x{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Python string literal for `s` (JSON strings are valid Python literals
-/// for the ASCII paths used here).
-fn py(s: impl AsRef<str>) -> String {
-    serde_json::to_string(s.as_ref()).expect("encode a string")
-}
-
-fn py_path(p: &Path) -> String {
-    py(p.to_str().expect("a UTF-8 path"))
-}
-
-/// Python prelude of the probing cells: `attempt(label, fn)` prints one line
-/// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
-const ATTEMPT: &str = r#"
-def attempt(label, fn):
-    try:
-        r = fn()
-        print(f"{label}: OK {r!r}", flush=True)
-    except BaseException as e:
-        print(f"{label}: {type(e).__name__} errno={getattr(e, 'errno', None)}", flush=True)
-"#;
 
 /// The outcome printed by `attempt` for `label` in a cell's stdout.
 fn outcome<'a>(out: &'a ToolOutput, label: &str) -> &'a str {
@@ -160,34 +125,6 @@ fn notes_text(out: &ToolOutput) -> String {
                 .join("\n")
         })
         .unwrap_or_default()
-}
-
-/// The argv of a process, or None when it is gone or a zombie.
-fn cmdline(pid: u32) -> Option<Vec<String>> {
-    if !process_alive(pid) {
-        return None;
-    }
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    if raw.is_empty() {
-        return None;
-    }
-    Some(
-        raw.split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect(),
-    )
-}
-
-/// Live processes with `marker` as one of their arguments.
-fn processes_with_arg(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == marker)))
-        .collect()
 }
 
 /// Bounded poll until no live process carries `marker`; returns the survivors.

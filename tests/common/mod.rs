@@ -8,7 +8,9 @@
 
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -837,4 +839,70 @@ pub fn mcp_post_headers(port: u16) -> Vec<(&'static str, String)> {
 pub async fn raw_post_mcp(port: u16, headers: &[(&'static str, String)]) -> (u16, String) {
     let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
     raw_http(port, "POST", "/mcp", &borrowed, &initialize_body()).await
+}
+
+// ------------------------------------------------------------ probes
+
+/// A string no other test (or test run) uses, for markers and decoys.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}{}x{}x{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A Python string literal for `s` (JSON strings are valid Python literals
+/// for the ASCII paths and markers used here).
+pub fn py(s: impl AsRef<str>) -> String {
+    serde_json::to_string(s.as_ref()).expect("encode a string")
+}
+
+pub fn py_path(p: &Path) -> String {
+    py(p.to_str().expect("a UTF-8 path"))
+}
+
+/// Python prelude of the probing cells: `attempt(label, fn)` prints one line
+/// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
+pub const ATTEMPT: &str = r#"
+import os
+def attempt(label, fn):
+    try:
+        r = fn()
+        print(f"{label}: OK {r!r}", flush=True)
+    except BaseException as e:
+        print(f"{label}: {type(e).__name__} errno={getattr(e, 'errno', None)}", flush=True)
+"#;
+
+/// The argv of a process as the test sees it, or None when it is gone.
+pub fn cmdline(pid: u32) -> Option<Vec<String>> {
+    if !process_alive(pid) {
+        return None;
+    }
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    if raw.is_empty() {
+        return None;
+    }
+    Some(
+        raw.split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+    )
+}
+
+/// Live processes (seen from the test) with `marker` as one of their arguments.
+pub fn processes_with_arg(marker: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == marker)))
+        .collect()
 }

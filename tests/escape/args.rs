@@ -18,37 +18,13 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
+pub(crate) use crate::common::{ATTEMPT, py, py_path, unique};
 use crate::common::{StdioServer, ToolOutput};
 
 // ------------------------------------------------------------------ helpers
-
-/// A string no other test (or test run) uses, for markers and decoy secrets.
-pub(crate) fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}{}x{}x{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Python string literal for `s` (JSON strings are valid Python literals
-/// for the ASCII paths and markers used here).
-pub(crate) fn py(s: impl AsRef<str>) -> String {
-    serde_json::to_string(s.as_ref()).expect("encode a string")
-}
-
-pub(crate) fn py_path(p: &Path) -> String {
-    py(path_str(p))
-}
 
 pub(crate) fn path_str(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
@@ -63,17 +39,6 @@ fn repr(p: &Path) -> String {
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
-
-/// Python prelude of the probing cells: `attempt(label, fn)` prints one line
-/// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
-pub(crate) const ATTEMPT: &str = r#"
-def attempt(label, fn):
-    try:
-        r = fn()
-        print(f"{label}: OK {r!r}", flush=True)
-    except BaseException as e:
-        print(f"{label}: {type(e).__name__} errno={getattr(e, 'errno', None)}", flush=True)
-"#;
 
 /// The outcome printed by `attempt` for `label` in a cell's stdout.
 pub(crate) fn outcome<'a>(out: &'a ToolOutput, label: &str) -> &'a str {

@@ -11,55 +11,19 @@
 //! run as root and as an ordinary user. Cells print each probe's outcome as
 //! `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
 
+use crate::common::{ATTEMPT, cmdline, processes_with_arg, py, py_path, unique};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{StdioServer, ToolOutput, process_alive};
+use crate::common::{StdioServer, ToolOutput};
 
 /// Upper bound for something the test polls for (a process, job output).
 const POLL_TIMEOUT: Duration = Duration::from_secs(20);
 
 // ------------------------------------------------------------------ helpers
-
-/// A string no other test (or test run) uses, for markers and decoys.
-fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}{}x{}x{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Python string literal for `s` (JSON strings are valid Python literals
-/// for the ASCII paths and markers used here).
-fn py(s: impl AsRef<str>) -> String {
-    serde_json::to_string(s.as_ref()).expect("encode a string")
-}
-
-fn py_path(p: &Path) -> String {
-    py(p.to_str().expect("a UTF-8 path"))
-}
-
-/// Python prelude of the probing cells: `attempt(label, fn)` prints one line
-/// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`.
-const ATTEMPT: &str = r#"
-import os
-def attempt(label, fn):
-    try:
-        r = fn()
-        print(f"{label}: OK {r!r}", flush=True)
-    except BaseException as e:
-        print(f"{label}: {type(e).__name__} errno={getattr(e, 'errno', None)}", flush=True)
-"#;
 
 /// The outcome printed by `attempt` for `label` in a cell's or job's stdout.
 fn outcome(out: &ToolOutput, label: &str) -> String {
@@ -179,34 +143,6 @@ async fn wait_job_output(server: &StdioServer, job: &str, done: impl Fn(&str) ->
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-}
-
-/// The argv of a process as the test sees it, or None when it is gone.
-fn cmdline(pid: u32) -> Option<Vec<String>> {
-    if !process_alive(pid) {
-        return None;
-    }
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    if raw.is_empty() {
-        return None;
-    }
-    Some(
-        raw.split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect(),
-    )
-}
-
-/// Live processes (seen from the test) with `marker` as one of their arguments.
-fn processes_with_arg(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == marker)))
-        .collect()
 }
 
 /// Kills, when the test ends, whatever still carries `marker` in its argv.

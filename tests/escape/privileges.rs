@@ -11,39 +11,15 @@
 //! outcome is printed by the cell as `label: OK <repr>` or
 //! `label: <ExceptionType> errno=<n>`.
 
+use crate::common::{py_path, unique};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 
 use crate::common::{StdioServer, ToolOutput};
 
 // ------------------------------------------------------------------ helpers
-
-/// A string no other test (or test run) uses, for markers and decoys.
-fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}{}x{}x{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A Python string literal for `s` (JSON strings are valid Python literals
-/// for the ASCII paths used here).
-fn py(s: impl AsRef<str>) -> String {
-    serde_json::to_string(s.as_ref()).expect("encode a string")
-}
-
-fn py_path(p: &Path) -> String {
-    py(p.to_str().expect("a UTF-8 path"))
-}
 
 /// Python prelude of the probing cells: `attempt(label, fn)` prints one line
 /// `label: OK <repr>` or `label: <ExceptionType> errno=<n>`; `check(ret)`

@@ -9,6 +9,7 @@
 //! * when the server is SIGKILLed, no session process (double-forked daemons
 //!   included) survives, and the next start removes the dead server's state.
 
+use crate::common::processes_with_arg;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -169,34 +170,6 @@ fn tree(dir: &Path) -> Vec<String> {
         }
     }
     out
-}
-
-/// The argv of a process, or None when it is gone or a zombie.
-fn cmdline(pid: u32) -> Option<Vec<String>> {
-    if !process_alive(pid) {
-        return None;
-    }
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    if raw.is_empty() {
-        return None;
-    }
-    Some(
-        raw.split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect(),
-    )
-}
-
-/// Live processes with `marker` as one of their arguments (argv[0] included).
-fn processes_with_arg(marker: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| cmdline(*pid).is_some_and(|argv| argv.iter().any(|a| a == marker)))
-        .collect()
 }
 
 fn sigkill(pid: u32) {
