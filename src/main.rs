@@ -318,6 +318,7 @@ fn sandbox_settings(
         max_open_files: cfg.max_open_files,
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
+        system: sandbox::paths::readable_except(&hidden),
         hidden,
         read,
         write,

@@ -137,6 +137,9 @@ pub struct SandboxConfig {
     pub state: PathBuf,
     /// Hidden from every process (home, host temp dir, /run, state).
     pub hidden: Vec<PathBuf>,
+    /// Everything of the system outside `hidden`, as Landlock read rules
+    /// (listed once at start, not for every process).
+    pub system: Vec<PathBuf>,
     /// Readable beyond the system: the operator's interpreters, uv, --allow-read.
     pub read: Vec<PathBuf>,
     /// Writable beyond the workspace: the operator's venvs, --allow-write.
@@ -206,10 +209,7 @@ impl SandboxConfig {
     /// same for every process but for these: no tool argument reaches it.
     pub fn policy(&self, tmp: &Path, cwd: &Path, env: BTreeMap<String, String>) -> Policy {
         let show = |p: &Path| p.display().to_string();
-        let mut read: Vec<String> = paths::readable_except(&self.hidden)
-            .iter()
-            .map(|p| show(p))
-            .collect();
+        let mut read: Vec<String> = self.system.iter().map(|p| show(p)).collect();
         read.push(show(&self.workspace));
         read.extend(self.read.iter().map(|p| show(p)));
         // Device nodes one by one, never all of /dev (without namespaces

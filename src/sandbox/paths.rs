@@ -152,17 +152,8 @@ impl Writable {
     /// `name` on PATH, skipping relative entries and entries sessions can
     /// write (an activated workspace venv on the operator's PATH).
     pub fn find_on_path(&self, name: &str) -> Option<PathBuf> {
-        use std::os::unix::fs::PermissionsExt;
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .filter(|dir| dir.is_absolute())
-            .map(|dir| dir.join(name))
-            .filter(|p| !self.contains(p))
-            .find(|p| {
-                p.metadata()
-                    .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                    .unwrap_or(false)
-            })
+        // `contains` also refuses relative entries.
+        crate::worker::python::find_on_path_where(name, |p| !self.contains(p))
     }
 }
 

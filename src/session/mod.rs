@@ -451,6 +451,8 @@ impl SessionManager {
 
     pub fn list(&self) -> Vec<SessionInfo> {
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        // One look at /proc for every session's memory.
+        let snap = crate::sandbox::watch::Snapshot::take();
         sessions
             .iter()
             .map(|sess| {
@@ -474,7 +476,7 @@ impl SessionManager {
                     memory_bytes: worker
                         .as_ref()
                         .filter(|_| !dead)
-                        .and_then(|w| w.rss_bytes()),
+                        .and_then(|w| w.rss_bytes(&snap)),
                     uptime_s: sess.created.elapsed().as_secs_f64(),
                     python: worker
                         .as_ref()

@@ -28,12 +28,7 @@ pub struct SessionOptions {
     pub env: BTreeMap<String, String>,
 }
 
-fn is_executable(path: &std::path::Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
+use crate::worker::python::is_executable;
 
 impl SessionManager {
     /// Creates a session with its own interpreter, directory or environment.

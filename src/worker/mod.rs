@@ -671,10 +671,10 @@ impl Worker {
         group.limit_hit()
     }
 
-    /// Resident memory of the worker's whole process tree, from /proc (the
+    /// Resident memory of the worker's whole process tree in `snap` (the
     /// interpreter's own pid may be one of a private PID namespace).
-    pub fn rss_bytes(&self) -> Option<u64> {
-        let (rss, count) = crate::sandbox::watch::Snapshot::take().usage(self.pid);
+    pub fn rss_bytes(&self, snap: &crate::sandbox::watch::Snapshot) -> Option<u64> {
+        let (rss, count) = snap.usage(self.pid);
         (count > 0).then_some(rss)
     }
 }

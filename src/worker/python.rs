@@ -97,15 +97,24 @@ pub fn uv() -> Option<PathBuf> {
 }
 
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
+    find_on_path_where(name, |_| true)
+}
+
+/// The first executable `name` in a PATH directory that `keep` accepts.
+pub fn find_on_path_where(name: &str, keep: impl Fn(&Path) -> bool) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
+        .filter(|p| keep(p))
+        .find(|p| is_executable(p))
+}
+
+/// A regular file with an execute bit.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]
