@@ -685,3 +685,41 @@ async fn an_agent_made_interpreter_never_runs_unconfined() {
     server.assert_alive();
     server.close_and_wait().await;
 }
+
+#[tokio::test]
+async fn shell_cwd_must_resolve_inside_the_workspace() {
+    let server = StdioServer::start(&[]).await;
+    let ws = server.workdir.path().canonicalize().expect("workspace");
+    let outside = outside_dir();
+    std::os::unix::fs::symlink(outside.path(), ws.join("out")).expect("symlink out");
+    std::fs::create_dir(ws.join("sub")).expect("mkdir sub");
+    for cwd in [
+        "/".to_string(),
+        "..".to_string(),
+        "../..".to_string(),
+        "out".to_string(),
+        path_str(outside.path()).to_string(),
+    ] {
+        let out = server
+            .call(
+                "shell_exec",
+                json!({ "command": "pwd; touch escaped", "cwd": cwd, "wait_s": 20 }),
+            )
+            .await;
+        assert_refused_naming(&out, "cwd", &format!("shell_exec cwd {cwd:?}"));
+    }
+    assert!(
+        !outside.path().join("escaped").exists(),
+        "a job started outside the workspace"
+    );
+    let inside = server
+        .call(
+            "shell_exec",
+            json!({ "command": "pwd", "cwd": "sub", "wait_s": 20 }),
+        )
+        .await;
+    assert!(
+        !inside.is_error && inside.text.contains("/sub"),
+        "a directory inside works: {inside:#?}"
+    );
+}
