@@ -8,6 +8,7 @@ mod jobs;
 mod mcp;
 mod sandbox;
 mod session;
+mod startup;
 mod state;
 mod worker;
 
@@ -93,67 +94,13 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let workdir = workdir
         .canonicalize()
         .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
-    let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), &workdir);
-    // What sessions can write: nothing there is trusted or run by the
-    // server outside the sandbox.
-    let mut writable = sandbox::paths::Writable(vec![workdir.clone()]);
-    let abs = |p: &std::path::PathBuf| sandbox::paths::normalize(p, &workdir);
-    writable.0.extend(cfg.allow_write.iter().map(abs));
-    writable.0.extend(
-        cfg.allow_python
-            .iter()
-            .map(abs)
-            .filter(|p| p.join("pyvenv.cfg").is_file()),
-    );
-    let mut venvs = Vec::new();
-    if let Some(venv) = &cfg.venv {
-        venvs.push(abs(venv));
-    } else if source == worker::python::PythonSource::Venv
-        && let Some(dir) = python.parent().and_then(std::path::Path::parent)
-    {
-        venvs.push(dir.to_path_buf());
-    }
-    writable.0.extend(venvs.iter().cloned());
-    // The system interpreter on PATH is the base for creating venvs and for
-    // finding the installation sessions need to read.
-    let path_python = writable
-        .find_on_path("python3")
-        .and_then(|p| sandbox::paths::real_executable(&p));
-    if !writable.contains(&python)
-        && let Some(real) = sandbox::paths::real_executable(&python)
-    {
-        // A pyenv/asdf shim would pick its version per session from files
-        // the agent can write; sessions run the binary it selects now.
-        python = real;
-    }
-    let base_python = if writable.contains(&python) {
-        path_python.clone().unwrap_or_else(|| python.clone())
-    } else {
-        python.clone()
-    };
-    if let Some(dir) = cfg.venv.as_ref().map(abs) {
-        python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
-        source = worker::python::PythonSource::VenvFlag;
-    }
-    tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
-
-    // Spilled output, the sessions' temporary homes; private, removed at exit.
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
-    let mut sandbox_cfg = sandbox_settings(
-        &cfg,
-        &workdir,
-        &state_dir,
-        (&python, &base_python),
-        &venvs,
-        &writable,
-    )?;
-    let installer = installer_settings(&cfg, &mut sandbox_cfg, &state_dir, &writable)?;
-    if sandbox_cfg.enabled() {
-        tracing::info!("sandbox: {}", sandbox_cfg.active);
-    } else {
-        tracing::warn!("sandbox: {}", sandbox_cfg.active);
-    }
+    let startup::Prepared {
+        python,
+        sandbox: sandbox_cfg,
+        installer,
+    } = startup::prepare(&cfg, &workdir, &state_dir)?;
     let sandbox_cfg = std::sync::Arc::new(sandbox_cfg);
     let spec = LaunchSpec {
         python,
@@ -237,175 +184,6 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
-}
-
-/// The sandbox fixed from the operator's flags and environment: what every
-/// session and job may read, write and reach, and which interpreters
-/// python_sessions may name. Then probed.
-fn sandbox_settings(
-    cfg: &Config,
-    workdir: &std::path::Path,
-    state_dir: &state::StateDir,
-    (python, base_python): (&std::path::Path, &std::path::Path),
-    venvs: &[std::path::PathBuf],
-    writable: &sandbox::paths::Writable,
-) -> anyhow::Result<sandbox::SandboxConfig> {
-    use sandbox::paths::{interpreter_dirs, normalize};
-    let abs = |p: &std::path::PathBuf| normalize(p, workdir);
-    let outside = |p: &std::path::Path| !p.starts_with(workdir);
-    let mut read = interpreter_dirs(python, writable);
-    read.extend(interpreter_dirs(base_python, writable));
-    let mut write: Vec<std::path::PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
-    let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
-    allowed_python.extend(venvs.iter().cloned());
-    for p in cfg.allow_python.iter().map(abs) {
-        if p.join("pyvenv.cfg").is_file() {
-            // A venv: writable (installs), never run by the server; its base
-            // must be readable already (--python, or another --allow-python).
-            if outside(&p) {
-                read.push(p.clone());
-                write.push(p.clone());
-            }
-        } else if p.is_dir() {
-            read.extend(interpreter_dirs(&p.join("bin").join("python3"), writable));
-        } else {
-            read.extend(interpreter_dirs(&p, writable));
-        }
-        allowed_python.push(p);
-    }
-    if let Some(uv) = writable.find_on_path("uv")
-        && let Ok(real) = uv.canonicalize()
-        && let Some(dir) = real.parent()
-    {
-        read.push(dir.to_path_buf());
-    }
-    read.extend(cfg.allow_read.iter().map(abs));
-    write.extend(cfg.allow_write.iter().map(abs));
-    read.sort();
-    read.dedup();
-    let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .filter(|h| h.is_absolute() && h != std::path::Path::new("/"));
-    let hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
-    if cfg.sandbox != sandbox::SandboxMode::Off
-        && let Some(h) = hidden
-            .iter()
-            .find(|h| h.starts_with(workdir) && *h != workdir)
-    {
-        anyhow::bail!(
-            "the workspace {} contains {}, which sessions must not see (a home, a temporary or runtime directory, or ferrepl's own state); pick a narrower --workdir, or set XDG_RUNTIME_DIR/TMPDIR elsewhere",
-            workdir.display(),
-            h.display()
-        );
-    }
-    for p in cfg.allow_read.iter().chain(&cfg.allow_write).map(abs) {
-        if p.starts_with(workdir) {
-            anyhow::bail!(
-                "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",
-                p.display()
-            );
-        }
-    }
-    let mut sandbox_cfg = sandbox::SandboxConfig {
-        mode: cfg.sandbox,
-        network: cfg.network == config::Network::On,
-        egress: None,
-        egress_hosts: Vec::new(),
-        require: cfg.sandbox_require,
-        memory_limit: config::parse_bytes(&cfg.memory_limit)?,
-        max_processes: cfg.max_processes,
-        max_file_bytes: config::parse_bytes(&cfg.max_file_size)?.unwrap_or(u64::MAX),
-        max_open_files: cfg.max_open_files,
-        workspace: workdir.to_path_buf(),
-        state: state_dir.path().to_path_buf(),
-        system: sandbox::paths::readable_except(&hidden),
-        hidden,
-        read,
-        write,
-        devices: cfg.allow_device.iter().map(abs).collect(),
-        allowed_python,
-        namespaces: !cfg.no_namespaces,
-        env: sandbox::env::inherited(&cfg.pass_env),
-        active: String::new(),
-        cgroups: None,
-    };
-    if sandbox_cfg.enabled() {
-        sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
-    }
-    sandbox::probe(&mut sandbox_cfg)?;
-    if sandbox_cfg.enabled() {
-        warn_unreadable_interpreter(&sandbox_cfg, python);
-    }
-    Ok(sandbox_cfg)
-}
-
-/// The operator's installer settings, and with `--network packages` the
-/// egress proxy installers reach the indexes through (started here).
-fn installer_settings(
-    cfg: &Config,
-    sandbox_cfg: &mut sandbox::SandboxConfig,
-    state_dir: &state::StateDir,
-    writable: &sandbox::paths::Writable,
-) -> anyhow::Result<installer::InstallerSettings> {
-    let mut mode = cfg.network;
-    if mode == config::Network::Packages && !sandbox_cfg.enabled() {
-        // Without a sandbox nothing is confined: installers reach the network as
-        // everything else does.
-        mode = config::Network::On;
-    }
-    if mode == config::Network::Packages && !sandbox_cfg.namespaces {
-        tracing::warn!(
-            "--network packages needs private network namespaces, which are not available: package installers get no network (use --network on, or install local wheels)"
-        );
-        mode = config::Network::Off;
-    }
-    let settings = installer::InstallerSettings::discover(
-        mode,
-        &cfg.allow_host_egress,
-        cfg.allow_source_builds,
-        writable,
-    );
-    if mode == config::Network::Packages {
-        let socket = state_dir.path().join("egress.sock");
-        let listener = tokio::net::UnixListener::bind(&socket)
-            .with_context(|| format!("cannot listen on {}", socket.display()))?;
-        let proxy = std::sync::Arc::new(egress::EgressConfig::new(settings.allowed_hosts.clone()));
-        tracing::info!("package installers may reach: {}", proxy.describe());
-        tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
-        sandbox_cfg.egress = Some(sandbox::EgressRelay {
-            port: installer::RELAY_PORT,
-            socket: socket.display().to_string(),
-        });
-        sandbox_cfg.egress_hosts = settings.allowed_hosts.clone();
-        sandbox_cfg.active.push_str(&format!(
-            "; package installers reach only {} (HTTPS/HTTP through ferrepl's proxy)",
-            settings.allowed_hosts.join(", ")
-        ));
-    }
-    Ok(settings)
-}
-
-/// An interpreter inside the workspace (a `.venv`) whose real binary lies in
-/// a place sessions may not read cannot start in the sandbox; nothing is
-/// widened for it (the agent can rewrite it), but the operator is told how.
-fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &std::path::Path) {
-    if !python.starts_with(&cfg.workspace) {
-        return;
-    }
-    let Ok(real) = python.canonicalize() else {
-        return;
-    };
-    let readable = real.starts_with(&cfg.workspace)
-        || cfg.read.iter().any(|r| real.starts_with(r))
-        || !cfg.hidden.iter().any(|h| real.starts_with(h));
-    if !readable {
-        tracing::warn!(
-            "the interpreter {} is {}, which sessions may not read (hidden place); start ferrepl with --allow-python {} or --python PATH",
-            python.display(),
-            real.display(),
-            real.display()
-        );
-    }
 }
 
 async fn serve_stdio(
