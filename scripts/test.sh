@@ -20,6 +20,7 @@ bash scripts/escape-unprivileged.sh
 
 echo "== interop tests (official Python SDK)" >&2
 "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
+FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh
 
 echo "== MCP conformance suite (HTTP)" >&2
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh

@@ -201,11 +201,13 @@ pub struct Config {
     )]
     pub default_wait: f64,
 
-    /// Upper bound on any wait_s an agent asks for.
+    /// Upper bound on any wait_s an agent asks for. Below the 60 s request
+    /// timeout of the TypeScript SDK (Claude Code, Cursor, VS Code), which
+    /// cancels the call; raise it only for clients with longer timeouts.
     #[arg(
         long,
         env = "FERREPL_MAX_WAIT",
-        default_value_t = 600.0,
+        default_value_t = 50.0,
         value_name = "SECONDS"
     )]
     pub max_wait: f64,
@@ -228,15 +230,34 @@ pub struct Config {
     )]
     pub session_ttl: f64,
 
-    /// Tool groups to expose, comma separated: python, shell, packages, files, or all.
+    /// Tool groups to expose, comma separated: python, packages, more,
+    /// shell, files, or all. The default suits agents that have their own
+    /// shell and file tools (Claude Code, Codex, Cursor).
     #[arg(
         long,
         env = "FERREPL_TOOLS",
         value_delimiter = ',',
-        default_value = "all",
+        default_value = "python,packages",
         value_name = "GROUPS"
     )]
     pub tools: Vec<String>,
+
+    /// Add structuredContent to results and outputSchema to tools, for
+    /// programs that read results as JSON. Off by default: Claude Code and
+    /// VS Code then show the model only the JSON, not the text and images.
+    #[arg(long, env = "FERREPL_STRUCTURED_CONTENT")]
+    pub structured_content: bool,
+
+    /// Over HTTP, what an omitted `session` means: `shared` (one "default"
+    /// session for every client of the server) or `per-client` (each MCP
+    /// connection gets its own default session).
+    #[arg(
+        long,
+        env = "FERREPL_DEFAULT_SESSION",
+        default_value = "shared",
+        value_name = "MODE"
+    )]
+    pub default_session: DefaultSession,
 
     /// Shell jobs that may run at once.
     #[arg(long, env = "FERREPL_MAX_JOBS", default_value_t = 16, value_name = "N")]
@@ -357,6 +378,13 @@ pub enum Network {
     /// Package installers reach the indexes through the proxy; nothing else.
     Packages,
     On,
+}
+
+/// What an omitted `session` argument names (see `--default-session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DefaultSession {
+    Shared,
+    PerClient,
 }
 
 /// "4 GiB" for whole GiB, else MiB.

@@ -169,15 +169,16 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             manager.shutdown().await;
         });
     }
+    let app = mcp::server::AppParts {
+        manager: manager.clone(),
+        jobs: jobs.clone(),
+        files: workspace,
+        groups,
+        structured: cfg.structured_content,
+    };
     let result = match cfg.http {
-        Some(addr) => {
-            let app = (manager.clone(), jobs.clone(), workspace, groups);
-            mcp::http::serve(addr, &cfg, app, shutdown.clone()).await
-        }
-        None => {
-            let app = (manager.clone(), jobs.clone(), workspace, groups);
-            serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await
-        }
+        Some(addr) => mcp::http::serve(addr, &cfg, app, shutdown.clone()).await,
+        None => serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await,
     };
     jobs.shutdown();
     manager.shutdown().await;
@@ -191,8 +192,7 @@ async fn serve_stdio(
     max_request_bytes: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let (manager, jobs, files, groups) = app;
-    let server = mcp::server::FerreplServer::new(manager, jobs, files, groups);
+    let server = mcp::server::FerreplServer::new(&app, session::DEFAULT_SESSION.to_string());
     // Stdin's end cancels `shutdown`: rmcp drains in-flight calls for a while
     // after EOF, and ending the workers at once makes those calls finish
     // (crashed) and the process exit promptly.

@@ -45,10 +45,10 @@ pub struct JobConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    #[error("no job '{0}'; shell_jobs lists the jobs (finished jobs are dropped after a while)")]
+    #[error("no job '{0}'; shell_wait {{}} lists the jobs (finished jobs are dropped after a while)")]
     NotFound(String),
     #[error(
-        "{running} jobs are running, the limit (--max-jobs); wait for one with shell_wait or stop one with shell_kill"
+        "{running} jobs are running, the limit (--max-jobs); wait for one with shell_wait or stop one with shell_wait {{job, signal: \"TERM\"}}"
     )]
     TooMany { running: usize },
     #[error("cannot start the job: {0}")]
@@ -245,6 +245,9 @@ pub struct JobManager {
     cfg: JobConfig,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
     next_id: AtomicU64,
+    /// The install job started last for each session (python_install), so a
+    /// repeated call waits on it instead of starting another.
+    installs: Mutex<BTreeMap<String, Arc<Job>>>,
 }
 
 impl JobManager {
@@ -253,6 +256,7 @@ impl JobManager {
             cfg,
             jobs: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
+            installs: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -607,6 +611,20 @@ impl JobManager {
     /// How package installers run.
     pub fn installer(&self) -> &crate::installer::InstallerSettings {
         &self.cfg.installer
+    }
+
+    /// The install job still running for `session`, if any.
+    pub fn running_install(&self, session: &str) -> Option<Arc<Job>> {
+        let mut installs = self.installs.lock().unwrap_or_else(|e| e.into_inner());
+        // Finished installs go; the map holds at most one per live install.
+        installs.retain(|_, job| job.lock().exit.is_none());
+        installs.get(session).cloned()
+    }
+
+    /// Records the install job just started for `session`.
+    pub fn set_install(&self, session: &str, job: Arc<Job>) {
+        let mut installs = self.installs.lock().unwrap_or_else(|e| e.into_inner());
+        installs.insert(session.to_string(), job);
     }
 
     /// The job limits, for server_status.

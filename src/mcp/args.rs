@@ -19,7 +19,7 @@ use std::fmt;
 use rmcp::ErrorData as McpError;
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
-use rmcp::model::JsonObject;
+use rmcp::model::{CallToolResult, JsonObject};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
@@ -56,18 +56,67 @@ impl<S, P: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Paramet
     }
 }
 
-/// Deserializes tool arguments; the error says which argument is wrong and how.
+/// Deserializes tool arguments; the error says which argument is wrong and
+/// what it must be (`wait_s must be a number of seconds >= 0, got the string
+/// "5"`).
 pub fn parse<P: DeserializeOwned>(arguments: JsonObject) -> Result<P, String> {
     serde_path_to_error::deserialize(Value::Object(arguments)).map_err(|e| {
         let path = e.path().to_string();
-        let message = plain_types(&e.inner().to_string());
-        match path.as_str() {
-            "." => message,
-            // Our own checks read as a sentence after the name.
-            _ if message.starts_with("must ") => format!("{path} {message}"),
-            _ => format!("{path}: {message}"),
-        }
+        sentence(&path, &plain_types(&e.inner().to_string()))
     })
+}
+
+/// serde's message about the argument at `path` as one plain sentence.
+fn sentence(path: &str, message: &str) -> String {
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.strip_suffix('`'))
+    {
+        return format!("{field} is required");
+    }
+    let subject = if path == "." { "the arguments" } else { path };
+    // Our own checks already read as a sentence after the name.
+    if message.starts_with("must ") {
+        return format!("{subject} {message}");
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `")
+        && let Some((given, allowed)) = rest.split_once("`, expected one of ")
+    {
+        return format!(
+            "{subject} must be one of {}, got \"{given}\"",
+            allowed.replace('`', "")
+        );
+    }
+    for kind in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(kind)
+            && let Some((got, expected)) = rest.split_once(", expected ")
+        {
+            return format!("{subject} must be {expected}, got {}", plain_value(got));
+        }
+    }
+    format!("{subject}: {message}")
+}
+
+/// serde's description of a JSON value ("string \"5\"", "integer `-1`").
+fn plain_value(got: &str) -> String {
+    let ticked = |prefix: &str| {
+        got.strip_prefix(prefix)
+            .map(|v| v.trim_matches('`').to_string())
+    };
+    if let Some(s) = got.strip_prefix("string ") {
+        return format!("the string {s}");
+    }
+    for prefix in ["integer ", "floating point ", "boolean "] {
+        if let Some(v) = ticked(prefix) {
+            return v;
+        }
+    }
+    match got {
+        "map" => "an object".into(),
+        "sequence" => "an array".into(),
+        "unit value" => "null".into(),
+        other => other.into(),
+    }
 }
 
 /// serde's Rust type names in "expected ..." said the way the schema says them.
@@ -93,6 +142,19 @@ fn plain_types(message: &str) -> String {
         }
     }
     out
+}
+
+/// rmcp turns an argument error into a tool result that starts with its own
+/// prefix; the agent only needs what is wrong.
+pub fn plain_argument_error(result: &mut CallToolResult) {
+    if result.is_error != Some(true) {
+        return;
+    }
+    if let Some(rmcp::model::ContentBlock::Text(text)) = result.content.first_mut()
+        && let Some(rest) = text.text.strip_prefix(ERROR_PREFIX)
+    {
+        text.text = format!("error: {}", rest.trim_start());
+    }
 }
 
 /// The message of a refused number of seconds.
@@ -218,7 +280,8 @@ impl JsonSchema for SignalArg {
     }
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": ["string", "integer"] })
+        // A number is accepted too; the schema names the usual form only.
+        json_schema!({ "type": "string" })
     }
 }
 
@@ -307,21 +370,20 @@ mod tests {
         let e = parsed(json!({"wait_s": "5"})).unwrap_err();
         assert_eq!(
             e,
-            r#"wait_s: invalid type: string "5", expected a number of seconds >= 0"#
+            r#"wait_s must be a number of seconds >= 0, got the string "5""#
         );
         let e = parsed(json!({"wait_s": -1})).unwrap_err();
         assert_eq!(e, "wait_s must be a finite number of seconds >= 0, got -1");
         let e = parsed(json!({"offset": -1})).unwrap_err();
-        assert_eq!(
-            e,
-            "offset: invalid value: integer `-1`, expected a whole number >= 0"
-        );
+        assert_eq!(e, "offset must be a whole number >= 0, got -1");
         let e = parsed(json!({"offset": 1e300})).unwrap_err();
-        assert!(e.starts_with("offset: invalid type: floating point"), "{e}");
+        assert_eq!(e, "offset must be a whole number >= 0, got 1e300");
         let e = parsed(json!({"names": ["a", 1]})).unwrap_err();
-        assert!(e.starts_with("names[1]: invalid type: integer `1`"), "{e}");
+        assert_eq!(e, "names[1] must be a string, got 1");
         let e = parsed(json!({"names": "a"})).unwrap_err();
-        assert!(e.ends_with("expected an array"), "{e}");
+        assert_eq!(e, r#"names must be an array, got the string "a""#);
+        let e = parsed(json!({"names": {}})).unwrap_err();
+        assert_eq!(e, "names must be an array, got an object");
         let a = parsed(json!({"names": ["a"]})).expect("valid");
         assert_eq!(a.names, Some(vec!["a".to_string()]));
         let e = parsed(json!({"path": "a\u{0}b"})).unwrap_err();

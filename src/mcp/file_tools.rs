@@ -21,10 +21,9 @@ const DEFAULT_LINES: usize = 2000;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ListParams {
-    /// Directory relative to the workspace root. Default "." (the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Levels to descend. Default 2, at most 8.
+    /// Levels to descend (default 2).
     #[serde(default)]
     pub depth: Option<usize>,
 }
@@ -49,12 +48,10 @@ pub struct ListOutput {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadParams {
-    /// File path relative to the workspace root.
     pub path: String,
-    /// First line to return (from 1). Default 1.
     #[serde(default)]
     pub start_line: Option<usize>,
-    /// Number of lines. Default 2000.
+    /// Default 2000.
     #[serde(default)]
     pub line_count: Option<usize>,
 }
@@ -75,24 +72,20 @@ pub struct ReadOutput {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WriteParams {
-    /// File path relative to the workspace root; parent directories are created.
     pub path: String,
-    /// Text content (UTF-8).
     #[serde(default)]
     pub text: Option<String>,
-    /// Binary content, base64 encoded (instead of text).
+    /// Binary content instead of text.
     #[serde(default)]
     pub base64: Option<String>,
-    /// Append instead of replacing. Default false.
     #[serde(default)]
     pub append: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct DeleteParams {
-    /// File or directory relative to the workspace root.
     pub path: String,
-    /// Delete a non-empty directory with everything in it. Default false.
+    /// Needed for a non-empty directory.
     #[serde(default)]
     pub recursive: Option<bool>,
 }
@@ -129,10 +122,9 @@ fn human(bytes: u64) -> String {
 #[tool_router(router = file_router, vis = "pub(super)")]
 impl FerreplServer {
     #[tool(
-        description = "List the workspace as a tree with sizes (paths relative to the workspace root; symlinked directories \
-are not followed). Example: {\"path\": \"data\", \"depth\": 1}.",
+        description = "List a workspace directory as a tree with sizes. Paths in all file tools are relative to the workspace.",
         output_schema = schema_for_output::<ListOutput>(),
-        annotations(title = "List files", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "List files", read_only_hint = true)
     )]
     async fn file_list(
         &self,
@@ -145,11 +137,9 @@ are not followed). Example: {\"path\": \"data\", \"depth\": 1}.",
     }
 
     #[tool(
-        description = "Read a workspace file. Text: a range of lines (default the first 2000) with the total line count. \
-Binary files (images, archives...) come back as an embedded resource with their MIME type. \
-Example: {\"path\": \"src/app.py\", \"start_line\": 100, \"line_count\": 50}.",
+        description = "Read a workspace file: a range of lines of text, or a binary file as a resource with its MIME type.",
         output_schema = schema_for_output::<ReadOutput>(),
-        annotations(title = "Read a file", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Read a file", read_only_hint = true)
     )]
     async fn file_read(
         &self,
@@ -160,10 +150,9 @@ Example: {\"path\": \"src/app.py\", \"start_line\": 100, \"line_count\": 50}.",
     }
 
     #[tool(
-        description = "Write a workspace file: text, or binary given as base64; parent directories are created; append=true \
-appends. Example: {\"path\": \"notes/todo.md\", \"text\": \"# TODO\\n\"}.",
+        description = "Write (or append to) a workspace file; parent directories are created.",
         output_schema = schema_for_output::<ChangeOutput>(),
-        annotations(title = "Write a file", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+        annotations(title = "Write a file", open_world_hint = false)
     )]
     async fn file_write(
         &self,
@@ -200,10 +189,9 @@ appends. Example: {\"path\": \"notes/todo.md\", \"text\": \"# TODO\\n\"}.",
     }
 
     #[tool(
-        description = "Delete a workspace file, or a directory (recursive=true for a non-empty one). The workspace root \
-itself cannot be deleted. Example: {\"path\": \"build\", \"recursive\": true}.",
+        description = "Delete a workspace file or directory.",
         output_schema = schema_for_output::<ChangeOutput>(),
-        annotations(title = "Delete a file", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Delete a file", idempotent_hint = true, open_world_hint = false)
     )]
     async fn file_delete(
         &self,

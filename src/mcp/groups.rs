@@ -2,11 +2,35 @@
 
 use std::collections::BTreeSet;
 
+/// Every tool and its group. The default groups are what an agent needs when
+/// its host already has shell and file tools (Claude Code, Codex, Cursor);
+/// `more`, `shell` and `files` are for the rest.
+const TOOLS: &[(&str, &str)] = &[
+    ("python_exec", "python"),
+    ("python_wait", "python"),
+    ("python_output", "python"),
+    ("python_sessions", "python"),
+    ("python_inspect", "python"),
+    ("python_install", "packages"),
+    ("python_history", "more"),
+    ("python_run_file", "more"),
+    ("python_complete", "more"),
+    ("python_namespace", "more"),
+    ("shell_exec", "shell"),
+    ("shell_wait", "shell"),
+    ("shell_output", "shell"),
+    ("file_list", "files"),
+    ("file_read", "files"),
+    ("file_write", "files"),
+    ("file_delete", "files"),
+];
+
 /// The groups a user can pick; `all` is every group.
-pub const GROUPS: &[&str] = &["python", "shell", "packages", "files"];
+pub const GROUPS: &[&str] = &["python", "packages", "more", "shell", "files"];
+const DEFAULT_GROUPS: &[&str] = &["python", "packages"];
 
 #[derive(Debug, Clone)]
-pub struct ToolGroups(BTreeSet<String>);
+pub struct ToolGroups(BTreeSet<&'static str>);
 
 impl ToolGroups {
     pub fn parse(items: &[String]) -> Result<Self, String> {
@@ -14,42 +38,36 @@ impl ToolGroups {
         for item in items.iter().flat_map(|s| s.split(',')).map(str::trim) {
             match item {
                 "" => {}
-                "all" => set.extend(GROUPS.iter().map(|g| g.to_string())),
-                g if GROUPS.contains(&g) => {
-                    set.insert(g.to_string());
-                }
-                other => {
-                    return Err(format!(
-                        "unknown tool group '{other}'; choose from {}, all",
-                        GROUPS.join(", ")
-                    ));
-                }
+                "all" => set.extend(GROUPS.iter().copied()),
+                g => match GROUPS.iter().find(|known| **known == g) {
+                    Some(known) => {
+                        set.insert(*known);
+                    }
+                    None => {
+                        return Err(format!(
+                            "unknown tool group '{g}'; choose from {}, all",
+                            GROUPS.join(", ")
+                        ));
+                    }
+                },
             }
         }
         if set.is_empty() {
-            set.extend(GROUPS.iter().map(|g| g.to_string()));
+            set.extend(DEFAULT_GROUPS.iter().copied());
         }
         Ok(Self(set))
     }
 
-    /// The group a tool belongs to (server_status is always exposed).
-    fn group_of(tool: &str) -> Option<&'static str> {
-        match tool {
-            "server_status" => None,
-            "python_install" => Some("packages"),
-            t if t.starts_with("python_") => Some("python"),
-            t if t.starts_with("shell_") => Some("shell"),
-            t if t.starts_with("file_") => Some("files"),
-            _ => None,
-        }
-    }
-
+    /// Whether `tool` is exposed; a tool missing from the table never is, so
+    /// a new tool cannot appear without being placed in a group.
     pub fn exposes(&self, tool: &str) -> bool {
-        Self::group_of(tool).is_none_or(|g| self.0.contains(g))
+        TOOLS
+            .iter()
+            .any(|(name, group)| *name == tool && self.0.contains(group))
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.0.iter().cloned().collect()
+        self.0.iter().map(|g| g.to_string()).collect()
     }
 }
 
@@ -63,8 +81,12 @@ mod tests {
         assert!(g.exposes("python_exec"));
         assert!(!g.exposes("shell_exec"));
         assert!(!g.exposes("python_install"));
-        assert!(g.exposes("server_status"));
+        assert!(!g.exposes("no_such_tool"));
         assert!(ToolGroups::parse(&["bogus".into()]).is_err());
-        assert!(ToolGroups::parse(&[]).expect("parse").exposes("file_read"));
+        let default = ToolGroups::parse(&[]).expect("parse");
+        assert!(default.exposes("python_install"));
+        assert!(!default.exposes("file_read"));
+        let all = ToolGroups::parse(&["all".into()]).expect("parse");
+        assert!(TOOLS.iter().all(|(t, _)| all.exposes(t)));
     }
 }

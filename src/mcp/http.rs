@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use axum::Router;
@@ -16,7 +17,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::server::FerreplServer;
-use crate::config::Config;
+use crate::config::{Config, DefaultSession};
+use crate::session::DEFAULT_SESSION;
 
 pub async fn serve(
     addr: SocketAddr,
@@ -53,10 +55,20 @@ pub async fn serve(
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(cfg.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());
+    let per_client = cfg.default_session == DefaultSession::PerClient;
+    let clients = AtomicU64::new(0);
     let service = StreamableHttpService::new(
         move || {
-            let (manager, jobs, files, groups) = app.clone();
-            Ok(FerreplServer::new(manager, jobs, files, groups))
+            // Sessions belong to whoever holds the token, not to the
+            // connection: a client that reconnects finds its sessions. With
+            // per-client, each connection's omitted `session` is its own.
+            let default = if per_client {
+                let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
+                format!("{DEFAULT_SESSION}-{n}")
+            } else {
+                DEFAULT_SESSION.to_string()
+            };
+            Ok(FerreplServer::new(&app, default))
         },
         Arc::new(LocalSessionManager::default()),
         config,

@@ -7,6 +7,7 @@ pub mod http;
 pub mod output_tool;
 pub mod packages_tool;
 pub mod render;
+pub mod schema;
 pub mod server;
 pub mod shell_tools;
 pub mod stdio;

@@ -17,32 +17,48 @@ pub const MAX_LINES: usize = 10_000;
 pub const MAX_CONTEXT: u64 = 20;
 const MAX_MATCHES: usize = 500;
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct OutputParams {
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// Cell number (see the result footer). Default: the running cell, else the latest one.
+    /// Default: the latest.
     #[serde(default)]
     pub cell: Option<u64>,
-    /// Where the window starts: a character offset (from 0), or a line number (from 1) when
-    /// `lines` is true. Default: the start.
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Size of the window: characters (default 20000, at most 200000), or lines when `lines`
-    /// is true (default 200, at most 10000).
+    /// Characters (default 20000), or lines if lines is true.
     #[serde(default)]
     pub limit: Option<u64>,
-    /// Count offset and limit in lines instead of characters.
     #[serde(default)]
     pub lines: Option<bool>,
-    /// A regular expression: return the matching lines (numbered) with `context` lines around
-    /// them instead of a window.
+    /// A regex.
     #[serde(default)]
     pub grep: Option<String>,
-    /// Lines of context around each grep match. Default 1, at most 20.
     #[serde(default)]
     pub context: Option<u64>,
+}
+
+/// What part of an output to read: the window arguments of python_output
+/// and shell_output.
+#[derive(Debug, Default, Clone)]
+pub struct WindowParams {
+    pub offset: Option<u64>,
+    pub limit: Option<u64>,
+    pub lines: Option<bool>,
+    pub grep: Option<String>,
+    pub context: Option<u64>,
+}
+
+impl OutputParams {
+    pub fn window(&self) -> WindowParams {
+        WindowParams {
+            offset: self.offset,
+            limit: self.limit,
+            lines: self.lines,
+            grep: self.grep.clone(),
+            context: self.context,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -85,7 +101,7 @@ pub struct Source {
     pub dropped: u64,
 }
 
-pub fn window(src: Source, p: &OutputParams) -> Result<OutputWindow, String> {
+pub fn window(src: Source, p: &WindowParams) -> Result<OutputWindow, String> {
     let text = clean(&String::from_utf8_lossy(&src.bytes));
     let total_chars = text.chars().count() as u64;
     let line_list: Vec<&str> = text.lines().collect();
@@ -222,16 +238,8 @@ mod tests {
         }
     }
 
-    fn params() -> OutputParams {
-        OutputParams {
-            session: None,
-            cell: None,
-            offset: None,
-            limit: None,
-            lines: None,
-            grep: None,
-            context: None,
-        }
+    fn params() -> WindowParams {
+        WindowParams::default()
     }
 
     #[test]

@@ -9,26 +9,24 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{Parameters, Seconds, secs};
 use super::render;
-use super::server::{FerreplServer, session_name};
+use super::server::FerreplServer;
 use super::shell_tools::JobOutput;
 use crate::jobs::{JobSpec, JobStatus};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct InstallParams {
-    /// Package names or requirement specifiers ("pandas", "numpy>=2"), or paths of local
-    /// wheel / sdist files or project directories.
+    /// Names, specifiers or wheel paths.
     pub packages: Vec<String>,
-    /// The session whose interpreter gets the packages. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// Upgrade packages that are already installed. Default false.
     #[serde(default)]
     pub upgrade: Option<bool>,
-    /// Seconds to wait before returning status "running" (the install goes on; collect it
-    /// with shell_wait on the returned job). Default 30.
     #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
+
+/// How to go on with an install still running.
+const INSTALL_HINT: &str = "call python_install again for this session to keep waiting for it.";
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
@@ -37,7 +35,7 @@ fn shell_quote(s: &str) -> String {
 /// Run first in the install job, inside the sandbox like the install itself
 /// (the interpreter may be any file the agent wrote): refuses interpreters
 /// that are not a virtual environment, saying what to do instead.
-const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, name: ..., venv: .venv}\")";
+const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, session: ..., venv: .venv}\")";
 
 /// Whether pip would build `spec` from source even with `--only-binary
 /// :all:`, which it ignores for direct references: a URL, `name @ URL`, a
@@ -64,13 +62,10 @@ fn would_build(spec: &str, workdir: &std::path::Path) -> bool {
 #[tool_router(router = packages_router, vis = "pub(super)")]
 impl FerreplServer {
     #[tool(
-        description = "Install Python packages into a session's virtual environment (uv when available, else pip), as a job \
-with a wait window: returns when done (the packages then import in the running session, no restart needed) or with status \
-'running' (collect with shell_wait). Names, specifiers or local wheel/sdist paths. Refuses interpreters that are not a venv: \
-start ferrepl with --venv DIR, or create a session with python_sessions create venv=... \
-Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}.",
+        description = "Install packages into the session's venv (uv or pip); they import at once, no restart. \
+After 'running', call it again to keep waiting. Example: {\"packages\": [\"pandas\", \"numpy>=2\"]}",
         output_schema = schema_for_output::<JobOutput>(),
-        annotations(title = "Install packages", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+        annotations(title = "Install packages", destructive_hint = false, idempotent_hint = true)
     )]
     async fn python_install(
         &self,
@@ -79,7 +74,15 @@ Example: {\"packages\": [\"requests\", \"./dist/mypkg-0.1-py3-none-any.whl\"]}."
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
+        let wait = self.manager.wait_window(secs(p.wait_s));
+        if let Some(job) = self.jobs.running_install(&session) {
+            // The agent repeats the call after a 'running' result: follow
+            // the install already under way rather than start a second one.
+            return Ok(self
+                .drive_job(job, wait, (meta, peer, ct), false, INSTALL_HINT)
+                .await);
+        }
         if p.packages.is_empty() {
             return Ok(render::tool_error(
                 "packages is empty: name at least one package or wheel path",
@@ -169,6 +172,7 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
             Ok(j) => j,
             Err(e) => return Ok(render::tool_error(e)),
         };
+        self.jobs.set_install(&session, job.clone());
         // Whenever the install ends, the running session sees the new packages.
         {
             let (jobs, manager, job, session) = (
@@ -188,9 +192,8 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
                 }
             });
         }
-        let wait = self.manager.wait_window(secs(p.wait_s));
         let mut result = self
-            .drive_job(job.clone(), wait, meta, peer, ct, true)
+            .drive_job(job.clone(), wait, (meta, peer, ct), true, INSTALL_HINT)
             .await;
         let done_ok = result.structured_content.as_ref().is_some_and(|v| {
             v.get("status") == Some(&serde_json::json!(JobStatus::Exited))
@@ -212,7 +215,7 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
                     "Installed; the packages import in session '{session}' now (no restart needed)."
                 ),
                 Err(e) => format!(
-                    "Installed, but the running session could not refresh its imports ({e}); python_reset if an import fails."
+                    "Installed, but the running session could not refresh its imports ({e}); reset the session (python_sessions) if an import fails."
                 ),
             };
             if let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut() {

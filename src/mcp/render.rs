@@ -9,37 +9,43 @@ use super::text::clean;
 use crate::session::report::{CellReport, CellStatus, DisplayInfo};
 use crate::worker::protocol::PyError;
 
-/// structuredContent of python_exec, python_wait, python_input and python_interrupt.
+/// structuredContent of python_exec, python_wait and python_run_file (with
+/// --structured-content). Empty and null fields are left out.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CellOutput {
-    /// ok | error | running | waiting_input | interrupted | crashed.
     pub status: CellStatus,
-    /// The session the cell ran in.
     pub session: String,
-    /// The session's cell number (from 1).
     pub cell: u64,
-    /// Standard output of the cell returned by this call (fd level, includes subprocesses).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub stdout: String,
-    /// Standard error of the cell returned by this call.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub stderr: String,
-    /// repr() of the cell's last expression, or null.
+    /// repr() of the last expression.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// The exception, or null.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<PyError>,
-    /// The input() prompt when status is waiting_input, else null.
+    /// The input() prompt (waiting_input).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
-    /// Time the cell has run, in milliseconds.
     pub elapsed_ms: f64,
-    /// Bytes of output this result covers (stdout and stderr).
+    #[serde(skip_serializing_if = "is_zero")]
     pub output_bytes: u64,
-    /// Bytes left out of the middle of the output text (see the marker in the text).
+    /// Bytes left out of the middle of the output.
+    #[serde(skip_serializing_if = "is_zero")]
     pub omitted_bytes: u64,
-    /// Output written after an earlier cell finished (by its threads or subprocesses).
+    /// Output written after the previous cell finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub background_output: Option<String>,
-    /// Messages from ferrepl about the session (lost state, escalations...).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// Images the cell displayed (the images themselves are image content blocks).
+    /// The images (sent as image content blocks).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub display: Vec<DisplayInfo>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn format_elapsed(ms: f64) -> String {
@@ -91,12 +97,12 @@ pub fn cell_text(r: &CellReport) -> String {
     match r.status {
         CellStatus::Running => push_block(
             &mut text,
-            "[ferrepl] the cell is still running; call python_wait to keep waiting for it, or python_interrupt to stop it.",
+            "[ferrepl] still running; call python_wait to keep waiting (interrupt: true stops it).",
         ),
         CellStatus::WaitingInput => push_block(
             &mut text,
             &format!(
-                "[ferrepl] the cell is waiting for input, prompt: {:?}; answer with python_input.",
+                "[ferrepl] waiting for input, prompt {:?}; answer with python_wait {{input: ...}}.",
                 r.prompt.as_deref().unwrap_or("")
             ),
         ),

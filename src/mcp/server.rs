@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolResult, Implementation, ProgressNotificationParam, RequestMetaObject,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    ProgressNotificationParam, RequestMetaObject, ServerCapabilities, ServerConfig,
 };
+use rmcp::service::RequestContext;
 use rmcp::{
     ErrorData as McpError, Peer, RoleServer, ServerHandler, tool, tool_handler, tool_router,
 };
@@ -16,13 +18,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::args::{Parameters, Seconds, secs};
+use super::args::{self, Parameters, Seconds, secs};
 use super::groups::ToolGroups;
 use super::output_tool::{self, OutputParams, OutputWindow};
 use super::render::{self, CellOutput};
+use super::schema;
 use crate::jobs::JobManager;
 use crate::session::report::CellReport;
-use crate::session::{DEFAULT_SESSION, SessionError, SessionManager};
+use crate::session::{SessionError, SessionManager};
 
 /// What a cell call needs from its request besides the arguments.
 pub(super) struct CallContext {
@@ -34,79 +37,51 @@ pub(super) struct CallContext {
     pub(super) interrupt_on_cancel: bool,
 }
 
-const INSTRUCTIONS: &str = "ferrepl runs Python in persistent sessions: each session is its own interpreter process whose variables persist across calls. \
-Run code with python_exec; the result has the output, the value of the last expression and any traceback. \
-Long cells: python_exec returns status 'running' after wait_s seconds while the cell keeps going; collect it with python_wait, stop it with python_interrupt. \
-A cell that calls input() returns status 'waiting_input' with the prompt; answer with python_input. \
-Use separate session names for independent work; python_reset gives a session a fresh interpreter.";
-
-pub(super) fn session_name(s: &Option<String>) -> &str {
-    s.as_deref()
-        .filter(|s| !s.is_empty())
-        .unwrap_or(DEFAULT_SESSION)
+/// The server's instructions: the rules every tool shares, said once.
+fn instructions((default_wait, max_wait): (f64, f64)) -> String {
+    format!(
+        "Python sessions whose variables persist between calls; each session is its own interpreter process, \
+created on first use (session defaults to \"default\"). A result ends with a status line: ok, error, running, waiting_input, interrupted or crashed. \
+No call waits longer than wait_s (default {default_wait:.0}, at most {max_wait:.0} s): a cell still going then returns 'running' and keeps running; \
+python_wait collects it, answers input() or interrupts it."
+    )
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ExecParams {
-    /// Python source to run as one cell. Multi-line code, function and class definitions and
-    /// top-level `await` all work. If the last statement is an expression its repr is returned as
-    /// the value (a cell of assignments returns no value).
+    /// Python code; the last expression's repr is returned.
     pub code: String,
-    /// Session name: letters, digits, '_', '-', '.'; created on first use. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// Seconds to wait for the cell before returning with status "running" (the cell keeps
-    /// running; collect it with python_wait). Default 30; capped by the server's maximum.
+    /// Seconds to wait before returning 'running' (default 30).
     #[serde(default)]
     pub wait_s: Option<Seconds>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct SessionParams {
-    /// Session name. Default "default".
-    #[serde(default)]
-    pub session: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WaitParams {
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// Longest time to wait, in seconds, for the cell to finish or ask for input. Default 30.
     #[serde(default)]
     pub wait_s: Option<Seconds>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct InputParams {
-    /// The line to give to the pending input() (without a trailing newline).
-    pub text: String,
-    /// Session name. Default "default".
+    /// Answers the pending input().
     #[serde(default)]
-    pub session: Option<String>,
-    /// Close the input instead: input() raises EOFError (sys.stdin.read() ends). Default false.
+    pub input: Option<String>,
+    /// Close stdin (EOFError).
     #[serde(default)]
     pub eof: Option<bool>,
-    /// Longest time to wait afterwards, in seconds, like python_wait. Default 30.
+    /// KeyboardInterrupt; variables are kept.
     #[serde(default)]
-    pub wait_s: Option<Seconds>,
+    pub interrupt: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct InspectParams {
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// A variable name or dotted path (e.g. "df" or "model.fit"). Omit to list all user variables.
+    /// e.g. "df.columns".
     #[serde(default)]
     pub name: Option<String>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ResetOutput {
-    pub session: String,
-    pub message: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -121,12 +96,15 @@ pub struct InspectOutput {
 }
 
 /// What every transport session's server is built from.
-pub type AppParts = (
-    Arc<SessionManager>,
-    Arc<JobManager>,
-    crate::files::Workspace,
-    ToolGroups,
-);
+#[derive(Clone)]
+pub struct AppParts {
+    pub manager: Arc<SessionManager>,
+    pub jobs: Arc<JobManager>,
+    pub files: crate::files::Workspace,
+    pub groups: ToolGroups,
+    /// --structured-content.
+    pub structured: bool,
+}
 
 #[derive(Clone)]
 pub struct FerreplServer {
@@ -134,49 +112,62 @@ pub struct FerreplServer {
     pub(super) jobs: Arc<JobManager>,
     pub(super) files: crate::files::Workspace,
     pub(super) groups: ToolGroups,
+    structured: bool,
+    /// The session an omitted `session` argument names.
+    default_session: String,
     tool_router: ToolRouter<Self>,
 }
 
 #[tool_router]
 impl FerreplServer {
-    pub fn new(
-        manager: Arc<SessionManager>,
-        jobs: Arc<JobManager>,
-        files: crate::files::Workspace,
-        groups: ToolGroups,
-    ) -> Self {
+    /// The server of one MCP connection; `default_session` is what an omitted
+    /// `session` argument means for it.
+    pub fn new(app: &AppParts, default_session: String) -> Self {
         let mut router = Self::tool_router()
             + Self::workspace_router()
             + Self::shell_router()
             + Self::packages_router()
             + Self::file_router();
-        let names: Vec<String> = router
-            .list_all()
-            .iter()
-            .map(|t| t.name.to_string())
-            .collect();
-        for name in names {
-            if !groups.exposes(&name) {
-                router.remove_route(&name);
-            }
+        router.map.retain(|name, _| app.groups.exposes(name));
+        for route in router.map.values_mut() {
+            let tool = &mut route.attr;
+            let mut input = (*tool.input_schema).clone();
+            schema::portable(&mut input);
+            tool.input_schema = Arc::new(input);
+            tool.output_schema = match (app.structured, tool.output_schema.take()) {
+                (true, Some(out)) => {
+                    let mut out = (*out).clone();
+                    schema::portable(&mut out);
+                    Some(Arc::new(out))
+                }
+                _ => None,
+            };
         }
         Self {
-            manager,
-            jobs,
-            files,
-            groups,
+            manager: app.manager.clone(),
+            jobs: app.jobs.clone(),
+            files: app.files.clone(),
+            groups: app.groups.clone(),
+            structured: app.structured,
+            default_session,
             tool_router: router,
         }
     }
 
+    /// The session a `session` argument names (omitted or empty: this
+    /// connection's default).
+    pub(super) fn session_name(&self, s: &Option<String>) -> String {
+        s.as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.default_session)
+            .to_string()
+    }
+
     #[tool(
-        description = "Run Python code in a persistent session (its own interpreter; variables persist across calls). \
-Returns the cell's stdout/stderr (captured at the fd level, so subprocess output is included), the repr of the last expression, \
-and the traceback if it raised (isError true). Returns early with status 'running' if the cell outlives wait_s (then use \
-python_wait or python_interrupt), or 'waiting_input' if it calls input() (answer with python_input). \
-Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.566370614359172'.",
+        description = "Run Python code in a persistent session. Returns the output (stdout and stderr, subprocesses included), \
+the last expression's repr, and the traceback if it raised. Example: {\"code\": \"import math\\nmath.pi * 2\"}",
         output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Run Python", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+        annotations(title = "Run Python")
     )]
     async fn python_exec(
         &self,
@@ -186,7 +177,7 @@ Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.56637
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let call = CallContext {
             meta,
             peer,
@@ -200,11 +191,10 @@ Example: {\"code\": \"import math\\nr = 2\\nmath.pi * r**2\"} -> value '12.56637
     }
 
     #[tool(
-        description = "Wait for the running cell of a session: returns as soon as it finishes or asks for input, or when wait_s runs out \
-(status 'running' again). Returns only output not shown before. Use after python_exec returned status 'running'. \
-Example: {\"session\": \"train\", \"wait_s\": 60}.",
+        description = "Follow a cell that returned 'running' or 'waiting_input': its new output once it finishes, asks \
+for input or wait_s passes. Repeats the last result if that was lost.",
         output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Wait for a running cell", read_only_hint = true, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+        annotations(title = "Wait for a cell", destructive_hint = false, open_world_hint = false)
     )]
     async fn python_wait(
         &self,
@@ -214,75 +204,46 @@ Example: {\"session\": \"train\", \"wait_s\": 60}.",
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
+        let interrupt = p.interrupt.unwrap_or(false);
+        let eof = p.eof.unwrap_or(false);
+        if interrupt && (p.input.is_some() || eof) {
+            return Ok(render::tool_error(
+                "give either input/eof or interrupt, not both",
+            ));
+        }
+        if interrupt {
+            return Ok(match self.manager.interrupt(&session).await {
+                Ok(report) => render::cell_result(&report),
+                Err(e) => render::tool_error(e),
+            });
+        }
         let call = CallContext {
             meta,
             peer,
             ct,
             interrupt_on_cancel: false,
         };
+        if p.input.is_some() || eof {
+            let text = p.input.unwrap_or_default();
+            let fut = self.manager.input(&session, &text, eof, wait);
+            return Ok(self.drive(&session, call, fut).await);
+        }
         let fut = self.manager.wait(&session, wait);
         Ok(self.drive(&session, call, fut).await)
     }
 
     #[tool(
-        description = "Answer a pending input() (also getpass, sys.stdin.readline, pdb) of a cell whose status is 'waiting_input', \
-then wait like python_wait. Set eof=true to close the input instead. Example: {\"text\": \"Alice\"}.",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Answer input()", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
-    )]
-    async fn python_input(
-        &self,
-        Parameters(p): Parameters<InputParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> Result<CallToolResult, McpError> {
-        let wait = self.manager.wait_window(secs(p.wait_s));
-        let eof = p.eof.unwrap_or(false);
-        let session = session_name(&p.session).to_string();
-        let call = CallContext {
-            meta,
-            peer,
-            ct,
-            interrupt_on_cancel: false,
-        };
-        let fut = self.manager.input(&session, &p.text, eof, wait);
-        Ok(self.drive(&session, call, fut).await)
-    }
-
-    #[tool(
-        description = "Interrupt the running cell of a session (KeyboardInterrupt, like Ctrl-C); the session's variables are kept. \
-Returns the cell's final result with status 'interrupted'. If the code ignores interrupts it is interrupted again and then its \
-interpreter is killed (the result says so: the state is then lost). Example: {\"session\": \"default\"}.",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Interrupt a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
-    )]
-    async fn python_interrupt(
-        &self,
-        Parameters(p): Parameters<SessionParams>,
-    ) -> Result<CallToolResult, McpError> {
-        Ok(
-            match self.manager.interrupt(session_name(&p.session)).await {
-                Ok(report) => render::cell_result(&report),
-                Err(e) => render::tool_error(e),
-            },
-        )
-    }
-
-    #[tool(
-        description = "Read the full output of a cell (results show at most the first and last ~10 KB of long output). \
-A window by character offset (default the first 20000 characters), or by lines with lines=true, or only the lines matching \
-a regular expression (grep) with context. Output of the last 50 cells per session is kept. \
-Example: {\"cell\": 7, \"grep\": \"Error|Warning\"} or {\"cell\": 7, \"offset\": 20000}.",
+        description = "Read a cell's full output (long results keep only head and tail): a window, or the lines matching \
+grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
         output_schema = schema_for_output::<OutputWindow>(),
-        annotations(title = "Read a cell's full output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Read cell output", read_only_hint = true)
     )]
     async fn python_output(
         &self,
         Parameters(p): Parameters<OutputParams>,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let (cell, running, bytes, dropped) = match self.manager.cell_output(&session, p.cell) {
             Ok(found) => found,
             Err(e) => return Ok(render::tool_error(e)),
@@ -293,48 +254,22 @@ Example: {\"cell\": 7, \"grep\": \"Error|Warning\"} or {\"cell\": 7, \"offset\":
             bytes,
             dropped,
         };
-        Ok(match output_tool::window(source, &p) {
+        Ok(match output_tool::window(source, &p.window()) {
             Ok(w) => render::structured(output_tool::render(&w, p.lines.unwrap_or(false)), &w),
             Err(e) => render::tool_error(e),
         })
     }
 
     #[tool(
-        description = "Restart a session's Python interpreter: all its variables and imports are cleared (a running cell is stopped). \
-Use when state is broken or to start clean. Example: {\"session\": \"default\"}.",
-        output_schema = schema_for_output::<ResetOutput>(),
-        annotations(title = "Reset a session", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn python_reset(
-        &self,
-        Parameters(p): Parameters<SessionParams>,
-    ) -> Result<CallToolResult, McpError> {
-        let name = session_name(&p.session).to_string();
-        Ok(match self.manager.reset(&name).await {
-            Ok(message) => render::structured(
-                message.clone(),
-                &ResetOutput {
-                    session: name,
-                    message,
-                },
-            ),
-            Err(e) => render::tool_error(e),
-        })
-    }
-
-    #[tool(
-        description = "Look at a session's variables without running code. Without 'name': every user variable with its type, \
-a short repr and len/shape (modules, imported functions and _private names are left out). With 'name' (a variable or dotted \
-path): its type, a longer repr, and for callables the signature and docstring. Works while a cell runs. \
-Example: {\"name\": \"df\"}.",
+        description = "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs.",
         output_schema = schema_for_output::<InspectOutput>(),
-        annotations(title = "Inspect variables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Inspect variables", read_only_hint = true)
     )]
     async fn python_inspect(
         &self,
         Parameters(p): Parameters<InspectParams>,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let target = p.name.as_deref().filter(|n| !n.is_empty());
         Ok(match self.manager.inspect(&session, target).await {
             Ok(reply) => {
@@ -462,6 +397,22 @@ fn render_inspect(out: &InspectOutput) -> String {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for FerreplServer {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tcc = ToolCallContext::new(self, request, context);
+        let mut response = self.tool_router.call(tcc).await?;
+        if let CallToolResponse::Complete(result) = &mut response {
+            if !self.structured {
+                result.structured_content = None;
+            }
+            args::plain_argument_error(result);
+        }
+        Ok(response)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -471,6 +422,6 @@ impl ServerHandler for FerreplServer {
                 .build(),
         )
         .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))
-        .with_instructions(INSTRUCTIONS)
+        .with_instructions(instructions(self.manager.wait_bounds()))
     }
 }

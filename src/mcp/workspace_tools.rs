@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{Parameters, PathArg, Seconds, secs};
 use super::render::{self, CellOutput};
-use super::server::{CallContext, FerreplServer, session_name};
+use super::server::{CallContext, FerreplServer};
 use crate::session::{CellSource, HistoryEntry, SessionInfo, SessionOptions};
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -22,27 +22,24 @@ use crate::session::{CellSource, HistoryEntry, SessionInfo, SessionOptions};
 pub enum SessionAction {
     List,
     Create,
+    Reset,
     Delete,
+    Status,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SessionsParams {
-    /// list (default), create or delete.
+    /// Default list.
     #[serde(default)]
     pub action: Option<SessionAction>,
-    /// The session to create or delete.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// create: interpreter inside the workspace (or one the operator allowed).
+    #[serde(default, alias = "name")]
+    pub session: Option<String>,
     #[serde(default)]
     pub python: Option<PathBuf>,
-    /// create: venv directory inside the workspace (or allowed); its bin/python is used.
     #[serde(default)]
     pub venv: Option<PathBuf>,
-    /// create: working directory inside the workspace (relative to it).
     #[serde(default)]
     pub workdir: Option<PathBuf>,
-    /// create: extra environment variables for the interpreter.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
 }
@@ -56,10 +53,9 @@ pub struct SessionsOutput {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct HistoryParams {
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// How many of the latest cells. Default 20.
+    /// How many of the latest cells (default 20).
     #[serde(default)]
     pub last: Option<usize>,
 }
@@ -74,27 +70,21 @@ pub struct HistoryOutput {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunFileParams {
-    /// Path of the Python script (relative to the session's working directory).
     pub path: PathArg,
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// Command-line arguments: sys.argv[1:].
     #[serde(default)]
     pub args: Option<Vec<String>>,
-    /// Seconds to wait before returning status "running", as in python_exec.
     #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CompleteParams {
-    /// Code being written; completions are for the name or attribute before the cursor.
     pub code: String,
-    /// Cursor position in characters (default: the end of code).
+    /// Character offset (default: the end).
     #[serde(default)]
     pub cursor: Option<usize>,
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
 }
@@ -120,19 +110,16 @@ pub enum NamespaceAction {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct NamespaceParams {
-    /// set: bind `name` to `value`; delete: remove `names`; clear: remove every user variable
-    /// (the interpreter keeps running: imported modules stay loaded).
     pub action: NamespaceAction,
-    /// Session name. Default "default".
     #[serde(default)]
     pub session: Option<String>,
-    /// set: the variable name.
+    /// set: the variable.
     #[serde(default)]
     pub name: Option<String>,
-    /// set: any JSON value (objects become dicts, arrays lists, null None).
+    /// set: any JSON value.
     #[serde(default)]
     pub value: Option<Value>,
-    /// delete: the variable names.
+    /// delete: the variables.
     #[serde(default)]
     pub names: Option<Vec<String>>,
 }
@@ -165,22 +152,23 @@ pub struct StatusOutput {
 #[tool_router(router = workspace_router, vis = "pub(super)")]
 impl FerreplServer {
     #[tool(
-        description = "List sessions, or create / delete one. list: name, state (idle, busy, waiting_input, dead, starting), pid, cells run, memory, uptime, interpreter. \
-create: a session with its own interpreter (python or venv), working directory or environment variables. \
-delete: end a session and every process it started. Sessions idle past the server's TTL end by themselves. \
-Examples: {} ; {\"action\": \"create\", \"name\": \"ml\", \"venv\": \".venv\", \"env\": {\"CUDA_VISIBLE_DEVICES\": \"\"}} ; {\"action\": \"delete\", \"name\": \"ml\"}.",
+        description = "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh \
+interpreter, delete one; status: the server's limits and sandbox. Example: {\"action\": \"reset\", \"session\": \"ml\"}",
         output_schema = schema_for_output::<SessionsOutput>(),
-        annotations(title = "Sessions", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+        annotations(title = "Sessions", open_world_hint = false)
     )]
     async fn python_sessions(
         &self,
         Parameters(p): Parameters<SessionsParams>,
     ) -> Result<CallToolResult, McpError> {
-        let message = match p.action.unwrap_or(SessionAction::List) {
+        let action = p.action.unwrap_or(SessionAction::List);
+        let named = p.session.as_deref().filter(|s| !s.is_empty());
+        let message = match action {
             SessionAction::List => None,
+            SessionAction::Status => return Ok(self.server_status()),
             SessionAction::Create => {
-                let Some(name) = p.name.as_deref() else {
-                    return Ok(render::tool_error("create needs a session name in 'name'"));
+                let Some(name) = named else {
+                    return Ok(render::tool_error("create needs the new session's name in 'session'"));
                 };
                 let opts = SessionOptions {
                     python: p.python,
@@ -195,9 +183,16 @@ Examples: {} ; {\"action\": \"create\", \"name\": \"ml\", \"venv\": \".venv\", \
                     Err(e) => return Ok(render::tool_error(e)),
                 }
             }
+            SessionAction::Reset => {
+                let name = self.session_name(&p.session);
+                match self.manager.reset(&name).await {
+                    Ok(message) => Some(message),
+                    Err(e) => return Ok(render::tool_error(e)),
+                }
+            }
             SessionAction::Delete => {
-                let Some(name) = p.name.as_deref() else {
-                    return Ok(render::tool_error("delete needs a session name in 'name'"));
+                let Some(name) = named else {
+                    return Ok(render::tool_error("delete needs the session's name in 'session'"));
                 };
                 match self.manager.delete(name) {
                     Ok(msg) => Some(msg),
@@ -215,16 +210,15 @@ Examples: {} ; {\"action\": \"create\", \"name\": \"ml\", \"venv\": \".venv\", \
     }
 
     #[tool(
-        description = "The cells a session ran: number, code, status, elapsed time and the start of the output (newest last). \
-Use it to recall what was done, then python_output to read a cell's full output. Example: {\"last\": 5}.",
+        description = "The cells a session ran: code, status, time and the start of their output.",
         output_schema = schema_for_output::<HistoryOutput>(),
-        annotations(title = "Cell history", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Cell history", read_only_hint = true)
     )]
     async fn python_history(
         &self,
         Parameters(p): Parameters<HistoryParams>,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let cells = match self.manager.history(&session, p.last) {
             Ok(c) => c,
             Err(e) => return Ok(render::tool_error(e)),
@@ -264,11 +258,9 @@ Use it to recall what was done, then python_output to read a cell's full output.
     }
 
     #[tool(
-        description = "Run a Python script file inside a session, as __main__ with sys.argv = [path, *args]; its globals stay in \
-the session afterwards. Same result and wait/input/interrupt cycle as python_exec. \
-Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
+        description = "Run a script in a session as __main__ with sys.argv [path, *args]; its globals stay. Like python_exec.",
         output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Run a script", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+        annotations(title = "Run a script")
     )]
     async fn python_run_file(
         &self,
@@ -278,7 +270,7 @@ Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
         ct: CancellationToken,
     ) -> Result<CallToolResult, McpError> {
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let args = p.args.unwrap_or_default();
         let call = CallContext {
             meta,
@@ -295,16 +287,15 @@ Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
     }
 
     #[tool(
-        description = "Completions for the name or attribute before the cursor, from the session's live objects \
-(jedi when installed, else rlcompleter). Works while a cell runs. Example: {\"code\": \"df.gro\"} -> groupby.",
+        description = "Completions at the cursor from the session's live objects. Example: {\"code\": \"df.gro\"}",
         output_schema = schema_for_output::<CompleteOutput>(),
-        annotations(title = "Complete code", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Complete code", read_only_hint = true)
     )]
     async fn python_complete(
         &self,
         Parameters(p): Parameters<CompleteParams>,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let reply = match self.manager.complete(&session, &p.code, p.cursor).await {
             Ok(r) => r,
             Err(e) => return Ok(render::tool_error(e)),
@@ -341,17 +332,16 @@ Example: {\"path\": \"train.py\", \"args\": [\"--epochs\", \"3\"]}.",
     }
 
     #[tool(
-        description = "Change a session's variables without running code: set one from a JSON value, delete some, or clear them all \
-(the interpreter keeps running; use python_reset for a fresh one). Refused while a cell runs. \
-Examples: {\"action\": \"set\", \"name\": \"config\", \"value\": {\"lr\": 0.1}} ; {\"action\": \"delete\", \"names\": [\"df\"]} ; {\"action\": \"clear\"}.",
+        description = "Set a variable from JSON, delete some, or clear all, without running code. \
+Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
         output_schema = schema_for_output::<NamespaceOutput>(),
-        annotations(title = "Edit variables", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+        annotations(title = "Edit variables", idempotent_hint = true, open_world_hint = false)
     )]
     async fn python_namespace(
         &self,
         Parameters(p): Parameters<NamespaceParams>,
     ) -> Result<CallToolResult, McpError> {
-        let session = session_name(&p.session).to_string();
+        let session = self.session_name(&p.session);
         let mut args = serde_json::Map::new();
         let action = match p.action {
             NamespaceAction::Set => {
@@ -400,13 +390,12 @@ Examples: {\"action\": \"set\", \"name\": \"config\", \"value\": {\"lr\": 0.1}} 
         }
     }
 
-    #[tool(
-        description = "ferrepl's status: version, default interpreter, sessions, configured limits, exposed tool groups, \
-sandbox state and uptime. Example: {}.",
-        output_schema = schema_for_output::<StatusOutput>(),
-        annotations(title = "Server status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn server_status(&self) -> Result<CallToolResult, McpError> {
+}
+
+impl FerreplServer {
+    /// python_sessions {action: status}: version, interpreter, limits,
+    /// sandbox, sessions and jobs.
+    fn server_status(&self) -> CallToolResult {
         let mut status = self.manager.status();
         let sessions = self.manager.list();
         let (max_jobs, job_ttl) = self.jobs.limits();
@@ -452,7 +441,7 @@ sandbox state and uptime. Example: {}.",
             running,
             out.jobs.len()
         ));
-        Ok(render::structured(text, &out))
+        render::structured(text, &out)
     }
 }
 

@@ -293,6 +293,7 @@ impl SessionManager {
                     source,
                 })?;
             st.next_cell += 1;
+            st.delivered = None;
             st.last_used = Instant::now();
             st.notes.append(&mut carried);
             st.running = Some(RunningCell {
@@ -330,7 +331,9 @@ impl SessionManager {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
             if st.running.is_none() && st.completed.is_none() {
-                return Err(SessionError::Idle(sess.name.clone()));
+                // The response that carried the last result may have been
+                // lost (a dropped connection, a client timeout): give it again.
+                return redelivery(&st).ok_or_else(|| SessionError::Idle(sess.name.clone()));
             }
             match &st.worker {
                 Some(w) => w.clone(),
@@ -393,9 +396,9 @@ impl SessionManager {
             let Some(run) = &st.running else {
                 if let Some(done) = st.completed.take() {
                     let notes = std::mem::take(&mut st.notes);
-                    return Ok(done
-                        .with_notes_first(notes)
-                        .with_note("The cell had already finished; nothing was interrupted."));
+                    let done = done.with_notes_first(notes);
+                    st.delivered = Some(done.clone());
+                    return Ok(done.with_note("The cell had already finished; nothing was interrupted."));
                 }
                 return Err(SessionError::Idle(sess.name.clone()));
             };
@@ -598,12 +601,15 @@ impl SessionManager {
                 self.refresh(sess, &mut st);
                 if let Some(done) = st.completed.take() {
                     let notes = std::mem::take(&mut st.notes);
-                    return Ok(done.with_notes_first(notes));
+                    let done = done.with_notes_first(notes);
+                    st.delivered = Some(done.clone());
+                    return Ok(done);
                 }
                 let timed_out = TokioInstant::now() >= deadline;
                 let Some(run) = st.running.as_mut() else {
-                    // Another call took the result first.
-                    return Err(SessionError::Idle(sess.name.clone()));
+                    // Another call took the result first (perhaps one whose
+                    // client is gone): this one gets it too.
+                    return redelivery(&st).ok_or_else(|| SessionError::Idle(sess.name.clone()));
                 };
                 if run.prompt.is_some() || timed_out {
                     if run.prompt.is_none() {
@@ -640,6 +646,16 @@ impl SessionManager {
     }
 }
 
+/// The last finished result, again, saying so.
+fn redelivery(st: &super::SessionState) -> Option<CellReport> {
+    let last = st.delivered.as_ref()?;
+    let note = format!(
+        "Delivered again: this result of cell {} was returned before; no cell is running.",
+        last.cell
+    );
+    Some(last.clone().with_note(&note))
+}
+
 pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
     SessionError::Busy {
         session: session.to_string(),
@@ -647,7 +663,7 @@ pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
         secs: run.started.elapsed().as_secs_f64(),
         waiting: match &run.prompt {
             Some((p, _)) => {
-                format!(" and is waiting for input (prompt {p:?}); answer it with python_input")
+                format!(" and is waiting for input (prompt {p:?}); answer it with python_wait {{input: ...}}")
             }
             None => String::new(),
         },

@@ -26,6 +26,16 @@ use report::{CellReport, Images};
 
 pub const DEFAULT_SESSION: &str = "default";
 
+/// Whether `name` is a default session (the shared one, or a client's own
+/// under `--default-session per-client`): those exist as soon as they are
+/// named, so inspecting or resetting one never fails as unknown.
+pub fn is_default_name(name: &str) -> bool {
+    name == DEFAULT_SESSION
+        || name
+            .strip_prefix("default-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Bounds on sessions and waits; see the configuration table in README.md.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -53,7 +63,7 @@ pub struct Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(
-        "session '{session}' is busy running cell {cell} ({secs:.1} s){waiting}; call python_wait to collect its result, or python_interrupt to stop it"
+        "session '{session}' is busy running cell {cell} ({secs:.1} s){waiting}; call python_wait to collect it, or python_wait with interrupt: true to stop it"
     )]
     Busy {
         session: String,
@@ -80,7 +90,7 @@ pub enum SessionError {
     #[error("session '{0}' has no running cell and no result waiting; run code with python_exec")]
     Idle(String),
     #[error(
-        "session '{session}' is not waiting for input{detail}; python_input only answers a pending input() (status waiting_input)"
+        "session '{session}' is not waiting for input{detail}; python_wait's input only answers a pending input() (status waiting_input)"
     )]
     NotWaitingInput { session: String, detail: String },
     #[error("{0}")]
@@ -102,6 +112,9 @@ struct SessionState {
     running: Option<RunningCell>,
     /// A finished cell whose result no call has returned yet.
     completed: Option<CellReport>,
+    /// The last finished result returned, kept until the next cell starts so
+    /// that python_wait can give it again if its response was lost.
+    delivered: Option<CellReport>,
     notes: Vec<String>,
     /// Images displayed after their cell had finished (by its threads).
     background_images: Images,
@@ -212,6 +225,14 @@ impl SessionManager {
         wait_window(requested, self.limits.default_wait, self.limits.max_wait)
     }
 
+    /// `--default-wait` and `--max-wait` in seconds, for the instructions.
+    pub fn wait_bounds(&self) -> (f64, f64) {
+        (
+            self.limits.default_wait.as_secs_f64(),
+            self.limits.max_wait.as_secs_f64(),
+        )
+    }
+
     fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
         self.get_or_create_with(name, None)
     }
@@ -249,6 +270,7 @@ impl SessionManager {
                 cells_run: 0,
                 running: None,
                 completed: None,
+                delivered: None,
                 notes: Vec::new(),
                 background_images: Images::default(),
                 logs: VecDeque::new(),
@@ -383,7 +405,7 @@ impl SessionManager {
 
     /// Restarts a session's interpreter; all its state is cleared.
     pub async fn reset(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
-        let sess = if name == DEFAULT_SESSION {
+        let sess = if is_default_name(name) {
             self.get_or_create(name)?
         } else {
             self.existing(name)?
@@ -391,6 +413,7 @@ impl SessionManager {
         let (old, stopped) = {
             let mut st = sess.lock();
             st.completed = None;
+            st.delivered = None;
             st.notes.clear();
             let stopped = st.running.take().map(|r| r.number);
             (st.worker.take(), stopped)
@@ -418,7 +441,7 @@ impl SessionManager {
         name: &str,
         target: Option<&str>,
     ) -> Result<Value, SessionError> {
-        let sess = if name == DEFAULT_SESSION {
+        let sess = if is_default_name(name) {
             self.get_or_create(name)?
         } else {
             self.existing(name)?

@@ -16,9 +16,9 @@ pub enum CellStatus {
     Error,
     /// The cell is still running; collect it with python_wait.
     Running,
-    /// The cell is blocked in input(); answer with python_input.
+    /// The cell is blocked in input(); answer with python_wait's input.
     WaitingInput,
-    /// The cell was stopped by python_interrupt (or a time limit).
+    /// The cell was stopped by an interrupt (or a time limit).
     Interrupted,
     /// The interpreter process died; its state is lost.
     Crashed,

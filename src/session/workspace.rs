@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{DEFAULT_SESSION, HistoryEntry, Session, SessionError, SessionManager};
+use super::{HistoryEntry, Session, SessionError, SessionManager};
 use crate::worker::LaunchSpec;
 
 pub struct StatusSnapshot {
@@ -159,7 +159,7 @@ impl SessionManager {
         if let Some(cell) = running {
             msg.push_str(&format!(" Cell {cell}, which was running, was stopped."));
         }
-        if name == DEFAULT_SESSION {
+        if super::is_default_name(name) {
             msg.push_str(" The next call without a session name starts a fresh default session.");
         }
         Ok(msg)
@@ -284,7 +284,7 @@ impl SessionManager {
         op: &str,
         args: serde_json::Map<String, Value>,
     ) -> Result<Value, SessionError> {
-        let sess = if name == DEFAULT_SESSION {
+        let sess = if super::is_default_name(name) {
             self.get_or_create(name)?
         } else {
             self.existing(name)?
