@@ -12,7 +12,9 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
+use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +57,7 @@ pub async fn serve(
         .with_allowed_origins(origins)
         .with_max_request_body_bytes(cfg.max_request_bytes)
         .with_cancellation_token(shutdown.child_token());
+    let transport_sessions = Arc::new(LocalSessionManager::default());
     let per_client = cfg.default_session == DefaultSession::PerClient;
     let clients = AtomicU64::new(0);
     let service = StreamableHttpService::new(
@@ -70,12 +73,15 @@ pub async fn serve(
             };
             Ok(FerreplServer::new(&app, default))
         },
-        Arc::new(LocalSessionManager::default()),
+        transport_sessions.clone(),
         config,
     );
     let router = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn(session_delete_answers_no_content))
+        .layer(middleware::from_fn_with_state(
+            transport_sessions,
+            session_delete_answers_no_content,
+        ))
         .layer(middleware::from_fn_with_state(
             token.map(Arc::new),
             require_token,
@@ -129,11 +135,34 @@ async fn require_token(
     }
 }
 
-/// rmcp answers a successful session DELETE with 202 Accepted; clients (the
-/// official Python SDK among them) expect 200 or 204 and log anything else as a
-/// failed termination. The session is gone by then, so 204 is the truth.
-async fn session_delete_answers_no_content(req: Request, next: Next) -> Response {
+/// A DELETE of a transport session that does not exist (ended, or never
+/// was) gets 404, as the protocol says, so a client knows to start over;
+/// rmcp would accept it. A successful DELETE gets 204: rmcp answers 202, which
+/// clients (the official Python SDK among them) log as a failed termination.
+async fn session_delete_answers_no_content(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let is_delete = req.method() == axum::http::Method::DELETE;
+    if is_delete
+        && let Some(id) = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        let known = sessions
+            .has_session(&SessionId::from(id.to_string()))
+            .await
+            .unwrap_or(false);
+        if !known {
+            return (
+                StatusCode::NOT_FOUND,
+                "no such MCP session (it ended or never existed); initialize a new one\n",
+            )
+                .into_response();
+        }
+    }
     let mut response = next.run(req).await;
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
