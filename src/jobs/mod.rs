@@ -247,7 +247,7 @@ pub struct JobManager {
     next_id: AtomicU64,
     /// The install job started last for each session (python_install), so a
     /// repeated call waits on it instead of starting another.
-    installs: Mutex<BTreeMap<String, Arc<Job>>>,
+    installs: Mutex<BTreeMap<String, (Arc<Job>, Vec<String>)>>,
 }
 
 impl JobManager {
@@ -613,18 +613,19 @@ impl JobManager {
         &self.cfg.installer
     }
 
-    /// The install job still running for `session`, if any.
-    pub fn running_install(&self, session: &str) -> Option<Arc<Job>> {
+    /// The install job still running for `session`, if any, and the
+    /// packages it installs.
+    pub fn running_install(&self, session: &str) -> Option<(Arc<Job>, Vec<String>)> {
         let mut installs = self.installs.lock().unwrap_or_else(|e| e.into_inner());
         // Finished installs go; the map holds at most one per live install.
-        installs.retain(|_, job| job.lock().exit.is_none());
+        installs.retain(|_, (job, _)| job.lock().exit.is_none());
         installs.get(session).cloned()
     }
 
     /// Records the install job just started for `session`.
-    pub fn set_install(&self, session: &str, job: Arc<Job>) {
+    pub fn set_install(&self, session: &str, job: Arc<Job>, packages: Vec<String>) {
         let mut installs = self.installs.lock().unwrap_or_else(|e| e.into_inner());
-        installs.insert(session.to_string(), job);
+        installs.insert(session.to_string(), (job, packages));
     }
 
     /// The job limits, for server_status.

@@ -25,6 +25,13 @@ pub struct InstallParams {
     pub wait_s: Option<Seconds>,
 }
 
+/// Puts a line before a result's text.
+fn prepend(result: &mut CallToolResult, line: &str) {
+    if let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut() {
+        t.text = format!("{line}\n{}", t.text);
+    }
+}
+
 /// How to go on with an install still running.
 const INSTALL_HINT: &str = "call python_install again for this session to keep waiting for it.";
 
@@ -76,12 +83,25 @@ After 'running', call it again to keep waiting. Example: {\"packages\": [\"panda
     ) -> Result<CallToolResult, McpError> {
         let session = self.session_name(&p.session);
         let wait = self.manager.wait_window(secs(p.wait_s));
-        if let Some(job) = self.jobs.running_install(&session) {
+        if let Some((job, running)) = self.jobs.running_install(&session) {
             // The agent repeats the call after a 'running' result: follow
-            // the install already under way rather than start a second one.
-            return Ok(self
+            // the install under way; two installers in one venv at once
+            // would corrupt it.
+            let mut result = self
                 .drive_job(job, wait, (meta, peer, ct), false, INSTALL_HINT)
-                .await);
+                .await;
+            if running != p.packages {
+                prepend(
+                    &mut result,
+                    &format!(
+                        "[ferrepl] An install into session '{session}' was already under way ({}); this call followed it. \
+Install {} once it has finished.",
+                        running.join(" "),
+                        p.packages.join(" ")
+                    ),
+                );
+            }
+            return Ok(result);
         }
         if p.packages.is_empty() {
             return Ok(render::tool_error(
@@ -172,7 +192,8 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
             Ok(j) => j,
             Err(e) => return Ok(render::tool_error(e)),
         };
-        self.jobs.set_install(&session, job.clone());
+        self.jobs
+            .set_install(&session, job.clone(), p.packages.clone());
         // Whenever the install ends, the running session sees the new packages.
         {
             let (jobs, manager, job, session) = (
@@ -200,13 +221,10 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
                 && v.get("exit_code") == Some(&serde_json::json!(0))
         });
         let failed = result.is_error == Some(true);
-        if failed
-            && settings.mode == crate::config::Network::Off
-            && let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut()
-        {
-            t.text = format!(
-                "[ferrepl] The installer has no network (--network off): only local wheels install.\n{}",
-                t.text
+        if failed && settings.mode == crate::config::Network::Off {
+            prepend(
+                &mut result,
+                "[ferrepl] The installer has no network (--network off): only local wheels install.",
             );
         }
         if done_ok {
@@ -218,9 +236,7 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
                     "Installed, but the running session could not refresh its imports ({e}); reset the session (python_sessions) if an import fails."
                 ),
             };
-            if let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut() {
-                t.text = format!("[ferrepl] {note}\n{}", t.text);
-            }
+            prepend(&mut result, &format!("[ferrepl] {note}"));
         }
         Ok(result)
     }

@@ -168,20 +168,40 @@ fn clean(schema: &mut Map<String, Value>) {
     }
 }
 
-/// A boolean schema becomes its object form (`true` is `{}`, `false` is
-/// `{"not": {}}`), which every validator reads the same way.
+/// A boolean schema becomes its object form (`true`: any JSON value, spelled
+/// out; `false`: `{"not": {}}`), which every validator reads the same way.
 fn clean_value(value: &mut Value) {
     match value {
-        Value::Bool(true) => *value = Value::Object(Map::new()),
+        Value::Bool(true) => *value = Value::Object(any_value()),
         Value::Bool(false) => {
             let mut not = Map::new();
             not.insert("not".into(), Value::Object(Map::new()));
             *value = Value::Object(not);
         }
-        Value::Object(map) => clean(map),
+        Value::Object(map) => {
+            if map.keys().all(|k| ANNOTATIONS.contains(&k.as_str())) {
+                map.extend(any_value());
+            }
+            clean(map)
+        }
         _ => {}
     }
 }
+
+/// A schema for any JSON value. The Inspector's `--strict` flags a schema
+/// without a validation keyword (`{}`), so the types are listed.
+fn any_value() -> Map<String, Value> {
+    let types = ["object", "array", "string", "number", "boolean", "null"]
+        .iter()
+        .map(|t| serde_json::json!({ "type": t }))
+        .collect();
+    let mut map = Map::new();
+    map.insert("anyOf".into(), Value::Array(types));
+    map
+}
+
+/// Keywords that say nothing about what a value may be.
+const ANNOTATIONS: &[&str] = &["description", "title", "default", "examples"];
 
 fn is_null_schema(value: &Value) -> bool {
     value.get("type").and_then(Value::as_str) == Some("null")
@@ -234,8 +254,10 @@ mod tests {
                 "properties": {
                     "n": {"type": "integer", "minimum": 0},
                     "x": {"type": "number"},
-                    "v": {},
-                    "list": {"type": "array", "items": {}},
+                    "v": {"anyOf": [{"type": "object"}, {"type": "array"}, {"type": "string"},
+                        {"type": "number"}, {"type": "boolean"}, {"type": "null"}]},
+                    "list": {"type": "array", "items": {"anyOf": [{"type": "object"}, {"type": "array"},
+                        {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"}]}},
                     "e": {"type": "string", "enum": ["a"], "description": "d"},
                     "when": {"type": "string", "format": "date-time"}
                 }

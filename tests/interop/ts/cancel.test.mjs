@@ -32,6 +32,7 @@ async function cancelInterrupts(client) {
     if (/interrupted/.test(text(ended))) {
         assert.equal(footerStatus(ended), 'interrupted', text(ended));
         assert.match(text(ended), /KeyboardInterrupt/);
+        assert.equal(ended.isError, true);
     } else {
         // The server collected the interrupted cell already: nothing runs now.
         assert.notEqual(footerStatus(ended), 'running', text(ended));
@@ -40,6 +41,8 @@ async function cancelInterrupts(client) {
     const after = await call(client, 'python_exec', { code: 'x+1' });
     assert.equal(footerStatus(after), 'ok', `the session is not idle again:\n${text(after)}`);
     assert.match(text(after), /^42$/m);
+    const sessions = text(await call(client, 'python_sessions', {}));
+    assert.doesNotMatch(sessions, /\bbusy\b/, sessions);
 }
 
 describe('cancelling python_exec interrupts the cell', { concurrency: true }, () => {
