@@ -241,13 +241,16 @@ pub struct JobSpec {
     pub pty: bool,
 }
 
+/// An install job and the packages it installs.
+type Install = (Arc<Job>, Vec<String>);
+
 pub struct JobManager {
     cfg: JobConfig,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
     next_id: AtomicU64,
     /// The install job started last for each session (python_install), so a
     /// repeated call waits on it instead of starting another.
-    installs: Mutex<BTreeMap<String, (Arc<Job>, Vec<String>)>>,
+    installs: Mutex<BTreeMap<String, Install>>,
 }
 
 impl JobManager {
@@ -615,7 +618,7 @@ impl JobManager {
 
     /// The install job still running for `session`, if any, and the
     /// packages it installs.
-    pub fn running_install(&self, session: &str) -> Option<(Arc<Job>, Vec<String>)> {
+    pub fn running_install(&self, session: &str) -> Option<Install> {
         let mut installs = self.installs.lock().unwrap_or_else(|e| e.into_inner());
         // Finished installs go; the map holds at most one per live install.
         installs.retain(|_, (job, _)| job.lock().exit.is_none());

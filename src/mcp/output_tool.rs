@@ -31,7 +31,7 @@ pub struct OutputParams {
     pub limit: Option<u64>,
     #[serde(default)]
     pub lines: Option<bool>,
-    /// A regex.
+    /// A regex: only matching lines, with context lines (default 1) around.
     #[serde(default)]
     pub grep: Option<String>,
     #[serde(default)]

@@ -56,6 +56,16 @@ pub fn portable(schema: &mut Map<String, Value>) {
     clean(schema);
 }
 
+/// Sets the description of a top-level property, if the schema has it.
+pub fn describe_property(schema: &mut Map<String, Value>, name: &str, doc: &str) {
+    if let Some(Value::Object(prop)) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut(name))
+    {
+        prop.insert("description".into(), Value::from(doc));
+    }
+}
+
 /// Replaces each `$ref` to a local definition with the definition itself:
 /// shorter for one use, and some clients do not resolve references. A
 /// recursive type keeps its references (and definitions).

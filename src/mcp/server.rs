@@ -38,14 +38,10 @@ pub(super) struct CallContext {
 }
 
 /// The server's instructions: the rules every tool shares, said once.
-fn instructions((default_wait, max_wait): (f64, f64)) -> String {
-    format!(
-        "Python sessions whose variables persist between calls; each session is its own interpreter process, \
+const INSTRUCTIONS: &str = "Python sessions whose variables persist between calls; each session is its own interpreter process, \
 created on first use (session defaults to \"default\"). A result ends with a status line: ok, error, running, waiting_input, interrupted or crashed. \
-No call waits longer than wait_s (default {default_wait:.0}, at most {max_wait:.0} s): a cell still going then returns 'running' and keeps running; \
-python_wait collects it, answers input() or interrupts it."
-    )
-}
+A call returns within wait_s; a cell still going then returns 'running' and keeps running: \
+python_wait collects it, answers its input() or interrupts it.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ExecParams {
@@ -53,7 +49,6 @@ pub struct ExecParams {
     pub code: String,
     #[serde(default)]
     pub session: Option<String>,
-    /// Seconds to wait before returning 'running' (default 30).
     #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
@@ -129,10 +124,13 @@ impl FerreplServer {
             + Self::packages_router()
             + Self::file_router();
         router.map.retain(|name, _| app.groups.exposes(name));
+        let (default_wait, max_wait) = app.manager.wait_bounds();
+        let wait_doc = format!("Seconds to wait (default {default_wait:.0}, at most {max_wait:.0}).");
         for route in router.map.values_mut() {
             let tool = &mut route.attr;
             let mut input = (*tool.input_schema).clone();
             schema::portable(&mut input);
+            schema::describe_property(&mut input, "wait_s", &wait_doc);
             tool.input_schema = Arc::new(input);
             tool.output_schema = match (app.structured, tool.output_schema.take()) {
                 (true, Some(out)) => {
@@ -422,6 +420,6 @@ impl ServerHandler for FerreplServer {
                 .build(),
         )
         .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))
-        .with_instructions(instructions(self.manager.wait_bounds()))
+        .with_instructions(INSTRUCTIONS)
     }
 }

@@ -43,7 +43,7 @@ pub struct ShellWaitParams {
     pub job: Option<String>,
     #[serde(default)]
     pub wait_s: Option<Seconds>,
-    /// A line for stdin; then waits wait_s (default 0).
+    /// A line for stdin; returns at once unless wait_s is given.
     #[serde(default)]
     pub input: Option<String>,
     #[serde(default)]

@@ -4,7 +4,9 @@
 // KeyboardInterrupt (unless the server already collected it), and a variable
 // set before the interrupt survives (x + 1 == 42). The abort is sent upon the
 // first progress notification, which the server sends only once the cell
-// runs, so the cancel never races the start of the cell. Stdio and HTTP.
+// runs, so the cancel never races the start of the cell. A cancel is normal
+// client behaviour: the server logs nothing at ERROR or WARN for it. Stdio
+// and HTTP.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -45,14 +47,21 @@ async function cancelInterrupts(client) {
     assert.doesNotMatch(sessions, /\bbusy\b/, sessions);
 }
 
+function assertQuietLog(log) {
+    const loud = log.split('\n').filter((line) => / (ERROR|WARN) /.test(line));
+    assert.deepEqual(loud, [], `a client cancel was logged as a problem:\n${log}`);
+}
+
 describe('cancelling python_exec interrupts the cell', { concurrency: true }, () => {
     test('stdio', { timeout: 90_000 }, async (t) => {
-        const { client } = await stdioClient(t);
+        const { client, stderr } = await stdioClient(t);
         await cancelInterrupts(client);
+        assertQuietLog(stderr());
     });
 
     test('streamable HTTP', { timeout: 90_000 }, async (t) => {
         const server = await httpServer(t);
         await cancelInterrupts(await httpClient(t, server.url));
+        assertQuietLog(server.stderr());
     });
 });
