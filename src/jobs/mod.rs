@@ -45,7 +45,9 @@ pub struct JobConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    #[error("no job '{0}'; shell_wait {{}} lists the jobs (finished jobs are dropped after a while)")]
+    #[error(
+        "no job '{0}'; shell_wait {{}} lists the jobs (finished jobs are dropped after a while)"
+    )]
     NotFound(String),
     #[error(
         "{running} jobs are running, the limit (--max-jobs); wait for one with shell_wait or stop one with shell_wait {{job, signal: \"TERM\"}}"

@@ -58,10 +58,7 @@ pub fn portable(schema: &mut Map<String, Value>) {
 
 /// Sets the description of a top-level property, if the schema has it.
 pub fn describe_property(schema: &mut Map<String, Value>, name: &str, doc: &str) {
-    if let Some(Value::Object(prop)) = schema
-        .get_mut("properties")
-        .and_then(|p| p.get_mut(name))
-    {
+    if let Some(Value::Object(prop)) = schema.get_mut("properties").and_then(|p| p.get_mut(name)) {
         prop.insert("description".into(), Value::from(doc));
     }
 }

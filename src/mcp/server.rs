@@ -125,7 +125,8 @@ impl FerreplServer {
             + Self::file_router();
         router.map.retain(|name, _| app.groups.exposes(name));
         let (default_wait, max_wait) = app.manager.wait_bounds();
-        let wait_doc = format!("Seconds to wait (default {default_wait:.0}, at most {max_wait:.0}).");
+        let wait_doc =
+            format!("Seconds to wait (default {default_wait:.0}, at most {max_wait:.0}).");
         for route in router.map.values_mut() {
             let tool = &mut route.attr;
             let mut input = (*tool.input_schema).clone();

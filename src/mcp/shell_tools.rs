@@ -207,7 +207,9 @@ Example: {\"command\": \"pytest -x -q\"}",
         };
         if let Some(signal) = &p.signal {
             if p.input.is_some() || p.eof.is_some() {
-                return Ok(render::tool_error("give either input/eof or signal, not both"));
+                return Ok(render::tool_error(
+                    "give either input/eof or signal, not both",
+                ));
             }
             let signal = match parse_signal(signal.as_str()) {
                 Ok(s) => s,

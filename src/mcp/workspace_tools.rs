@@ -168,7 +168,9 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
             SessionAction::Status => return Ok(self.server_status()),
             SessionAction::Create => {
                 let Some(name) = named else {
-                    return Ok(render::tool_error("create needs the new session's name in 'session'"));
+                    return Ok(render::tool_error(
+                        "create needs the new session's name in 'session'",
+                    ));
                 };
                 let opts = SessionOptions {
                     python: p.python,
@@ -192,7 +194,9 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
             }
             SessionAction::Delete => {
                 let Some(name) = named else {
-                    return Ok(render::tool_error("delete needs the session's name in 'session'"));
+                    return Ok(render::tool_error(
+                        "delete needs the session's name in 'session'",
+                    ));
                 };
                 match self.manager.delete(name) {
                     Ok(msg) => Some(msg),
@@ -389,7 +393,6 @@ Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
             Err(e) => Ok(render::tool_error(e)),
         }
     }
-
 }
 
 impl FerreplServer {

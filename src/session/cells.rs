@@ -398,7 +398,9 @@ impl SessionManager {
                     let notes = std::mem::take(&mut st.notes);
                     let done = done.with_notes_first(notes);
                     st.delivered = Some(done.clone());
-                    return Ok(done.with_note("The cell had already finished; nothing was interrupted."));
+                    return Ok(
+                        done.with_note("The cell had already finished; nothing was interrupted.")
+                    );
                 }
                 return Err(SessionError::Idle(sess.name.clone()));
             };
@@ -663,7 +665,9 @@ pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
         secs: run.started.elapsed().as_secs_f64(),
         waiting: match &run.prompt {
             Some((p, _)) => {
-                format!(" and is waiting for input (prompt {p:?}); answer it with python_wait {{input: ...}}")
+                format!(
+                    " and is waiting for input (prompt {p:?}); answer it with python_wait {{input: ...}}"
+                )
             }
             None => String::new(),
         },
