@@ -106,10 +106,12 @@ class Ferrepl:
         if session:
             arguments["session"] = session
         result = self.request("tools/call", {"name": "python_exec", "arguments": arguments})
-        structured = result.get("structuredContent") or {}
-        if structured.get("status") != "ok":
+        # The default result is text: the last line is the status footer.
+        text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
+        footer = text.rsplit("\n", 1)[-1]
+        if result.get("isError") or not footer.startswith("-- ok |"):
             self._fail(f"python_exec {code!r} did not succeed: {json.dumps(result)[:2000]}")
-        return structured
+        return text
 
     def peak_rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -152,6 +154,11 @@ class FloorWorker:
         self.proc.wait(10)
 
 
+def body(text):
+    """A result's text without its status footer: the value of a cell that prints nothing."""
+    return text.rsplit("\n", 1)[0]
+
+
 def ms_since(start):
     return (time.perf_counter() - start) * 1000.0
 
@@ -184,7 +191,7 @@ def bench_cold(args, workdir):
             server.initialize()
             result = server.exec("print(1)")
             times.append(ms_since(start))
-            if result.get("stdout") != "1\n":
+            if not result.startswith("1\n-- ok |"):
                 raise ServerError(f"print(1) gave {result!r}")
         finally:
             server.close()
@@ -194,9 +201,9 @@ def bench_cold(args, workdir):
 def bench_warm(args, workdir):
     server = Ferrepl(args.bin, args.python, workdir).initialize()
     try:
-        python = server.exec("import sys; sys.executable")["value"]
+        python = body(server.exec("import sys; sys.executable"))
         times = time_loop(server.exec, args.calls, args.warmup)
-        final = server.exec("x")["value"]
+        final = body(server.exec("x"))
         if final != str(args.calls + args.warmup):
             raise ServerError(f"x is {final} after {args.calls + args.warmup} increments")
     finally:
@@ -244,7 +251,7 @@ def bench_large(args, workdir):
             start = time.perf_counter()
             result = server.exec(code)
             elapsed = ms_since(start)
-            rows.append((label, elapsed, before, server.peak_rss_kib(), result.get("output_bytes")))
+            rows.append((label, elapsed, before, server.peak_rss_kib(), len(result)))
         finally:
             server.close()
     return rows
@@ -299,7 +306,7 @@ def main():
             print()
             for label, elapsed, before, peak, size in bench_large(args, workdir):
                 print(
-                    f"large output, {label}: result in {elapsed:.0f} ms ({size} bytes); "
+                    f"large output, {label}: result in {elapsed:.0f} ms ({size} characters of text); "
                     f"server peak RSS {peak / 1024:.1f} MiB (+{(peak - before) / 1024:.1f} MiB during the cell)"
                 )
 
