@@ -30,7 +30,7 @@ const RANDOM_CALLS_PER_TOOL: usize = 120;
 fn random_calls(tool: &Tool) -> usize {
     match tool.name.as_str() {
         _ if tool.properties.is_empty() => 10,
-        "python_reset" => 25,
+        // python_sessions: create and reset start interpreters.
         "python_complete" | "python_sessions" => 40,
         _ => RANDOM_CALLS_PER_TOOL,
     }

@@ -969,7 +969,7 @@ async fn install_into_a_session_created_with_a_venv() {
     let created = server
         .call(
             "python_sessions",
-            json!({ "action": "create", "name": "v", "venv": path_str(&venv) }),
+            json!({ "action": "create", "session": "v", "venv": path_str(&venv) }),
         )
         .await;
     assert_success(&created, "python_sessions create with venv");

@@ -282,7 +282,9 @@ async fn a_flood_keeps_server_memory_bounded_and_can_be_interrupted() {
         "server RSS while flooding: {during} KiB (at start {before} KiB)"
     );
 
-    let stopped = server.call("python_interrupt", json!({})).await;
+    let stopped = server
+        .call("python_wait", json!({ "interrupt": true }))
+        .await;
     assert_eq!(stopped.status(), "interrupted", "{stopped:#?}");
     assert_eq!(stopped.cell(), cell);
     assert!(

@@ -34,7 +34,7 @@ async fn exec_on_a_busy_session_is_refused_and_not_queued() {
             "busy",
             &format!("cell {cell}"),
             "python_wait",
-            "python_interrupt",
+            "interrupt: true",
         ],
     );
 
@@ -58,7 +58,7 @@ async fn exec_on_a_busy_session_is_refused_and_not_queued() {
 }
 
 #[tokio::test]
-async fn input_returns_waiting_input_and_python_input_answers_it() {
+async fn input_returns_waiting_input_and_python_wait_input_answers_it() {
     let srv = Server::stdio(&["--default-wait", "30"]).await;
     long_running_support::scenario_input(&srv).await;
 }
@@ -140,17 +140,14 @@ async fn input_eof_raises_eoferror() {
     assert_status(&asked, "waiting_input");
 
     let closed = srv
-        .call(
-            "python_input",
-            json!({ "session": "default", "text": "", "eof": true }),
-        )
+        .call("python_wait", json!({ "session": "default", "eof": true }))
         .await;
     closed.assert_raised("EOFError");
     assert_eq!(closed.cell(), asked.cell());
 }
 
 #[tokio::test]
-async fn python_input_without_a_pending_prompt_is_refused() {
+async fn python_wait_input_without_a_pending_prompt_is_refused() {
     let srv = Server::stdio(&[]).await;
     // Nothing runs.
     srv.exec("default", "1", None).await.assert_ok();
@@ -283,14 +280,10 @@ async fn cancelling_exec_interrupts_the_cell_and_keeps_state() {
         .await
         .expect("send notifications/cancelled");
 
-    // The cancelled call's cell ends: python_wait either collects its
-    // (interrupted) result or finds nothing left to wait for.
+    // The cancelled call's cell ends: python_wait collects its (interrupted)
+    // result, or gives it again if the cancelled call had taken it.
     let waited = srv.wait("default", 20.0).await;
-    if waited.structured.is_null() {
-        assert_refused(&waited, &["no running cell"]);
-    } else {
-        assert_status(&waited, "interrupted");
-    }
+    assert_status(&waited, "interrupted");
     let row = srv.session_row("default").await;
     assert_eq!(row["state"], "idle", "{row:#}");
     assert!(row["running_cell"].is_null(), "{row:#}");
@@ -396,7 +389,10 @@ async fn reset_of_a_busy_session_gives_a_new_interpreter() {
     let old_pid = srv.pid("default").await;
 
     let reset = srv
-        .call("python_reset", json!({ "session": "default" }))
+        .call(
+            "python_sessions",
+            json!({ "action": "reset", "session": "default" }),
+        )
         .await;
     assert!(!reset.is_error, "{reset:#?}");
 

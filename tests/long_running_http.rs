@@ -14,7 +14,7 @@ async fn http_exec_returns_running_after_its_window_and_wait_returns_the_rest() 
 }
 
 #[tokio::test]
-async fn http_input_returns_waiting_input_and_python_input_answers_it() {
+async fn http_input_returns_waiting_input_and_python_wait_input_answers_it() {
     let srv = Server::http(&["--default-wait", "30"]).await;
     long_running_support::scenario_input(&srv).await;
 }

@@ -4,7 +4,7 @@
 //! host off the allow-list is refused at once with the way out; cells and
 //! shell jobs reach nothing (not the index, not the relay's port, not the
 //! proxy's Unix socket); `--network off` fails an install fast;
-//! `server_status` lists the allowed hosts; installs take wheels only unless
+//! the status (`python_sessions {action: "status"}`) lists the allowed hosts; installs take wheels only unless
 //! the operator passed `--allow-source-builds`.
 //!
 //! These tests need the package index (PyPI or the machine's mirror of it,
@@ -430,26 +430,30 @@ async fn network_off_fails_an_install_within_seconds() {
 // ------------------------------------------------------------------ 6
 
 #[tokio::test]
-async fn server_status_lists_the_allowed_hosts() {
+async fn sessions_status_lists_the_allowed_hosts() {
     let server = StdioServer::start(&[]).await;
-    let status = server.call("server_status", json!({})).await;
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
     assert!(!status.is_error, "{status:#?}");
     for host in ["pypi.org", "files.pythonhosted.org"] {
         assert!(
             status.text.contains(host),
-            "server_status lists {host}: {}",
+            "the status lists {host}: {}",
             status.text
         );
     }
     assert!(!status.text.contains("my-index.example"), "{}", status.text);
 
     let server = StdioServer::start(&["--allow-host-egress", "my-index.example"]).await;
-    let status = server.call("server_status", json!({})).await;
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
     assert!(!status.is_error, "{status:#?}");
     for host in ["pypi.org", "files.pythonhosted.org", "my-index.example"] {
         assert!(
             status.text.contains(host),
-            "server_status lists {host} with --allow-host-egress: {}",
+            "the status lists {host} with --allow-host-egress: {}",
             status.text
         );
     }

@@ -225,8 +225,13 @@ attempt("unix", unix_pair)
 }
 
 async fn sandbox_string(server: &StdioServer) -> String {
-    let status = server.call("server_status", json!({})).await;
-    assert!(!status.is_error, "server_status failed: {status:#?}");
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
+    assert!(
+        !status.is_error,
+        "python_sessions status failed: {status:#?}"
+    );
     status.str_field("sandbox").to_string()
 }
 
@@ -578,12 +583,15 @@ async fn reset_and_delete_kill_daemonized_grandchildren() {
     let pid_file = server.workdir.path().join("d.pid");
     let pid = start_daemon(&server, "default", &pid_file, &mut reaper).await;
     let reset = server
-        .call("python_reset", json!({ "session": "default" }))
+        .call(
+            "python_sessions",
+            json!({ "action": "reset", "session": "default" }),
+        )
         .await;
     assert!(!reset.is_error, "reset failed: {reset:#?}");
     assert!(
         wait_process_gone(pid, GONE_TIMEOUT).await,
-        "the daemonized sleep (pid {pid}) survived python_reset"
+        "the daemonized sleep (pid {pid}) survived a reset (python_sessions reset)"
     );
 
     let pid_file = server.workdir.path().join("d2.pid");
@@ -591,7 +599,7 @@ async fn reset_and_delete_kill_daemonized_grandchildren() {
     let deleted = server
         .call(
             "python_sessions",
-            json!({ "action": "delete", "name": "named" }),
+            json!({ "action": "delete", "session": "named" }),
         )
         .await;
     assert!(!deleted.is_error, "delete failed: {deleted:#?}");
@@ -666,7 +674,7 @@ attempt("secret", lambda: read({key}))
 
     assert!(
         sandbox_string(&server).await.contains("OFF"),
-        "server_status must say the sandbox is OFF"
+        "the status must say the sandbox is OFF"
     );
     server.assert_alive();
     server.close_and_wait().await;
@@ -728,13 +736,13 @@ async fn shell_jobs_are_confined_too() {
 // ------------------------------------------------------------------ status and startup
 
 #[tokio::test]
-async fn server_status_describes_the_default_sandbox() {
+async fn sessions_status_describes_the_default_sandbox() {
     let mut server = StdioServer::start(&[]).await;
     let sandbox = sandbox_string(&server).await;
     for needle in ["Landlock", "seccomp", "network off"] {
         assert!(
             sandbox.contains(needle),
-            "server_status sandbox should mention {needle:?}: {sandbox:?}"
+            "the status's sandbox should mention {needle:?}: {sandbox:?}"
         );
     }
     assert!(
@@ -746,12 +754,12 @@ async fn server_status_describes_the_default_sandbox() {
 }
 
 #[tokio::test]
-async fn server_status_says_off_when_the_sandbox_is_off() {
+async fn sessions_status_says_off_when_the_sandbox_is_off() {
     let mut server = StdioServer::start(&["--sandbox", "off"]).await;
     let sandbox = sandbox_string(&server).await;
     assert!(
         sandbox.contains("OFF"),
-        "server_status sandbox should say OFF: {sandbox:?}"
+        "the status's sandbox should say OFF: {sandbox:?}"
     );
     server.assert_alive();
     server.close_and_wait().await;
@@ -774,7 +782,8 @@ async fn sandbox_require_starts_when_everything_is_available() {
 
 /// Where cgroups can be made (as on this machine), every session and job is
 /// in its own memory and pids groups, which are removed when it ends; where
-/// they cannot, server_status says the process-tree watch enforces the limits.
+/// they cannot, the status (python_sessions {action: "status"}) says the
+/// process-tree watch enforces the limits.
 #[tokio::test]
 async fn limits_are_kernel_enforced_by_cgroups_when_status_says_so() {
     let mut server = StdioServer::start(&["--memory-limit", "300M"]).await;
@@ -823,7 +832,9 @@ async fn limits_are_kernel_enforced_by_cgroups_when_status_says_so() {
             dir.display()
         );
 
-        let reset = server.call("python_reset", json!({})).await;
+        let reset = server
+            .call("python_sessions", json!({ "action": "reset" }))
+            .await;
         assert!(!reset.is_error, "{reset:#?}");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while dir.exists() {

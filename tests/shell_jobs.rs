@@ -1,6 +1,6 @@
-//! Shell jobs through a real MCP client: shell_exec, shell_wait, shell_input,
-//! shell_kill, shell_jobs and shell_output over stdio (and a little over
-//! streamable HTTP).
+//! Shell jobs through a real MCP client: shell_exec, shell_wait (which also
+//! types input, sends signals and lists jobs) and shell_output over stdio
+//! (and a little over streamable HTTP).
 //!
 //! Synchronisation is done by bounded polling of observable state (files the
 //! job writes, /proc, tool results), never by sleeping in the test.
@@ -28,7 +28,7 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(15);
 
 // ------------------------------------------------------------------ helpers
 
-/// Field accessors for job results (shell_exec / wait / input / kill).
+/// Field accessors for job results (shell_exec / shell_wait).
 trait JobFields {
     fn job_id(&self) -> String;
     fn exit_code(&self) -> Option<i64>;
@@ -208,7 +208,7 @@ async fn exit_code_stdout_and_stderr_are_reported() {
 // ------------------------------------------------------------------ 2. stdin
 
 #[tokio::test]
-async fn shell_input_feeds_a_running_job() {
+async fn shell_wait_input_feeds_a_running_job() {
     let srv = StdioServer::start(&[]).await;
 
     let first = exec(
@@ -221,13 +221,13 @@ async fn shell_input_feeds_a_running_job() {
     let job = first.job_id();
 
     let in1 = srv
-        .call("shell_input", json!({ "job": job, "text": "first" }))
+        .call("shell_wait", json!({ "job": job, "input": "first" }))
         .await;
     assert!(!in1.is_error, "{in1:#?}");
     let in2 = srv
         .call(
-            "shell_input",
-            json!({ "job": job, "text": "second", "wait_s": 10 }),
+            "shell_wait",
+            json!({ "job": job, "input": "second", "wait_s": 10 }),
         )
         .await;
     in2.assert_exited();
@@ -240,7 +240,7 @@ async fn shell_input_feeds_a_running_job() {
 
     // Input to a finished job is a tool error.
     let late = srv
-        .call("shell_input", json!({ "job": job, "text": "third" }))
+        .call("shell_wait", json!({ "job": job, "input": "third" }))
         .await;
     late.assert_tool_error();
 
@@ -261,8 +261,8 @@ async fn stdin_parameter_and_eof() {
     let job = cat.job_id();
     let done = srv
         .call(
-            "shell_input",
-            json!({ "job": job, "text": "hello cat", "eof": true, "wait_s": 10 }),
+            "shell_wait",
+            json!({ "job": job, "input": "hello cat", "eof": true, "wait_s": 10 }),
         )
         .await;
     done.assert_exited();
@@ -317,7 +317,9 @@ async fn kill_stops_the_whole_process_group() {
         "the background child runs before the kill"
     );
 
-    let killed = srv.call("shell_kill", json!({ "job": job })).await;
+    let killed = srv
+        .call("shell_wait", json!({ "job": job, "signal": "TERM" }))
+        .await;
     killed.assert_exited();
     assert!(
         killed.is_error,
@@ -339,7 +341,7 @@ async fn kill_stops_the_whole_process_group() {
     assert_gone(child, "the job's background child").await;
     assert_gone(job_pid, "the job's shell").await;
 
-    let listed = srv.call("shell_jobs", json!({})).await;
+    let listed = srv.call("shell_wait", json!({})).await;
     assert_eq!(
         listed.structured["jobs"][0]["status"], "exited",
         "{listed:#?}"
@@ -376,7 +378,9 @@ async fn term_ignoring_job_is_killed(server_args: &[&str]) {
     // The trap is in place once "ready" is printed.
     wait_output_contains(&srv, &job, "ready").await;
 
-    let killed = srv.call("shell_kill", json!({ "job": job })).await;
+    let killed = srv
+        .call("shell_wait", json!({ "job": job, "signal": "TERM" }))
+        .await;
     killed.assert_exited();
     assert!(killed.is_error, "{killed:#?}");
     assert_eq!(killed.signal().as_deref(), Some("SIGKILL"), "{killed:#?}");
@@ -405,7 +409,7 @@ async fn kill_with_a_chosen_signal_and_a_bad_one() {
     let job = started.job_id();
 
     let bogus = srv
-        .call("shell_kill", json!({ "job": job, "signal": "BOGUS" }))
+        .call("shell_wait", json!({ "job": job, "signal": "BOGUS" }))
         .await;
     bogus.assert_tool_error();
     assert!(bogus.text.contains("BOGUS"), "{bogus:#?}");
@@ -417,7 +421,7 @@ async fn kill_with_a_chosen_signal_and_a_bad_one() {
     still.assert_running();
 
     let killed = srv
-        .call("shell_kill", json!({ "job": job, "signal": "INT" }))
+        .call("shell_wait", json!({ "job": job, "signal": "INT" }))
         .await;
     killed.assert_exited();
     assert!(killed.is_error, "{killed:#?}");
@@ -427,7 +431,9 @@ async fn kill_with_a_chosen_signal_and_a_bad_one() {
     );
     assert_gone(started.pid(), "the job sent SIGINT").await;
 
-    let unknown = srv.call("shell_kill", json!({ "job": "j77" })).await;
+    let unknown = srv
+        .call("shell_wait", json!({ "job": "j77", "signal": "TERM" }))
+        .await;
     unknown.assert_tool_error();
 
     srv.close_and_wait().await;
@@ -540,10 +546,10 @@ async fn large_output_is_counted_and_readable_with_shell_output() {
 // ------------------------------------------------------------------ 7. listing and limits
 
 #[tokio::test]
-async fn shell_jobs_lists_jobs_and_unknown_ids_are_errors() {
+async fn shell_wait_without_a_job_lists_jobs_and_unknown_ids_are_errors() {
     let srv = StdioServer::start(&[]).await;
 
-    let empty = srv.call("shell_jobs", json!({})).await;
+    let empty = srv.call("shell_wait", json!({})).await;
     assert!(!empty.is_error, "{empty:#?}");
     assert_eq!(empty.structured["jobs"], json!([]), "{empty:#?}");
 
@@ -552,7 +558,7 @@ async fn shell_jobs_lists_jobs_and_unknown_ids_are_errors() {
     let sleeper = exec(&srv, "sleep 300", json!({ "wait_s": 0.2 })).await;
     sleeper.assert_running();
 
-    let listed = srv.call("shell_jobs", json!({})).await;
+    let listed = srv.call("shell_wait", json!({})).await;
     assert!(!listed.is_error, "{listed:#?}");
     let jobs = listed.structured["jobs"]
         .as_array()
@@ -577,17 +583,21 @@ async fn shell_jobs_lists_jobs_and_unknown_ids_are_errors() {
 
     for (tool, args) in [
         ("shell_wait", json!({ "job": "j99", "wait_s": 0 })),
-        ("shell_input", json!({ "job": "j99", "text": "x" })),
-        ("shell_kill", json!({ "job": "j99" })),
+        ("shell_wait", json!({ "job": "j99", "input": "x" })),
+        ("shell_wait", json!({ "job": "j99", "signal": "TERM" })),
         ("shell_output", json!({ "job": "j99" })),
         ("shell_wait", json!({ "job": "nonsense" })),
     ] {
         let r = srv.call(tool, args).await;
         r.assert_tool_error();
         assert!(r.text.contains("no job"), "{tool}: {r:#?}");
+        assert!(
+            r.text.contains("shell_wait {} lists the jobs"),
+            "the error says how to list the jobs: {tool}: {r:#?}"
+        );
     }
 
-    srv.call("shell_kill", json!({ "job": "j3", "signal": "KILL" }))
+    srv.call("shell_wait", json!({ "job": "j3", "signal": "KILL" }))
         .await
         .assert_exited();
     srv.close_and_wait().await;
@@ -608,7 +618,10 @@ async fn max_jobs_limits_running_jobs() {
     );
 
     let killed = srv
-        .call("shell_kill", json!({ "job": first.job_id() }))
+        .call(
+            "shell_wait",
+            json!({ "job": first.job_id(), "signal": "TERM" }),
+        )
         .await;
     killed.assert_exited();
 
@@ -706,15 +719,10 @@ impl ClientHandler for ProgressRecorder {
 #[tokio::test]
 async fn shell_exec_sends_progress_notifications() {
     let workdir = tempfile::tempdir().expect("temporary workdir");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrepl"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("FERREPL_") {
-            cmd.env_remove(key);
-        }
-    }
+    // The full tool surface (the shell group), as in tests/common.
+    let mut cmd = common::server_command();
     cmd.arg("--workdir")
         .arg(workdir.path())
-        .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -846,7 +854,12 @@ async fn shell_jobs_over_http() {
     )
     .await;
     sleeper.assert_running();
-    let killed = call(peer, "shell_kill", json!({ "job": sleeper.job_id() })).await;
+    let killed = call(
+        peer,
+        "shell_wait",
+        json!({ "job": sleeper.job_id(), "signal": "TERM" }),
+    )
+    .await;
     killed.assert_exited();
     assert!(
         matches!(killed.signal().as_deref(), Some("SIGTERM" | "SIGKILL")),
@@ -858,7 +871,7 @@ async fn shell_jobs_over_http() {
     let _ = client.cancel().await;
 }
 
-/// shell_kill's SIGTERM goes to the job's process group; the sandbox
+/// shell_wait's signal TERM goes to the job's process group; the sandbox
 /// launcher in that group must not pass it on a second time.
 #[tokio::test]
 async fn sigterm_reaches_a_sandboxed_job_exactly_once() {
@@ -882,7 +895,9 @@ print('terms', n[0], flush=True)\n";
     started.assert_running();
     let job = started.job_id();
     wait_output_contains(&srv, &job, "ready").await;
-    let killed = srv.call("shell_kill", json!({ "job": job })).await;
+    let killed = srv
+        .call("shell_wait", json!({ "job": job, "signal": "TERM" }))
+        .await;
     killed.assert_exited();
     let out = srv.call("shell_output", json!({ "job": job })).await;
     let all = out.str_field("text").to_string();

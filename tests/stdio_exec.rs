@@ -18,7 +18,7 @@ async fn tools_are_listed_with_description_schemas_and_annotations() {
     for wanted in [
         "python_exec",
         "python_inspect",
-        "python_reset",
+        "python_wait",
         "python_sessions",
     ] {
         assert!(names.contains(&wanted), "{wanted} missing from {names:?}");
@@ -92,23 +92,35 @@ async fn exec_result_has_the_documented_shape_and_footer() {
         "session",
         "cell",
         "stdout",
-        "stderr",
         "value",
-        "error",
-        "prompt",
         "elapsed_ms",
+        "output_bytes",
     ] {
         assert!(
             obj.contains_key(key),
             "structured_content lacks {key}: {obj:?}"
         );
     }
+    // Empty and null fields are left out.
+    for key in [
+        "stderr",
+        "error",
+        "prompt",
+        "background_output",
+        "notes",
+        "display",
+        "omitted_bytes",
+    ] {
+        assert!(
+            !obj.contains_key(key),
+            "structured_content has an empty {key}: {obj:?}"
+        );
+    }
     assert_eq!(out.str_field("session"), "shape-sess");
     assert_eq!(out.str_field("stdout"), "hello\n");
     assert_eq!(out.str_field("stderr"), "");
     assert_eq!(out.value(), Some("42"));
-    assert!(out.structured["error"].is_null(), "{out:#?}");
-    assert!(out.structured["prompt"].is_null(), "{out:#?}");
+    assert_eq!(out.structured["output_bytes"], 6, "{out:#?}");
     assert!(
         out.structured["elapsed_ms"]
             .as_f64()

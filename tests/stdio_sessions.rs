@@ -163,7 +163,10 @@ async fn reset_clears_state_in_a_new_interpreter() {
     server.exec_in("keep", "k = 1").await.assert_ok();
 
     let reset = server
-        .call("python_reset", json!({ "session": "work" }))
+        .call(
+            "python_sessions",
+            json!({ "action": "reset", "session": "work" }),
+        )
         .await;
     assert!(!reset.is_error, "reset must not be an error: {reset:#?}");
 
@@ -182,7 +185,9 @@ async fn reset_clears_state_in_a_new_interpreter() {
 async fn reset_of_the_default_session() {
     let server = StdioServer::start(&[]).await;
     server.exec("z = 5").await.assert_ok();
-    let reset = server.call("python_reset", json!({})).await;
+    let reset = server
+        .call("python_sessions", json!({ "action": "reset" }))
+        .await;
     assert!(!reset.is_error, "reset must not be an error: {reset:#?}");
     server.exec("z").await.assert_raised("NameError");
 }

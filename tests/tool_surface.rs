@@ -135,7 +135,7 @@ impl RawServer {
     /// initialize handshake.
     async fn start(args: &[&str]) -> Self {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let mut cmd = common::server_command();
+        let mut cmd = common::server_command_plain();
         cmd.arg("--workdir")
             .arg(workdir.path())
             .args(args)
@@ -429,7 +429,7 @@ async fn python_profile_is_the_five_python_tools() {
 async fn an_unknown_tool_group_is_refused_at_start() {
     let workdir = tempfile::tempdir().expect("create a temporary workdir");
     let group = "no-such-group";
-    let mut cmd = common::server_command();
+    let mut cmd = common::server_command_plain();
     cmd.arg("--workdir")
         .arg(workdir.path())
         .args(["--tools", &format!("python,{group}")])
@@ -700,7 +700,7 @@ fn empty_fields(value: &Value, path: &str, found: &mut Vec<String>) {
 
 #[tokio::test]
 async fn structured_content_omits_empty_fields() {
-    let server = StdioServer::start(&["--structured-content"]).await;
+    let server = StdioServer::start_plain(&["--structured-content"]).await;
     let out = server.exec("1+1").await;
     out.assert_ok();
     assert_eq!(out.value(), Some("2"), "value of {out:#?}");
@@ -746,7 +746,7 @@ async fn argument_error(server: &StdioServer, tool: &str, args: Value) -> String
 
 #[tokio::test]
 async fn argument_errors_name_the_argument_and_the_expected_type() {
-    let server = StdioServer::start(&[]).await;
+    let server = StdioServer::start_plain(&[]).await;
 
     let text = argument_error(
         &server,

@@ -1,6 +1,7 @@
 //! The workspace tools: session management (create with options, delete,
 //! limits, idle expiry), cell history, running script files, completion,
-//! inspection with source, namespace edits, server status and tool groups.
+//! inspection with source, namespace edits, server status (python_sessions
+//! {action: "status"}) and tool groups.
 
 mod common;
 
@@ -120,18 +121,19 @@ async fn sessions_list_has_the_documented_fields() {
     let listing = list_sessions(&server).await;
     let row = find_session(&listing.structured, "default")
         .unwrap_or_else(|| panic!("no default session in {listing:#?}"));
+    // running_cell is left out when no cell runs (structuredContent omits nulls).
     for key in [
         "name",
         "state",
         "pid",
         "cells",
-        "running_cell",
         "memory_bytes",
         "uptime_s",
         "python",
     ] {
         assert!(row.get(key).is_some(), "session row lacks {key}: {row}");
     }
+    assert!(row.get("running_cell").is_none(), "{row}");
     assert_eq!(row["state"], "idle", "{row}");
     assert_eq!(row["pid"].as_u64(), Some(u64::from(pid)), "{row}");
     assert_eq!(row["cells"].as_u64(), Some(2), "{row}");
@@ -155,7 +157,7 @@ async fn create_session_with_workdir_and_env_then_delete_it() {
             "python_sessions",
             json!({
                 "action": "create",
-                "name": "w",
+                "session": "w",
                 "workdir": dir.path(),
                 "env": {"MYVAR": "hello"},
             }),
@@ -207,7 +209,10 @@ async fn create_session_with_workdir_and_env_then_delete_it() {
     assert!(process_alive(pid));
 
     let deleted = server
-        .call("python_sessions", json!({"action": "delete", "name": "w"}))
+        .call(
+            "python_sessions",
+            json!({"action": "delete", "session": "w"}),
+        )
         .await;
     assert_success(&deleted);
     let message = deleted.structured["message"]
@@ -224,7 +229,10 @@ async fn create_session_with_workdir_and_env_then_delete_it() {
     );
 
     let again = server
-        .call("python_sessions", json!({"action": "delete", "name": "w"}))
+        .call(
+            "python_sessions",
+            json!({"action": "delete", "session": "w"}),
+        )
         .await;
     assert_tool_error(&again, &["'w'", "default"]);
 }
@@ -253,7 +261,7 @@ async fn create_session_in_a_virtual_environment() {
     let created = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "venvy", "venv": venv}),
+            json!({"action": "create", "session": "venvy", "venv": venv}),
         )
         .await;
     assert_success(&created);
@@ -286,7 +294,7 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let outside_python = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "p", "python": "/nonexistent"}),
+            json!({"action": "create", "session": "p", "python": "/nonexistent"}),
         )
         .await;
     assert_tool_error(&outside_python, &["/nonexistent", "--allow-python"]);
@@ -296,7 +304,7 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let bad_python = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "p", "python": missing}),
+            json!({"action": "create", "session": "p", "python": missing}),
         )
         .await;
     assert_tool_error(&bad_python, &[missing.to_str().expect("utf-8 path")]);
@@ -310,7 +318,7 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let bad_venv = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "p", "venv": not_a_venv.path()}),
+            json!({"action": "create", "session": "p", "venv": not_a_venv.path()}),
         )
         .await;
     assert_tool_error(&bad_venv, &["virtual environment"]);
@@ -318,7 +326,7 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let reserved = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "p", "env": {"FERREPL_SECRET": "x"}}),
+            json!({"action": "create", "session": "p", "env": {"FERREPL_SECRET": "x"}}),
         )
         .await;
     assert_tool_error(&reserved, &["FERREPL_SECRET"]);
@@ -332,14 +340,14 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let first = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "dup"}),
+            json!({"action": "create", "session": "dup"}),
         )
         .await;
     assert_success(&first);
     let second = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "dup"}),
+            json!({"action": "create", "session": "dup"}),
         )
         .await;
     assert_tool_error(&second, &["already exists"]);
@@ -347,7 +355,7 @@ async fn create_is_refused_for_bad_options_and_existing_names() {
     let unknown = server
         .call(
             "python_sessions",
-            json!({"action": "delete", "name": "ghost"}),
+            json!({"action": "delete", "session": "ghost"}),
         )
         .await;
     assert_tool_error(&unknown, &["ghost", "dup"]);
@@ -365,7 +373,7 @@ async fn max_sessions_limits_new_sessions() {
     let created = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "third"}),
+            json!({"action": "create", "session": "third"}),
         )
         .await;
     assert_tool_error(&created, &["--max-sessions"]);
@@ -374,7 +382,7 @@ async fn max_sessions_limits_new_sessions() {
     let deleted = server
         .call(
             "python_sessions",
-            json!({"action": "delete", "name": "second"}),
+            json!({"action": "delete", "session": "second"}),
         )
         .await;
     assert_success(&deleted);
@@ -387,7 +395,7 @@ async fn idle_sessions_end_after_the_ttl() {
     let created = server
         .call(
             "python_sessions",
-            json!({"action": "create", "name": "idle1"}),
+            json!({"action": "create", "session": "idle1"}),
         )
         .await;
     assert_success(&created);
@@ -578,7 +586,7 @@ async fn run_file_can_ask_for_input() {
     assert_eq!(asked.status(), "waiting_input", "{asked:#?}");
     assert_eq!(asked.structured["prompt"], "your name? ", "{asked:#?}");
 
-    let answered = server.call("python_input", json!({"text": "Bob"})).await;
+    let answered = server.call("python_wait", json!({"input": "Bob"})).await;
     answered.assert_ok();
     assert!(
         answered.str_field("stdout").contains("hello Bob"),
@@ -837,18 +845,19 @@ async fn namespace_edits_are_refused_while_a_cell_runs() {
 
 fn assert_status_shape(out: &ToolOutput, workdir: &Path) {
     assert_success(out);
-    let s = &out.structured;
+    assert!(out.structured["sessions"].is_array(), "{out:#?}");
+    let s = &out.structured["server"];
     for key in [
         "version",
         "uptime_s",
         "python",
         "workdir",
-        "sessions",
+        "jobs",
         "tool_groups",
         "limits",
         "sandbox",
     ] {
-        assert!(s.get(key).is_some(), "server_status lacks {key}: {s}");
+        assert!(s.get(key).is_some(), "the status lacks {key}: {s}");
     }
     assert_eq!(s["version"], env!("CARGO_PKG_VERSION"), "{s}");
     assert!(s["uptime_s"].as_f64().is_some(), "{s}");
@@ -856,12 +865,11 @@ fn assert_status_shape(out: &ToolOutput, workdir: &Path) {
     assert_eq!(s["workdir"], canonical.to_str().expect("utf-8"), "{s}");
     assert!(!s["python"].as_str().unwrap_or_default().is_empty(), "{s}");
     assert!(!s["sandbox"].as_str().unwrap_or_default().is_empty(), "{s}");
-    assert!(s["sessions"].is_array(), "{s}");
     assert!(s["limits"].get("max-sessions").is_some(), "{s}");
 }
 
 fn tool_groups(out: &ToolOutput) -> Vec<&str> {
-    out.structured["tool_groups"]
+    out.structured["server"]["tool_groups"]
         .as_array()
         .unwrap_or_else(|| panic!("no tool_groups array: {out:#?}"))
         .iter()
@@ -870,18 +878,27 @@ fn tool_groups(out: &ToolOutput) -> Vec<&str> {
 }
 
 #[tokio::test]
-async fn server_status_reports_version_limits_groups_and_sessions() {
+async fn sessions_status_reports_version_limits_groups_and_sessions() {
     let server = StdioServer::start(&["--max-sessions", "7"]).await;
     server.exec_in("stat", "1").await.assert_ok();
-    let out = server.call("server_status", json!({})).await;
+    let out = server
+        .call("python_sessions", json!({"action": "status"}))
+        .await;
     assert_status_shape(&out, server.workdir.path());
-    assert_eq!(out.structured["limits"]["max-sessions"], 7, "{out:#?}");
+    assert_eq!(
+        out.structured["server"]["limits"]["max-sessions"], 7,
+        "{out:#?}"
+    );
     let mut groups = tool_groups(&out);
     groups.sort_unstable();
-    assert_eq!(groups, ["files", "packages", "python", "shell"], "{out:#?}");
+    assert_eq!(
+        groups,
+        ["files", "more", "packages", "python", "shell"],
+        "{out:#?}"
+    );
     assert!(
         find_session(&out.structured, "stat").is_some(),
-        "server_status lists the sessions: {out:#?}"
+        "the status lists the sessions: {out:#?}"
     );
     assert!(out.text.contains("max-sessions"), "{:?}", out.text);
 }
@@ -890,32 +907,33 @@ async fn server_status_reports_version_limits_groups_and_sessions() {
 async fn tools_flag_exposes_only_the_chosen_groups() {
     let server = StdioServer::start(&["--tools", "python"]).await;
     let names = tool_names(server.peer()).await;
-    for wanted in [
-        "python_exec",
-        "python_sessions",
-        "python_history",
-        "python_run_file",
-        "python_complete",
-        "python_namespace",
-        "server_status",
+    assert_eq!(
+        names,
+        [
+            "python_exec",
+            "python_inspect",
+            "python_output",
+            "python_sessions",
+            "python_wait",
+        ],
+        "exactly the python group"
+    );
+    for (tool, group) in [
+        ("python_install", "packages"),
+        ("python_history", "more"),
+        ("python_run_file", "more"),
+        ("python_complete", "more"),
+        ("python_namespace", "more"),
     ] {
         assert!(
-            names.iter().any(|n| n == wanted),
-            "{wanted} missing: {names:?}"
+            !names.iter().any(|n| n == tool),
+            "{tool} belongs to the {group} group: {names:?}"
         );
     }
-    for name in &names {
-        assert!(
-            name.starts_with("python_") || name == "server_status",
-            "{name} is outside the python group: {names:?}"
-        );
-    }
-    assert!(
-        !names.iter().any(|n| n == "python_install"),
-        "python_install belongs to the packages group: {names:?}"
-    );
 
-    let status = server.call("server_status", json!({})).await;
+    let status = server
+        .call("python_sessions", json!({"action": "status"}))
+        .await;
     assert_success(&status);
     assert_eq!(tool_groups(&status), ["python"], "{status:#?}");
 }
@@ -923,16 +941,10 @@ async fn tools_flag_exposes_only_the_chosen_groups() {
 #[tokio::test]
 async fn tools_flag_with_an_unknown_group_refuses_to_start() {
     let workdir = tempfile::tempdir().expect("tempdir");
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ferrepl"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("FERREPL_") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = common::server_command_plain();
     cmd.arg("--workdir")
         .arg(workdir.path())
         .args(["--tools", "bogus"])
-        .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -948,7 +960,7 @@ async fn tools_flag_with_an_unknown_group_refuses_to_start() {
         "ferrepl --tools bogus exited successfully; stderr:\n{stderr}"
     );
     assert!(stderr.contains("bogus"), "{stderr}");
-    for group in ["python", "shell", "packages", "files"] {
+    for group in ["python", "packages", "more", "shell", "files"] {
         assert!(
             stderr.contains(group),
             "stderr should name {group}: {stderr}"
@@ -964,15 +976,15 @@ async fn http_sessions_and_status() {
     let client = server.connect(None).await;
     let peer = client.peer();
 
-    let status = common::call(peer, "server_status", json!({})).await;
+    let status = common::call(peer, "python_sessions", json!({"action": "status"})).await;
     assert_status_shape(&status, server.workdir.path());
-    assert_eq!(status.structured["limits"]["max-sessions"], 3);
+    assert_eq!(status.structured["server"]["limits"]["max-sessions"], 3);
 
     let dir = tempfile::tempdir_in(server.workdir.path()).expect("tempdir");
     let created = common::call(
         peer,
         "python_sessions",
-        json!({"action": "create", "name": "remote", "workdir": dir.path(), "env": {"MYVAR": "over-http"}}),
+        json!({"action": "create", "session": "remote", "workdir": dir.path(), "env": {"MYVAR": "over-http"}}),
     )
     .await;
     assert_success(&created);
@@ -995,7 +1007,7 @@ async fn http_sessions_and_status() {
     let deleted = common::call(
         peer,
         "python_sessions",
-        json!({"action": "delete", "name": "remote"}),
+        json!({"action": "delete", "session": "remote"}),
     )
     .await;
     assert_success(&deleted);

@@ -377,7 +377,7 @@ mod tests {
         let e = parsed(json!({"offset": -1})).unwrap_err();
         assert_eq!(e, "offset must be a whole number >= 0, got -1");
         let e = parsed(json!({"offset": 1e300})).unwrap_err();
-        assert_eq!(e, "offset must be a whole number >= 0, got 1e300");
+        assert_eq!(e, "offset must be a whole number >= 0, got 1e+300");
         let e = parsed(json!({"names": ["a", 1]})).unwrap_err();
         assert_eq!(e, "names[1] must be a string, got 1");
         let e = parsed(json!({"names": "a"})).unwrap_err();

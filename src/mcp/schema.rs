@@ -112,7 +112,49 @@ fn inline_refs(value: &mut Value, defs: &Map<String, Value>, depth: usize, unres
     }
 }
 
+/// Removes null members of objects, recursively.
+pub fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+/// Whether a schema admits null (`type: [X, "null"]`, or a null member of
+/// `anyOf`/`oneOf`).
+fn is_nullable(schema: &Value) -> bool {
+    let in_type = match schema.get("type") {
+        Some(Value::Array(types)) => types.iter().any(|t| t.as_str() == Some("null")),
+        Some(t) => t.as_str() == Some("null"),
+        None => false,
+    };
+    in_type
+        || ["anyOf", "oneOf"].iter().any(|key| {
+            schema
+                .get(*key)
+                .and_then(Value::as_array)
+                .is_some_and(|members| members.iter().any(is_null_schema))
+        })
+}
+
 fn clean(schema: &mut Map<String, Value>) {
+    // A field that may be null is left out instead (results strip nulls), so
+    // it is not required.
+    let nullable: Vec<String> = match schema.get("properties") {
+        Some(Value::Object(props)) => props
+            .iter()
+            .filter(|(_, p)| is_nullable(p))
+            .map(|(k, _)| k.clone())
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        required.retain(|r| r.as_str().is_none_or(|r| !nullable.iter().any(|n| n == r)));
+    }
     if schema.get("default") == Some(&Value::Null) {
         schema.remove("default");
     }
@@ -216,6 +258,23 @@ fn is_null_schema(value: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nullable_fields_are_not_required_and_nulls_are_stripped() {
+        let got = run(json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": ["integer", "null"]},
+                "b": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "c": {"type": "string"}
+            },
+            "required": ["a", "b", "c"]
+        }));
+        assert_eq!(got["required"], json!(["c"]));
+        let mut v = json!({"a": null, "c": "x", "list": [{"d": null, "e": 1}]});
+        strip_nulls(&mut v);
+        assert_eq!(v, json!({"c": "x", "list": [{"e": 1}]}));
+    }
+
     #[test]
     fn recursive_definitions_stay_references() {
         let got = run(json!({

@@ -406,6 +406,10 @@ impl ServerHandler for FerreplServer {
         if let CallToolResponse::Complete(result) = &mut response {
             if !self.structured {
                 result.structured_content = None;
+            } else if let Some(value) = &mut result.structured_content {
+                // Optional fields are left out rather than null: the output
+                // schemas do not allow null (see schema.rs).
+                schema::strip_nulls(value);
             }
             args::plain_argument_error(result);
         }

@@ -187,7 +187,6 @@ Example: {\"command\": \"pytest -x -q\"}",
 
     #[tool(
         description = "Follow a job: its new output once it exits or wait_s passes; first types input or sends a signal if given.",
-        output_schema = schema_for_output::<JobOutput>(),
         annotations(title = "Wait for a job", open_world_hint = false)
     )]
     async fn shell_wait(

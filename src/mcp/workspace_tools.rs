@@ -47,8 +47,12 @@ pub struct SessionsParams {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SessionsOutput {
     pub sessions: Vec<SessionInfo>,
-    /// What a create or delete did, or null for a listing.
+    /// What a create, reset or delete did.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The server (action status).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<StatusOutput>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -138,7 +142,6 @@ pub struct StatusOutput {
     /// Default interpreter of new sessions.
     pub python: String,
     pub workdir: String,
-    pub sessions: Vec<SessionInfo>,
     /// Shell jobs, running and recently finished.
     pub jobs: Vec<crate::jobs::JobInfo>,
     /// Tool groups exposed (--tools).
@@ -209,7 +212,11 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
         text.push_str(&sessions_table(&sessions));
         Ok(render::structured(
             text,
-            &SessionsOutput { sessions, message },
+            &SessionsOutput {
+                sessions,
+                message,
+                server: None,
+            },
         ))
     }
 
@@ -413,7 +420,6 @@ impl FerreplServer {
             uptime_s: status.uptime_s,
             python: status.python.clone(),
             workdir: status.workdir.clone(),
-            sessions,
             jobs: self.jobs.list(),
             tool_groups: self.groups.names(),
             limits: status.limits.clone(),
@@ -433,7 +439,7 @@ impl FerreplServer {
             text.push_str(&format!(" {k}={v}"));
         }
         text.push('\n');
-        text.push_str(&sessions_table(&out.sessions));
+        text.push_str(&sessions_table(&sessions));
         let running = out
             .jobs
             .iter()
@@ -444,7 +450,14 @@ impl FerreplServer {
             running,
             out.jobs.len()
         ));
-        render::structured(text, &out)
+        render::structured(
+            text,
+            &SessionsOutput {
+                sessions,
+                message: None,
+                server: Some(out),
+            },
+        )
     }
 }
 

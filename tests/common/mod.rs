@@ -5,6 +5,23 @@
 //! the server's stdin and then watch the server exit on its own, and so that
 //! every line the server writes on stdout is checked to be a JSON-RPC message
 //! before it is handed to the rmcp client.
+//!
+//! ## Which tool surface a test server has
+//!
+//! The server exposes only the `python` and `packages` tool groups and sends
+//! no `structuredContent` unless told otherwise. Most tests exercise every
+//! tool and read results through `ToolOutput::structured`, so the launchers
+//! here start the *full* surface by default:
+//!
+//! - `server_command()`, `StdioServer::start*`, `HttpServer::start`: the
+//!   server with `FERREPL_TOOLS=all` and `FERREPL_STRUCTURED_CONTENT=true`
+//!   in its environment (every tool group, structured results and output
+//!   schemas). Explicit arguments such as `--tools python` still override
+//!   the tool groups; `envs` given to a launcher override both variables.
+//! - `server_command_plain()`, `StdioServer::start_plain*`,
+//!   `HttpServer::start_plain`: the server as a user starts it, with
+//!   neither variable set (the default `python,packages` groups, text-only
+//!   results), for tests of the default tool surface.
 
 #![allow(dead_code)]
 
@@ -32,6 +49,10 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub type Client = RunningService<RoleClient, ()>;
+
+/// The string fields of a structured cell result that the server leaves out
+/// when they are empty.
+const OMITTED_WHEN_EMPTY: &[&str] = &["stdout", "stderr"];
 
 /// The parts of a tool result the tests look at.
 #[derive(Debug, Clone)]
@@ -61,10 +82,50 @@ impl ToolOutput {
     }
 
     /// `structured[key]` as a string, or a panic that shows the whole result.
+    /// A cell result leaves out an empty `stdout` or `stderr`: for those two
+    /// keys, absent from a structured result, this is "".
     pub fn str_field(&self, key: &str) -> &str {
+        if OMITTED_WHEN_EMPTY.contains(&key)
+            && self
+                .structured
+                .as_object()
+                .is_some_and(|o| !o.contains_key(key))
+        {
+            return "";
+        }
         self.structured[key]
             .as_str()
             .unwrap_or_else(|| panic!("structured_content.{key} is not a string in {self:#?}"))
+    }
+
+    /// The `notes` of a structured result (none when the key is left out).
+    pub fn notes(&self) -> Vec<String> {
+        self.string_list("notes")
+    }
+
+    /// The `display` entries of a structured result (none when left out).
+    pub fn display(&self) -> Vec<Value> {
+        match &self.structured["display"] {
+            Value::Null if self.structured.is_object() => Vec::new(),
+            Value::Array(items) => items.clone(),
+            other => panic!("structured_content.display is not an array ({other}) in {self:#?}"),
+        }
+    }
+
+    /// `structured[key]`, an array of strings left out when empty.
+    fn string_list(&self, key: &str) -> Vec<String> {
+        match &self.structured[key] {
+            Value::Null if self.structured.is_object() => Vec::new(),
+            Value::Array(items) => items
+                .iter()
+                .map(|n| {
+                    n.as_str()
+                        .unwrap_or_else(|| panic!("{key} holds a non-string in {self:#?}"))
+                        .to_string()
+                })
+                .collect(),
+            other => panic!("structured_content.{key} is not an array ({other}) in {self:#?}"),
+        }
     }
 
     pub fn status(&self) -> &str {
@@ -159,10 +220,25 @@ pub fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// A base command for the server binary, with an environment free of any
-/// FERREPL_* variables of the caller's shell.
-/// The ferrepl binary with none of the caller's FERREPL_* settings.
+/// The environment that gives a test server the full tool surface: every
+/// tool group, and structuredContent in results (see the module header).
+pub const FULL_SURFACE_ENV: &[(&str, &str)] = &[
+    ("FERREPL_TOOLS", "all"),
+    ("FERREPL_STRUCTURED_CONTENT", "true"),
+];
+
+/// The ferrepl binary with none of the caller's FERREPL_* settings and the
+/// full tool surface (`FULL_SURFACE_ENV`): every tool group and structured
+/// results. Arguments (`--tools ...`) override the tool groups.
 pub fn server_command() -> Command {
+    let mut cmd = server_command_plain();
+    cmd.envs(FULL_SURFACE_ENV.iter().copied());
+    cmd
+}
+
+/// The ferrepl binary with none of the caller's FERREPL_* settings: the
+/// default tool surface (`python,packages`, text-only results).
+pub fn server_command_plain() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrepl"));
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("FERREPL_") {
@@ -217,24 +293,40 @@ pub struct StdioServer {
 }
 
 impl StdioServer {
-    /// Start `ferrepl` (stdio) with `--workdir <fresh tempdir>` and `args`.
+    /// Start `ferrepl` (stdio) with `--workdir <fresh tempdir>` and `args`,
+    /// with the full tool surface (see the module header).
     pub async fn start(args: &[&str]) -> Self {
         Self::start_with_env(args, &[]).await
     }
 
     pub async fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        Self::spawn(args, envs, true).await
+        Self::spawn(server_command(), args, envs, true).await
     }
 
     /// Like `start_with_env`, but without `--workdir` (the tempdir is still
     /// created and kept in `workdir`, for the test to pass some other way).
     pub async fn start_without_workdir_flag(args: &[&str], envs: &[(&str, &str)]) -> Self {
-        Self::spawn(args, envs, false).await
+        Self::spawn(server_command(), args, envs, false).await
     }
 
-    async fn spawn(args: &[&str], envs: &[(&str, &str)], workdir_flag: bool) -> Self {
+    /// Like `start`, but with the default tool surface: neither
+    /// `FERREPL_TOOLS` nor `FERREPL_STRUCTURED_CONTENT` is set.
+    pub async fn start_plain(args: &[&str]) -> Self {
+        Self::start_plain_with_env(args, &[]).await
+    }
+
+    /// Like `start_with_env`, with the default tool surface.
+    pub async fn start_plain_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::spawn(server_command_plain(), args, envs, true).await
+    }
+
+    async fn spawn(
+        mut cmd: Command,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        workdir_flag: bool,
+    ) -> Self {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let mut cmd = server_command();
         if workdir_flag {
             cmd.arg("--workdir").arg(workdir.path());
         }
@@ -453,14 +545,25 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...` and
-    /// wait for its "listening on" log line. The port is picked free just
-    /// before; if something grabbed it in between, another one is tried.
+    /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...`,
+    /// with the full tool surface (see the module header), and wait for its
+    /// "listening on" log line. The port is picked free just before; if
+    /// something grabbed it in between, another one is tried.
     pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_from(server_command, args, envs).await
+    }
+
+    /// Like `start`, but with the default tool surface: neither
+    /// `FERREPL_TOOLS` nor `FERREPL_STRUCTURED_CONTENT` is set.
+    pub async fn start_plain(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_from(server_command_plain, args, envs).await
+    }
+
+    async fn start_from(base: fn() -> Command, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Self::try_start(free_port(), args, envs).await {
+            match Self::try_start(base(), free_port(), args, envs).await {
                 Ok(server) => return server,
                 Err(log) if attempt < 3 && log.to_lowercase().contains("in use") => continue,
                 Err(log) => panic!("the HTTP server did not start: {log}"),
@@ -468,9 +571,13 @@ impl HttpServer {
         }
     }
 
-    async fn try_start(port: u16, args: &[&str], envs: &[(&str, &str)]) -> Result<Self, String> {
+    async fn try_start(
+        mut cmd: Command,
+        port: u16,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let mut cmd = server_command();
         cmd.arg("--http")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--workdir")

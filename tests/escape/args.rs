@@ -106,7 +106,7 @@ pub(crate) async fn assert_no_session(server: &StdioServer, name: &str, why: &st
 
 /// `python_sessions create` with `name` and the extra arguments in `opts`.
 pub(crate) async fn create_session(server: &StdioServer, name: &str, opts: Value) -> ToolOutput {
-    let mut args = json!({ "action": "create", "name": name });
+    let mut args = json!({ "action": "create", "session": name });
     if let (Value::Object(into), Value::Object(from)) = (&mut args, opts) {
         into.extend(from);
     }

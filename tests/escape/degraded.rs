@@ -22,10 +22,12 @@ async fn without_namespaces_the_gap_is_named_and_secrets_stay_out_of_reach() {
     )
     .await;
 
-    let status = server.call("server_status", json!({})).await;
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
     assert!(
         status.text.contains("NO private namespaces") && status.text.contains("--no-namespaces"),
-        "server_status names the missing protection: {}",
+        "the status names the missing protection: {}",
         status.text
     );
 

@@ -368,7 +368,7 @@ async fn another_sessions_environment_is_out_of_reach() {
     let created = server
         .call(
             "python_sessions",
-            json!({ "action": "create", "name": "a", "env": { "A_SECRET": secret } }),
+            json!({ "action": "create", "session": "a", "env": { "A_SECRET": secret } }),
         )
         .await;
     assert!(!created.is_error, "creating session a failed: {created:#?}");
@@ -580,9 +580,9 @@ async fn pty_jobs_are_out_of_reach_of_other_sessions_and_jobs() {
     // echoed the sentinel (the terminal echo, then cat's copy), the output
     // shows everything that reached A.
     let typed = server
-        .call("shell_input", json!({ "job": a_job, "text": sentinel }))
+        .call("shell_wait", json!({ "job": a_job, "input": sentinel }))
         .await;
-    assert!(!typed.is_error, "shell_input to job A failed: {typed:#?}");
+    assert!(!typed.is_error, "input to job A failed: {typed:#?}");
     let a_out = wait_job_output(&server, &a_job, |t| {
         t.matches(sentinel.as_str()).count() >= 2
     })
@@ -593,7 +593,7 @@ async fn pty_jobs_are_out_of_reach_of_other_sessions_and_jobs() {
     );
 
     let _ = server
-        .call("shell_kill", json!({ "job": a_job, "signal": "KILL" }))
+        .call("shell_wait", json!({ "job": a_job, "signal": "KILL" }))
         .await;
     server.assert_alive();
     server.close_and_wait().await;
@@ -652,13 +652,18 @@ async fn dev_shm_is_private_to_each_session_and_reset() {
         "a shell job sees session a's /dev/shm file: {job:#?}"
     );
 
-    let reset = server.call("python_reset", json!({ "session": "a" })).await;
-    assert!(!reset.is_error, "python_reset failed: {reset:#?}");
+    let reset = server
+        .call(
+            "python_sessions",
+            json!({ "action": "reset", "session": "a" }),
+        )
+        .await;
+    assert!(!reset.is_error, "resetting session a failed: {reset:#?}");
     let after = run_cell(&server, "a", &look).await;
     assert_eq!(
         outcome(&after, "exists"),
         "OK False",
-        "session a's /dev/shm file survived python_reset: {after:#?}"
+        "session a's /dev/shm file survived a reset: {after:#?}"
     );
 
     server.assert_alive();

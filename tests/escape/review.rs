@@ -26,7 +26,9 @@ async fn start(binary: &Path, workdir: &Path, args: &[&str], env: &[(&str, &str)
             cmd.env_remove(key);
         }
     }
-    cmd.arg("--workdir")
+    // Every tool group and structured results, as in tests/common.
+    cmd.envs(common::FULL_SURFACE_ENV.iter().copied())
+        .arg("--workdir")
         .arg(workdir)
         .args(args)
         .stdin(Stdio::piped())
@@ -130,7 +132,9 @@ async fn an_interpreter_on_path_inside_the_workspace_is_not_run_at_start() {
         &[("PATH", path.as_str())],
     )
     .await;
-    let status = server.call("server_status", json!({})).await;
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
     assert!(!status.is_error, "{status:#?}");
     assert!(
         !marker.exists(),

@@ -230,7 +230,12 @@ async fn the_auth_token_need_not_be_on_the_command_line() {
     );
 
     let client = server.connect(Some(&token)).await;
-    let status = common::call(client.peer(), "server_status", json!({})).await;
+    let status = common::call(
+        client.peer(),
+        "python_sessions",
+        json!({ "action": "status" }),
+    )
+    .await;
     assert!(
         !status.is_error,
         "a client with the token must be served: {status:#?}"

@@ -7,6 +7,11 @@
 * `target`: parametrized over both transports; gives what `mcp.Client` takes
   (StdioServerParameters for stdio, the URL string for HTTP).
 
+These servers run with `--structured-content` (structuredContent in results,
+outputSchema on tools), which the contract checks read. The `*_plain`
+fixtures (`stdio_params_plain`, `http_url_plain`, `target_plain`) start the
+server as a user does, without it: text-only results.
+
 Nothing here skips: a missing binary or a server that does not start fails
 the test with the reason and the server's stderr.
 """
@@ -23,6 +28,8 @@ from mcp import StdioServerParameters
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_BIN = ROOT / "target" / "debug" / "ferrepl"
 START_TIMEOUT_S = 30
+# The flag that adds structuredContent and outputSchema (off by default).
+STRUCTURED = ["--structured-content"]
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +53,12 @@ def workdir(tmp_path) -> pathlib.Path:
 
 @pytest.fixture
 def stdio_params(ferrepl_bin, workdir) -> StdioServerParameters:
+    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir), *STRUCTURED])
+
+
+@pytest.fixture
+def stdio_params_plain(ferrepl_bin, workdir) -> StdioServerParameters:
+    """Like `stdio_params`, without `--structured-content`."""
     return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir)])
 
 
@@ -62,14 +75,14 @@ class HttpServer:
     never blocks on a full pipe) and kept for failure messages.
     """
 
-    def __init__(self, binary: str, workdir: pathlib.Path):
+    def __init__(self, binary: str, workdir: pathlib.Path, extra_args=()):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.lines: list[str] = []
         self._ready = threading.Event()
         self._needle = f"listening on {self.url}"
         self.proc = subprocess.Popen(
-            [binary, "--http", f"127.0.0.1:{self.port}", "--workdir", str(workdir)],
+            [binary, "--http", f"127.0.0.1:{self.port}", "--workdir", str(workdir), *extra_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -113,9 +126,8 @@ class HttpServer:
             self._pump.join(5)
 
 
-@pytest.fixture
-def http_server(ferrepl_bin, workdir):
-    server = HttpServer(ferrepl_bin, workdir)
+def _serve_http(binary, workdir, extra_args):
+    server = HttpServer(binary, workdir, extra_args)
     server.wait_ready()
     yield server
     if server.stop() is None:
@@ -123,8 +135,24 @@ def http_server(ferrepl_bin, workdir):
 
 
 @pytest.fixture
+def http_server(ferrepl_bin, workdir):
+    yield from _serve_http(ferrepl_bin, workdir, STRUCTURED)
+
+
+@pytest.fixture
+def http_server_plain(ferrepl_bin, workdir):
+    """Like `http_server`, without `--structured-content`."""
+    yield from _serve_http(ferrepl_bin, workdir, ())
+
+
+@pytest.fixture
 def http_url(http_server) -> str:
     return http_server.url
+
+
+@pytest.fixture
+def http_url_plain(http_server_plain) -> str:
+    return http_server_plain.url
 
 
 @pytest.fixture(params=["stdio", "http"])
@@ -133,3 +161,11 @@ def target(request, workdir):
     if request.param == "stdio":
         return request.getfixturevalue("stdio_params")
     return request.getfixturevalue("http_url")
+
+
+@pytest.fixture(params=["stdio", "http"])
+def target_plain(request, workdir):
+    """Like `target`, for a server without `--structured-content`."""
+    if request.param == "stdio":
+        return request.getfixturevalue("stdio_params_plain")
+    return request.getfixturevalue("http_url_plain")

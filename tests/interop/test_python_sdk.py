@@ -3,7 +3,9 @@
 Every test that takes `target` runs twice: over stdio (the SDK spawns
 `ferrepl`) and over streamable HTTP (a fresh `ferrepl --http` on a free port).
 Results are checked against the contract of the python_* tools and, for every
-structured result, against the output schema the server itself lists.
+structured result, against the output schema the server itself lists. These
+servers run with `--structured-content`; one test checks the default
+(text-only results) without it.
 """
 
 import asyncio
@@ -16,8 +18,12 @@ from mcp import Client
 
 pytestmark = pytest.mark.timeout(60)
 
-CONTRACT_TOOLS = {"python_exec", "python_reset", "python_inspect", "python_sessions"}
-EXEC_FIELDS = {"status", "session", "cell", "stdout", "stderr", "value", "error", "prompt", "elapsed_ms"}
+CONTRACT_TOOLS = {"python_exec", "python_wait", "python_inspect", "python_sessions"}
+# Always in a python_exec result's structured content.
+EXEC_FIELDS = {"status", "session", "cell", "elapsed_ms"}
+# In the output schema, but left out of a result when empty, null or 0.
+EXEC_OPTIONAL_FIELDS = {"stdout", "stderr", "value", "error", "prompt"}
+EXEC_OTHER_FIELDS = {"output_bytes", "omitted_bytes", "background_output", "notes", "display"}
 STATUSES = {"ok", "error", "running", "waiting_input", "interrupted", "crashed"}
 
 
@@ -92,6 +98,10 @@ class Tools:
         assert isinstance(sc, dict), f"python_exec returned no structured content: {result!r}"
         missing = EXEC_FIELDS - set(sc)
         assert not missing, f"python_exec structured content lacks {sorted(missing)}: {sc}"
+        unknown = set(sc) - EXEC_FIELDS - EXEC_OPTIONAL_FIELDS - EXEC_OTHER_FIELDS
+        assert not unknown, f"python_exec structured content has unexpected {sorted(unknown)}: {sc}"
+        for key in (EXEC_OPTIONAL_FIELDS | EXEC_OTHER_FIELDS) & set(sc):
+            assert sc[key] not in (None, "", [], 0), f"an empty {key!r} must be left out: {sc}"
         assert sc["status"] in STATUSES, sc
         return result
 
@@ -115,7 +125,7 @@ def assert_footer(result, status, cell, session):
 
 def assert_ok(result):
     sc = result.structured_content
-    assert not result.is_error and sc["status"] == "ok" and sc["error"] is None, result
+    assert not result.is_error and sc["status"] == "ok" and "error" not in sc, result
 
 
 def assert_raised(result, exc_type):
@@ -168,12 +178,19 @@ def test_list_tools(target, sdk_complaints):
             exec_in = by_name["python_exec"].input_schema
             assert {"code", "session", "wait_s"} <= set(exec_in.get("properties", {})), exec_in
             assert "code" in exec_in.get("required", []), exec_in
-            assert EXEC_FIELDS <= set(by_name["python_exec"].output_schema.get("properties", {}))
+            exec_out = by_name["python_exec"].output_schema.get("properties", {})
+            assert EXEC_FIELDS | EXEC_OPTIONAL_FIELDS | EXEC_OTHER_FIELDS <= set(exec_out), exec_out
             # Calling every contract tool once makes the SDK validate each
-            # result against the schema it just listed.
+            # result against the schema it just listed (python_wait gives
+            # the last result again).
             t = await Tools(client).load()
             await t.exec("probe = 1")
-            for name, args in (("python_inspect", {}), ("python_sessions", {}), ("python_reset", {})):
+            for name, args in (
+                ("python_inspect", {}),
+                ("python_wait", {}),
+                ("python_sessions", {}),
+                ("python_sessions", {"action": "reset"}),
+            ):
                 r = await t.call(name, args)
                 assert not r.is_error, r
         assert_quiet(sdk_complaints)
@@ -190,9 +207,9 @@ def test_variables_persist_and_print_output(target, sdk_complaints):
             sc = r.structured_content
             assert sc["value"] == "42", sc
             assert sc["stdout"] == "hello world\n", sc
-            assert sc["stderr"] == "", sc
+            assert "stderr" not in sc, sc
             assert sc["session"] == "default", sc
-            assert sc["prompt"] is None, sc
+            assert "prompt" not in sc, sc
             assert isinstance(sc["elapsed_ms"], (int, float)) and sc["elapsed_ms"] >= 0, sc
             first_cell = sc["cell"]
             text = text_of(r)
@@ -210,7 +227,7 @@ def test_variables_persist_and_print_output(target, sdk_complaints):
             # A statement has no value; definitions persist like variables.
             r = await t.exec("def double(v):\n    return v * 2")
             assert_ok(r)
-            assert r.structured_content["value"] is None, r.structured_content
+            assert "value" not in r.structured_content, r.structured_content
             r = await t.exec("double(x)")
             assert r.structured_content["value"] == "42", r.structured_content
             r = await t.exec("'text'")
@@ -231,7 +248,7 @@ def test_exception_is_error_with_type(target, sdk_complaints):
             assert "ValueError: bad input" in err["traceback"], err
             assert "line 2" in err["traceback"] and "in f" in err["traceback"], err
             assert r.structured_content["stdout"] == "before\n", r.structured_content
-            assert r.structured_content["value"] is None, r.structured_content
+            assert "value" not in r.structured_content, r.structured_content
             text = text_of(r)
             assert "before" in text and "ValueError: bad input" in text, text
             assert_footer(r, "error", r.structured_content["cell"], "default")
@@ -365,11 +382,12 @@ def test_reset_and_inspect(target, sdk_complaints):
             assert not r.is_error, r
             assert "[1, 2, 3]" in text_of(r), text_of(r)
 
-            r = await t.call("python_reset", {"session": "insp"})
+            r = await t.call("python_sessions", {"action": "reset", "session": "insp"})
             assert not r.is_error, r
+            assert "insp" in r.structured_content["message"], r.structured_content
             r = await t.exec("'count' in globals()", session="insp")
             assert_ok(r)
-            assert r.structured_content["value"] == "False", "python_reset must clear the variables"
+            assert r.structured_content["value"] == "False", "a reset must clear the variables"
         assert_quiet(sdk_complaints)
 
     run(go())
@@ -426,7 +444,7 @@ def test_http_session_termination_is_clean(http_url, sdk_complaints):
 
 def test_input_prompt_and_answer(target, sdk_complaints):
     """A cell blocked in input() comes back as waiting_input with its prompt;
-    python_input answers it and the cell finishes."""
+    python_wait with input answers it and the cell finishes."""
 
     async def go():
         async with Client(target, mode="legacy") as client:
@@ -434,12 +452,33 @@ def test_input_prompt_and_answer(target, sdk_complaints):
             r = await t.exec("name = input('Name: ')\nprint('hi', name)")
             assert r.structured_content["status"] == "waiting_input", r.structured_content
             assert r.structured_content["prompt"] == "Name: ", r.structured_content
-            r = await t.call("python_input", {"text": "Ada"})
+            r = await t.call("python_wait", {"input": "Ada"})
             assert not r.is_error, r
             assert r.structured_content["status"] == "ok", r.structured_content
             assert "hi Ada" in r.structured_content["stdout"], r.structured_content
             r = await t.exec("name")
             assert r.structured_content["value"] == "'Ada'", r.structured_content
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_results_are_text_only_without_structured_content(target_plain, sdk_complaints):
+    """By default (no `--structured-content`) tools list no output schema and
+    a result is text only: the value and the status footer are in the text."""
+
+    async def go():
+        async with Client(target_plain, mode="legacy") as client:
+            tools = (await client.list_tools()).tools
+            with_schema = [t.name for t in tools if t.output_schema]
+            assert not with_schema, f"output schemas listed without --structured-content: {with_schema}"
+            r = await client.call_tool("python_exec", {"code": "print('hi')\n6 * 7"})
+            assert not r.is_error, r
+            assert r.structured_content is None, f"structured content without --structured-content: {r!r}"
+            text = text_of(r)
+            assert "hi" in text and "42" in text, text
+            assert any(line.startswith("-- ok |") for line in text.splitlines()), f"no '-- ok |' footer: {text!r}"
+            assert_footer(r, "ok", 1, "default")
         assert_quiet(sdk_complaints)
 
     run(go())

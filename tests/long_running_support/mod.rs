@@ -29,7 +29,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::common::{self, CALL_TIMEOUT, HttpServer, START_TIMEOUT, ToolOutput};
 
@@ -122,17 +122,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// `ferrepl --workdir <tempdir> args...` over stdio.
+    /// `ferrepl --workdir <tempdir> args...` over stdio, with the full tool
+    /// surface (`common::server_command`).
     pub async fn stdio(args: &[&str]) -> Self {
         let workdir = tempfile::tempdir().expect("create a temporary workdir");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrepl"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("FERREPL_") {
-                cmd.env_remove(key);
-            }
-        }
-        cmd.env("NO_COLOR", "1")
-            .arg("--workdir")
+        // Every tool group and structured results, as in tests/common.
+        let mut cmd = common::server_command();
+        cmd.arg("--workdir")
             .arg(workdir.path())
             .args(args)
             .stdin(Stdio::piped())
@@ -185,8 +181,9 @@ impl Server {
         }
     }
 
-    /// `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...`, with a
-    /// streamable-HTTP client connected to it.
+    /// `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...` (the full
+    /// tool surface, `common::HttpServer::start`), with a streamable-HTTP
+    /// client connected to it.
     pub async fn http(args: &[&str]) -> Self {
         let http = HttpServer::start(args, &[]).await;
         let recorder = Recorder::default();
@@ -298,14 +295,19 @@ impl Server {
         .await
     }
 
+    /// python_wait answering the pending input() with `text`.
     pub async fn input(&self, session: &str, text: &str) -> ToolOutput {
-        self.call("python_input", json!({ "session": session, "text": text }))
+        self.call("python_wait", json!({ "session": session, "input": text }))
             .await
     }
 
+    /// python_wait interrupting the running cell.
     pub async fn interrupt(&self, session: &str) -> ToolOutput {
-        self.call("python_interrupt", json!({ "session": session }))
-            .await
+        self.call(
+            "python_wait",
+            json!({ "session": session, "interrupt": true }),
+        )
+        .await
     }
 
     /// The `python_sessions` row of `name`.
@@ -379,9 +381,14 @@ pub fn py_str(path: &Path) -> String {
     serde_json::to_string(path.to_str().expect("utf-8 temp path")).expect("json string")
 }
 
-/// All notes of a cell result, joined.
+/// All notes of a cell result, joined (a result without notes leaves the
+/// key out: none).
 pub fn notes(out: &ToolOutput) -> String {
-    out.structured["notes"]
+    let notes = &out.structured["notes"];
+    if notes.is_null() && out.structured.is_object() {
+        return String::new();
+    }
+    notes
         .as_array()
         .unwrap_or_else(|| panic!("structured_content.notes is not an array in {out:#?}"))
         .iter()
@@ -453,13 +460,20 @@ pub async fn scenario_wait_window(srv: &Server) {
     assert_eq!(rest.cell(), first.cell(), "same cell: {first:#?} {rest:#?}");
     assert_eq!(rest.str_field("session"), "default");
 
-    // Its result was collected: there is nothing left to wait for.
+    // Its result was collected: waiting again gives the same result again,
+    // saying so (for a client whose response was lost), and runs nothing.
     let again = srv.wait("default", 1.0).await;
-    assert_refused(&again, &["no running cell"]);
+    assert_status(&again, "ok");
+    assert_eq!(again.cell(), first.cell(), "same cell: {again:#?}");
+    assert_eq!(again.value(), Some("'done'"), "{again:#?}");
+    assert!(
+        notes(&again).contains("Delivered again"),
+        "a repeated result says it was delivered before: {again:#?}"
+    );
 }
 
 /// input() makes the call return `waiting_input` with the prompt, and
-/// python_input answers it.
+/// python_wait {input} answers it.
 pub async fn scenario_input(srv: &Server) {
     // No wait_s: the default window (30 s) is far longer than the test, so a
     // waiting_input status shows the call returned on the prompt itself.
@@ -472,7 +486,10 @@ pub async fn scenario_input(srv: &Server) {
         .await;
     assert_status(&asked, "waiting_input");
     assert_eq!(asked.structured["prompt"], "Name: ", "{asked:#?}");
-    assert!(asked.text.contains("python_input"), "{asked:#?}");
+    assert!(
+        asked.text.contains("python_wait {input: ...}"),
+        "{asked:#?}"
+    );
 
     let answered = srv.input("default", "Alice").await;
     assert_status(&answered, "ok");
@@ -489,7 +506,7 @@ pub async fn scenario_input(srv: &Server) {
     assert_eq!(kept.value(), Some("'Alice'"));
 }
 
-/// python_interrupt stops a cell with KeyboardInterrupt and keeps the state
+/// python_wait {interrupt: true} stops a cell with KeyboardInterrupt and keeps the state
 /// and the interpreter.
 pub async fn scenario_interrupt(srv: &Server, body: &str, marker: &str) {
     srv.exec("default", "kept = 42", None).await.assert_ok();

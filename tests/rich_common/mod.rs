@@ -82,10 +82,8 @@ pub fn content_kinds(out: &ToolOutput) -> Vec<&'static str> {
 
 /// `structured_content.display` of a cell result.
 pub fn display_items(out: &ToolOutput) -> Vec<Value> {
-    out.structured["display"]
-        .as_array()
-        .unwrap_or_else(|| panic!("structured_content.display is not an array in {out:#?}"))
-        .clone()
+    // A result that displayed nothing leaves `display` out.
+    out.display()
 }
 
 /// Width and height from a PNG's IHDR chunk.
