@@ -232,7 +232,10 @@ async fn sandbox_string(server: &StdioServer) -> String {
         !status.is_error,
         "python_sessions status failed: {status:#?}"
     );
-    status.str_field("sandbox").to_string()
+    status.structured["server"]["sandbox"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the status has no server.sandbox: {status:#?}"))
+        .to_string()
 }
 
 // ------------------------------------------------------------------ network
