@@ -33,6 +33,12 @@ async fn tools_are_listed_with_description_schemas_and_annotations() {
             "{name} input schema is not an object schema: {:?}",
             tool.input_schema
         );
+        // shell_wait returns two shapes (a job, or the job list): no schema.
+        if name == "shell_wait" {
+            assert!(tool.output_schema.is_none(), "{name}");
+            assert!(tool.annotations.is_some(), "{name} has no annotations");
+            continue;
+        }
         let output = tool
             .output_schema
             .as_ref()
