@@ -110,15 +110,6 @@ async fn blocking(
     }
 }
 
-fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
-
 #[tool_router(router = file_router, vis = "pub(super)")]
 impl FerreplServer {
     #[tool(
@@ -242,7 +233,7 @@ fn list_result(files: &Workspace, rel: &str, depth: usize) -> CallToolResult {
         let suffix = match (e.kind.as_str(), e.size) {
             ("dir", _) => "/".to_string(),
             ("symlink", _) => " -> (symlink)".to_string(),
-            (_, Some(s)) => format!("  {}", human(s)),
+            (_, Some(s)) => format!("  {}", crate::units::human_bytes(s)),
             _ => String::new(),
         };
         text.push_str(&format!("{}{name}{suffix}\n", "  ".repeat(indent + 1)));

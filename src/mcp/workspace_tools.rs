@@ -469,7 +469,7 @@ pub(super) fn sessions_table(sessions: &[SessionInfo]) -> String {
     for s in sessions {
         let mem = s
             .memory_bytes
-            .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
+            .map(crate::units::human_bytes)
             .unwrap_or_else(|| "-".into());
         let running = s
             .running_cell

@@ -206,7 +206,7 @@ impl Cgroup {
         if self.oom_kills() > 0 {
             return Some(format!(
                 "went over its memory limit of {} (--memory-limit; the kernel's memory cgroup killed a process)",
-                crate::config::human_bytes(self.memory_limit.unwrap_or(0))
+                crate::units::human_bytes(self.memory_limit.unwrap_or(0))
             ));
         }
         None

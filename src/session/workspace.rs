@@ -207,7 +207,7 @@ impl SessionManager {
                             match sandbox.memory_limit {
                                 Some(limit) if rss > limit => Some(format!(
                                     "Session '{name}' went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
-                                    crate::config::human_bytes(limit),
+                                    crate::units::human_bytes(limit),
                                     rss / (1024 * 1024)
                                 )),
                                 _ => None,

@@ -42,6 +42,10 @@ impl Segment {
         self.memory.len() as u64 + self.spill.as_ref().map_or(0, |s| s.len)
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -131,7 +135,7 @@ impl CellLog {
         self.segments.extend(
             segments
                 .into_iter()
-                .filter(|s| s.len() > 0 || s.dropped() > 0),
+                .filter(|s| !s.is_empty() || s.dropped() > 0),
         );
     }
 

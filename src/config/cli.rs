@@ -364,14 +364,6 @@ pub struct Config {
     pub log_level: String,
 }
 
-pub fn seconds(value: f64, name: &str) -> anyhow::Result<std::time::Duration> {
-    if !value.is_finite() || value < 0.0 {
-        anyhow::bail!("{name} must be a non-negative number of seconds, got {value}");
-    }
-    std::time::Duration::try_from_secs_f64(value)
-        .map_err(|_| anyhow::anyhow!("{name} is too large: {value} seconds"))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Network {
     Off,
@@ -385,44 +377,4 @@ pub enum Network {
 pub enum DefaultSession {
     Shared,
     PerClient,
-}
-
-/// "4 GiB" for whole GiB, else MiB.
-pub fn human_bytes(b: u64) -> String {
-    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
-        format!("{} GiB", b >> 30)
-    } else {
-        format!("{} MiB", b >> 20)
-    }
-}
-
-/// "4G", "512M", "100K", "123" (bytes) or "off".
-pub fn parse_bytes(s: &str) -> anyhow::Result<Option<u64>> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("off") || t == "0" {
-        return Ok(None);
-    }
-    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let unit = t[i..].to_ascii_uppercase();
-            let mult: u64 = match unit.trim_end_matches(['B', 'I']) {
-                "" => 1,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                _ => anyhow::bail!("cannot read size {s:?}: use a number with K, M, G or T"),
-            };
-            (&t[..i], mult)
-        }
-        None => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow::anyhow!("cannot read size {s:?}: use a number with K, M, G or T"))?;
-    if !n.is_finite() || n < 0.0 {
-        anyhow::bail!("size {s:?} must be positive");
-    }
-    Ok(Some((n * mult as f64) as u64))
 }

@@ -1,0 +1,121 @@
+//! Assembling the server: settings from the command line, the components
+//! built from them, then the transport until shutdown.
+
+use anyhow::Context;
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::config::settings::Settings;
+use crate::session::SessionManager;
+use crate::{files, jobs, mcp, session, startup, state};
+
+/// Runs the server until its transport ends or a signal arrives.
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    let settings = Settings::from_config(&cfg)?;
+    let state_dir = state::StateDir::create()?;
+    let log_dir = state_dir.path().to_path_buf();
+    let startup::Prepared {
+        python,
+        sandbox,
+        installer,
+    } = startup::prepare(&cfg, &settings.workdir, &state_dir)?;
+    let sandbox = std::sync::Arc::new(sandbox);
+    let jobs = jobs::JobManager::new(settings.job_config(&log_dir, sandbox.clone(), installer));
+    let workspace = files::Workspace::new(&settings.workdir)
+        .with_context(|| format!("workspace root {}", settings.workdir.display()))?
+        .read_only(cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
+    let spec = settings.launch_spec(python, &log_dir, sandbox);
+    let manager = SessionManager::new(spec, settings.limits.clone());
+    manager.warm_up();
+    manager.spawn_reaper();
+    manager.spawn_resource_watch();
+
+    let shutdown = CancellationToken::new();
+    spawn_signal_watch(shutdown.clone());
+    {
+        // End the workers as soon as shutdown starts, so calls in flight
+        // finish at once instead of holding the transport open.
+        let (manager, jobs, shutdown) = (manager.clone(), jobs.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            jobs.shutdown();
+            manager.shutdown().await;
+        });
+    }
+    let app = mcp::server::AppParts {
+        manager: manager.clone(),
+        jobs: jobs.clone(),
+        files: workspace,
+        groups: settings.groups.clone(),
+        structured: settings.structured,
+    };
+    let result = match cfg.http {
+        Some(addr) => mcp::http::serve(addr, &cfg, app, shutdown.clone()).await,
+        None => serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await,
+    };
+    jobs.shutdown();
+    manager.shutdown().await;
+    drop(state_dir);
+    tracing::info!("ferrepl stopped");
+    result
+}
+
+async fn serve_stdio(
+    app: mcp::server::AppParts,
+    max_request_bytes: usize,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let server = mcp::server::FerreplServer::new(&app, session::DEFAULT_SESSION.to_string());
+    // Stdin's end cancels `shutdown`: rmcp drains in-flight calls for a while
+    // after EOF, and ending the workers at once makes those calls finish
+    // (crashed) and the process exit promptly.
+    let stdin_closed = CancellationToken::new();
+    let transport = mcp::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
+    {
+        let (stdin_closed, shutdown) = (stdin_closed.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            stdin_closed.cancelled().await;
+            shutdown.cancel();
+        });
+    }
+    let running = tokio::select! {
+        r = server.serve(transport) => r.context("MCP handshake on stdio failed")?,
+        _ = shutdown.cancelled() => return Ok(()),
+    };
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    tokio::select! {
+        r = &mut waiting => { r.context("stdio service failed")?; }
+        _ = shutdown.cancelled() => {
+            // After stdin's end, calls in flight end quickly once the workers
+            // are gone; let their answers out before exiting. (After a
+            // signal the client is not listening.)
+            if stdin_closed.is_cancelled() {
+                let _ = tokio::time::timeout(STDIO_DRAIN, &mut waiting).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How long answers to calls in flight may delay the exit after shutdown.
+const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn spawn_signal_watch(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::warn!("cannot watch SIGTERM/SIGINT");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        shutdown.cancel();
+    });
+}

@@ -1,0 +1,7 @@
+//! Configuration: the command line (`cli`) and the settings every component
+//! is built from (`settings`), made from it once at start.
+
+mod cli;
+pub mod settings;
+
+pub use cli::*;

@@ -1,0 +1,129 @@
+//! The command line turned, once, into what each component is built from:
+//! every duration checked, every default applied, nothing read twice.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::Config;
+use crate::installer::InstallerSettings;
+use crate::jobs::JobConfig;
+use crate::mcp::groups::ToolGroups;
+use crate::sandbox::SandboxConfig;
+use crate::session::Limits;
+use crate::units::seconds;
+use crate::worker::LaunchSpec;
+
+/// How much output results and logs keep (shared by cells and jobs).
+#[derive(Debug, Clone, Copy)]
+pub struct OutputSizes {
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+    /// Full output kept per cell or job (--output-log-bytes).
+    pub log_bytes: u64,
+}
+
+/// Everything but what start-up has to discover (interpreter, sandbox).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The workspace, canonical.
+    pub workdir: PathBuf,
+    pub limits: Limits,
+    pub output: OutputSizes,
+    pub max_value_chars: usize,
+    pub max_image_bytes: u64,
+    pub max_jobs: usize,
+    pub job_ttl: Duration,
+    pub groups: ToolGroups,
+    pub structured: bool,
+}
+
+impl Settings {
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
+        let workdir = match &cfg.workdir {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let workdir = workdir
+            .canonicalize()
+            .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
+        let optional = |value: Option<f64>, flag: &str| match value {
+            Some(s) if s > 0.0 => seconds(s, flag).map(Some),
+            _ => Ok(None),
+        };
+        let limits = Limits {
+            default_wait: seconds(cfg.default_wait, "--default-wait")?,
+            max_wait: seconds(cfg.max_wait, "--max-wait")?,
+            start_timeout: seconds(cfg.start_timeout, "--start-timeout")?,
+            max_sessions: cfg.max_sessions.max(1),
+            inspect_timeout: Duration::from_secs(10),
+            crash_grace: Duration::from_millis(500),
+            interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
+            max_images: cfg.max_images,
+            keep_cells: cfg.output_keep_cells.max(1),
+            session_ttl: optional(Some(cfg.session_ttl), "--session-ttl")?,
+            cell_log_bytes: cfg.output_log_bytes,
+            max_cell: optional(cfg.max_cell_seconds, "--max-cell-seconds")?,
+        };
+        Ok(Self {
+            workdir,
+            limits,
+            output: OutputSizes {
+                head_bytes: cfg.output_head_bytes,
+                tail_bytes: cfg.output_tail_bytes,
+                log_bytes: cfg.output_log_bytes,
+            },
+            max_value_chars: cfg.max_value_chars,
+            max_image_bytes: cfg.max_image_bytes,
+            max_jobs: cfg.max_jobs.max(1),
+            job_ttl: seconds(cfg.job_ttl, "--job-ttl")?,
+            groups: ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?,
+            structured: cfg.structured_content,
+        })
+    }
+
+    /// How session interpreters are started.
+    pub fn launch_spec(
+        &self,
+        python: PathBuf,
+        log_dir: &Path,
+        sandbox: Arc<SandboxConfig>,
+    ) -> LaunchSpec {
+        LaunchSpec {
+            python,
+            workdir: self.workdir.clone(),
+            env: Vec::new(),
+            output_head_bytes: self.output.head_bytes,
+            output_tail_bytes: self.output.tail_bytes,
+            max_value_chars: self.max_value_chars,
+            max_image_bytes: self.max_image_bytes,
+            log_dir: log_dir.to_path_buf(),
+            cell_log_bytes: self.output.log_bytes,
+            sandbox: Some(sandbox),
+        }
+    }
+
+    /// How shell and install jobs run.
+    pub fn job_config(
+        &self,
+        log_dir: &Path,
+        sandbox: Arc<SandboxConfig>,
+        installer: InstallerSettings,
+    ) -> JobConfig {
+        JobConfig {
+            workdir: self.workdir.clone(),
+            output_head_bytes: self.output.head_bytes,
+            output_tail_bytes: self.output.tail_bytes,
+            log_dir: log_dir.to_path_buf(),
+            log_bytes: self.output.log_bytes,
+            max_running: self.max_jobs,
+            keep_finished: self.job_ttl,
+            max_kept: 100,
+            drain_grace: Duration::from_millis(500),
+            sandbox: Some(sandbox),
+            installer: Arc::new(installer),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! ferrepl: persistent Python sessions for AI agents over MCP.
+//!
+//! The data path, top to bottom: `mcp` (tools, schemas, rendering,
+//! transports) → `session` and `jobs` → `worker` (the interpreter process,
+//! its control channel and output) → `sandbox` (how every process is
+//! confined); `egress` and `installer` serve package installs, `files` the
+//! file tools. `app` assembles them from `config`.
+
+pub mod app;
+pub mod config;
+pub mod egress;
+pub mod files;
+pub mod installer;
+pub mod jobs;
+pub mod mcp;
+pub mod sandbox;
+pub mod session;
+pub mod startup;
+pub mod state;
+pub mod units;
+pub mod worker;
