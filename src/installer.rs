@@ -23,7 +23,7 @@ pub struct InstallerSettings {
     pub source_builds: bool,
     /// How installers reach the network: through the proxy (`packages`),
     /// directly (`on`), or not at all (`off`).
-    pub mode: crate::config::Network,
+    pub mode: crate::sandbox::Network,
 }
 
 fn host_of(url: &str) -> Option<String> {
@@ -82,7 +82,7 @@ impl InstallerSettings {
     /// uv's variables, the user's and the system's pip.conf and the user's
     /// uv.toml, then adds `extra_hosts` (--allow-host-egress).
     pub fn discover(
-        mode: crate::config::Network,
+        mode: crate::sandbox::Network,
         extra_hosts: &[String],
         source_builds: bool,
         writable: &crate::sandbox::paths::Writable,
@@ -179,7 +179,7 @@ impl InstallerSettings {
             flags.extend(["--extra-index-url".to_string(), u.clone()]);
         }
         let (retries, timeout) = match self.mode {
-            crate::config::Network::Off => ("0", "5"),
+            crate::sandbox::Network::Off => ("0", "5"),
             _ => ("2", "15"),
         };
         flags.extend([
@@ -223,7 +223,7 @@ impl InstallerSettings {
         if let Some(c) = &self.cert {
             env.push(("SSL_CERT_FILE".to_string(), c.display().to_string()));
         }
-        if self.mode == crate::config::Network::Packages {
+        if self.mode == crate::sandbox::Network::Packages {
             let proxy = format!("http://127.0.0.1:{RELAY_PORT}");
             for var in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
                 env.push((var.to_string(), proxy.clone()));

@@ -13,6 +13,7 @@ pub mod files;
 pub mod installer;
 pub mod jobs;
 pub mod mcp;
+pub mod output;
 pub mod sandbox;
 pub mod session;
 pub mod startup;

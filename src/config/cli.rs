@@ -364,13 +364,7 @@ pub struct Config {
     pub log_level: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Network {
-    Off,
-    /// Package installers reach the indexes through the proxy; nothing else.
-    Packages,
-    On,
-}
+pub use crate::sandbox::Network;
 
 /// What an omitted `session` argument names (see `--default-session`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -16,10 +16,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Instant as TokioInstant;
 
+use crate::output::log::CellLog;
+use crate::output::{Capture, LogSink, RenderedOutput, Stream};
 use crate::sandbox::cgroup::Cgroup;
 use crate::worker::ExitInfo;
-use crate::worker::log::CellLog;
-use crate::worker::output::{Capture, LogSink, RenderedOutput, Stream};
 
 /// Limits and defaults of shell jobs.
 #[derive(Debug, Clone)]
@@ -241,6 +241,8 @@ pub struct JobSpec {
     /// Written to stdin, which is then closed.
     pub stdin: Option<String>,
     pub pty: bool,
+    /// The tool that reads the job's whole output (default shell_output).
+    pub reader: Option<&'static str>,
 }
 
 /// An install job and the packages it installs.
@@ -383,8 +385,13 @@ impl JobManager {
             dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),
             budget: self.cfg.log_bytes,
         };
-        let capture =
-            Capture::new(self.cfg.output_head_bytes, self.cfg.output_tail_bytes).with_log(sink);
+        let reader = spec.reader.unwrap_or("shell_output");
+        let capture = Capture::new(
+            self.cfg.output_head_bytes,
+            self.cfg.output_tail_bytes,
+            reader,
+        )
+        .with_log(sink);
         let (shell, cgroup) = self.shell_command(&spec, &cwd, n)?;
         let spawned = if spec.pty {
             spawn_pty(&cwd, shell)

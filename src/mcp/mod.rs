@@ -11,5 +11,4 @@ pub mod schema;
 pub mod server;
 pub mod shell_tools;
 pub mod stdio;
-pub mod text;
 pub mod workspace_tools;

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::args::index;
-use super::text::clean;
+use crate::output::text::clean;
 
 /// Default and largest window, in characters (or lines with `lines: true`).
 /// Larger limits are clamped to the maximum, offsets past the end give an

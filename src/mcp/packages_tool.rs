@@ -186,6 +186,7 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
             command: format!("{check}{command}"),
             env: settings.env().into_iter().collect(),
             egress: true,
+            reader: Some("shell_output (with --tools shell)"),
             ..JobSpec::default()
         };
         let job = match self.jobs.start(spec) {
@@ -221,7 +222,7 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
                 && v.get("exit_code") == Some(&serde_json::json!(0))
         });
         let failed = result.is_error == Some(true);
-        if failed && settings.mode == crate::config::Network::Off {
+        if failed && settings.mode == crate::sandbox::Network::Off {
             prepend(
                 &mut result,
                 "[ferrepl] The installer has no network (--network off): only local wheels install.",

@@ -5,7 +5,7 @@ use rmcp::model::{CallToolResult, ContentBlock as Content};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::text::clean;
+use crate::output::text::clean;
 use crate::session::report::{CellReport, CellStatus, DisplayInfo};
 use crate::worker::protocol::PyError;
 
@@ -118,18 +118,6 @@ pub fn cell_text(r: &CellReport) -> String {
         r.session,
         format_elapsed(r.elapsed_ms)
     ));
-    text
-}
-
-/// A short form of a result, for a note inside a later result.
-pub fn brief(r: &CellReport) -> String {
-    let mut text = clean(&r.output.combined);
-    if let Some(v) = &r.value {
-        push_block(&mut text, v);
-    }
-    if let Some(e) = &r.error {
-        push_block(&mut text, &format!("{}: {}", e.kind, e.message));
-    }
     text
 }
 

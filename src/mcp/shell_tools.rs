@@ -15,8 +15,8 @@ use super::args::{Parameters, Seconds, SignalArg, secs};
 use super::output_tool::{self, OutputWindow};
 use super::render;
 use super::server::FerreplServer;
-use super::text::clean;
 use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobStatus, parse_signal};
+use crate::output::text::clean;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ShellExecParams {
@@ -174,6 +174,7 @@ Example: {\"command\": \"pytest -x -q\"}",
             pty: p.pty.unwrap_or(false),
             shown: None,
             egress: false,
+            reader: None,
         };
         let job = match self.jobs.start(spec) {
             Ok(j) => j,

@@ -26,6 +26,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// What the network namespace lets through (--network).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Network {
+    Off,
+    /// Package installers reach the indexes through the proxy; nothing else.
+    Packages,
+    On,
+}
+
 /// What the workers may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]

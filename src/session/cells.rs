@@ -10,8 +10,8 @@ use tokio::time::Instant as TokioInstant;
 
 use super::report::{BackgroundOutput, CellReport, CellStatus, Images};
 use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
-use crate::worker::log::CellLog;
-use crate::worker::output::{Capture, Stream};
+use crate::output::log::CellLog;
+use crate::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
 use crate::worker::{CellEvent, Worker};
 
@@ -207,7 +207,7 @@ impl SessionManager {
         let Some(done) = st.completed.as_ref() else {
             return;
         };
-        let text = crate::mcp::text::clean(&done.output.combined);
+        let text = crate::output::text::clean(&done.output.combined);
         let mut preview: String = text.chars().take(HISTORY_PREVIEW_CHARS).collect();
         if text.chars().count() > HISTORY_PREVIEW_CHARS {
             preview.push_str("...");
@@ -259,7 +259,7 @@ impl SessionManager {
                     "Cell {} finished before this call ({}); its result had not been collected:\n{}",
                     prev.cell,
                     prev.status.as_str(),
-                    crate::mcp::render::brief(&prev)
+                    prev.brief()
                 ));
             }
             // Taken before the cell starts: whatever is there was written
@@ -301,7 +301,11 @@ impl SessionManager {
                 started: Instant::now(),
                 code: source.describe(),
                 prompt: None,
-                output: Capture::new(self.spec.output_head_bytes, self.spec.output_tail_bytes),
+                output: Capture::new(
+                    self.spec.output_head_bytes,
+                    self.spec.output_tail_bytes,
+                    "python_output",
+                ),
                 images: Images::default(),
                 log: CellLog::new(number),
                 stop_notes: Vec::new(),
@@ -686,11 +690,7 @@ impl CellReport {
         self
     }
 
-    fn with_background(
-        mut self,
-        after_cell: u64,
-        output: crate::worker::output::RenderedOutput,
-    ) -> Self {
+    fn with_background(mut self, after_cell: u64, output: crate::output::RenderedOutput) -> Self {
         self.background = Some(BackgroundOutput { after_cell, output });
         self
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::worker::log::CellLog;
+use crate::output::log::CellLog;
 use crate::worker::{self, LaunchSpec, Worker, WorkerError};
 use report::{CellReport, Images};
 

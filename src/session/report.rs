@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use std::collections::HashSet;
 
-use crate::worker::output::RenderedOutput;
+use crate::output::RenderedOutput;
 use crate::worker::protocol::{Image, PyError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -141,5 +141,24 @@ impl Images {
         for image in other.shown {
             self.add(image, limit);
         }
+    }
+}
+
+impl CellReport {
+    /// A short form of the result (output, value, exception line), for a
+    /// note inside a later result.
+    pub fn brief(&self) -> String {
+        let mut text = crate::output::text::clean(&self.output.combined);
+        for line in self.value.iter().cloned().chain(
+            self.error
+                .iter()
+                .map(|e| format!("{}: {}", e.kind, e.message)),
+        ) {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&line);
+        }
+        text
     }
 }

@@ -5,8 +5,6 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
-pub mod log;
-pub mod output;
 pub mod protocol;
 pub mod python;
 mod readers;
@@ -28,7 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use output::{Capture, Stream};
+use crate::output::{self, Capture, Stream};
 use protocol::{Event, Image, PyError, Request};
 
 /// The driver is one Python source made of two files (same namespace).
@@ -303,12 +301,15 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         python: spec.python.clone(),
         ctl: ctl_tx,
         state: Mutex::new(State {
-            capture: Capture::new(spec.output_head_bytes, spec.output_tail_bytes).with_log(
-                output::LogSink {
-                    dir: Arc::new(spec.log_dir.join(format!("worker-{pid}"))),
-                    budget: spec.cell_log_bytes,
-                },
-            ),
+            capture: Capture::new(
+                spec.output_head_bytes,
+                spec.output_tail_bytes,
+                "python_output",
+            )
+            .with_log(output::LogSink {
+                dir: Arc::new(spec.log_dir.join(format!("worker-{pid}"))),
+                budget: spec.cell_log_bytes,
+            }),
             fence_seen: [0, 0],
             eof: [false, false],
             released: 0,

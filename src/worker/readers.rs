@@ -7,9 +7,9 @@ use std::time::Instant;
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
-use super::output::{MarkerScanner, Segment, Stream};
 use super::protocol::Event;
 use super::{ExitInfo, FENCE_GRACE, Worker, stream_index};
+use crate::output::{MarkerScanner, Segment, Stream};
 
 /// Largest control-channel line accepted from a driver (values are capped far below).
 const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;

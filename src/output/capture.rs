@@ -145,6 +145,8 @@ pub struct Capture {
     tail_len: usize,
     head_cap: usize,
     tail_cap: usize,
+    /// The tool that reads the whole output, named where a result cuts it.
+    reader: &'static str,
     omitted_bytes: u64,
     omitted_lines: u64,
     total_bytes: u64,
@@ -162,8 +164,11 @@ pub struct RenderedOutput {
 }
 
 impl Capture {
-    pub fn new(head_cap: usize, tail_cap: usize) -> Self {
+    /// A capture that keeps `head_cap` and `tail_cap` bytes for results and
+    /// names `reader` as the way to the rest.
+    pub fn new(head_cap: usize, tail_cap: usize, reader: &'static str) -> Self {
         Self {
+            reader,
             log: Vec::new(),
             sink: None,
             head: Vec::new(),
@@ -198,7 +203,7 @@ impl Capture {
     /// Moves the content out, leaving an empty capture with the same limits
     /// (and the same log sink, with what is left of its budget).
     pub fn take(&mut self) -> Capture {
-        let mut empty = Capture::new(self.head_cap, self.tail_cap);
+        let mut empty = Capture::new(self.head_cap, self.tail_cap, self.reader);
         empty.sink = self.sink.take();
         std::mem::replace(self, empty)
     }
@@ -315,8 +320,8 @@ impl Capture {
                 combined_text.push('\n');
             }
             combined_text.push_str(&format!(
-                "[... {} bytes ({} lines) omitted here: a result shows the first {} and last {} bytes; read the rest with python_output (by offset, lines or grep) ...]\n",
-                self.omitted_bytes, self.omitted_lines, self.head_cap, self.tail_cap
+                "[... {} bytes ({} lines) omitted here: a result shows the first {} and last {} bytes; read the rest with {} (by offset, lines or grep) ...]\n",
+                self.omitted_bytes, self.omitted_lines, self.head_cap, self.tail_cap, self.reader
             ));
         }
         for chunk in &self.tail {
@@ -416,7 +421,7 @@ mod tests {
 
     #[test]
     fn capture_keeps_head_and_tail_and_counts_the_rest() {
-        let mut cap = Capture::new(10, 10);
+        let mut cap = Capture::new(10, 10, "python_output");
         for i in 0..100 {
             cap.push(Stream::Stdout, format!("{i:03}\n").as_bytes());
         }
@@ -430,7 +435,7 @@ mod tests {
 
     #[test]
     fn capture_keeps_arrival_order_across_streams() {
-        let mut cap = Capture::new(100, 100);
+        let mut cap = Capture::new(100, 100, "python_output");
         cap.push(Stream::Stdout, b"a\n");
         cap.push(Stream::Stderr, b"b\n");
         cap.push(Stream::Stdout, b"c\n");
@@ -442,7 +447,7 @@ mod tests {
 
     #[test]
     fn invalid_utf8_becomes_replacement_characters() {
-        let mut cap = Capture::new(100, 100);
+        let mut cap = Capture::new(100, 100, "python_output");
         cap.push(Stream::Stdout, b"ok \xff\xfe end\n");
         assert_eq!(cap.render().stdout, "ok \u{fffd}\u{fffd} end\n");
     }
