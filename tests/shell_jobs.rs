@@ -491,6 +491,15 @@ async fn large_output_is_counted_and_readable_with_shell_output() {
     );
     let omitted = r.structured["omitted_bytes"].as_u64().unwrap_or(0);
     assert!(omitted > 0, "the middle is omitted: {:#?}", r.structured);
+    let marker = r
+        .text
+        .lines()
+        .find(|l| l.contains("omitted here"))
+        .unwrap_or_else(|| panic!("no omission marker in {}", r.text));
+    assert!(
+        marker.contains("shell_output") && !marker.contains("python_output"),
+        "a job's marker points to shell_output: {marker}"
+    );
     let stdout = r.stdout();
     assert!(stdout.starts_with("1\n2\n3\n"), "the head is kept");
     assert!(stdout.ends_with("199999\n200000\n"), "the tail is kept");
