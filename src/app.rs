@@ -51,7 +51,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         structured: settings.structured,
     };
     let result = match cfg.http {
-        Some(addr) => mcp::http::serve(addr, &cfg, app, shutdown.clone()).await,
+        Some(addr) => mcp::transport::http::serve(addr, &cfg, app, shutdown.clone()).await,
         None => serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await,
     };
     jobs.shutdown();
@@ -71,7 +71,8 @@ async fn serve_stdio(
     // after EOF, and ending the workers at once makes those calls finish
     // (crashed) and the process exit promptly.
     let stdin_closed = CancellationToken::new();
-    let transport = mcp::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
+    let transport =
+        mcp::transport::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
     {
         let (stdin_closed, shutdown) = (stdin_closed.clone(), shutdown.clone());
         tokio::spawn(async move {

@@ -151,11 +151,6 @@ pub fn cell_result(r: &CellReport) -> CallToolResult {
     result
 }
 
-/// A failed call (not a Python exception): what happened and what to do next.
-pub fn tool_error(message: impl std::fmt::Display) -> CallToolResult {
-    CallToolResult::error(vec![Content::text(format!("error: {message}"))])
-}
-
 /// A successful non-cell result with both forms.
 pub fn structured<T: Serialize>(text: String, value: &T) -> CallToolResult {
     let mut result = CallToolResult::success(vec![Content::text(text)]);

@@ -18,14 +18,14 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use super::server::FerreplServer;
 use crate::config::{Config, DefaultSession};
+use crate::mcp::server::FerreplServer;
 use crate::session::DEFAULT_SESSION;
 
 pub async fn serve(
     addr: SocketAddr,
     cfg: &Config,
-    app: super::server::AppParts,
+    app: crate::mcp::server::AppParts,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let token = cfg.auth_token.clone().filter(|t| !t.is_empty());

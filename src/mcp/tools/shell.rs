@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, RequestMetaObject};
-use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
+use rmcp::{Peer, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{Parameters, Seconds, SignalArg, secs};
-use super::output_tool::{self, OutputWindow};
-use super::render;
-use super::server::FerreplServer;
 use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobStatus, parse_signal};
+use crate::mcp::args::{Parameters, Seconds, SignalArg, secs};
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::render;
+use crate::mcp::server::FerreplServer;
+use crate::mcp::window::{self, OutputWindow};
 use crate::output::text::clean;
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -96,10 +97,10 @@ pub struct JobsOutput {
 }
 
 /// How to go on with a job still running, for shell jobs.
-pub(super) const SHELL_HINT: &str =
+pub(crate) const SHELL_HINT: &str =
     "call shell_wait to keep waiting, give it input, or stop it with a signal.";
 
-fn job_result(r: &JobReport, hint: &str) -> CallToolResult {
+pub(crate) fn job_result(r: &JobReport, hint: &str) -> CallToolResult {
     let mut text = String::new();
     for n in &r.notes {
         text.push_str(&format!("[ferrepl] {n}\n"));
@@ -151,7 +152,7 @@ fn job_result(r: &JobReport, hint: &str) -> CallToolResult {
     result
 }
 
-#[tool_router(router = shell_router, vis = "pub(super)")]
+#[tool_router(router = shell_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(
         description = "Run a shell command (sh -c) as a job; returns when it exits or, still running, after wait_s. \
@@ -165,7 +166,7 @@ Example: {\"command\": \"pytest -x -q\"}",
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> ToolResult {
         let spec = JobSpec {
             command: p.command,
             cwd: p.cwd.map(Into::into),
@@ -176,14 +177,10 @@ Example: {\"command\": \"pytest -x -q\"}",
             egress: false,
             reader: None,
         };
-        let job = match self.jobs.start(spec) {
-            Ok(j) => j,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
+        let job = self.jobs.start(spec)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
-        Ok(self
-            .drive_job(job, wait, (meta, peer, ct), true, SHELL_HINT)
-            .await)
+        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        Ok(job_result(&report, SHELL_HINT))
     }
 
     #[tool(
@@ -196,10 +193,10 @@ Example: {\"command\": \"pytest -x -q\"}",
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> ToolResult {
         let Some(id) = p.job else {
             if p.input.is_some() || p.eof.is_some() || p.signal.is_some() {
-                return Ok(render::tool_error(
+                return Err(ToolError::new(
                     "name the job (e.g. \"j1\") to give it input or a signal; shell_wait {} lists the jobs",
                 ));
             }
@@ -207,39 +204,24 @@ Example: {\"command\": \"pytest -x -q\"}",
         };
         if let Some(signal) = &p.signal {
             if p.input.is_some() || p.eof.is_some() {
-                return Ok(render::tool_error(
-                    "give either input/eof or signal, not both",
-                ));
+                return Err(ToolError::new("give either input/eof or signal, not both"));
             }
-            let signal = match parse_signal(signal.as_str()) {
-                Ok(s) => s,
-                Err(e) => return Ok(render::tool_error(e)),
-            };
-            return Ok(match self.jobs.kill(&id, signal).await {
-                Ok(report) => job_result(&report, SHELL_HINT),
-                Err(e) => render::tool_error(e),
-            });
+            let signal = parse_signal(signal.as_str())?;
+            return Ok(job_result(&self.jobs.kill(&id, signal).await?, SHELL_HINT));
         }
         if p.input.is_some() || p.eof.is_some() {
             let text = p.input.unwrap_or_default();
-            let job = match self.jobs.input(&id, &text, p.eof.unwrap_or(false)).await {
-                Ok(j) => j,
-                Err(e) => return Ok(render::tool_error(e)),
-            };
+            let job = self.jobs.input(&id, &text, p.eof.unwrap_or(false)).await?;
             let wait = match p.wait_s {
                 Some(_) => self.manager.wait_window(secs(p.wait_s)),
                 None => std::time::Duration::ZERO,
             };
             return Ok(job_result(&self.jobs.wait(&job, wait).await, SHELL_HINT));
         }
-        let job = match self.jobs.get(&id) {
-            Ok(j) => j,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
+        let job = self.jobs.get(&id)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
-        Ok(self
-            .drive_job(job, wait, (meta, peer, ct), false, SHELL_HINT)
-            .await)
+        let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+        Ok(job_result(&report, SHELL_HINT))
     }
 
     #[tool(
@@ -247,31 +229,26 @@ Example: {\"command\": \"pytest -x -q\"}",
         output_schema = schema_for_output::<OutputWindow>(),
         annotations(title = "Read job output", read_only_hint = true)
     )]
-    async fn shell_output(
-        &self,
-        Parameters(p): Parameters<ShellOutputParams>,
-    ) -> Result<CallToolResult, McpError> {
-        let (job, bytes, dropped, running) = match self.jobs.output(&p.job) {
-            Ok(found) => found,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
-        let source = output_tool::Source {
-            origin: output_tool::Origin::Job(job.id().to_string()),
+    async fn shell_output(&self, Parameters(p): Parameters<ShellOutputParams>) -> ToolResult {
+        let (job, bytes, dropped, running) = self.jobs.output(&p.job)?;
+        let source = window::Source {
+            origin: window::Origin::Job(job.id().to_string()),
             running,
             bytes,
             dropped,
         };
-        let window = output_tool::WindowParams {
+        let window = window::WindowParams {
             offset: p.offset,
             limit: p.limit,
             lines: p.lines,
             grep: p.grep,
             context: p.context,
         };
-        Ok(match output_tool::window(source, &window) {
-            Ok(w) => render::structured(output_tool::render(&w, window.lines.unwrap_or(false)), &w),
-            Err(e) => render::tool_error(e),
-        })
+        let w = window::window(source, &window)?;
+        Ok(render::structured(
+            window::render(&w, window.lines.unwrap_or(false)),
+            &w,
+        ))
     }
 }
 
@@ -308,14 +285,13 @@ fn jobs_listing(jobs: &[JobInfo]) -> CallToolResult {
 impl FerreplServer {
     /// Waits for a job while sending progress notifications; a cancelled
     /// shell_exec interrupts the job (SIGINT to its group).
-    pub(super) async fn drive_job(
+    pub(crate) async fn drive_job(
         &self,
         job: Arc<Job>,
         wait: std::time::Duration,
         (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
         interrupt_on_cancel: bool,
-        hint: &str,
-    ) -> CallToolResult {
+    ) -> Result<JobReport, ToolError> {
         let token = meta.get_progress_token();
         let every = std::time::Duration::from_secs(1);
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -323,7 +299,7 @@ impl FerreplServer {
         tokio::pin!(fut);
         loop {
             tokio::select! {
-                report = &mut fut => return job_result(&report, hint),
+                report = &mut fut => return Ok(report),
                 _ = ticker.tick(), if token.is_some() => {
                     if let (Some(token), Some((elapsed, line))) = (&token, self.jobs.progress(&job)) {
                         let message = format!("job {} running for {elapsed:.0} s{}", job.id(),
@@ -336,9 +312,9 @@ impl FerreplServer {
                 _ = ct.cancelled() => {
                     if interrupt_on_cancel {
                         self.jobs.interrupt(&job);
-                        return render::tool_error(format!("the call was cancelled by the client; job {} was sent SIGINT", job.id()));
+                        return Err(ToolError::new(format!("the call was cancelled by the client; job {} was sent SIGINT", job.id())));
                     }
-                    return render::tool_error(format!("the call was cancelled by the client; job {} keeps running", job.id()));
+                    return Err(ToolError::new(format!("the call was cancelled by the client; job {} keeps running", job.id())));
                 }
             }
         }

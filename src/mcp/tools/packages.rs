@@ -1,17 +1,19 @@
 //! python_install: packages into a session's virtual environment, as a job.
 
+use std::sync::Arc;
+
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, RequestMetaObject};
-use rmcp::{ErrorData as McpError, Peer, RoleServer, tool, tool_router};
+use rmcp::{Peer, RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::args::{Parameters, Seconds, secs};
-use super::render;
-use super::server::FerreplServer;
-use super::shell_tools::JobOutput;
-use crate::jobs::{JobSpec, JobStatus};
+use super::shell::{JobOutput, job_result};
+use crate::jobs::{Job, JobSpec, JobStatus};
+use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::server::FerreplServer;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct InstallParams {
@@ -66,7 +68,7 @@ fn would_build(spec: &str, workdir: &std::path::Path) -> bool {
     direct && !path.to_ascii_lowercase().ends_with(".whl")
 }
 
-#[tool_router(router = packages_router, vis = "pub(super)")]
+#[tool_router(router = packages_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(
         description = "Install packages into the session's venv (uv or pip); they import at once, no restart. \
@@ -80,16 +82,15 @@ After 'running', call it again to keep waiting. Example: {\"packages\": [\"panda
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
-    ) -> Result<CallToolResult, McpError> {
+    ) -> ToolResult {
         let session = self.session_name(&p.session);
         let wait = self.manager.wait_window(secs(p.wait_s));
         if let Some((job, running)) = self.jobs.running_install(&session) {
             // The agent repeats the call after a 'running' result: follow
             // the install under way; two installers in one venv at once
             // would corrupt it.
-            let mut result = self
-                .drive_job(job, wait, (meta, peer, ct), false, INSTALL_HINT)
-                .await;
+            let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+            let mut result = job_result(&report, INSTALL_HINT);
             if running != p.packages {
                 prepend(
                     &mut result,
@@ -103,132 +104,21 @@ Install {} once it has finished.",
             }
             return Ok(result);
         }
-        if p.packages.is_empty() {
-            return Ok(render::tool_error(
-                "packages is empty: name at least one package or wheel path",
-            ));
-        }
-        if let Some(bad) = p
-            .packages
-            .iter()
-            .find(|s| s.trim().is_empty() || s.starts_with('-'))
-        {
-            return Ok(render::tool_error(format!(
-                "'{bad}' is not a package: pass names, specifiers or paths only (no installer options)"
-            )));
-        }
-        let settings = self.jobs.installer();
-        if !settings.source_builds
-            && let Some(bad) = p
-                .packages
-                .iter()
-                .find(|s| would_build(s, self.jobs.workdir()))
-        {
-            return Ok(render::tool_error(format!(
-                "'{bad}' is a source distribution, project directory or repository: installs take wheels only \
-(a build script would run with the installer's network access). Name a package (its wheel comes from the index), \
-a .whl file or URL, or ask the operator to start ferrepl with --allow-source-builds."
-            )));
-        }
-        let python = self.manager.session_python(&session);
-        let upgrade = if p.upgrade.unwrap_or(false) {
-            " --upgrade"
-        } else {
-            ""
-        };
-        let packages: Vec<String> = p.packages.iter().map(|s| shell_quote(s)).collect();
-        let uv = crate::worker::python::uv();
-        let check = format!(
-            "{} -I -c {} && ",
-            shell_quote(&python.display().to_string()),
-            shell_quote(VENV_CHECK)
-        );
-        let quoted = |flags: Vec<String>| {
-            flags
-                .iter()
-                .map(|f| shell_quote(f))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let (command, shown) = match &uv {
-            Some(uv) => {
-                let head = format!(
-                    "{} pip install --python {}{upgrade}",
-                    shell_quote(&uv.display().to_string()),
-                    shell_quote(&python.display().to_string()),
-                );
-                (
-                    format!(
-                        "{head} {} {}",
-                        quoted(settings.uv_flags()),
-                        packages.join(" ")
-                    ),
-                    format!("{head} {}", packages.join(" ")),
-                )
-            }
-            None => {
-                let head = format!(
-                    "{} -m pip install{upgrade}",
-                    shell_quote(&python.display().to_string()),
-                );
-                (
-                    format!(
-                        "{head} {} {}",
-                        quoted(settings.pip_flags()),
-                        packages.join(" ")
-                    ),
-                    format!("{head} {}", packages.join(" ")),
-                )
-            }
-        };
-        let spec = JobSpec {
-            shown: Some(shown),
-            command: format!("{check}{command}"),
-            env: settings.env().into_iter().collect(),
-            egress: true,
-            reader: Some("shell_output (with --tools shell)"),
-            ..JobSpec::default()
-        };
-        let job = match self.jobs.start(spec) {
-            Ok(j) => j,
-            Err(e) => return Ok(render::tool_error(e)),
-        };
+        check_packages(&p.packages, self.jobs.installer(), self.jobs.workdir())?;
+        let spec = self.install_job(&session, &p.packages, p.upgrade.unwrap_or(false));
+        let job = self.jobs.start(spec)?;
         self.jobs
             .set_install(&session, job.clone(), p.packages.clone());
-        // Whenever the install ends, the running session sees the new packages.
-        {
-            let (jobs, manager, job, session) = (
-                self.jobs.clone(),
-                self.manager.clone(),
-                job.clone(),
-                session.clone(),
-            );
-            tokio::spawn(async move {
-                while jobs.status_of(&job).is_none() {
-                    jobs.changed(&job).await;
-                }
-                if jobs.status_of(&job) == Some(0)
-                    && let Err(e) = manager.refresh_imports(&session).await
-                {
-                    tracing::warn!("refreshing imports after install: {e}");
-                }
-            });
-        }
-        let mut result = self
-            .drive_job(job.clone(), wait, (meta, peer, ct), true, INSTALL_HINT)
-            .await;
-        let done_ok = result.structured_content.as_ref().is_some_and(|v| {
-            v.get("status") == Some(&serde_json::json!(JobStatus::Exited))
-                && v.get("exit_code") == Some(&serde_json::json!(0))
-        });
-        let failed = result.is_error == Some(true);
-        if failed && settings.mode == crate::sandbox::Network::Off {
+        self.refresh_imports_when_done(&job, &session);
+        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        let mut result = job_result(&report, INSTALL_HINT);
+        if report.is_error() && self.jobs.installer().mode == crate::sandbox::Network::Off {
             prepend(
                 &mut result,
                 "[ferrepl] The installer has no network (--network off): only local wheels install.",
             );
         }
-        if done_ok {
+        if report.status == JobStatus::Exited && report.exit_code == Some(0) {
             let note = match self.manager.refresh_imports(&session).await {
                 Ok(()) => format!(
                     "Installed; the packages import in session '{session}' now (no restart needed)."
@@ -241,6 +131,103 @@ a .whl file or URL, or ask the operator to start ferrepl with --allow-source-bui
         }
         Ok(result)
     }
+}
+
+impl FerreplServer {
+    /// The install as a job: the venv check, then uv (when on PATH) or pip
+    /// with the installer's flags and environment.
+    fn install_job(&self, session: &str, packages: &[String], upgrade: bool) -> JobSpec {
+        let settings = self.jobs.installer();
+        let python = shell_quote(&self.manager.session_python(session).display().to_string());
+        let upgrade = if upgrade { " --upgrade" } else { "" };
+        let packages = packages
+            .iter()
+            .map(|s| shell_quote(s))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let quoted = |flags: Vec<String>| {
+            flags
+                .iter()
+                .map(|f| shell_quote(f))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (head, flags) = match crate::worker::python::uv() {
+            Some(uv) => (
+                format!(
+                    "{} pip install --python {python}{upgrade}",
+                    shell_quote(&uv.display().to_string())
+                ),
+                quoted(settings.uv_flags()),
+            ),
+            None => (
+                format!("{python} -m pip install{upgrade}"),
+                quoted(settings.pip_flags()),
+            ),
+        };
+        let check = format!("{python} -I -c {} && ", shell_quote(VENV_CHECK));
+        JobSpec {
+            shown: Some(format!("{head} {packages}")),
+            command: format!("{check}{head} {flags} {packages}"),
+            env: settings.env().into_iter().collect(),
+            egress: true,
+            reader: Some("shell_output (with --tools shell)"),
+            ..JobSpec::default()
+        }
+    }
+
+    /// Whenever the install ends well, the running session sees the new
+    /// packages (also when no call is waiting for it any more).
+    fn refresh_imports_when_done(&self, job: &Arc<Job>, session: &str) {
+        let (jobs, manager, job, session) = (
+            self.jobs.clone(),
+            self.manager.clone(),
+            job.clone(),
+            session.to_string(),
+        );
+        tokio::spawn(async move {
+            while jobs.status_of(&job).is_none() {
+                jobs.changed(&job).await;
+            }
+            if jobs.status_of(&job) == Some(0)
+                && let Err(e) = manager.refresh_imports(&session).await
+            {
+                tracing::warn!("refreshing imports after install: {e}");
+            }
+        });
+    }
+}
+
+/// Refuses what is not a package to install: nothing, installer options,
+/// and (unless the operator allowed source builds) anything pip would build.
+fn check_packages(
+    packages: &[String],
+    settings: &crate::installer::InstallerSettings,
+    workdir: &std::path::Path,
+) -> Result<(), ToolError> {
+    if packages.is_empty() {
+        return Err(ToolError::new(
+            "packages is empty: name at least one package or wheel path",
+        ));
+    }
+    if let Some(bad) = packages
+        .iter()
+        .find(|s| s.trim().is_empty() || s.starts_with('-'))
+    {
+        return Err(ToolError::new(format!(
+            "'{bad}' is not a package: pass names, specifiers or paths only (no installer options)"
+        )));
+    }
+    if !settings.source_builds
+        && let Some(bad) = packages.iter().find(|s| would_build(s, workdir))
+    {
+        return Err(ToolError::new(format!(
+            "'{bad}' is a source distribution, project directory or repository: installs take wheels only \
+(a build script would run with the installer's network access). Name a package (its wheel comes from the index), \
+a .whl file or URL, or ask the operator to start ferrepl with --allow-source-builds."
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

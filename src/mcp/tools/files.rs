@@ -6,14 +6,15 @@ use std::path::Path;
 use base64::Engine;
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
-use rmcp::{ErrorData as McpError, tool, tool_router};
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::args::Parameters;
-use super::render;
-use super::server::FerreplServer;
 use crate::files::{FileData, Listing, Workspace, mime_for};
+use crate::mcp::args::Parameters;
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::render;
+use crate::mcp::server::FerreplServer;
 
 const MAX_ENTRIES: usize = 2000;
 const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
@@ -100,31 +101,25 @@ pub struct ChangeOutput {
 
 /// Runs a file operation on the blocking pool, so a slow file system never
 /// stalls the async threads (and with them other tools).
-async fn blocking(
-    what: &str,
-    op: impl FnOnce() -> CallToolResult + Send + 'static,
-) -> CallToolResult {
+async fn blocking(what: &str, op: impl FnOnce() -> ToolResult + Send + 'static) -> ToolResult {
     match tokio::task::spawn_blocking(op).await {
         Ok(result) => result,
-        Err(e) => render::tool_error(format!("{what} failed: {e}")),
+        Err(e) => Err(ToolError::new(format!("{what} failed: {e}"))),
     }
 }
 
-#[tool_router(router = file_router, vis = "pub(super)")]
+#[tool_router(router = file_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(
         description = "List a workspace directory as a tree with sizes. Paths in all file tools are relative to the workspace.",
         output_schema = schema_for_output::<ListOutput>(),
         annotations(title = "List files", read_only_hint = true)
     )]
-    async fn file_list(
-        &self,
-        Parameters(p): Parameters<ListParams>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn file_list(&self, Parameters(p): Parameters<ListParams>) -> ToolResult {
         let rel = p.path.unwrap_or_else(|| ".".into());
         let depth = p.depth.unwrap_or(2).clamp(1, 8);
         let files = self.files.clone();
-        Ok(blocking("file_list", move || list_result(&files, &rel, depth)).await)
+        blocking("file_list", move || list_result(&files, &rel, depth)).await
     }
 
     #[tool(
@@ -132,12 +127,9 @@ impl FerreplServer {
         output_schema = schema_for_output::<ReadOutput>(),
         annotations(title = "Read a file", read_only_hint = true)
     )]
-    async fn file_read(
-        &self,
-        Parameters(p): Parameters<ReadParams>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn file_read(&self, Parameters(p): Parameters<ReadParams>) -> ToolResult {
         let files = self.files.clone();
-        Ok(blocking("file_read", move || read_result(&files, &p)).await)
+        blocking("file_read", move || read_result(&files, &p)).await
     }
 
     #[tool(
@@ -145,25 +137,19 @@ impl FerreplServer {
         output_schema = schema_for_output::<ChangeOutput>(),
         annotations(title = "Write a file", open_world_hint = false)
     )]
-    async fn file_write(
-        &self,
-        Parameters(p): Parameters<WriteParams>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn file_write(&self, Parameters(p): Parameters<WriteParams>) -> ToolResult {
         let data = match (&p.text, &p.base64) {
             (Some(t), None) => t.clone().into_bytes(),
             (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b.trim()) {
                 Ok(d) => d,
-                Err(e) => return Ok(render::tool_error(format!("base64 is not valid: {e}"))),
+                Err(e) => return Err(ToolError::new(format!("base64 is not valid: {e}"))),
             },
-            _ => return Ok(render::tool_error("give exactly one of 'text' or 'base64'")),
+            _ => return Err(ToolError::new("give exactly one of 'text' or 'base64'")),
         };
         let append = p.append.unwrap_or(false);
         let files = self.files.clone();
-        Ok(blocking("file_write", move || {
-            let shown = match files.write(&p.path, &data, append) {
-                Ok(shown) => shown,
-                Err(e) => return render::tool_error(e),
-            };
+        blocking("file_write", move || {
+            let shown = files.write(&p.path, &data, append)?;
             let message = format!(
                 "{} {} bytes to {shown}",
                 if append { "appended" } else { "wrote" },
@@ -174,9 +160,9 @@ impl FerreplServer {
                 bytes: data.len() as u64,
                 message: message.clone(),
             };
-            render::structured(message, &out)
+            Ok(render::structured(message, &out))
         })
-        .await)
+        .await
     }
 
     #[tool(
@@ -184,40 +170,31 @@ impl FerreplServer {
         output_schema = schema_for_output::<ChangeOutput>(),
         annotations(title = "Delete a file", idempotent_hint = true, open_world_hint = false)
     )]
-    async fn file_delete(
-        &self,
-        Parameters(p): Parameters<DeleteParams>,
-    ) -> Result<CallToolResult, McpError> {
+    async fn file_delete(&self, Parameters(p): Parameters<DeleteParams>) -> ToolResult {
         // A symlink is removed itself, never what it points to.
         let files = self.files.clone();
-        Ok(blocking("file_delete", move || {
+        blocking("file_delete", move || {
             let recursive = p.recursive.unwrap_or(false);
-            let shown = match files.delete(&p.path, recursive) {
-                Ok(shown) => shown,
-                Err(e) => return render::tool_error(e),
-            };
+            let shown = files.delete(&p.path, recursive)?;
             let message = format!("deleted {shown}");
             let out = ChangeOutput {
                 path: shown,
                 bytes: 0,
                 message: message.clone(),
             };
-            render::structured(message, &out)
+            Ok(render::structured(message, &out))
         })
-        .await)
+        .await
     }
 }
 
 /// file_list's result (on the blocking pool).
-fn list_result(files: &Workspace, rel: &str, depth: usize) -> CallToolResult {
+fn list_result(files: &Workspace, rel: &str, depth: usize) -> ToolResult {
     let Listing {
         shown,
         entries,
         truncated,
-    } = match files.list(rel, depth, MAX_ENTRIES) {
-        Ok(listing) => listing,
-        Err(e) => return render::tool_error(e),
-    };
+    } = files.list(rel, depth, MAX_ENTRIES)?;
     let entries: Vec<Entry> = entries
         .into_iter()
         .map(|e| Entry {
@@ -248,16 +225,13 @@ fn list_result(files: &Workspace, rel: &str, depth: usize) -> CallToolResult {
         entries,
         truncated,
     };
-    render::structured(text, &out)
+    Ok(render::structured(text, &out))
 }
 
 /// file_read's result (on the blocking pool): at most MAX_READ_BYTES are
 /// read, then the line window is cut from them.
-fn read_result(files: &Workspace, p: &ReadParams) -> CallToolResult {
-    let FileData { shown, data } = match files.read(&p.path, MAX_READ_BYTES) {
-        Ok(d) => d,
-        Err(e) => return render::tool_error(e),
-    };
+fn read_result(files: &Workspace, p: &ReadParams) -> ToolResult {
+    let FileData { shown, data } = files.read(&p.path, MAX_READ_BYTES)?;
     let size = data.len() as u64;
     let sniff = &data[..data.len().min(8192)];
     let text = if sniff.contains(&0) {
@@ -291,7 +265,7 @@ fn read_result(files: &Workspace, p: &ReadParams) -> CallToolResult {
             }),
         ]);
         result.structured_content = serde_json::to_value(out).ok();
-        return result;
+        return Ok(result);
     };
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let start = p.start_line.unwrap_or(1).max(1);
@@ -320,5 +294,5 @@ fn read_result(files: &Workspace, p: &ReadParams) -> CallToolResult {
         end_line: Some(to as u64),
         text: Some(body.clone()),
     };
-    render::structured(header + &body, &out)
+    Ok(render::structured(header + &body, &out))
 }

@@ -1,0 +1,261 @@
+//! The `more` group: python_history, python_run_file, python_complete and
+//! python_namespace.
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::model::RequestMetaObject;
+use rmcp::{Peer, RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::args::{Parameters, PathArg, Seconds, secs};
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::render::{self, CellOutput};
+use crate::mcp::server::{CallContext, FerreplServer};
+use crate::session::{CellSource, HistoryEntry};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct HistoryParams {
+    #[serde(default)]
+    pub session: Option<String>,
+    /// How many of the latest cells (default 20).
+    #[serde(default)]
+    pub last: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HistoryOutput {
+    pub session: String,
+    pub cells: Vec<HistoryEntry>,
+    /// The cell still running, if any: {cell, code, elapsed_s}.
+    pub running: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RunFileParams {
+    pub path: PathArg,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    #[serde(default)]
+    pub wait_s: Option<Seconds>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct CompleteParams {
+    pub code: String,
+    /// Character offset (default: the end).
+    #[serde(default)]
+    pub cursor: Option<usize>,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CompleteOutput {
+    pub session: String,
+    /// jedi when installed in the session's interpreter, else rlcompleter.
+    pub engine: String,
+    /// The text being completed.
+    pub token: String,
+    /// Candidates: {text, kind}.
+    pub completions: Vec<Value>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceAction {
+    Set,
+    Delete,
+    Clear,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct NamespaceParams {
+    pub action: NamespaceAction,
+    #[serde(default)]
+    pub session: Option<String>,
+    /// set: the variable.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// set: any JSON value.
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// delete: the variables.
+    #[serde(default)]
+    pub names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct NamespaceOutput {
+    pub session: String,
+    /// The names set or removed.
+    pub changed: Vec<String>,
+}
+
+#[tool_router(router = more_router, vis = "pub(crate)")]
+impl FerreplServer {
+    #[tool(
+        description = "The cells a session ran: code, status, time and the start of their output.",
+        output_schema = schema_for_output::<HistoryOutput>(),
+        annotations(title = "Cell history", read_only_hint = true)
+    )]
+    async fn python_history(&self, Parameters(p): Parameters<HistoryParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let cells = self.manager.history(&session, p.last)?;
+        let running = self.manager.running_cell(&session);
+        let mut text = String::new();
+        if cells.is_empty() && running.is_none() {
+            text.push_str(&format!("session {session}: no cells yet\n"));
+        }
+        for c in &cells {
+            text.push_str(&format!(
+                "[cell {} | {} | {:.0} ms]\n{}\n",
+                c.cell,
+                c.status.as_str(),
+                c.elapsed_ms,
+                c.code.trim_end()
+            ));
+            if !c.output_preview.trim().is_empty() {
+                text.push_str(&format!(
+                    "  => {}\n",
+                    c.output_preview.trim_end().replace('\n', "\n     ")
+                ));
+            }
+        }
+        if let Some((cell, code, secs)) = &running {
+            text.push_str(&format!(
+                "[cell {cell} | running | {secs:.1} s]\n{}\n",
+                code.trim_end()
+            ));
+        }
+        let out = HistoryOutput {
+            session,
+            cells,
+            running: running.map(|(cell, code, secs)| serde_json::json!({"cell": cell, "code": code, "elapsed_s": secs})),
+        };
+        Ok(render::structured(text, &out))
+    }
+
+    #[tool(
+        description = "Run a script in a session as __main__ with sys.argv [path, *args]; its globals stay. Like python_exec.",
+        output_schema = schema_for_output::<CellOutput>(),
+        annotations(title = "Run a script")
+    )]
+    async fn python_run_file(
+        &self,
+        Parameters(p): Parameters<RunFileParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> ToolResult {
+        let wait = self.manager.wait_window(secs(p.wait_s));
+        let session = self.session_name(&p.session);
+        let args = p.args.unwrap_or_default();
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: true,
+        };
+        let source = CellSource::File {
+            path: p.path.as_str(),
+            args: &args,
+        };
+        let fut = self.manager.exec(&session, source, wait);
+        self.drive(&session, call, fut).await
+    }
+
+    #[tool(
+        description = "Completions at the cursor from the session's live objects. Example: {\"code\": \"df.gro\"}",
+        output_schema = schema_for_output::<CompleteOutput>(),
+        annotations(title = "Complete code", read_only_hint = true)
+    )]
+    async fn python_complete(&self, Parameters(p): Parameters<CompleteParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let reply = self.manager.complete(&session, &p.code, p.cursor).await?;
+        let completions = reply
+            .get("completions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let names: Vec<&str> = completions
+            .iter()
+            .filter_map(|c| c.get("text").and_then(Value::as_str))
+            .collect();
+        let out = CompleteOutput {
+            session,
+            engine: reply
+                .get("engine")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            token: reply
+                .get("token")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            completions: completions.clone(),
+        };
+        let text = if names.is_empty() {
+            format!("no completions for {:?}", out.token)
+        } else {
+            names.join("\n")
+        };
+        Ok(render::structured(text, &out))
+    }
+
+    #[tool(
+        description = "Set a variable from JSON, delete some, or clear all, without running code. \
+Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
+        output_schema = schema_for_output::<NamespaceOutput>(),
+        annotations(title = "Edit variables", idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn python_namespace(&self, Parameters(p): Parameters<NamespaceParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let mut args = serde_json::Map::new();
+        let action = match p.action {
+            NamespaceAction::Set => {
+                let Some(name) = p.name else {
+                    return Err(ToolError::new("set needs 'name' (and 'value')"));
+                };
+                args.insert("name".into(), Value::from(name));
+                args.insert("value".into(), p.value.unwrap_or(Value::Null));
+                "set"
+            }
+            NamespaceAction::Delete => {
+                let names = p.names.unwrap_or_default();
+                if names.is_empty() {
+                    return Err(ToolError::new(
+                        "delete needs 'names', a list of variable names",
+                    ));
+                }
+                args.insert("names".into(), Value::from(names));
+                "delete"
+            }
+            NamespaceAction::Clear => "clear",
+        };
+        args.insert("action".into(), Value::from(action));
+        let reply = self.manager.edit_namespace(&session, args).await?;
+        let changed: Vec<String> = reply
+            .get("changed")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let text = match action {
+            "set" => format!("set {} in session {session}", changed.join(", ")),
+            "delete" => format!("deleted {} from session {session}", changed.join(", ")),
+            _ => format!("cleared {} variables from session {session}", changed.len()),
+        };
+        Ok(render::structured(
+            text,
+            &NamespaceOutput { session, changed },
+        ))
+    }
+}

@@ -1,0 +1,227 @@
+//! The core Python tools: python_exec, python_wait, python_output and
+//! python_inspect.
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::model::RequestMetaObject;
+use rmcp::{Peer, RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::render::{self, CellOutput};
+use crate::mcp::server::{CallContext, FerreplServer};
+use crate::mcp::window::{self, OutputParams, OutputWindow};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExecParams {
+    /// Python code; the last expression's repr is returned.
+    pub code: String,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub wait_s: Option<Seconds>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct WaitParams {
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub wait_s: Option<Seconds>,
+    /// Answers the pending input().
+    #[serde(default)]
+    pub input: Option<String>,
+    /// Close stdin (EOFError).
+    #[serde(default)]
+    pub eof: Option<bool>,
+    /// KeyboardInterrupt; variables are kept.
+    #[serde(default)]
+    pub interrupt: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct InspectParams {
+    #[serde(default)]
+    pub session: Option<String>,
+    /// e.g. "df.columns".
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct InspectOutput {
+    pub session: String,
+    /// The user's variables (without a name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variables: Option<Vec<Value>>,
+    /// Details of one name: type, repr, signature and doc for callables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+#[tool_router(router = python_router, vis = "pub(crate)")]
+impl FerreplServer {
+    #[tool(
+        description = "Run Python code in a persistent session. Returns the output (stdout and stderr, subprocesses included), \
+the last expression's repr, and the traceback if it raised. Example: {\"code\": \"import math\\nmath.pi * 2\"}",
+        output_schema = schema_for_output::<CellOutput>(),
+        annotations(title = "Run Python")
+    )]
+    async fn python_exec(
+        &self,
+        Parameters(p): Parameters<ExecParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> ToolResult {
+        let wait = self.manager.wait_window(secs(p.wait_s));
+        let session = self.session_name(&p.session);
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: true,
+        };
+        let fut = self
+            .manager
+            .exec(&session, crate::session::CellSource::Code(&p.code), wait);
+        self.drive(&session, call, fut).await
+    }
+
+    #[tool(
+        description = "Follow a cell that returned 'running' or 'waiting_input': its new output once it finishes, asks \
+for input or wait_s passes. Repeats the last result if that was lost.",
+        output_schema = schema_for_output::<CellOutput>(),
+        annotations(title = "Wait for a cell", destructive_hint = false, open_world_hint = false)
+    )]
+    async fn python_wait(
+        &self,
+        Parameters(p): Parameters<WaitParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> ToolResult {
+        let wait = self.manager.wait_window(secs(p.wait_s));
+        let session = self.session_name(&p.session);
+        let interrupt = p.interrupt.unwrap_or(false);
+        let eof = p.eof.unwrap_or(false);
+        if interrupt && (p.input.is_some() || eof) {
+            return Err(ToolError::new(
+                "give either input/eof or interrupt, not both",
+            ));
+        }
+        if interrupt {
+            return Ok(render::cell_result(
+                &self.manager.interrupt(&session).await?,
+            ));
+        }
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: false,
+        };
+        if p.input.is_some() || eof {
+            let text = p.input.unwrap_or_default();
+            let fut = self.manager.input(&session, &text, eof, wait);
+            return self.drive(&session, call, fut).await;
+        }
+        let fut = self.manager.wait(&session, wait);
+        self.drive(&session, call, fut).await
+    }
+
+    #[tool(
+        description = "Read a cell's full output (long results keep only head and tail): a window, or the lines matching \
+grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
+        output_schema = schema_for_output::<OutputWindow>(),
+        annotations(title = "Read cell output", read_only_hint = true)
+    )]
+    async fn python_output(&self, Parameters(p): Parameters<OutputParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let (cell, running, bytes, dropped) = self.manager.cell_output(&session, p.cell)?;
+        let source = window::Source {
+            origin: window::Origin::Cell { session, cell },
+            running,
+            bytes,
+            dropped,
+        };
+        let w = window::window(source, &p.window())?;
+        Ok(render::structured(
+            window::render(&w, p.lines.unwrap_or(false)),
+            &w,
+        ))
+    }
+
+    #[tool(
+        description = "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs.",
+        output_schema = schema_for_output::<InspectOutput>(),
+        annotations(title = "Inspect variables", read_only_hint = true)
+    )]
+    async fn python_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let target = p.name.as_deref().filter(|n| !n.is_empty());
+        let reply = self.manager.inspect(&session, target).await?;
+        let out = InspectOutput {
+            session,
+            variables: reply.get("variables").and_then(Value::as_array).cloned(),
+            detail: reply.get("detail").cloned(),
+        };
+        Ok(render::structured(render_inspect(&out), &out))
+    }
+}
+
+fn render_inspect(out: &InspectOutput) -> String {
+    let mut text = String::new();
+    if let Some(vars) = &out.variables {
+        if vars.is_empty() {
+            text.push_str(&format!("session {}: no user variables\n", out.session));
+        }
+        for v in vars {
+            let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let mut extra = String::new();
+            if let Some(n) = v.get("len").and_then(Value::as_u64) {
+                extra.push_str(&format!(" len={n}"));
+            }
+            if let Some(shape) = v.get("shape") {
+                extra.push_str(&format!(" shape={shape}"));
+            }
+            text.push_str(&format!(
+                "{}: {}{extra} = {}\n",
+                field("name"),
+                field("type"),
+                field("repr")
+            ));
+        }
+    }
+    if let Some(d) = &out.detail {
+        let field = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
+        text.push_str(&format!(
+            "{}: {}\n",
+            field("name").unwrap_or_default(),
+            field("type").unwrap_or_default()
+        ));
+        if let Some(sig) = field("signature") {
+            text.push_str(&format!(
+                "signature: {}{sig}\n",
+                field("name").unwrap_or_default()
+            ));
+        }
+        if let Some(r) = field("repr") {
+            text.push_str(&format!("repr: {r}\n"));
+        }
+        if let Some(doc) = field("doc") {
+            text.push_str(&format!("doc:\n{doc}\n"));
+        }
+        if let Some(file) = field("file") {
+            let line = d.get("line").and_then(Value::as_u64).unwrap_or(1);
+            text.push_str(&format!("defined in: {file}:{line}\n"));
+        }
+        if let Some(source) = field("source") {
+            text.push_str(&format!("source:\n{source}"));
+        }
+    }
+    text
+}

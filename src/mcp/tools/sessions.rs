@@ -1,0 +1,216 @@
+//! python_sessions: list, create, reset, delete sessions, and the
+//! server's status.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::model::CallToolResult;
+use rmcp::{tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::mcp::args::Parameters;
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::render;
+use crate::mcp::server::FerreplServer;
+use crate::session::{SessionInfo, SessionOptions};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionAction {
+    List,
+    Create,
+    Reset,
+    Delete,
+    Status,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SessionsParams {
+    /// Default list.
+    #[serde(default)]
+    pub action: Option<SessionAction>,
+    #[serde(default, alias = "name")]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub python: Option<PathBuf>,
+    #[serde(default)]
+    pub venv: Option<PathBuf>,
+    #[serde(default)]
+    pub workdir: Option<PathBuf>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SessionsOutput {
+    pub sessions: Vec<SessionInfo>,
+    /// What a create, reset or delete did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The server (action status).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<StatusOutput>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatusOutput {
+    pub version: String,
+    pub uptime_s: f64,
+    /// Default interpreter of new sessions.
+    pub python: String,
+    pub workdir: String,
+    /// Shell jobs, running and recently finished.
+    pub jobs: Vec<crate::jobs::JobInfo>,
+    /// Tool groups exposed (--tools).
+    pub tool_groups: Vec<String>,
+    /// Configured limits, by flag name.
+    pub limits: BTreeMap<String, Value>,
+    /// OS-level confinement of workers.
+    pub sandbox: String,
+}
+
+#[tool_router(router = sessions_router, vis = "pub(crate)")]
+impl FerreplServer {
+    #[tool(
+        description = "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh \
+interpreter, delete one; status: the server's limits and sandbox. Example: {\"action\": \"reset\", \"session\": \"ml\"}",
+        output_schema = schema_for_output::<SessionsOutput>(),
+        annotations(title = "Sessions", open_world_hint = false)
+    )]
+    async fn python_sessions(&self, Parameters(p): Parameters<SessionsParams>) -> ToolResult {
+        let action = p.action.unwrap_or(SessionAction::List);
+        let named = p.session.as_deref().filter(|s| !s.is_empty());
+        let message = match action {
+            SessionAction::List => None,
+            SessionAction::Status => return Ok(self.server_status()),
+            SessionAction::Create => {
+                let Some(name) = named else {
+                    return Err(ToolError::new(
+                        "create needs the new session's name in 'session'",
+                    ));
+                };
+                let opts = SessionOptions {
+                    python: p.python,
+                    venv: p.venv,
+                    workdir: p.workdir,
+                    env: p.env.unwrap_or_default(),
+                };
+                self.manager.create(name, opts).await?;
+                Some(format!(
+                    "Session '{name}' created and its interpreter is ready."
+                ))
+            }
+            SessionAction::Reset => {
+                let name = self.session_name(&p.session);
+                Some(self.manager.reset(&name).await?)
+            }
+            SessionAction::Delete => {
+                let Some(name) = named else {
+                    return Err(ToolError::new(
+                        "delete needs the session's name in 'session'",
+                    ));
+                };
+                Some(self.manager.delete(name)?)
+            }
+        };
+        let sessions = self.manager.list();
+        let mut text = message.clone().map(|m| m + "\n").unwrap_or_default();
+        text.push_str(&sessions_table(&sessions));
+        Ok(render::structured(
+            text,
+            &SessionsOutput {
+                sessions,
+                message,
+                server: None,
+            },
+        ))
+    }
+}
+
+impl FerreplServer {
+    /// python_sessions {action: status}: version, interpreter, limits,
+    /// sandbox, sessions and jobs.
+    fn server_status(&self) -> CallToolResult {
+        let mut status = self.manager.status();
+        let sessions = self.manager.list();
+        let (max_jobs, job_ttl) = self.jobs.limits();
+        status
+            .limits
+            .insert("max-jobs".into(), Value::from(max_jobs));
+        status
+            .limits
+            .insert("job-ttl".into(), Value::from(job_ttl.as_secs_f64()));
+        let out = StatusOutput {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_s: status.uptime_s,
+            python: status.python.clone(),
+            workdir: status.workdir.clone(),
+            jobs: self.jobs.list(),
+            tool_groups: self.groups.names(),
+            limits: status.limits.clone(),
+            sandbox: status.sandbox.clone(),
+        };
+        let mut text = format!(
+            "ferrepl {} | up {:.0} s | python {} | workdir {}\ntools: {}\nsandbox: {}\n",
+            out.version,
+            out.uptime_s,
+            out.python,
+            out.workdir,
+            out.tool_groups.join(", "),
+            out.sandbox
+        );
+        text.push_str("limits:");
+        for (k, v) in &out.limits {
+            text.push_str(&format!(" {k}={v}"));
+        }
+        text.push('\n');
+        text.push_str(&sessions_table(&sessions));
+        let running = out
+            .jobs
+            .iter()
+            .filter(|j| j.status == crate::jobs::JobStatus::Running)
+            .count();
+        text.push_str(&format!(
+            "jobs: {} running, {} kept\n",
+            running,
+            out.jobs.len()
+        ));
+        render::structured(
+            text,
+            &SessionsOutput {
+                sessions,
+                message: None,
+                server: Some(out),
+            },
+        )
+    }
+}
+
+pub(crate) fn sessions_table(sessions: &[SessionInfo]) -> String {
+    let mut text = String::new();
+    if sessions.is_empty() {
+        text.push_str("no sessions; python_exec creates one on first use\n");
+    }
+    for s in sessions {
+        let mem = s
+            .memory_bytes
+            .map(crate::units::human_bytes)
+            .unwrap_or_else(|| "-".into());
+        let running = s
+            .running_cell
+            .map(|c| format!(", running cell {c}"))
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "{}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",
+            s.name,
+            s.state,
+            s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            s.cells,
+            s.uptime_s
+        ));
+    }
+    text
+}

@@ -1,0 +1,5 @@
+//! How MCP messages reach the server: newline-delimited JSON-RPC on stdio,
+//! or streamable HTTP.
+
+pub mod http;
+pub mod stdio;
