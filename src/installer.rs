@@ -77,17 +77,22 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-impl InstallerSettings {
-    /// Reads the operator's index settings: PIP_INDEX_URL and friends,
-    /// uv's variables, the user's and the system's pip.conf and the user's
-    /// uv.toml, then adds `extra_hosts` (--allow-host-egress).
-    pub fn discover(
-        mode: crate::sandbox::Network,
-        extra_hosts: &[String],
-        source_builds: bool,
-        writable: &crate::sandbox::paths::Writable,
-    ) -> Self {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+/// A variable of the operator's environment, unless empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The operator's pip and uv configuration, as text: every pip.conf pip
+/// reads (system, user, PIP_CONFIG_FILE) joined, and the user's uv.toml.
+/// A file sessions could have written is left out: it never widens the
+/// allow-list.
+struct ConfigFiles {
+    pip: String,
+    uv: String,
+}
+
+impl ConfigFiles {
+    fn read(writable: &crate::sandbox::paths::Writable) -> Self {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let config_home = std::env::var_os("XDG_CONFIG_HOME")
             .map(PathBuf::from)
@@ -104,56 +109,94 @@ impl InstallerSettings {
         }
         // A file sessions could have written never widens the allow-list.
         let trusted = |f: &Path| !writable.contains(f);
-        let pip_text: String = pip_files
+        let pip = pip_files
             .iter()
             .filter(|f| trusted(f))
             .map(|f| read(f) + "\n")
             .collect();
-        let uv_text = config_home
+        let uv = config_home
             .as_ref()
             .map(|c| c.join("uv/uv.toml"))
             .filter(|f| trusted(f))
             .map(|f| read(&f))
             .unwrap_or_default();
+        ConfigFiles { pip, uv }
+    }
 
+    /// The index URL: the environment's first, then pip's, then uv's.
+    fn index_url(&self) -> Option<String> {
         let mut index: Option<String> = env("PIP_INDEX_URL")
             .or_else(|| env("UV_DEFAULT_INDEX"))
             .or_else(|| env("UV_INDEX_URL"));
         if index.is_none() {
-            index = values(&pip_text, &["index-url"]).pop();
+            index = values(&self.pip, &["index-url"]).pop();
         }
         if index.is_none() {
-            index = values(&uv_text, &["index-url", "default-index"]).pop();
+            index = values(&self.uv, &["index-url", "default-index"]).pop();
         }
+        index
+    }
+
+    /// The extra index URLs of the environment, pip and uv.
+    fn extra_index_urls(&self) -> Vec<String> {
         let mut extra: Vec<String> = Vec::new();
         for var in ["PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"] {
             if let Some(v) = env(var) {
                 extra.extend(v.split_whitespace().map(str::to_string));
             }
         }
-        extra.extend(values(&pip_text, &["extra-index-url"]));
-        extra.extend(values(&uv_text, &["extra-index-url", "url"]));
+        extra.extend(values(&self.pip, &["extra-index-url"]));
+        extra.extend(values(&self.uv, &["extra-index-url", "url"]));
         extra.retain(|u| u.contains("://"));
         extra.dedup();
-        let cert = env("PIP_CERT")
-            .or_else(|| values(&pip_text, &["cert"]).pop())
+        extra
+    }
+
+    /// A CA bundle that exists (PIP_CERT, or pip's `cert`).
+    fn cert(&self) -> Option<PathBuf> {
+        env("PIP_CERT")
+            .or_else(|| values(&self.pip, &["cert"]).pop())
             .map(PathBuf::from)
-            .filter(|p| p.is_file());
+            .filter(|p| p.is_file())
+    }
+}
+
+/// PyPI's hosts, the indexes' hosts and `extra_hosts` (--allow-host-egress),
+/// each once.
+fn allowed_hosts(index_url: &str, extra: &[String], extra_hosts: &[String]) -> Vec<String> {
+    let mut hosts: Vec<String> = PYPI_HOSTS.iter().map(|h| h.to_string()).collect();
+    hosts.extend(
+        std::iter::once(index_url)
+            .chain(extra.iter().map(String::as_str))
+            .filter_map(host_of),
+    );
+    hosts.extend(
+        extra_hosts
+            .iter()
+            .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|h| !h.is_empty()),
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    hosts.retain(|h| seen.insert(h.clone()));
+    hosts
+}
+
+impl InstallerSettings {
+    /// Reads the operator's index settings: PIP_INDEX_URL and friends,
+    /// uv's variables, the user's and the system's pip.conf and the user's
+    /// uv.toml, then adds `extra_hosts` (--allow-host-egress).
+    pub fn discover(
+        mode: crate::sandbox::Network,
+        extra_hosts: &[String],
+        source_builds: bool,
+        writable: &crate::sandbox::paths::Writable,
+    ) -> Self {
+        let files = ConfigFiles::read(writable);
+        let index = files.index_url();
+        let extra = files.extra_index_urls();
+        let cert = files.cert();
         let index_url = index.unwrap_or_else(|| PYPI_INDEX.to_string());
-        let mut hosts: Vec<String> = PYPI_HOSTS.iter().map(|h| h.to_string()).collect();
-        hosts.extend(
-            std::iter::once(&index_url)
-                .chain(&extra)
-                .filter_map(|u| host_of(u)),
-        );
-        hosts.extend(
-            extra_hosts
-                .iter()
-                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
-                .filter(|h| !h.is_empty()),
-        );
-        let mut seen = std::collections::BTreeSet::new();
-        hosts.retain(|h| seen.insert(h.clone()));
+        let hosts = allowed_hosts(&index_url, &extra, extra_hosts);
         Self {
             index_url,
             extra_index_urls: extra,

@@ -2,18 +2,21 @@
 //!
 //! The data path, top to bottom: `mcp` (tools, schemas, rendering,
 //! transports) → `session` and `jobs` → `worker` (the interpreter process,
-//! its control channel and output) → `sandbox` (how every process is
-//! confined); `egress` and `installer` serve package installs, `files` the
-//! file tools. `app` assembles them from `config`.
+//! its control channel and output) → `process` (how every process is
+//! started, watched and ended) → `sandbox` (how it is confined); `egress`
+//! and `installer` serve package installs, `files` the file tools. `app`
+//! assembles them from `config`.
 
 pub mod app;
 pub mod config;
 pub mod egress;
+pub mod executables;
 pub mod files;
 pub mod installer;
 pub mod jobs;
 pub mod mcp;
 pub mod output;
+pub mod process;
 pub mod sandbox;
 pub mod session;
 pub mod startup;

@@ -3,7 +3,7 @@
 //! write and reach (the sandbox policy, probed), and how installers run.
 //! Nothing a session can write is trusted or run here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +13,7 @@ use crate::{egress, installer, sandbox, state, worker};
 
 /// What the server starts with.
 pub struct Prepared {
-    pub python: std::path::PathBuf,
+    pub python: PathBuf,
     pub sandbox: sandbox::SandboxConfig,
     pub installer: installer::InstallerSettings,
 }
@@ -27,7 +27,7 @@ pub fn prepare(
     // What sessions can write: nothing there is trusted or run by the
     // server outside the sandbox.
     let mut writable = sandbox::paths::Writable(vec![workdir.to_path_buf()]);
-    let abs = |p: &std::path::PathBuf| sandbox::paths::normalize(p, workdir);
+    let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
     writable.0.extend(cfg.allow_write.iter().map(abs));
     writable.0.extend(
         cfg.allow_python
@@ -39,7 +39,7 @@ pub fn prepare(
     if let Some(venv) = &cfg.venv {
         venvs.push(abs(venv));
     } else if source == worker::python::PythonSource::Venv
-        && let Some(dir) = python.parent().and_then(std::path::Path::parent)
+        && let Some(dir) = python.parent().and_then(Path::parent)
     {
         venvs.push(dir.to_path_buf());
     }
@@ -93,68 +93,19 @@ pub fn prepare(
 /// python_sessions may name. Then probed.
 fn sandbox_settings(
     cfg: &Config,
-    workdir: &std::path::Path,
+    workdir: &Path,
     state_dir: &state::StateDir,
-    (python, base_python): (&std::path::Path, &std::path::Path),
-    venvs: &[std::path::PathBuf],
+    pythons: (&Path, &Path),
+    venvs: &[PathBuf],
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<sandbox::SandboxConfig> {
-    use sandbox::paths::{interpreter_dirs, normalize};
-    let abs = |p: &std::path::PathBuf| normalize(p, workdir);
-    let outside = |p: &std::path::Path| !p.starts_with(workdir);
-    let mut read = interpreter_dirs(python, writable);
-    read.extend(interpreter_dirs(base_python, writable));
-    let mut write: Vec<std::path::PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
-    let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
-    allowed_python.extend(venvs.iter().cloned());
-    for p in cfg.allow_python.iter().map(abs) {
-        if p.join("pyvenv.cfg").is_file() {
-            // A venv: writable (installs), never run by the server; its base
-            // must be readable already (--python, or another --allow-python).
-            if outside(&p) {
-                read.push(p.clone());
-                write.push(p.clone());
-            }
-        } else if p.is_dir() {
-            read.extend(interpreter_dirs(&p.join("bin").join("python3"), writable));
-        } else {
-            read.extend(interpreter_dirs(&p, writable));
-        }
-        allowed_python.push(p);
-    }
-    if let Some(uv) = writable.find_on_path("uv")
-        && let Ok(real) = uv.canonicalize()
-        && let Some(dir) = real.parent()
-    {
-        read.push(dir.to_path_buf());
-    }
-    read.extend(cfg.allow_read.iter().map(abs));
-    write.extend(cfg.allow_write.iter().map(abs));
-    read.sort();
-    read.dedup();
+    let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
+    let access = Access::granted(cfg, workdir, pythons, venvs, writable);
     let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .filter(|h| h.is_absolute() && h != std::path::Path::new("/"));
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h != Path::new("/"));
     let hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
-    if cfg.sandbox != sandbox::SandboxMode::Off
-        && let Some(h) = hidden
-            .iter()
-            .find(|h| h.starts_with(workdir) && *h != workdir)
-    {
-        anyhow::bail!(
-            "the workspace {} contains {}, which sessions must not see (a home, a temporary or runtime directory, or ferrepl's own state); pick a narrower --workdir, or set XDG_RUNTIME_DIR/TMPDIR elsewhere",
-            workdir.display(),
-            h.display()
-        );
-    }
-    for p in cfg.allow_read.iter().chain(&cfg.allow_write).map(abs) {
-        if p.starts_with(workdir) {
-            anyhow::bail!(
-                "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",
-                p.display()
-            );
-        }
-    }
+    check_workspace(cfg, workdir, &hidden)?;
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,
         network: cfg.network == config::Network::On,
@@ -169,10 +120,10 @@ fn sandbox_settings(
         state: state_dir.path().to_path_buf(),
         system: sandbox::paths::readable_except(&hidden),
         hidden,
-        read,
-        write,
+        read: access.read,
+        write: access.write,
         devices: cfg.allow_device.iter().map(abs).collect(),
-        allowed_python,
+        allowed_python: access.allowed_python,
         namespaces: !cfg.no_namespaces,
         env: sandbox::env::inherited(&cfg.pass_env),
         active: String::new(),
@@ -183,9 +134,98 @@ fn sandbox_settings(
     }
     sandbox::probe(&mut sandbox_cfg)?;
     if sandbox_cfg.enabled() {
-        warn_unreadable_interpreter(&sandbox_cfg, python);
+        warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
     }
     Ok(sandbox_cfg)
+}
+
+/// What sessions may read and write beyond the system and the workspace,
+/// and the interpreters python_sessions may name.
+struct Access {
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    allowed_python: Vec<PathBuf>,
+}
+
+impl Access {
+    /// From the interpreters (`python` and the base it was made from), the
+    /// venvs, --allow-python, uv on PATH, --allow-read and --allow-write.
+    fn granted(
+        cfg: &Config,
+        workdir: &Path,
+        (python, base_python): (&Path, &Path),
+        venvs: &[PathBuf],
+        writable: &sandbox::paths::Writable,
+    ) -> Self {
+        use sandbox::paths::{interpreter_dirs, normalize};
+        let abs = |p: &PathBuf| normalize(p, workdir);
+        let outside = |p: &Path| !p.starts_with(workdir);
+        let mut read = interpreter_dirs(python, writable);
+        read.extend(interpreter_dirs(base_python, writable));
+        let mut write: Vec<PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
+        let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
+        allowed_python.extend(venvs.iter().cloned());
+        for p in cfg.allow_python.iter().map(abs) {
+            if p.join("pyvenv.cfg").is_file() {
+                // A venv: writable (installs), never run by the server; its base
+                // must be readable already (--python, or another --allow-python).
+                if outside(&p) {
+                    read.push(p.clone());
+                    write.push(p.clone());
+                }
+            } else if p.is_dir() {
+                read.extend(interpreter_dirs(&p.join("bin").join("python3"), writable));
+            } else {
+                read.extend(interpreter_dirs(&p, writable));
+            }
+            allowed_python.push(p);
+        }
+        if let Some(uv) = writable.find_on_path("uv")
+            && let Ok(real) = uv.canonicalize()
+            && let Some(dir) = real.parent()
+        {
+            read.push(dir.to_path_buf());
+        }
+        read.extend(cfg.allow_read.iter().map(abs));
+        write.extend(cfg.allow_write.iter().map(abs));
+        read.sort();
+        read.dedup();
+        Access {
+            read,
+            write,
+            allowed_python,
+        }
+    }
+}
+
+/// Refuses a workspace that holds a hidden place, and --allow-read or
+/// --allow-write paths inside the workspace.
+fn check_workspace(cfg: &Config, workdir: &Path, hidden: &[PathBuf]) -> anyhow::Result<()> {
+    if cfg.sandbox != sandbox::SandboxMode::Off
+        && let Some(h) = hidden
+            .iter()
+            .find(|h| h.starts_with(workdir) && *h != workdir)
+    {
+        anyhow::bail!(
+            "the workspace {} contains {}, which sessions must not see (a home, a temporary or runtime directory, or ferrepl's own state); pick a narrower --workdir, or set XDG_RUNTIME_DIR/TMPDIR elsewhere",
+            workdir.display(),
+            h.display()
+        );
+    }
+    for p in cfg
+        .allow_read
+        .iter()
+        .chain(&cfg.allow_write)
+        .map(|p| sandbox::paths::normalize(p, workdir))
+    {
+        if p.starts_with(workdir) {
+            anyhow::bail!(
+                "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",
+                p.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The operator's installer settings, and with `--network packages` the
@@ -237,7 +277,7 @@ fn installer_settings(
 /// An interpreter inside the workspace (a `.venv`) whose real binary lies in
 /// a place sessions may not read cannot start in the sandbox; nothing is
 /// widened for it (the agent can rewrite it), but the operator is told how.
-fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &std::path::Path) {
+fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &Path) {
     if !python.starts_with(&cfg.workspace) {
         return;
     }

@@ -10,7 +10,6 @@ use anyhow::Context;
 use super::Config;
 use crate::installer::InstallerSettings;
 use crate::jobs::JobConfig;
-use crate::mcp::groups::ToolGroups;
 use crate::sandbox::SandboxConfig;
 use crate::session::Limits;
 use crate::units::seconds;
@@ -36,7 +35,6 @@ pub struct Settings {
     pub max_image_bytes: u64,
     pub max_jobs: usize,
     pub job_ttl: Duration,
-    pub groups: ToolGroups,
     pub structured: bool,
 }
 
@@ -79,7 +77,6 @@ impl Settings {
             max_image_bytes: cfg.max_image_bytes,
             max_jobs: cfg.max_jobs.max(1),
             job_ttl: seconds(cfg.job_ttl, "--job-ttl")?,
-            groups: ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?,
             structured: cfg.structured_content,
         })
     }

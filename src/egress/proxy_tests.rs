@@ -1,5 +1,6 @@
 use super::*;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use std::net::SocketAddr;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
 
 const BOUND: Duration = Duration::from_secs(10);

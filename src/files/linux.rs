@@ -12,8 +12,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::{
-    EntryKind, FileError, ListedEntry, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES,
-    RelPath, join_shown,
+    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES, RelPath,
+    within_limit,
 };
 
 /// How often an open is retried when the kernel reports a concurrent
@@ -80,14 +80,7 @@ fn describe(kind: SFlag) -> &'static str {
 fn require_regular(rel: &str, st: &FileStat, write: bool) -> Result<(), FileError> {
     match kind_of(st) {
         SFlag::S_IFREG => Ok(()),
-        SFlag::S_IFDIR => Err(FileError::IsDir {
-            path: rel.to_string(),
-            hint: if write {
-                "give a file path"
-            } else {
-                "use file_list"
-            },
-        }),
+        SFlag::S_IFDIR => Err(FileError::is_dir(rel, write)),
         other => Err(FileError::not_regular(rel, describe(other), write)),
     }
 }
@@ -152,23 +145,14 @@ pub(super) fn read(
         false,
     )?;
     let size = u64::try_from(fstat(rel, &fd)?.st_size).unwrap_or(0);
-    let too_large = |size| FileError::TooLarge {
-        path: rel.to_string(),
-        size,
-        limit,
-    };
-    if size > limit {
-        return Err(too_large(size));
-    }
+    within_limit(rel, size, limit)?;
     // Never more than limit + 1 bytes, however much the file grows.
     let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     std::fs::File::from(fd)
         .take(limit.saturating_add(1))
         .read_to_end(&mut data)
         .map_err(|e| FileError::io(rel, e))?;
-    if data.len() as u64 > limit {
-        return Err(too_large(data.len() as u64));
-    }
+    within_limit(rel, data.len() as u64, limit)?;
     Ok(data)
 }
 
@@ -271,10 +255,7 @@ pub(super) fn write(
                 Err(Errno::ELOOP) => write_through_symlink(root, rel, path, mode)?,
                 Err(Errno::ENXIO) => return Err(FileError::not_regular(rel, "a FIFO", true)),
                 Err(Errno::EISDIR) => {
-                    return Err(FileError::IsDir {
-                        path: rel.to_string(),
-                        hint: "give a file path",
-                    });
+                    return Err(FileError::is_dir(rel, true));
                 }
                 Err(e) => return Err(open_error(rel, e)),
             }
@@ -513,8 +494,7 @@ fn walk(
     }
     names.sort();
     for name in names {
-        if out.entries.len() >= max_entries {
-            out.truncated = true;
+        if out.full(max_entries) {
             return Ok(());
         }
         let Ok(st) = lstat_at(dir.as_fd(), &name) else {
@@ -525,12 +505,8 @@ fn walk(
             SFlag::S_IFDIR => EntryKind::Dir,
             _ => EntryKind::File,
         };
-        let shown = join_shown(prefix, &name);
-        out.entries.push(ListedEntry {
-            path: shown.clone(),
-            kind,
-            size: (kind_of(&st) == SFlag::S_IFREG).then(|| u64::try_from(st.st_size).unwrap_or(0)),
-        });
+        let size = (kind_of(&st) == SFlag::S_IFREG).then(|| u64::try_from(st.st_size).unwrap_or(0));
+        let shown = out.add(prefix, &name, kind, size);
         // Directories are opened without following symlinks: a symlink
         // swapped in after the stat is not descended.
         if kind == EntryKind::Dir && depth > 1 {

@@ -83,6 +83,30 @@ impl FileError {
             verb: if write { "writes" } else { "reads" },
         }
     }
+
+    /// A directory where file_write or file_read wants a regular file.
+    fn is_dir(path: &str, write: bool) -> Self {
+        FileError::IsDir {
+            path: path.to_string(),
+            hint: if write {
+                "give a file path"
+            } else {
+                "use file_list"
+            },
+        }
+    }
+}
+
+/// Refuses a read of `size` bytes over `limit`.
+fn within_limit(rel: &str, size: u64, limit: u64) -> Result<(), FileError> {
+    if size > limit {
+        return Err(FileError::TooLarge {
+            path: rel.to_string(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
 }
 
 /// The kind of a directory entry, as listed.
@@ -121,6 +145,34 @@ pub struct Listing {
     pub entries: Vec<ListedEntry>,
     /// True when the listing stopped at a limit.
     pub truncated: bool,
+}
+
+impl Listing {
+    /// Whether `max_entries` are listed already (then marked truncated).
+    fn full(&mut self, max_entries: usize) -> bool {
+        let full = self.entries.len() >= max_entries;
+        if full {
+            self.truncated = true;
+        }
+        full
+    }
+
+    /// Lists `name` of the directory shown as `prefix`; its shown path.
+    fn add(
+        &mut self,
+        prefix: &str,
+        name: &std::ffi::OsStr,
+        kind: EntryKind,
+        size: Option<u64>,
+    ) -> String {
+        let shown = join_shown(prefix, name);
+        self.entries.push(ListedEntry {
+            path: shown.clone(),
+            kind,
+            size,
+        });
+        shown
+    }
 }
 
 /// The bytes of a file read.
@@ -282,10 +334,7 @@ impl Workspace {
         }
         let path = lexical(rel)?;
         let Some((parent, name)) = path.split_last() else {
-            return Err(FileError::IsDir {
-                path: rel.to_string(),
-                hint: "give a file path",
-            });
+            return Err(FileError::is_dir(rel, true));
         };
         #[cfg(target_os = "linux")]
         linux::write(&self.dir, rel, &path, &parent, name, data, append)?;

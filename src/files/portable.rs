@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{EntryKind, FileError, ListedEntry, Listing, MAX_DIR_NAMES, RelPath, join_shown};
+use super::{EntryKind, FileError, Listing, MAX_DIR_NAMES, RelPath, within_limit};
 
 fn io(rel: &str, e: std::io::Error) -> FileError {
     match e.kind() {
@@ -47,14 +47,7 @@ fn require_regular(rel: &str, meta: &std::fs::Metadata, write: bool) -> Result<(
     if ft.is_file() {
         Ok(())
     } else if ft.is_dir() {
-        Err(FileError::IsDir {
-            path: rel.to_string(),
-            hint: if write {
-                "give a file path"
-            } else {
-                "use file_list"
-            },
-        })
+        Err(FileError::is_dir(rel, write))
     } else {
         Err(FileError::not_regular(rel, describe(ft), write))
     }
@@ -83,24 +76,12 @@ pub(super) fn read(
         .map_err(|e| io(rel, e))?;
     let meta = file.metadata().map_err(|e| io(rel, e))?;
     require_regular(rel, &meta, false)?;
-    if meta.len() > limit {
-        return Err(FileError::TooLarge {
-            path: rel.to_string(),
-            size: meta.len(),
-            limit,
-        });
-    }
+    within_limit(rel, meta.len(), limit)?;
     let mut data = Vec::new();
     file.take(limit.saturating_add(1))
         .read_to_end(&mut data)
         .map_err(|e| io(rel, e))?;
-    if data.len() as u64 > limit {
-        return Err(FileError::TooLarge {
-            path: rel.to_string(),
-            size: data.len() as u64,
-            limit,
-        });
-    }
+    within_limit(rel, data.len() as u64, limit)?;
     Ok(data)
 }
 
@@ -218,8 +199,7 @@ fn walk(
     }
     items.sort();
     for name in items {
-        if out.entries.len() >= max_entries {
-            out.truncated = true;
+        if out.full(max_entries) {
             return Ok(());
         }
         let path = dir.join(&name);
@@ -233,12 +213,7 @@ fn walk(
         } else {
             EntryKind::File
         };
-        let shown = join_shown(prefix, &name);
-        out.entries.push(ListedEntry {
-            path: shown.clone(),
-            kind,
-            size: meta.is_file().then_some(meta.len()),
-        });
+        let shown = out.add(prefix, &name, kind, meta.is_file().then_some(meta.len()));
         if kind == EntryKind::Dir && depth > 1 {
             walk(&path, &shown, depth - 1, max_entries, out)?;
             if out.truncated {

@@ -2,24 +2,25 @@
 //! each in its own process group, with bounded output that is kept in full
 //! for shell_output, and the same wait semantics as Python cells.
 
+mod job;
+mod report;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
+use nix::sys::signal::Signal;
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant as TokioInstant;
 
-use crate::output::log::CellLog;
-use crate::output::{Capture, LogSink, RenderedOutput, Stream};
-use crate::sandbox::cgroup::Cgroup;
-use crate::worker::ExitInfo;
+use crate::output::{Capture, LogSink};
+use crate::process::{self, Launch, Spawned, Stdio};
+
+pub use job::Job;
+pub use report::{JobInfo, JobReport, JobStatus};
 
 /// Limits and defaults of shell jobs.
 #[derive(Debug, Clone)]
@@ -67,138 +68,6 @@ pub enum JobError {
     BadSignal(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStatus {
-    /// Still running; collect it with shell_wait.
-    Running,
-    /// Exited (see exit_code / signal).
-    Exited,
-}
-
-/// What a job call returns.
-#[derive(Debug, Clone)]
-pub struct JobReport {
-    pub job: String,
-    pub command: String,
-    pub status: JobStatus,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
-    pub pid: u32,
-    pub pty: bool,
-    pub output: RenderedOutput,
-    pub elapsed_ms: f64,
-    pub notes: Vec<String>,
-}
-
-impl JobReport {
-    pub fn is_error(&self) -> bool {
-        self.status == JobStatus::Exited && self.exit_code != Some(0)
-    }
-}
-
-type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
-
-struct JobState {
-    capture: Capture,
-    log: CellLog,
-    exit: Option<ExitInfo>,
-    open_streams: usize,
-    finished_at: Option<Instant>,
-    notes: Vec<String>,
-    /// Kernel-enforced limits, until the job exits.
-    cgroup: Option<Arc<Cgroup>>,
-}
-
-pub struct Job {
-    id: String,
-    command: String,
-    pid: u32,
-    pty: bool,
-    started: Instant,
-    stdin: tokio::sync::Mutex<Option<Stdin>>,
-    /// The job's private temporary directory (HOME, TMPDIR), removed when
-    /// it exits.
-    home: Option<PathBuf>,
-    state: Mutex<JobState>,
-    changed: watch::Sender<u64>,
-}
-
-impl Job {
-    fn lock(&self) -> MutexGuard<'_, JobState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|v| *v = v.wrapping_add(1));
-    }
-
-    fn signal(&self, sig: Signal) {
-        if self.pid > 0 && self.lock().exit.is_none() {
-            let _ = killpg(Pid::from_raw(self.pid as i32), sig);
-        }
-    }
-
-    /// SIGKILL to the process group and to every descendant, so children
-    /// that left the group (`setsid`, daemons) go too.
-    fn kill_all(&self) {
-        let (alive, cgroup) = {
-            let st = self.lock();
-            (st.exit.is_none(), st.cgroup.clone())
-        };
-        if self.pid > 0 && alive {
-            crate::sandbox::watch::kill_tree(self.pid);
-        }
-        if let Some(group) = cgroup {
-            group.kill_all();
-        }
-    }
-
-    fn done(&self, grace: Duration) -> bool {
-        let st = self.lock();
-        match &st.exit {
-            Some(e) => st.open_streams == 0 || e.at.elapsed() >= grace,
-            None => false,
-        }
-    }
-
-    /// A report with the output not returned before.
-    fn report(&self, grace: Duration) -> JobReport {
-        let finished = self.done(grace);
-        let mut st = self.lock();
-        let mut output = st.capture.take();
-        let segments = output.take_log();
-        st.log.add_all(segments);
-        let exit = st.exit.clone().filter(|_| finished);
-        let notes = std::mem::take(&mut st.notes);
-        JobReport {
-            job: self.id.clone(),
-            command: self.command.clone(),
-            status: if exit.is_some() {
-                JobStatus::Exited
-            } else {
-                JobStatus::Running
-            },
-            exit_code: exit.as_ref().and_then(|e| e.code),
-            signal: exit.as_ref().and_then(|e| e.signal).map(signal_name),
-            pid: self.pid,
-            pty: self.pty,
-            output: output.render(),
-            elapsed_ms: match (&exit, st.finished_at) {
-                (Some(_), Some(at)) => at.duration_since(self.started).as_secs_f64() * 1000.0,
-                _ => self.started.elapsed().as_secs_f64() * 1000.0,
-            },
-            notes,
-        }
-    }
-}
-
-fn signal_name(sig: i32) -> String {
-    Signal::try_from(sig)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| format!("signal {sig}"))
-}
-
 pub fn parse_signal(s: &str) -> Result<Signal, JobError> {
     if let Ok(n) = s.parse::<i32>() {
         return Signal::try_from(n).map_err(|_| JobError::BadSignal(s.to_string()));
@@ -211,20 +80,6 @@ pub fn parse_signal(s: &str) -> Result<Signal, JobError> {
     };
     name.parse::<Signal>()
         .map_err(|_| JobError::BadSignal(s.to_string()))
-}
-
-/// A row of shell_jobs.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct JobInfo {
-    pub job: String,
-    pub command: String,
-    /// running or exited.
-    pub status: JobStatus,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
-    pub pid: u32,
-    pub pty: bool,
-    pub age_s: f64,
 }
 
 /// How to start a job.
@@ -294,62 +149,6 @@ impl JobManager {
         }
     }
 
-    /// What to start for `/bin/sh -c command`: the launcher under the
-    /// sandbox (with a private temporary HOME for the job), and the job's
-    /// cgroups when the kernel limits can be enforced that way.
-    fn shell_command(
-        &self,
-        spec: &JobSpec,
-        cwd: &std::path::Path,
-        n: u64,
-    ) -> Result<(ShellCommand, Option<Cgroup>), JobError> {
-        let args: Vec<std::ffi::OsString> = vec!["-c".into(), spec.command.clone().into()];
-        let sh = PathBuf::from("/bin/sh");
-        let env = job_env(spec);
-        let spawn_err = |e: std::io::Error| JobError::Spawn(e.to_string());
-        match self.cfg.sandbox.as_deref() {
-            Some(sandbox) if sandbox.enabled() => {
-                let tmp = self.cfg.log_dir.join(format!("job-home-{n}"));
-                crate::state::private_dir(&tmp).map_err(spawn_err)?;
-                let mut policy = sandbox.policy(&tmp, cwd, sandbox.environment(Some(&tmp), &env));
-                policy.pty = spec.pty && policy.mounts.is_some();
-                if spec.egress
-                    && let (Some(relay), Some(plan)) = (&sandbox.egress, policy.mounts.as_mut())
-                {
-                    plan.binds.push(crate::sandbox::Bind {
-                        path: relay.socket.clone(),
-                        writable: true,
-                    });
-                    policy.egress = Some(relay.clone());
-                }
-                let cgroup = sandbox.cgroup_for(&mut policy, &format!("j{n}"));
-                let (program, args) = sandbox.wrap(&policy, &sh, &args).map_err(spawn_err)?;
-                let shell = ShellCommand {
-                    program,
-                    args,
-                    env: BTreeMap::new(),
-                };
-                Ok((shell, cgroup))
-            }
-            Some(sandbox) => Ok((
-                ShellCommand {
-                    program: sh,
-                    args,
-                    env: sandbox.environment(None, &env),
-                },
-                None,
-            )),
-            None => Ok((
-                ShellCommand {
-                    program: sh,
-                    args,
-                    env: env.into_iter().collect(),
-                },
-                None,
-            )),
-        }
-    }
-
     pub fn start(&self, spec: JobSpec) -> Result<Arc<Job>, JobError> {
         self.prune();
         let running = self
@@ -361,9 +160,30 @@ impl JobManager {
             return Err(JobError::TooMany { running });
         }
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let id = format!("j{n}");
         crate::sandbox::env::check(&spec.env).map_err(JobError::Invalid)?;
-        let cwd = match &spec.cwd {
+        let cwd = self.job_cwd(spec.cwd.as_deref())?;
+        let sink = LogSink {
+            dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),
+            budget: self.cfg.log_bytes,
+        };
+        let reader = spec.reader.unwrap_or("shell_output");
+        let capture = Capture::new(
+            self.cfg.output_head_bytes,
+            self.cfg.output_tail_bytes,
+            reader,
+        )
+        .with_log(sink);
+        let spawned = self.spawn(&spec, &cwd, n)?;
+        let command = spec.shown.clone().unwrap_or_else(|| spec.command.clone());
+        let job = Job::follow(n, command, spec.pty, capture, spawned, spec.stdin);
+        self.jobs().insert(n, job.clone());
+        Ok(job)
+    }
+
+    /// Where a job asked to start in `cwd` starts: an existing directory
+    /// inside the workspace, symbolic links resolved.
+    fn job_cwd(&self, cwd: Option<&Path>) -> Result<PathBuf, JobError> {
+        let cwd = match cwd {
             Some(c) => crate::sandbox::paths::normalize(c, &self.cfg.workdir),
             None => self.cfg.workdir.clone(),
         };
@@ -380,72 +200,36 @@ impl JobManager {
                 self.cfg.workdir.display()
             )));
         }
-        let cwd = real;
-        let sink = LogSink {
-            dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),
-            budget: self.cfg.log_bytes,
-        };
-        let reader = spec.reader.unwrap_or("shell_output");
-        let capture = Capture::new(
-            self.cfg.output_head_bytes,
-            self.cfg.output_tail_bytes,
-            reader,
-        )
-        .with_log(sink);
-        let (shell, cgroup) = self.shell_command(&spec, &cwd, n)?;
-        let spawned = if spec.pty {
-            spawn_pty(&cwd, shell)
-        } else {
-            spawn_pipes(&cwd, shell)
-        }
-        .map_err(|e| JobError::Spawn(e.to_string()))?;
-        let (changed, _) = watch::channel(0u64);
-        let job = Arc::new(Job {
-            id,
-            command: spec.shown.clone().unwrap_or_else(|| spec.command.clone()),
-            pid: spawned.child.id().unwrap_or(0),
-            pty: spec.pty,
-            started: Instant::now(),
-            stdin: tokio::sync::Mutex::new(None),
-            home: self
-                .cfg
-                .sandbox
-                .as_deref()
-                .filter(|s| s.enabled())
-                .map(|_| self.cfg.log_dir.join(format!("job-home-{n}"))),
-            state: Mutex::new(JobState {
-                capture,
-                log: CellLog::new(n),
-                exit: None,
-                open_streams: spawned.outputs.len(),
-                finished_at: None,
-                notes: Vec::new(),
-                cgroup: cgroup.map(Arc::new),
-            }),
-            changed,
-        });
-        for (stream, reader) in spawned.outputs {
-            tokio::spawn(read_output(job.clone(), stream, reader));
-        }
-        tokio::spawn(watch_exit(job.clone(), spawned.child));
-        let mut stdin = spawned.stdin;
-        let initial = spec.stdin.clone();
-        let job2 = job.clone();
-        tokio::spawn(async move {
-            if let (Some(text), Some(w)) = (initial, stdin.as_mut()) {
-                let _ = w.write_all(text.as_bytes()).await;
-                let _ = w.flush().await;
-                if spec.pty {
-                    // Ctrl-D: end of input for the program on the terminal.
-                    let _ = w.write_all(b"\x04").await;
-                } else {
-                    stdin = None;
-                }
+        Ok(real)
+    }
+
+    /// Starts `/bin/sh -c command` for job `n`, on pipes or a terminal.
+    fn spawn(&self, spec: &JobSpec, cwd: &Path, n: u64) -> Result<Spawned, JobError> {
+        let args: Vec<OsString> = vec!["-c".into(), spec.command.clone().into()];
+        let stdio = if spec.pty {
+            Stdio::Pty {
+                rows: 40,
+                cols: 120,
             }
-            *job2.stdin.lock().await = stdin;
-        });
-        self.jobs().insert(n, job.clone());
-        Ok(job)
+        } else {
+            Stdio::Pipes {
+                stdin: true,
+                control: None,
+            }
+        };
+        process::spawn(Launch {
+            program: Path::new("/bin/sh"),
+            args: &args,
+            cwd,
+            env: &job_env(spec),
+            sandbox: self.cfg.sandbox.as_deref(),
+            inherit_env: false,
+            home: self.cfg.log_dir.join(format!("job-home-{n}")),
+            label: &format!("j{n}"),
+            egress: spec.egress,
+            stdio,
+        })
+        .map_err(|e| JobError::Spawn(e.to_string()))
     }
 
     /// Returns when the job exits or `wait` runs out, with new output.
@@ -524,20 +308,18 @@ impl JobManager {
             return Ok(self.wait(&job, Duration::ZERO).await);
         }
         if signal == Signal::SIGKILL {
-            let target = job.clone();
-            let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
+            job.kill_all_off_thread().await;
         } else {
             job.signal(signal);
         }
         let mut report = self.wait(&job, Duration::from_secs(2)).await;
         if report.status == JobStatus::Running && signal == Signal::SIGTERM {
-            let target = job.clone();
-            let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
+            job.kill_all_off_thread().await;
             let mut more = self.wait(&job, Duration::from_secs(5)).await;
             more.notes.push(
                 "The job ignored SIGTERM for 2 s; it and every process it started were sent SIGKILL.".into(),
             );
-            report = merge(report, more);
+            report = report.merge(more);
         }
         Ok(report)
     }
@@ -546,23 +328,7 @@ impl JobManager {
         self.prune();
         self.jobs()
             .values()
-            .map(|j| {
-                let st = j.lock();
-                JobInfo {
-                    job: j.id.clone(),
-                    command: j.command.clone(),
-                    status: if st.exit.is_some() {
-                        JobStatus::Exited
-                    } else {
-                        JobStatus::Running
-                    },
-                    exit_code: st.exit.as_ref().and_then(|e| e.code),
-                    signal: st.exit.as_ref().and_then(|e| e.signal).map(signal_name),
-                    pid: j.pid,
-                    pty: j.pty,
-                    age_s: j.started.elapsed().as_secs_f64(),
-                }
-            })
+            .map(|j| JobInfo::new(j, j.lock().exit.as_ref()))
             .collect()
     }
 
@@ -646,34 +412,6 @@ impl JobManager {
     }
 }
 
-impl Job {
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-}
-
-fn merge(mut first: JobReport, second: JobReport) -> JobReport {
-    let mut combined = first.output.combined.clone();
-    combined.push_str(&second.output.combined);
-    first.output.combined = combined;
-    first.output.stdout.push_str(&second.output.stdout);
-    first.output.stderr.push_str(&second.output.stderr);
-    first.output.total_bytes += second.output.total_bytes;
-    first.output.omitted_bytes += second.output.omitted_bytes;
-    first.notes.extend(second.notes);
-    JobReport {
-        output: first.output,
-        notes: first.notes,
-        ..second
-    }
-}
-
-struct Spawned {
-    child: tokio::process::Child,
-    outputs: Vec<(Stream, Box<dyn AsyncRead + Send + Unpin>)>,
-    stdin: Option<Stdin>,
-}
-
 /// The job's own variables (the agent's, already checked), over defaults.
 fn job_env(spec: &JobSpec) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
@@ -685,121 +423,6 @@ fn job_env(spec: &JobSpec) -> Vec<(String, String)> {
     }
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
-}
-
-/// A program to start, with exactly the environment given.
-struct ShellCommand {
-    program: PathBuf,
-    args: Vec<std::ffi::OsString>,
-    env: BTreeMap<String, String>,
-}
-
-fn spawn_pipes(cwd: &std::path::Path, shell: ShellCommand) -> std::io::Result<Spawned> {
-    let mut cmd = tokio::process::Command::new(&shell.program);
-    cmd.args(&shell.args)
-        .env_clear()
-        .envs(&shell.env)
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // A session of its own (so also its own process group, with its pid as
-    // id): no session or job may reach the server's controlling terminal,
-    // which is often the operator's.
-    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let mut outputs: Vec<(Stream, Box<dyn AsyncRead + Send + Unpin>)> = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        outputs.push((Stream::Stdout, Box::new(out)));
-    }
-    if let Some(err) = child.stderr.take() {
-        outputs.push((Stream::Stderr, Box::new(err)));
-    }
-    let stdin = child.stdin.take().map(|s| Box::new(s) as Stdin);
-    Ok(Spawned {
-        child,
-        outputs,
-        stdin,
-    })
-}
-
-fn spawn_pty(cwd: &std::path::Path, shell: ShellCommand) -> std::io::Result<Spawned> {
-    let to_io = |e: pty_process::Error| std::io::Error::other(e.to_string());
-    let (pty, pts) = pty_process::open().map_err(to_io)?;
-    pty.resize(pty_process::Size::new(40, 120)).map_err(to_io)?;
-    let cmd = pty_process::Command::new(&shell.program)
-        .args(&shell.args)
-        .env_clear()
-        .envs(&shell.env)
-        .current_dir(cwd)
-        .kill_on_drop(true);
-    let child = cmd.spawn(pts).map_err(to_io)?;
-    let (read, write) = pty.into_split();
-    Ok(Spawned {
-        child,
-        outputs: vec![(Stream::Stdout, Box::new(read))],
-        stdin: Some(Box::new(write)),
-    })
-}
-
-async fn read_output(job: Arc<Job>, stream: Stream, mut reader: Box<dyn AsyncRead + Send + Unpin>) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // A pty reports EIO once the last process on the terminal has gone.
-        let n = match reader.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        job.lock().capture.push(stream, &buf[..n]);
-        job.bump();
-    }
-    job.lock().open_streams -= 1;
-    job.bump();
-}
-
-async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
-    let status = child.wait().await;
-    let (code, signal) = match status {
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            (s.code(), s.signal())
-        }
-        Err(_) => (None, None),
-    };
-    let cgroup = job.lock().cgroup.take();
-    if let Some(group) = &cgroup {
-        let notes = [group.limit_hit(), group.task_limit_note()];
-        job.lock()
-            .notes
-            .extend(notes.into_iter().flatten().map(|n| format!("The job {n}.")));
-    }
-    {
-        let mut st = job.lock();
-        st.exit = Some(ExitInfo {
-            code,
-            signal,
-            at: Instant::now(),
-        });
-        st.finished_at = Some(Instant::now());
-    }
-    job.bump();
-    if let Some(home) = job.home.clone() {
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(home)).await;
-    }
-    if let Some(group) = cgroup {
-        // Emptied and removed off the async threads: members may take a
-        // moment to be reaped.
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
-    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //!   offsets by saturating conversions ([`index`]) and per-tool maximums.
 //!
 //! No tool argument can make a handler panic or overflow: a panic there would
-//! kill the request's task and leave the call unanswered (tests/arg_fuzz.rs).
+//! kill the request's task and leave the call unanswered (tests/suite/arg_fuzz.rs).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -60,9 +60,28 @@ impl<S, P: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Paramet
 /// what it must be (`wait_s must be a number of seconds >= 0, got the string
 /// "5"`).
 pub fn parse<P: DeserializeOwned>(arguments: JsonObject) -> Result<P, String> {
-    serde_path_to_error::deserialize(Value::Object(arguments)).map_err(|e| {
+    serde_path_to_error::deserialize::<_, P>(Value::Object(arguments.clone())).map_err(|e| {
         let path = e.path().to_string();
-        sentence(&path, &plain_types(&e.inner().to_string()))
+        let message = plain_types(&e.inner().to_string());
+        if path == "." && !message.starts_with("missing field") {
+            // A flattened group of fields hides the path: find the field.
+            if let Some(field) = culprit::<P>(&arguments) {
+                return sentence(&field, &message);
+            }
+        }
+        sentence(&path, &message)
+    })
+}
+
+/// The argument without which the rest deserializes as `P`. (A wrong
+/// required field is named by its path already: it is never flattened.)
+fn culprit<P: DeserializeOwned>(arguments: &JsonObject) -> Option<String> {
+    arguments.keys().find_map(|key| {
+        let mut rest = arguments.clone();
+        rest.remove(key);
+        serde_json::from_value::<P>(Value::Object(rest))
+            .is_ok()
+            .then(|| key.clone())
     })
 }
 
@@ -401,6 +420,29 @@ mod tests {
         assert_eq!(a.signal.expect("signal").as_str(), "TERM");
         assert_eq!(a.offset, Some(u64::MAX));
         assert!(parsed(json!({"signal": 1.5})).is_err());
+    }
+
+    #[test]
+    fn a_flattened_field_is_still_named() {
+        #[derive(Debug, Deserialize)]
+        struct Window {
+            #[serde(default)]
+            #[allow(dead_code)]
+            limit: Option<u64>,
+        }
+        #[derive(Debug, Deserialize)]
+        struct Outer {
+            #[allow(dead_code)]
+            job: String,
+            #[serde(flatten)]
+            #[allow(dead_code)]
+            window: Window,
+        }
+        let Value::Object(map) = json!({"job": "j1", "limit": -1}) else {
+            panic!("object")
+        };
+        let e = parse::<Outer>(map).unwrap_err();
+        assert_eq!(e, "limit must be a whole number >= 0, got -1");
     }
 
     #[test]

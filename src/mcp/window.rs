@@ -18,47 +18,27 @@ pub const MAX_CONTEXT: u64 = 20;
 const MAX_MATCHES: usize = 500;
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct OutputParams {
-    #[serde(default)]
     pub session: Option<String>,
     /// Default: the latest.
-    #[serde(default)]
     pub cell: Option<u64>,
-    #[serde(default)]
-    pub offset: Option<u64>,
-    /// Characters (default 20000), or lines if lines is true.
-    #[serde(default)]
-    pub limit: Option<u64>,
-    #[serde(default)]
-    pub lines: Option<bool>,
-    /// A regex: only matching lines, with context lines (default 1) around.
-    #[serde(default)]
-    pub grep: Option<String>,
-    #[serde(default)]
-    pub context: Option<u64>,
+    #[serde(flatten)]
+    pub window: WindowParams,
 }
 
 /// What part of an output to read: the window arguments of python_output
 /// and shell_output.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct WindowParams {
     pub offset: Option<u64>,
+    /// Characters (default 20000), or lines if lines is true.
     pub limit: Option<u64>,
     pub lines: Option<bool>,
+    /// A regex: only matching lines, with context lines (default 1) around.
     pub grep: Option<String>,
     pub context: Option<u64>,
-}
-
-impl OutputParams {
-    pub fn window(&self) -> WindowParams {
-        WindowParams {
-            offset: self.offset,
-            limit: self.limit,
-            lines: self.lines,
-            grep: self.grep.clone(),
-            context: self.context,
-        }
-    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -124,46 +104,7 @@ pub fn window(src: Source, p: &WindowParams) -> Result<OutputWindow, String> {
         dropped_bytes: src.dropped,
     };
     if let Some(pattern) = p.grep.as_deref().filter(|g| !g.is_empty()) {
-        let re = regex::Regex::new(pattern)
-            .map_err(|e| format!("invalid grep pattern {pattern:?}: {e}"))?;
-        let context = index(p.context.unwrap_or(1).min(MAX_CONTEXT));
-        let budget = p.limit.map_or(DEFAULT_CHARS, index).min(MAX_CHARS);
-        let hits: Vec<usize> = line_list
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| re.is_match(l))
-            .map(|(i, _)| i)
-            .collect();
-        out.matches = Some(hits.len() as u64);
-        let mut last_printed: Option<usize> = None;
-        for (shown, &hit) in hits.iter().enumerate() {
-            if shown >= MAX_MATCHES || out.text.len() >= budget {
-                out.text.push_str(&format!(
-                    "[... {} more matching lines not shown; narrow the pattern or raise limit]\n",
-                    hits.len() - shown
-                ));
-                break;
-            }
-            let from = hit.saturating_sub(context);
-            let to = hit
-                .saturating_add(context)
-                .min(line_list.len().saturating_sub(1));
-            if let Some(last) = last_printed
-                && from > last + 1
-            {
-                out.text.push_str("--\n");
-            }
-            let start = last_printed.map_or(from, |l| from.max(l + 1));
-            for (i, line) in line_list.iter().enumerate().take(to + 1).skip(start) {
-                let mark = if i == hit || re.is_match(line) {
-                    ':'
-                } else {
-                    '-'
-                };
-                out.text.push_str(&format!("{}{mark} {line}\n", i + 1));
-            }
-            last_printed = Some(to.max(last_printed.unwrap_or(0)));
-        }
+        grep(&mut out, &line_list, pattern, p)?;
         return Ok(out);
     }
     if p.lines.unwrap_or(false) {
@@ -188,6 +129,57 @@ pub fn window(src: Source, p: &WindowParams) -> Result<OutputWindow, String> {
     let end = offset.saturating_add(out.text.chars().count() as u64);
     out.next_offset = (end < total_chars).then_some(end);
     Ok(out)
+}
+
+/// The lines matching `pattern`, numbered, with `context` lines around
+/// (`12: match`, `11- context`, `--` between groups).
+fn grep(
+    out: &mut OutputWindow,
+    line_list: &[&str],
+    pattern: &str,
+    p: &WindowParams,
+) -> Result<(), String> {
+    let re =
+        regex::Regex::new(pattern).map_err(|e| format!("invalid grep pattern {pattern:?}: {e}"))?;
+    let context = index(p.context.unwrap_or(1).min(MAX_CONTEXT));
+    let budget = p.limit.map_or(DEFAULT_CHARS, index).min(MAX_CHARS);
+    let hits: Vec<usize> = line_list
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| re.is_match(l))
+        .map(|(i, _)| i)
+        .collect();
+    out.matches = Some(hits.len() as u64);
+    let mut last_printed: Option<usize> = None;
+    for (shown, &hit) in hits.iter().enumerate() {
+        if shown >= MAX_MATCHES || out.text.len() >= budget {
+            out.text.push_str(&format!(
+                "[... {} more matching lines not shown; narrow the pattern or raise limit]\n",
+                hits.len() - shown
+            ));
+            break;
+        }
+        let from = hit.saturating_sub(context);
+        let to = hit
+            .saturating_add(context)
+            .min(line_list.len().saturating_sub(1));
+        if let Some(last) = last_printed
+            && from > last + 1
+        {
+            out.text.push_str("--\n");
+        }
+        let start = last_printed.map_or(from, |l| from.max(l + 1));
+        for (i, line) in line_list.iter().enumerate().take(to + 1).skip(start) {
+            let mark = if i == hit || re.is_match(line) {
+                ':'
+            } else {
+                '-'
+            };
+            out.text.push_str(&format!("{}{mark} {line}\n", i + 1));
+        }
+        last_printed = Some(to.max(last_printed.unwrap_or(0)));
+    }
+    Ok(())
 }
 
 /// The text block: a header that says where the window is, then the window.

@@ -13,6 +13,7 @@ mod namespaces;
 pub mod paths;
 #[cfg(target_os = "linux")]
 mod privileges;
+mod probe;
 #[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
@@ -25,6 +26,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+pub use probe::probe;
 
 /// What the network namespace lets through (--network).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -326,139 +329,4 @@ impl SandboxConfig {
         out.extend(args.iter().cloned());
         Ok((exe, out))
     }
-}
-
-/// Runs the launcher once with the real policy (namespaces first, without
-/// them if the kernel refuses) and records what is active in `cfg`; fails
-/// when --sandbox-require is set and something is missing.
-pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<()> {
-    if !cfg.enabled() {
-        cfg.namespaces = false;
-        cfg.active = "OFF: no OS confinement; sessions can read and write everything ferrepl can, and use the network".into();
-        return Ok(());
-    }
-    let tmp = cfg.state.join("probe");
-    std::fs::create_dir_all(&tmp)?;
-    let mut gap = None;
-    if !cfg!(target_os = "linux") {
-        cfg.namespaces = false;
-        gap = Some("Linux only".to_string());
-    } else if !cfg.namespaces {
-        gap = Some("turned off with --no-namespaces".to_string());
-    }
-    let applied = match run_probe(cfg, &tmp) {
-        Ok(a) => a,
-        Err(e) if cfg.namespaces => {
-            tracing::warn!("private namespaces are not available here: {e:#}");
-            gap = Some(format!("{e:#}"));
-            cfg.namespaces = false;
-            run_probe(cfg, &tmp)?
-        }
-        Err(e) => return Err(e),
-    };
-    let _ = std::fs::remove_dir_all(&tmp);
-    let mut parts = vec![format!(
-        "{}: Landlock filesystem {}",
-        match cfg.mode {
-            SandboxMode::ReadOnly => "read-only",
-            _ => "workspace-write",
-        },
-        applied.landlock
-    )];
-    parts.push(match (&gap, applied.namespaces) {
-        (_, true) => format!(
-            "private mount, PID, IPC, UTS{} namespaces (system read-only, home, /tmp and /run hidden, own /dev and /proc)",
-            if cfg.network { "" } else { " and network" }
-        ),
-        (Some(e), false) => format!(
-            "NO private namespaces ({e}): other processes, host Unix sockets in /tmp and /run, and file metadata outside the workspace are not isolated"
-        ),
-        (None, false) => "no private namespaces on this system".into(),
-    });
-    parts.push(if applied.capabilities_dropped {
-        "all capabilities dropped".into()
-    } else {
-        "capabilities NOT fully dropped".into()
-    });
-    parts.push(if applied.seccomp {
-        "seccomp filter on".into()
-    } else {
-        format!(
-            "seccomp unavailable ({})",
-            applied.seccomp_error.clone().unwrap_or_default()
-        )
-    });
-    parts.push(if cfg.network {
-        "network on".into()
-    } else if applied.network_blocked {
-        "network off (only Unix sockets)".into()
-    } else {
-        "network off requested but NOT enforced".into()
-    });
-    parts.push(format!(
-        "no_new_privs {}",
-        if applied.no_new_privs { "on" } else { "off" }
-    ));
-    if !applied.rlimits.is_empty() {
-        parts.push(format!("rlimits: {}", applied.rlimits.join(", ")));
-    }
-    let cgroups = cfg.cgroups.as_ref();
-    parts.push(match cfg.memory_limit {
-        Some(b) if cgroups.is_some_and(|c| c.has_memory()) => format!(
-            "memory limit {} MiB per session and per job (cgroup v1 memory, enforced by the kernel; also a process-tree watch)",
-            b / (1024 * 1024)
-        ),
-        Some(b) => format!(
-            "memory limit {} MiB per session (process-tree watch; no writable memory cgroup)",
-            b / (1024 * 1024)
-        ),
-        None => "no memory limit".into(),
-    });
-    parts.push(if cgroups.is_some_and(|c| c.has_pids()) {
-        format!(
-            "at most {} processes per session (process-tree watch), and a kernel ceiling on tasks per session and per job (cgroup v1 pids)",
-            cfg.max_processes
-        )
-    } else {
-        format!(
-            "at most {} processes per session (process-tree watch; no writable pids cgroup)",
-            cfg.max_processes
-        )
-    });
-    parts.push("environment: an allow-list plus --pass-env; HOME and TMPDIR are per-session temporary directories".into());
-    let fully = applied.seccomp
-        && applied.landlock.starts_with("fully")
-        && applied.no_new_privs
-        && applied.capabilities_dropped
-        && applied.namespaces
-        && (cfg.network || applied.network_blocked);
-    cfg.active = parts.join("; ");
-    if cfg.require && !fully {
-        anyhow::bail!(
-            "--sandbox-require: not every protection is available: {}",
-            cfg.active
-        );
-    }
-    Ok(())
-}
-
-fn run_probe(cfg: &SandboxConfig, tmp: &Path) -> anyhow::Result<Applied> {
-    let mut policy = cfg.policy(tmp, &cfg.workspace, cfg.environment(Some(tmp), &[]));
-    policy.probe = true;
-    let (exe, args) = cfg.wrap(&policy, Path::new("/bin/true"), &[])?;
-    let out = std::process::Command::new(exe)
-        .args(args)
-        .env_clear()
-        .current_dir(&cfg.workspace)
-        .stdin(std::process::Stdio::null())
-        .output()?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-                .trim()
-                .trim_start_matches("ferrepl launcher: ")
-        );
-    }
-    Ok(serde_json::from_slice(&out.stdout)?)
 }

@@ -10,6 +10,7 @@
 //! and a private `/dev/shm`, and `/proc` is the new PID namespace's own.
 
 use std::ffi::CString;
+use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,9 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// Read-only, without set-uid and devices: what the system and every
+/// exposed read-only path become.
+const MOUNT_ATTR_LOCKED: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
 #[repr(C)]
 struct MountAttr {
@@ -43,26 +47,61 @@ const PROC_READ_ONLY: &[&str] = &[
     "/proc/fs",
 ];
 
-fn cstr(path: &Path) -> Result<CString, String> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| format!("bad path {}", path.display()))
+/// Why the namespaces or the file system view inside them could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("cannot create a user namespace: {0}")]
+    UserNamespace(io::Error),
+    #[error("write {path}: {source}")]
+    Write {
+        path: &'static str,
+        source: io::Error,
+    },
+    #[error("bad path {}", .0.display())]
+    BadPath(PathBuf),
+    #[error(transparent)]
+    Nul(#[from] std::ffi::NulError),
+    /// A mount system call on `path` failed.
+    #[error("{what} {}: {source}", .path.display())]
+    Syscall {
+        what: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("mkdir {}: {source}", .path.display())]
+    Mkdir { path: PathBuf, source: io::Error },
+    #[error("cannot make mount point {}: {source}", .path.display())]
+    MountPoint { path: PathBuf, source: io::Error },
+    #[error("symlink /dev/{link}: {source}")]
+    Symlink {
+        link: &'static str,
+        source: io::Error,
+    },
 }
 
-fn os_err(what: &str, path: &Path) -> String {
-    format!(
-        "{what} {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    )
+fn cstr(path: &Path) -> Result<CString, NamespaceError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| NamespaceError::BadPath(path.to_path_buf()))
 }
 
-fn write_file(path: &str, data: &str) -> Result<(), String> {
-    std::fs::write(path, data).map_err(|e| format!("write {path}: {e}"))
+/// `what` on `path` failed with the last OS error.
+fn os_err(what: &'static str, path: &Path) -> NamespaceError {
+    let source = io::Error::last_os_error();
+    NamespaceError::Syscall {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_file(path: &'static str, data: &str) -> Result<(), NamespaceError> {
+    std::fs::write(path, data).map_err(|source| NamespaceError::Write { path, source })
 }
 
 /// Without root, enters a user namespace first (the caller's uid and gid
 /// mapped to themselves, so files keep their owner); it grants the
 /// capabilities the other namespaces and the mounts need, inside it only.
-pub fn enter_user() -> Result<(), String> {
+pub fn enter_user() -> Result<(), NamespaceError> {
     // SAFETY: geteuid/getegid/unshare have no memory effects.
     unsafe {
         let (uid, gid) = (libc::geteuid(), libc::getegid());
@@ -70,10 +109,7 @@ pub fn enter_user() -> Result<(), String> {
             return Ok(());
         }
         if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-            return Err(format!(
-                "cannot create a user namespace: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(NamespaceError::UserNamespace(io::Error::last_os_error()));
         }
         write_file("/proc/self/setgroups", "deny")?;
         write_file("/proc/self/uid_map", &format!("{uid} {uid} 1"))?;
@@ -104,19 +140,10 @@ fn mount(
     fstype: Option<&str>,
     flags: libc::c_ulong,
     data: Option<&str>,
-) -> Result<(), String> {
-    let src = src
-        .map(CString::new)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let fstype = fstype
-        .map(CString::new)
-        .transpose()
-        .map_err(|e| e.to_string())?;
-    let data = data
-        .map(CString::new)
-        .transpose()
-        .map_err(|e| e.to_string())?;
+) -> Result<(), NamespaceError> {
+    let src = src.map(CString::new).transpose()?;
+    let fstype = fstype.map(CString::new).transpose()?;
+    let data = data.map(CString::new).transpose()?;
     let target_c = cstr(target)?;
     let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
     // SAFETY: every pointer is a valid NUL-terminated string or null.
@@ -135,8 +162,30 @@ fn mount(
     Ok(())
 }
 
+/// A new instance of the pseudo file system `fstype` (tmpfs, devpts, proc)
+/// on `target`.
+fn mount_new(
+    fstype: &str,
+    target: &Path,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), NamespaceError> {
+    mount(Some(fstype), target, Some(fstype), flags, data)
+}
+
+/// `mount_new` on a directory made for it.
+fn mount_new_dir(
+    fstype: &str,
+    dir: &Path,
+    flags: libc::c_ulong,
+    data: &str,
+) -> Result<(), NamespaceError> {
+    mount_point(dir, true)?;
+    mount_new(fstype, dir, flags, Some(data))
+}
+
 /// A detached recursive copy of the mount tree at `path`.
-fn clone_tree(path: &Path) -> Result<OwnedFd, String> {
+fn clone_tree(path: &Path) -> Result<OwnedFd, NamespaceError> {
     let c = cstr(path)?;
     // SAFETY: open_tree with a valid path; the fd is owned on success.
     let fd = unsafe {
@@ -154,7 +203,7 @@ fn clone_tree(path: &Path) -> Result<OwnedFd, String> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-fn attach(tree: &OwnedFd, target: &Path) -> Result<(), String> {
+fn attach(tree: &OwnedFd, target: &Path) -> Result<(), NamespaceError> {
     use std::os::fd::AsRawFd;
     let c = cstr(target)?;
     let empty = c"";
@@ -175,7 +224,7 @@ fn attach(tree: &OwnedFd, target: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn set_attr(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), String> {
+fn set_attr(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), NamespaceError> {
     let c = cstr(path)?;
     let attr = MountAttr {
         attr_set: set,
@@ -202,27 +251,46 @@ fn set_attr(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), St
 }
 
 /// Makes `path` exist as a mount point of the same kind as `like`.
-fn mount_point(path: &Path, dir: bool) -> Result<(), String> {
+fn mount_point(path: &Path, dir: bool) -> Result<(), NamespaceError> {
     if std::fs::symlink_metadata(path).is_ok() {
         return Ok(());
     }
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|source| NamespaceError::Mkdir {
+            path: parent.to_path_buf(),
+            source,
+        })?;
     }
     let made = if dir {
         std::fs::create_dir(path)
     } else {
         std::fs::File::create(path).map(|_| ())
     };
-    made.map_err(|e| format!("cannot make mount point {}: {e}", path.display()))
+    made.map_err(|source| NamespaceError::MountPoint {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn depth(p: &Path) -> usize {
     p.components().count()
 }
 
+/// A path the policy exposes, cloned before anything covered it.
+struct Exposed<'a> {
+    bind: &'a Bind,
+    tree: OwnedFd,
+    dir: bool,
+}
+
+impl Exposed<'_> {
+    fn path(&self) -> &Path {
+        Path::new(&self.bind.path)
+    }
+}
+
 /// Rebuilds the file system view of this (new) mount namespace.
-pub fn build(plan: &MountPlan) -> Result<(), String> {
+pub fn build(plan: &MountPlan) -> Result<(), NamespaceError> {
     mount(
         None,
         Path::new("/"),
@@ -232,16 +300,44 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
     )?;
 
     // Clone what will be exposed before anything covers it.
-    let mut binds: Vec<(&Bind, OwnedFd, bool)> = Vec::new();
+    let exposed = clone_exposed(plan)?;
+    let devices = clone_devices(plan)?;
+
+    // The whole system read-only, at the mount level.
+    set_attr(Path::new("/"), MOUNT_ATTR_LOCKED, 0, true)?;
+
+    build_dev(plan, devices)?;
+    build_proc()?;
+    hide_and_expose(plan, &exposed)?;
+    let name = b"ferrepl";
+    // SAFETY: sethostname with a valid buffer, in our own UTS namespace.
+    unsafe {
+        libc::sethostname(name.as_ptr().cast(), name.len());
+    }
+    Ok(())
+}
+
+/// The exposed paths that exist, outermost first.
+fn clone_exposed(plan: &MountPlan) -> Result<Vec<Exposed<'_>>, NamespaceError> {
+    let mut exposed = Vec::new();
     for bind in &plan.binds {
         let path = Path::new(&bind.path);
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
-        binds.push((bind, clone_tree(path)?, meta.is_dir()));
+        exposed.push(Exposed {
+            bind,
+            tree: clone_tree(path)?,
+            dir: meta.is_dir(),
+        });
     }
-    binds.sort_by_key(|(b, _, _)| depth(Path::new(&b.path)));
-    let mut devices: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    exposed.sort_by_key(|e| depth(e.path()));
+    Ok(exposed)
+}
+
+/// The standard host devices and the operator's, those that exist.
+fn clone_devices(plan: &MountPlan) -> Result<Vec<(PathBuf, OwnedFd)>, NamespaceError> {
+    let mut devices = Vec::new();
     for dev in DEVICES
         .iter()
         .map(|d| format!("/dev/{d}"))
@@ -253,31 +349,23 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
             devices.push((path, tree));
         }
     }
+    Ok(devices)
+}
 
-    // The whole system read-only, at the mount level.
-    set_attr(
-        Path::new("/"),
-        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        0,
-        true,
-    )?;
-
-    build_dev(plan, devices)?;
-    build_proc()?;
-
-    // Hidden places and exposed paths, outermost first (at the same spot,
-    // hiding first): an exposed path inside a hidden place shows, and a
-    // place hidden inside an exposed one (ferrepl's state inside a
-    // workspace that is /tmp itself) stays hidden.
+/// Hidden places and exposed paths, outermost first (at the same spot,
+/// hiding first): an exposed path inside a hidden place shows, and a
+/// place hidden inside an exposed one (ferrepl's state inside a
+/// workspace that is /tmp itself) stays hidden.
+fn hide_and_expose(plan: &MountPlan, exposed: &[Exposed]) -> Result<(), NamespaceError> {
     let hidden: Vec<PathBuf> = plan.hide.iter().map(PathBuf::from).collect();
     let mut steps: Vec<(usize, usize, Option<usize>)> = hidden
         .iter()
         .map(|h| (depth(h), 0, None))
         .chain(
-            binds
+            exposed
                 .iter()
                 .enumerate()
-                .map(|(i, (b, _, _))| (depth(Path::new(&b.path)), 1, Some(i))),
+                .map(|(i, e)| (depth(e.path()), 1, Some(i))),
         )
         .collect();
     let mut hide_order: Vec<&PathBuf> = hidden.iter().collect();
@@ -288,67 +376,52 @@ pub fn build(plan: &MountPlan) -> Result<(), String> {
         match bind {
             None => {
                 if let Some(h) = next_hide.next() {
-                    hide(h, &binds, &hidden)?;
+                    hide(h, exposed, &hidden)?;
                 }
             }
-            Some(i) => {
-                let (bind, tree, dir) = &binds[i];
-                let path = Path::new(&bind.path);
-                mount_point(path, *dir)?;
-                attach(tree, path)?;
-                if bind.writable {
-                    // The clone was taken before everything became read-only:
-                    // it keeps the host's flags (a read-only submount stays
-                    // read-only); only set-uid and devices are taken away.
-                    set_attr(path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)?;
-                } else {
-                    set_attr(
-                        path,
-                        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                        0,
-                        true,
-                    )?;
-                }
-            }
+            Some(i) => expose(&exposed[i])?,
         }
-    }
-    let name = b"ferrepl";
-    // SAFETY: sethostname with a valid buffer, in our own UTS namespace.
-    unsafe {
-        libc::sethostname(name.as_ptr().cast(), name.len());
     }
     Ok(())
 }
 
+/// Puts an exposed path back on top of what covers it.
+fn expose(exposed: &Exposed) -> Result<(), NamespaceError> {
+    let path = exposed.path();
+    mount_point(path, exposed.dir)?;
+    attach(&exposed.tree, path)?;
+    if exposed.bind.writable {
+        // The clone was taken before everything became read-only:
+        // it keeps the host's flags (a read-only submount stays
+        // read-only); only set-uid and devices are taken away.
+        set_attr(path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)
+    } else {
+        set_attr(path, MOUNT_ATTR_LOCKED, 0, true)
+    }
+}
+
 /// Covers `h` with an empty tmpfs holding only the mount points of what
 /// will be mounted inside it, then makes it read-only.
-fn hide(h: &Path, binds: &[(&Bind, OwnedFd, bool)], hidden: &[PathBuf]) -> Result<(), String> {
+fn hide(h: &Path, exposed: &[Exposed], hidden: &[PathBuf]) -> Result<(), NamespaceError> {
     match std::fs::symlink_metadata(h) {
         Ok(m) if m.is_dir() => {}
         Ok(m) if m.is_file() => {
             // A secret file: the (private) /dev/null read-only in its place.
             mount(Some("/dev/null"), h, None, libc::MS_BIND, None)?;
-            return set_attr(
-                h,
-                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                0,
-                false,
-            );
+            return set_attr(h, MOUNT_ATTR_LOCKED, 0, false);
         }
         _ => return Ok(()),
     }
-    mount(
-        Some("tmpfs"),
+    mount_new(
+        "tmpfs",
         h,
-        Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         Some("mode=0755,size=1m"),
     )?;
     let inside = |p: &Path| p.starts_with(h) && p != h;
-    for (bind, _, dir) in binds {
-        let path = Path::new(&bind.path);
-        if inside(path) {
-            mount_point(path, *dir)?;
+    for e in exposed {
+        if inside(e.path()) {
+            mount_point(e.path(), e.dir)?;
         }
     }
     for other in hidden.iter().filter(|p| inside(p)) {
@@ -357,12 +430,11 @@ fn hide(h: &Path, binds: &[(&Bind, OwnedFd, bool)], hidden: &[PathBuf]) -> Resul
     set_attr(h, MOUNT_ATTR_RDONLY, 0, false)
 }
 
-fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), String> {
+fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), NamespaceError> {
     let dev = Path::new("/dev");
-    mount(
-        Some("tmpfs"),
+    mount_new(
+        "tmpfs",
         dev,
-        Some("tmpfs"),
         libc::MS_NOSUID | libc::MS_NOEXEC,
         Some("mode=0755,size=1m"),
     )?;
@@ -373,23 +445,17 @@ fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), S
         // and must not change; reading and writing the device still work.
         set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, false)?;
     }
-    let pts = dev.join("pts");
-    mount_point(&pts, true)?;
-    mount(
-        Some("devpts"),
-        &pts,
-        Some("devpts"),
+    mount_new_dir(
+        "devpts",
+        &dev.join("pts"),
         libc::MS_NOSUID | libc::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
+        "newinstance,ptmxmode=0666,mode=0620",
     )?;
-    let shm = dev.join("shm");
-    mount_point(&shm, true)?;
-    mount(
-        Some("tmpfs"),
-        &shm,
-        Some("tmpfs"),
+    mount_new_dir(
+        "tmpfs",
+        &dev.join("shm"),
         libc::MS_NOSUID | libc::MS_NODEV,
-        Some(&format!("mode=1777,size={}", plan.shm_bytes.max(1 << 20))),
+        &format!("mode=1777,size={}", plan.shm_bytes.max(1 << 20)),
     )?;
     for (link, target) in [
         ("ptmx", "pts/ptmx"),
@@ -399,17 +465,16 @@ fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), S
         ("stderr", "/proc/self/fd/2"),
     ] {
         std::os::unix::fs::symlink(target, dev.join(link))
-            .map_err(|e| format!("symlink /dev/{link}: {e}"))?;
+            .map_err(|source| NamespaceError::Symlink { link, source })?;
     }
     set_attr(dev, MOUNT_ATTR_RDONLY, 0, false)
 }
 
-fn build_proc() -> Result<(), String> {
+fn build_proc() -> Result<(), NamespaceError> {
     let proc_dir = Path::new("/proc");
-    mount(
-        Some("proc"),
+    mount_new(
+        "proc",
         proc_dir,
-        Some("proc"),
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )?;
@@ -420,12 +485,7 @@ fn build_proc() -> Result<(), String> {
         }
         let s = path.to_string_lossy();
         mount(Some(&s), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-        set_attr(
-            path,
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            0,
-            true,
-        )?;
+        set_attr(path, MOUNT_ATTR_LOCKED, 0, true)?;
     }
     Ok(())
 }

@@ -153,7 +153,7 @@ impl Writable {
     /// write (an activated workspace venv on the operator's PATH).
     pub fn find_on_path(&self, name: &str) -> Option<PathBuf> {
         // `contains` also refuses relative entries.
-        crate::worker::python::find_on_path_where(name, |p| !self.contains(p))
+        crate::executables::find_on_path_where(name, |p| !self.contains(p))
     }
 }
 

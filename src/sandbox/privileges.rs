@@ -15,6 +15,11 @@ const SECUREBITS: libc::c_ulong = (1 << 0) // SECBIT_NOROOT
 
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
+/// The kernel refused to clear the capability sets.
+#[derive(Debug, thiserror::Error)]
+#[error("capset: {0}")]
+pub struct CapsetError(std::io::Error);
+
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -38,7 +43,7 @@ fn last_cap() -> u64 {
 
 /// Clears the bounding, ambient, inheritable, permitted and effective sets
 /// and locks the securebits. Returns whether every set ended up empty.
-pub fn drop_all() -> Result<bool, String> {
+pub fn drop_all() -> Result<bool, CapsetError> {
     // SAFETY: prctl and capset with valid arguments and owned structs.
     unsafe {
         // Needs CAP_SETPCAP; an unprivileged process without a user
@@ -65,7 +70,7 @@ pub fn drop_all() -> Result<bool, String> {
             data.as_ptr(),
         ) != 0
         {
-            return Err(format!("capset: {}", std::io::Error::last_os_error()));
+            return Err(CapsetError(std::io::Error::last_os_error()));
         }
     }
     Ok(all_empty())

@@ -10,6 +10,24 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+/// A terminal call that failed, and the system's error.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct PtyError {
+    what: &'static str,
+    source: std::io::Error,
+}
+
+impl PtyError {
+    /// `what` failed with the last OS error.
+    fn last(what: &'static str) -> Self {
+        PtyError {
+            what,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}
+
 /// The inner terminal: its master (kept by PID 1) and slave path.
 pub struct Inner {
     master: OwnedFd,
@@ -18,8 +36,8 @@ pub struct Inner {
 
 /// Opens a pty in the private devpts with the outer terminal's size, and
 /// puts the outer terminal (our fd 0) in raw mode.
-pub fn open() -> Result<Inner, String> {
-    let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+pub fn open() -> Result<Inner, PtyError> {
+    let err = PtyError::last;
     // SAFETY: plain libc calls on descriptors we own; buffers are sized.
     unsafe {
         let fd = libc::open(
@@ -58,8 +76,8 @@ impl Inner {
 
     /// In the program's process: a new session with the inner terminal as
     /// controlling terminal and stdin, stdout and stderr.
-    pub fn attach(&self) -> Result<(), String> {
-        let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+    pub fn attach(&self) -> Result<(), PtyError> {
+        let err = PtyError::last;
         // SAFETY: plain libc calls in the freshly forked child.
         unsafe {
             if libc::setsid() < 0 {

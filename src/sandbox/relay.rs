@@ -14,13 +14,24 @@ use std::time::Duration;
 /// Connections relayed at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 64;
 
+/// Why the relay could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("socket: {0}")]
+    Socket(std::io::Error),
+    #[error("bringing lo up: {0}")]
+    LoopbackUp(std::io::Error),
+    #[error("relay on port {port}: {source}")]
+    Listen { port: u16, source: std::io::Error },
+}
+
 /// Brings the namespace's loopback interface up (it starts down).
-pub fn loopback_up() -> Result<(), String> {
+pub fn loopback_up() -> Result<(), RelayError> {
     // SAFETY: an ioctl on a socket we own, with a zeroed, sized ifreq.
     unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if sock < 0 {
-            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+            return Err(RelayError::Socket(std::io::Error::last_os_error()));
         }
         let mut req: libc::ifreq = std::mem::zeroed();
         for (i, b) in b"lo".iter().enumerate() {
@@ -33,7 +44,7 @@ pub fn loopback_up() -> Result<(), String> {
         let err = std::io::Error::last_os_error();
         libc::close(sock);
         if !ok {
-            return Err(format!("bringing lo up: {err}"));
+            return Err(RelayError::LoopbackUp(err));
         }
     }
     Ok(())
@@ -41,8 +52,8 @@ pub fn loopback_up() -> Result<(), String> {
 
 /// Binds the relay's port (before the program starts, so it can connect at
 /// once).
-pub fn listen(port: u16) -> Result<TcpListener, String> {
-    TcpListener::bind(("127.0.0.1", port)).map_err(|e| format!("relay on port {port}: {e}"))
+pub fn listen(port: u16) -> Result<TcpListener, RelayError> {
+    TcpListener::bind(("127.0.0.1", port)).map_err(|source| RelayError::Listen { port, source })
 }
 
 /// Accepts and relays on threads of their own, for the life of PID 1.

@@ -5,26 +5,37 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-    TargetArch,
+    BackendError, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 
-fn target_arch() -> Result<TargetArch, String> {
+/// Why the filters could not be built or installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("no seccomp support for this architecture")]
+    UnsupportedArch,
+    #[error(transparent)]
+    Build(#[from] BackendError),
+    #[error(transparent)]
+    Install(#[from] seccompiler::Error),
+}
+
+fn target_arch() -> Result<TargetArch, SeccompError> {
     if cfg!(target_arch = "x86_64") {
         Ok(TargetArch::x86_64)
     } else if cfg!(target_arch = "aarch64") {
         Ok(TargetArch::aarch64)
     } else {
-        Err("no seccomp support for this architecture".into())
+        Err(SeccompError::UnsupportedArch)
     }
 }
 
-fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, BackendError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
 }
 
-fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conds).map_err(|e| e.to_string())
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, BackendError> {
+    SeccompRule::new(conds)
 }
 
 /// Denied whatever their arguments.
@@ -84,7 +95,7 @@ fn always_denied() -> Vec<i64> {
 
 /// The denials keyed by system call, each with the argument conditions that
 /// select the denied calls (no condition: every call).
-fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for sys in always_denied() {
         rules.insert(sys, vec![]);
@@ -95,7 +106,7 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     if network {
         families.extend([libc::AF_INET, libc::AF_INET6]);
     }
-    let other_family = |arg: u8| -> Result<SeccompRule, String> {
+    let other_family = |arg: u8| -> Result<SeccompRule, BackendError> {
         rule(
             families
                 .iter()
@@ -134,7 +145,7 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
             .collect::<Result<_, _>>()?,
     );
     // Device nodes (FIFOs and sockets stay allowed).
-    let devices = |arg: u8| -> Result<Vec<SeccompRule>, String> {
+    let devices = |arg: u8| -> Result<Vec<SeccompRule>, BackendError> {
         [libc::S_IFCHR, libc::S_IFBLK]
             .iter()
             .map(|kind| {
@@ -155,17 +166,14 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
 fn compile(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     errno: i32,
-) -> Result<seccompiler::BpfProgram, String> {
+) -> Result<seccompiler::BpfProgram, SeccompError> {
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
         SeccompAction::Errno(errno as u32),
         target_arch()?,
-    )
-    .map_err(|e| e.to_string())?;
-    filter
-        .try_into()
-        .map_err(|e: seccompiler::BackendError| e.to_string())
+    )?;
+    Ok(filter.try_into()?)
 }
 
 /// The x32 ABI shares x86_64's audit architecture but numbers its calls
@@ -210,13 +218,13 @@ fn x32_filter() -> seccompiler::BpfProgram {
 }
 
 /// Installs the filters on this thread (needs no_new_privs first).
-pub fn apply(network: bool) -> Result<(), String> {
+pub fn apply(network: bool) -> Result<(), SeccompError> {
     let main = compile(rules(network)?, libc::EPERM)?;
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);
     let clone3 = compile(clone3, libc::ENOSYS)?;
-    seccompiler::apply_filter(&main).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&main)?;
     #[cfg(target_arch = "x86_64")]
-    seccompiler::apply_filter(&x32_filter()).map_err(|e| e.to_string())?;
-    seccompiler::apply_filter(&clone3).map_err(|e| e.to_string())
+    seccompiler::apply_filter(&x32_filter())?;
+    Ok(seccompiler::apply_filter(&clone3)?)
 }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use tokio::time::Instant as TokioInstant;
 
 use super::report::{BackgroundOutput, CellReport, CellStatus, Images};
@@ -22,9 +21,27 @@ pub enum CellSource<'a> {
     File { path: &'a str, args: &'a [String] },
 }
 
-impl CellSource<'_> {
+impl<'a> CellSource<'a> {
+    /// The driver's request that runs this as cell `cell`.
+    fn request(&self, cell: u64) -> Request<'a> {
+        match *self {
+            CellSource::Code(code) => Request::Exec {
+                cell,
+                code,
+                path: None,
+                argv: None,
+            },
+            CellSource::File { path, args } => Request::Exec {
+                cell,
+                code: "",
+                path: Some(path),
+                argv: Some(args),
+            },
+        }
+    }
+
     /// The cell's code as history shows it (bounded).
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let text = match self {
             CellSource::Code(code) => code.to_string(),
             CellSource::File { path, args } => {
@@ -45,22 +62,31 @@ impl CellSource<'_> {
 const MAX_HISTORY_CODE_CHARS: usize = 4000;
 const HISTORY_PREVIEW_CHARS: usize = 300;
 
+/// How a cell ended, before it becomes a report.
+struct CellDone {
+    status: CellStatus,
+    value: Option<String>,
+    error: Option<PyError>,
+    elapsed_ms: f64,
+    notes: Vec<String>,
+}
+
 pub(super) struct RunningCell {
     pub(super) number: u64,
-    started: Instant,
+    pub(super) started: Instant,
     /// The code (or script) the cell runs, for python_history.
     pub(super) code: String,
     pub(super) prompt: Option<(String, bool)>,
     /// Output of this cell that arrived with events but was not returned yet.
-    output: Capture,
+    pub(super) output: Capture,
     /// Images of this cell not returned yet.
-    images: Images,
+    pub(super) images: Images,
     /// The cell's full output so far, for python_output.
-    log: CellLog,
+    pub(super) log: CellLog,
     /// Why and how ferrepl stopped the cell (interrupt, time limit), for its result.
-    stop_notes: Vec<String>,
+    pub(super) stop_notes: Vec<String>,
     /// Set when ferrepl killed the interpreter to stop the cell.
-    killed_by_ferrepl: bool,
+    pub(super) killed_by_ferrepl: bool,
 }
 
 impl RunningCell {
@@ -69,7 +95,7 @@ impl RunningCell {
     }
 
     /// Takes in output that arrived for this cell.
-    fn absorb(&mut self, mut output: Capture) {
+    pub(super) fn absorb(&mut self, mut output: Capture) {
         self.log.add_all(output.take_log());
         self.output.append(output);
     }
@@ -98,19 +124,7 @@ impl SessionManager {
                     cell,
                     image,
                     output,
-                } => match st.running.as_mut().filter(|r| r.number == cell) {
-                    Some(run) => {
-                        run.absorb(output);
-                        let line = run.images.add(image, self.limits.max_images);
-                        run.output.push(Stream::Meta, line.as_bytes());
-                    }
-                    None => {
-                        let limit = self.limits.max_images;
-                        st.background_images.add(image, limit);
-                        // Output before it stays with the background output.
-                        worker.put_back_output(output);
-                    }
-                },
+                } => self.on_display(st, &worker, cell, image, output),
                 CellEvent::Done {
                     cell,
                     status,
@@ -124,86 +138,113 @@ impl SessionManager {
                     };
                     run.absorb(output);
                     st.cells_run += 1;
-                    st.last_cell = cell;
-                    let log = std::mem::take(&mut run.log);
-                    self.keep_log(st, log);
-                    let code = std::mem::take(&mut run.code);
-                    st.completed = Some(CellReport {
+                    let done = CellDone {
                         status: CellStatus::from_driver(&status),
-                        session: sess.name.clone(),
-                        cell,
-                        output: run.output.render(),
-                        background: None,
                         value,
                         error,
-                        prompt: None,
                         elapsed_ms,
-                        images: run.images.take(),
                         notes: std::mem::take(&mut run.stop_notes),
-                    });
-                    self.record_history(st, code);
+                    };
+                    self.finish(sess, st, run, done);
                 }
             }
         }
         if st.running.is_some() && worker.fully_exited(self.limits.crash_grace) {
-            let Some(mut run) = st.running.take() else {
-                return;
-            };
-            let exit = worker
-                .exit_info()
-                .map(|e| e.describe())
-                .unwrap_or_else(|| "an unknown status".into());
-            run.absorb(worker.take_output());
-            st.last_cell = run.number;
-            let log = std::mem::take(&mut run.log);
-            self.keep_log(st, log);
-            let code = std::mem::take(&mut run.code);
-            if let Some(reason) = worker.take_kill_reason() {
-                run.stop_notes.push(reason);
-            }
-            let (status, notes) = if run.killed_by_ferrepl {
-                (CellStatus::Interrupted, std::mem::take(&mut run.stop_notes))
-            } else {
-                let mut notes = std::mem::take(&mut run.stop_notes);
-                notes.push(format!(
-                    "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
-                    sess.name, run.number
-                ));
-                (CellStatus::Crashed, notes)
-            };
-            st.completed = Some(CellReport {
-                status,
-                session: sess.name.clone(),
-                cell: run.number,
-                output: run.output.render(),
-                background: None,
-                value: None,
-                error: Some(if status == CellStatus::Interrupted {
-                    PyError {
-                        kind: "InterpreterKilled".into(),
-                        message: format!(
-                            "the cell ignored interrupts, so ferrepl killed its interpreter ({exit})"
-                        ),
-                        traceback: String::new(),
-                    }
-                } else {
-                    PyError {
-                        kind: "WorkerCrashed".into(),
-                        message: format!("the Python process died with {exit}"),
-                        traceback: String::new(),
-                    }
-                }),
-                prompt: None,
-                elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
-                images: run.images.take(),
-                notes,
-            });
-            self.record_history(st, code);
+            self.on_worker_death(sess, st, &worker);
         }
     }
 
+    /// An image: part of the running cell's result, or of the background
+    /// output when its cell has finished (a thread drew it).
+    fn on_display(
+        &self,
+        st: &mut SessionState,
+        worker: &Worker,
+        cell: u64,
+        image: crate::worker::protocol::Image,
+        output: Capture,
+    ) {
+        let limit = self.limits.max_images;
+        match st.running.as_mut().filter(|r| r.number == cell) {
+            Some(run) => {
+                run.absorb(output);
+                let line = run.images.add(image, limit);
+                run.output.push(Stream::Meta, line.as_bytes());
+            }
+            None => {
+                st.background_images.add(image, limit);
+                // Output before it stays with the background output.
+                worker.put_back_output(output);
+            }
+        }
+    }
+
+    /// The interpreter died under a running cell: the cell ends crashed, or
+    /// interrupted when ferrepl killed it to stop the cell.
+    fn on_worker_death(&self, sess: &Session, st: &mut SessionState, worker: &Worker) {
+        let Some(mut run) = st.running.take() else {
+            return;
+        };
+        let exit = worker
+            .exit_info()
+            .map(|e| e.describe())
+            .unwrap_or_else(|| "an unknown status".into());
+        run.absorb(worker.take_output());
+        if let Some(reason) = worker.take_kill_reason() {
+            run.stop_notes.push(reason);
+        }
+        let mut notes = std::mem::take(&mut run.stop_notes);
+        let (status, error) = if run.killed_by_ferrepl {
+            let message =
+                format!("the cell ignored interrupts, so ferrepl killed its interpreter ({exit})");
+            (CellStatus::Interrupted, ("InterpreterKilled", message))
+        } else {
+            notes.push(format!(
+                "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
+                sess.name, run.number
+            ));
+            let message = format!("the Python process died with {exit}");
+            (CellStatus::Crashed, ("WorkerCrashed", message))
+        };
+        let done = CellDone {
+            status,
+            value: None,
+            error: Some(PyError {
+                kind: error.0.into(),
+                message: error.1,
+                traceback: String::new(),
+            }),
+            elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+            notes,
+        };
+        self.finish(sess, st, run, done);
+    }
+
+    /// Leaves a finished cell's result for the next call to collect, and
+    /// keeps its log and history.
+    fn finish(&self, sess: &Session, st: &mut SessionState, mut run: RunningCell, done: CellDone) {
+        st.last_cell = run.number;
+        let log = std::mem::take(&mut run.log);
+        self.keep_log(st, log);
+        let code = std::mem::take(&mut run.code);
+        st.completed = Some(CellReport {
+            status: done.status,
+            session: sess.name.clone(),
+            cell: run.number,
+            output: run.output.render(),
+            background: None,
+            value: done.value,
+            error: done.error,
+            prompt: None,
+            elapsed_ms: done.elapsed_ms,
+            images: run.images.take(),
+            notes: done.notes,
+        });
+        self.record_history(st, code);
+    }
+
     /// Adds the just-completed cell to the session's history (bounded).
-    fn record_history(&self, st: &mut SessionState, code: String) {
+    pub(super) fn record_history(&self, st: &mut SessionState, code: String) {
         let Some(done) = st.completed.as_ref() else {
             return;
         };
@@ -274,20 +315,7 @@ impl SessionManager {
             let background_images = st.background_images.take();
             let number = st.next_cell;
             worker
-                .send(&match source {
-                    CellSource::Code(code) => Request::Exec {
-                        cell: number,
-                        code,
-                        path: None,
-                        argv: None,
-                    },
-                    CellSource::File { path, args } => Request::Exec {
-                        cell: number,
-                        code: "",
-                        path: Some(path),
-                        argv: Some(args),
-                    },
-                })
+                .send(&source.request(number))
                 .map_err(|source| SessionError::Worker {
                     session: sess.name.clone(),
                     source,
@@ -296,24 +324,9 @@ impl SessionManager {
             st.delivered = None;
             st.last_used = Instant::now();
             st.notes.append(&mut carried);
-            st.running = Some(RunningCell {
-                number,
-                started: Instant::now(),
-                code: source.describe(),
-                prompt: None,
-                output: Capture::new(
-                    self.spec.output_head_bytes,
-                    self.spec.output_tail_bytes,
-                    "python_output",
-                ),
-                images: Images::default(),
-                log: CellLog::new(number),
-                stop_notes: Vec::new(),
-                killed_by_ferrepl: false,
-            });
-            if let Some(run) = st.running.as_mut() {
-                run.images.extend(background_images, self.limits.max_images);
-            }
+            let mut run = self.new_running_cell(number, &source);
+            run.images.extend(background_images, self.limits.max_images);
+            st.running = Some(run);
             (background, st.last_cell, number)
         };
         self.arm_time_limit(&sess, &worker, number);
@@ -322,6 +335,25 @@ impl SessionManager {
             return Ok(report);
         }
         Ok(report.with_background(after, background.render()))
+    }
+
+    /// The record of a cell just sent to the worker.
+    fn new_running_cell(&self, number: u64, source: &CellSource<'_>) -> RunningCell {
+        RunningCell {
+            number,
+            started: Instant::now(),
+            code: source.describe(),
+            prompt: None,
+            output: Capture::new(
+                self.spec.output_head_bytes,
+                self.spec.output_tail_bytes,
+                "python_output",
+            ),
+            images: Images::default(),
+            log: CellLog::new(number),
+            stop_notes: Vec::new(),
+            killed_by_ferrepl: false,
+        }
     }
 
     /// Waits for the running cell of a session to change state.
@@ -390,198 +422,7 @@ impl SessionManager {
         self.collect(&sess, &worker, wait).await
     }
 
-    /// SIGINT to the running cell; escalates to a second SIGINT, then a kill.
-    /// Returns the cell's final result.
-    pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
-        let sess = self.existing(name)?;
-        let (worker, cell) = {
-            let mut st = sess.lock();
-            self.refresh(&sess, &mut st);
-            let Some(run) = &st.running else {
-                if let Some(done) = st.completed.take() {
-                    let notes = std::mem::take(&mut st.notes);
-                    let done = done.with_notes_first(notes);
-                    st.delivered = Some(done.clone());
-                    return Ok(
-                        done.with_note("The cell had already finished; nothing was interrupted.")
-                    );
-                }
-                return Err(SessionError::Idle(sess.name.clone()));
-            };
-            let cell = run.number;
-            match &st.worker {
-                Some(w) => (w.clone(), cell),
-                None => return Err(SessionError::Idle(sess.name.clone())),
-            }
-        };
-        self.stop_cell(&sess, &worker, cell, None).await;
-        self.collect(&sess, &worker, Duration::ZERO).await
-    }
-
-    /// Stops cell `cell`: SIGINT, again after a grace period, then SIGKILL.
-    /// The outcome is left as the session's completed result, annotated.
-    async fn stop_cell(
-        &self,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        cell: u64,
-        reason: Option<String>,
-    ) {
-        let grace = self.limits.interrupt_grace;
-        // Notes go on the running cell before each step, so whichever call
-        // collects the result (this one or a concurrent wait) carries them.
-        if let Some(reason) = reason {
-            self.annotate_running(sess, cell, reason, false);
-        }
-        for attempt in 0..2 {
-            if attempt == 1 {
-                self.annotate_running(
-                    sess,
-                    cell,
-                    "The cell ignored the first interrupt; a second one was sent.".to_string(),
-                    false,
-                );
-            }
-            worker.signal_group(Signal::SIGINT);
-            if self.wait_cell_gone(sess, worker, cell, grace).await {
-                return;
-            }
-        }
-        self.annotate_running(
-            sess,
-            cell,
-            format!(
-                "The cell did not stop after two interrupts over {:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
-                grace.as_secs_f64() * 2.0,
-                sess.name
-            ),
-            true,
-        );
-        worker.signal_group(Signal::SIGKILL);
-        let bound = self.limits.crash_grace + Duration::from_secs(5);
-        self.wait_cell_gone(sess, worker, cell, bound).await;
-    }
-
-    fn annotate_running(&self, sess: &Session, cell: u64, note: String, killing: bool) {
-        let mut st = sess.lock();
-        if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
-            run.stop_notes.push(note);
-            run.killed_by_ferrepl |= killing;
-        }
-    }
-
-    /// Waits until cell `cell` is no longer running (finished or crashed).
-    async fn wait_cell_gone(
-        &self,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        cell: u64,
-        wait: Duration,
-    ) -> bool {
-        let deadline = TokioInstant::now() + wait;
-        let mut rx = worker.subscribe();
-        loop {
-            rx.borrow_and_update();
-            {
-                let mut st = sess.lock();
-                self.refresh(sess, &mut st);
-                if st.running.as_ref().map(|r| r.number) != Some(cell) {
-                    return true;
-                }
-            }
-            if TokioInstant::now() >= deadline {
-                return false;
-            }
-            let wake = self.next_wake(worker, deadline);
-            tokio::select! {
-                _ = rx.changed() => {}
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-        }
-    }
-
-    /// Enforces --max-cell-seconds on one cell.
-    fn arm_time_limit(self: &Arc<Self>, sess: &Arc<Session>, worker: &Arc<Worker>, cell: u64) {
-        let Some(limit) = self.limits.max_cell else {
-            return;
-        };
-        let this = self.clone();
-        let sess = sess.clone();
-        let worker = worker.clone();
-        tokio::spawn(async move {
-            if this.wait_cell_gone(&sess, &worker, cell, limit).await {
-                return;
-            }
-            let reason = format!(
-                "Cell {cell} ran past the time limit of {:.0} s (--max-cell-seconds) and was interrupted.",
-                limit.as_secs_f64()
-            );
-            this.stop_cell(&sess, &worker, cell, Some(reason)).await;
-        });
-    }
-
-    /// The full output of a cell (default: the running or latest one):
-    /// its number, whether it still runs, the bytes, and bytes not kept.
-    pub fn cell_output(
-        &self,
-        name: &str,
-        cell: Option<u64>,
-    ) -> Result<(u64, bool, Vec<u8>, u64), SessionError> {
-        let sess = self.existing(name)?;
-        let mut st = sess.lock();
-        self.refresh(&sess, &mut st);
-        let running = st.running.as_ref().map(|r| r.number);
-        let target = cell.or(running).or_else(|| st.logs.back().map(|l| l.cell));
-        let Some(target) = target else {
-            return Err(SessionError::NoOutput {
-                session: sess.name.clone(),
-                detail: "no cell has run yet".into(),
-            });
-        };
-        if Some(target) == running {
-            let worker = st.worker.clone();
-            let Some(run) = st.running.as_mut() else {
-                return Err(SessionError::Idle(sess.name.clone()));
-            };
-            let mut bytes = run.log.bytes();
-            if let Some(w) = worker {
-                w.peek_log(&mut bytes);
-            }
-            return Ok((target, true, bytes, run.log.dropped()));
-        }
-        let kept: Vec<u64> = st.logs.iter().map(|l| l.cell).collect();
-        match st.logs.iter_mut().find(|l| l.cell == target) {
-            Some(log) => {
-                let dropped = log.dropped();
-                Ok((target, false, log.bytes(), dropped))
-            }
-            None => Err(SessionError::NoOutput {
-                session: sess.name.clone(),
-                detail: match (kept.first(), kept.last()) {
-                    (Some(a), Some(b)) => format!(
-                        "cell {target} is not kept (output is kept for cells {a}..{b}; --output-keep-cells)"
-                    ),
-                    _ => format!("cell {target} has no output kept"),
-                },
-            }),
-        }
-    }
-
-    /// Elapsed seconds of the running cell and its latest output line.
-    pub fn progress(&self, name: &str) -> Option<(f64, String)> {
-        let sess = self.existing(name).ok()?;
-        let st = sess.lock();
-        let run = st.running.as_ref()?;
-        let line = st
-            .worker
-            .as_ref()
-            .and_then(|w| w.last_output_line())
-            .or_else(|| run.output.last_line())
-            .unwrap_or_default();
-        Some((run.started.elapsed().as_secs_f64(), line))
-    }
-
-    fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
+    pub(super) fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
         match worker.exit_info() {
             Some(e) => {
                 let at = TokioInstant::from_std(e.at + self.limits.crash_grace);
@@ -592,7 +433,7 @@ impl SessionManager {
     }
 
     /// Returns when the running cell finishes, asks for input, or `wait` runs out.
-    async fn collect(
+    pub(super) async fn collect(
         &self,
         sess: &Arc<Session>,
         worker: &Arc<Worker>,
@@ -653,7 +494,7 @@ impl SessionManager {
 }
 
 /// The last finished result, again, saying so.
-fn redelivery(st: &super::SessionState) -> Option<CellReport> {
+pub(super) fn redelivery(st: &super::SessionState) -> Option<CellReport> {
     let last = st.delivered.as_ref()?;
     let note = format!(
         "Delivered again: this result of cell {} was returned before; no cell is running.",
@@ -679,18 +520,22 @@ pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
 }
 
 impl CellReport {
-    fn with_note(mut self, note: &str) -> Self {
+    pub(super) fn with_note(mut self, note: &str) -> Self {
         self.notes.push(note.to_string());
         self
     }
 
-    fn with_notes_first(mut self, mut notes: Vec<String>) -> Self {
+    pub(super) fn with_notes_first(mut self, mut notes: Vec<String>) -> Self {
         notes.append(&mut self.notes);
         self.notes = notes;
         self
     }
 
-    fn with_background(mut self, after_cell: u64, output: crate::output::RenderedOutput) -> Self {
+    pub(super) fn with_background(
+        mut self,
+        after_cell: u64,
+        output: crate::output::RenderedOutput,
+    ) -> Self {
         self.background = Some(BackgroundOutput { after_cell, output });
         self
     }

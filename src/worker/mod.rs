@@ -5,6 +5,7 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
+mod events;
 pub mod protocol;
 pub mod python;
 mod readers;
@@ -14,38 +15,51 @@ use std::ffi::OsString;
 use std::hash::{BuildHasher, Hasher};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use command_fds::{CommandFdExt, FdMapping};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::output::{self, Capture, Stream};
-use protocol::{Event, Image, PyError, Request};
+pub use crate::process::ExitInfo;
+use crate::process::{self, Launch, Process, Stdio};
+use protocol::Request;
 
-/// The driver is one Python source made of two files (same namespace).
-const DRIVER_SOURCE: &str = concat!(
-    include_str!("driver.py"),
-    "\n",
-    include_str!("introspect.py"),
-    "\n",
-    include_str!("display.py"),
-    "\nmain()\n"
+/// The driver, the Python package in `python/` (see its `__init__.py`), sent
+/// as one text: `boot.py`, then each module's path and source, separated by
+/// NUL (which Python source cannot contain). A new module is listed here.
+macro_rules! driver_source {
+    ($($path:literal),* $(,)?) => {
+        concat!(
+            include_str!("python/boot.py"),
+            $("\0", $path, "\0", include_str!(concat!("python/", $path)),)*
+        )
+    };
+}
+const DRIVER_SOURCE: &str = driver_source!(
+    "ferrepl_driver/__init__.py",
+    "ferrepl_driver/channel.py",
+    "ferrepl_driver/stdin.py",
+    "ferrepl_driver/display.py",
+    "ferrepl_driver/cells.py",
+    "ferrepl_driver/introspect.py",
+    "ferrepl_driver/main.py",
 );
 
-/// Reads the driver from fd 3 (length line, then source) and runs it in a
-/// namespace of its own; the session's variables live in `__main__`.
+/// Reads the driver from fd 3 (length line, then the text above), runs
+/// `boot.py` in a namespace of its own and hands it the control socket and
+/// the package's sources; the session's variables live in `__main__`.
 const BOOTSTRAP: &str = "import socket,sys\n\
 _s=socket.socket(fileno=3)\n\
 _f=_s.makefile('rb')\n\
 _n=int(_f.readline())\n\
-exec(compile(_f.read(_n).decode('utf-8'),'<ferrepl-driver>','exec'),{'__name__':'__ferrepl__','_ferrepl_ctl':(_s,_f)})\n";
+_p=_f.read(_n).decode('utf-8').split('\\0')\n\
+_g={'__name__':'__ferrepl__'}\n\
+exec(compile(_p[0],'<ferrepl-driver:boot.py>','exec'),_g)\n\
+_g['boot']((_s,_f),dict(zip(_p[1::2],_p[2::2])))\n";
 
 /// How long an event waits for its fence markers to come through the pipes
 /// before it is delivered anyway (only if user code broke the pipes).
@@ -79,49 +93,8 @@ pub struct ReadyInfo {
     pub executable: String,
 }
 
-#[derive(Debug, Clone)]
-pub struct ExitInfo {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub at: Instant,
-}
-
-impl ExitInfo {
-    pub fn describe(&self) -> String {
-        match (self.code, self.signal) {
-            (Some(code), _) => format!("exit code {code}"),
-            (None, Some(sig)) => match Signal::try_from(sig) {
-                Ok(s) => format!("signal {sig} ({})", s.as_str()),
-                Err(_) => format!("signal {sig}"),
-            },
-            (None, None) => "an unknown status".to_string(),
-        }
-    }
-}
-
 /// A cell-level event, delivered with the output that came before its fence.
-#[derive(Debug)]
-pub enum CellEvent {
-    Done {
-        cell: u64,
-        status: String,
-        value: Option<String>,
-        error: Option<PyError>,
-        elapsed_ms: f64,
-        output: Capture,
-    },
-    InputRequest {
-        cell: u64,
-        prompt: String,
-        password: bool,
-        output: Capture,
-    },
-    Display {
-        cell: u64,
-        image: Image,
-        output: Capture,
-    },
-}
+pub type CellEvent = protocol::CellEvent<Capture>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -163,16 +136,12 @@ struct State {
     next_request_id: u64,
     /// Why ferrepl killed this worker (a resource limit), for the crash report.
     kill_reason: Option<String>,
-    /// The worker's cgroups (kernel-enforced limits), until it exits.
-    cgroup: Option<Arc<crate::sandbox::cgroup::Cgroup>>,
 }
 
 pub struct Worker {
     /// The process ferrepl started: the interpreter, or the sandbox launcher
-    /// above it. It leads the process group.
-    pid: u32,
-    /// The worker's own temporary directory (HOME, TMPDIR) under the sandbox.
-    home: Option<PathBuf>,
+    /// above it (with the worker's own HOME and TMPDIR and its cgroups).
+    process: Process,
     python: PathBuf,
     ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
@@ -203,8 +172,7 @@ fn random_hex() -> String {
     out
 }
 
-/// Starts a worker process. Every worker is started here, so a later sandbox
-/// wraps exactly this one place.
+/// Starts a worker process.
 pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let spawn_err = |source| WorkerError::Spawn {
         python: spec.python.display().to_string(),
@@ -214,10 +182,49 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let nonce = random_hex();
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let python_args: Vec<OsString> = vec!["-c".into(), BOOTSTRAP.into()];
-    let mut home = None;
-    let mut cgroup = None;
+    let spawned = process::spawn(Launch {
+        program: &spec.python,
+        args: &python_args,
+        cwd: &spec.workdir,
+        env: &driver_env(spec, &nonce),
+        sandbox: spec.sandbox.as_deref(),
+        inherit_env: true,
+        home: spec.log_dir.join(format!("home-{launch_no}")),
+        label: &format!("w{launch_no}"),
+        egress: false,
+        stdio: Stdio::Pipes {
+            stdin: false,
+            control: Some(OwnedFd::from(child_end)),
+        },
+    })
+    .map_err(spawn_err)?;
+
+    parent_end.set_nonblocking(true).map_err(spawn_err)?;
+    let sock = UnixStream::from_std(parent_end).map_err(spawn_err)?;
+    let (read_half, write_half) = sock.into_split();
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
+    let worker = Arc::new(Worker::new(spec, spawned.process, ctl_tx));
+
+    let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
+    first.extend_from_slice(DRIVER_SOURCE.as_bytes());
+    tokio::spawn(readers::write_control(write_half, first, ctl_rx));
+    for (stream, pipe) in spawned.outputs {
+        tokio::spawn(readers::read_pipe(
+            pipe,
+            stream,
+            worker.clone(),
+            nonce.clone(),
+        ));
+    }
+    tokio::spawn(readers::read_control(read_half, worker.clone()));
+    tokio::spawn(readers::watch_exit(spawned.child, worker.clone()));
+    Ok(worker)
+}
+
+/// The driver's settings, then the session's own variables.
+fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
-        ("FERREPL_NONCE".into(), nonce.clone()),
+        ("FERREPL_NONCE".into(), nonce.to_string()),
         (
             "FERREPL_MAX_VALUE_CHARS".into(),
             spec.max_value_chars.to_string(),
@@ -231,134 +238,42 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         env.push(("MPLBACKEND".into(), "Agg".into()));
     }
     env.extend(spec.env.iter().cloned());
-    let mut cmd = match spec.sandbox.as_deref().filter(|s| s.enabled()) {
-        Some(sandbox) => {
-            // Its own HOME and TMPDIR, writable, removed when it exits.
-            let tmp = spec.log_dir.join(format!("home-{launch_no}"));
-            crate::state::private_dir(&tmp).map_err(spawn_err)?;
-            let mut policy =
-                sandbox.policy(&tmp, &spec.workdir, sandbox.environment(Some(&tmp), &env));
-            cgroup = sandbox
-                .cgroup_for(&mut policy, &format!("w{launch_no}"))
-                .map(Arc::new);
-            let (exe, args) = sandbox
-                .wrap(&policy, &spec.python, &python_args)
-                .map_err(spawn_err)?;
-            home = Some(tmp);
-            let mut c = tokio::process::Command::new(exe);
-            c.args(args).env_clear();
-            c
-        }
-        None => {
-            let mut c = tokio::process::Command::new(&spec.python);
-            c.args(&python_args);
-            match spec.sandbox.as_deref() {
-                Some(sandbox) => {
-                    c.env_clear().envs(sandbox.environment(None, &env));
-                }
-                None => {
-                    c.envs(env);
-                }
-            }
-            c
-        }
-    };
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .current_dir(&spec.workdir)
-        .kill_on_drop(true);
-    // A session of its own (so also its own process group, with its pid as
-    // id): no session or job may reach the server's controlling terminal,
-    // which is often the operator's.
-    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.fd_mappings(vec![FdMapping {
-        parent_fd: OwnedFd::from(child_end),
-        child_fd: 3,
-    }])
-    .map_err(|e| spawn_err(std::io::Error::other(e.to_string())))?;
-    let mut child = cmd.spawn().map_err(spawn_err)?;
-    // The Command holds the child's end of the socket until dropped.
-    drop(cmd);
-    let pid = child.id().unwrap_or(0);
-
-    parent_end.set_nonblocking(true).map_err(spawn_err)?;
-    let sock = UnixStream::from_std(parent_end).map_err(spawn_err)?;
-    let (read_half, mut write_half) = sock.into_split();
-    let (ctl_tx, mut ctl_rx) = mpsc::channel::<Vec<u8>>(64);
-    let (changed, _) = watch::channel(0u64);
-    let worker = Arc::new(Worker {
-        pid,
-        home,
-        python: spec.python.clone(),
-        ctl: ctl_tx,
-        state: Mutex::new(State {
-            capture: Capture::new(
-                spec.output_head_bytes,
-                spec.output_tail_bytes,
-                "python_output",
-            )
-            .with_log(output::LogSink {
-                dir: Arc::new(spec.log_dir.join(format!("worker-{pid}"))),
-                budget: spec.cell_log_bytes,
-            }),
-            fence_seen: [0, 0],
-            eof: [false, false],
-            released: 0,
-            events: VecDeque::new(),
-            ready: None,
-            exit: None,
-            control_closed: false,
-            inspect_waiters: HashMap::new(),
-            next_request_id: 1,
-            kill_reason: None,
-            cgroup,
-        }),
-        changed,
-    });
-
-    let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
-    first.extend_from_slice(DRIVER_SOURCE.as_bytes());
-    tokio::spawn(async move {
-        if write_half.write_all(&first).await.is_err() {
-            return;
-        }
-        while let Some(msg) = ctl_rx.recv().await {
-            if write_half.write_all(&msg).await.is_err() {
-                break;
-            }
-        }
-    });
-    if let Some(out) = child.stdout.take() {
-        tokio::spawn(readers::read_pipe(
-            out,
-            Stream::Stdout,
-            worker.clone(),
-            nonce.clone(),
-        ));
-    }
-    if let Some(err) = child.stderr.take() {
-        tokio::spawn(readers::read_pipe(
-            err,
-            Stream::Stderr,
-            worker.clone(),
-            nonce.clone(),
-        ));
-    }
-    tokio::spawn(readers::read_control(read_half, worker.clone()));
-    tokio::spawn(readers::watch_exit(child, worker.clone()));
-    Ok(worker)
+    env
 }
 
 impl Worker {
+    fn new(spec: &LaunchSpec, process: Process, ctl: mpsc::Sender<Vec<u8>>) -> Self {
+        let log = output::LogSink {
+            dir: Arc::new(spec.log_dir.join(format!("worker-{}", process.pid()))),
+            budget: spec.cell_log_bytes,
+        };
+        let (changed, _) = watch::channel(0u64);
+        Worker {
+            process,
+            python: spec.python.clone(),
+            ctl,
+            state: Mutex::new(State {
+                capture: Capture::new(
+                    spec.output_head_bytes,
+                    spec.output_tail_bytes,
+                    "python_output",
+                )
+                .with_log(log),
+                fence_seen: [0, 0],
+                eof: [false, false],
+                released: 0,
+                events: VecDeque::new(),
+                ready: None,
+                exit: None,
+                control_closed: false,
+                inspect_waiters: HashMap::new(),
+                next_request_id: 1,
+                kill_reason: None,
+            }),
+            changed,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -370,12 +285,13 @@ impl Worker {
     /// The interpreter's pid as the server sees it (inside its PID
     /// namespace `os.getpid()` says something else).
     pub fn pid(&self) -> u32 {
-        self.lock().ready.as_ref().map_or(self.pid, |r| r.pid)
+        let root = self.process.pid();
+        self.lock().ready.as_ref().map_or(root, |r| r.pid)
     }
 
     /// The process ferrepl started and whose tree it watches.
     pub fn root_pid(&self) -> u32 {
-        self.pid
+        self.process.pid()
     }
 
     /// Records why ferrepl is about to kill this worker.
@@ -406,113 +322,6 @@ impl Worker {
             if rx.changed().await.is_err() {
                 return;
             }
-        }
-    }
-
-    async fn handle_event(&self, event: Event) {
-        if let Some((fence, fenced)) = event.fence() {
-            let need = [
-                fenced.iter().any(|s| s == "stdout"),
-                fenced.iter().any(|s| s == "stderr"),
-            ];
-            let reached =
-                |s: &State| (0..2).all(|i| !need[i] || s.eof[i] || s.fence_seen[i] >= fence);
-            if tokio::time::timeout(FENCE_GRACE, self.wait_until(reached))
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    pid = self.pid,
-                    fence,
-                    "output fence did not arrive; delivering the event anyway"
-                );
-            }
-            let mut st = self.lock();
-            let output = st.capture.take();
-            st.released = st.released.max(fence);
-            let cell_event = match event {
-                Event::Done {
-                    cell,
-                    status,
-                    value,
-                    error,
-                    elapsed_ms,
-                    ..
-                } => CellEvent::Done {
-                    cell,
-                    status,
-                    value,
-                    error,
-                    elapsed_ms,
-                    output,
-                },
-                Event::InputRequest {
-                    cell,
-                    prompt,
-                    password,
-                    ..
-                } => CellEvent::InputRequest {
-                    cell,
-                    prompt,
-                    password,
-                    output,
-                },
-                Event::Display {
-                    cell,
-                    mime,
-                    data,
-                    bytes,
-                    width,
-                    height,
-                    sha,
-                    ..
-                } => CellEvent::Display {
-                    cell,
-                    image: Image {
-                        mime,
-                        base64: data,
-                        bytes,
-                        width,
-                        height,
-                        sha,
-                    },
-                    output,
-                },
-                _ => return,
-            };
-            st.events.push_back(cell_event);
-            drop(st);
-            self.bump();
-            return;
-        }
-        match event {
-            Event::Ready {
-                pid,
-                python,
-                executable,
-            } => {
-                // Shown and signalled from outside: the host's pid, not the
-                // one inside the sandbox's PID namespace.
-                let root = self.pid;
-                let pid =
-                    tokio::task::spawn_blocking(move || crate::sandbox::watch::host_pid(root, pid))
-                        .await
-                        .ok()
-                        .flatten()
-                        .unwrap_or(pid);
-                self.lock().ready = Some(ReadyInfo {
-                    pid,
-                    python_version: python,
-                    executable,
-                });
-                self.bump();
-            }
-            Event::Reply { id, body } => {
-                if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
-                    let _ = tx.send(body);
-                }
-            }
-            _ => {}
         }
     }
 
@@ -636,10 +445,8 @@ impl Worker {
     /// grace period for descendants holding them open has passed).
     pub fn fully_exited(&self, grace: Duration) -> bool {
         let st = self.lock();
-        match &st.exit {
-            Some(e) => (st.eof[0] && st.eof[1]) || e.at.elapsed() >= grace,
-            None => false,
-        }
+        let closed = st.eof[0] && st.eof[1];
+        st.exit.as_ref().is_some_and(|e| e.drained(closed, grace))
     }
 
     pub fn ready_info(&self) -> Option<ReadyInfo> {
@@ -647,35 +454,24 @@ impl Worker {
     }
 
     pub fn signal_group(&self, signal: Signal) {
-        if self.pid > 0 {
-            let _ = killpg(Pid::from_raw(self.pid as i32), signal);
-        }
+        self.process.signal_group(signal);
     }
 
     /// Ends the worker and every process below it (daemonized ones too).
     pub fn kill(&self) {
-        let (alive, cgroup) = {
-            let st = self.lock();
-            (st.exit.is_none(), st.cgroup.clone())
-        };
-        if alive {
-            crate::sandbox::watch::kill_tree(self.pid);
-        }
-        if let Some(group) = cgroup {
-            group.kill_all();
-        }
+        let running = self.lock().exit.is_none();
+        self.process.kill_all(running);
     }
 
     /// A kernel limit (memory, processes) the worker's cgroup reached.
     pub fn cgroup_limit_hit(&self) -> Option<String> {
-        let group = self.lock().cgroup.clone()?;
-        group.limit_hit()
+        self.process.limit_hit()
     }
 
     /// Resident memory of the worker's whole process tree in `snap` (the
     /// interpreter's own pid may be one of a private PID namespace).
     pub fn rss_bytes(&self, snap: &crate::sandbox::watch::Snapshot) -> Option<u64> {
-        let (rss, count) = snap.usage(self.pid);
+        let (rss, count) = snap.usage(self.process.pid());
         (count > 0).then_some(rss)
     }
 }

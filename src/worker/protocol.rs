@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::output::Capture;
+
 /// Requests from the server to the driver, one JSON object per line.
 #[derive(Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -43,50 +45,105 @@ pub enum Event {
         python: String,
         executable: String,
     },
-    Done {
-        cell: u64,
-        status: String,
-        value: Option<String>,
-        error: Option<PyError>,
-        elapsed_ms: f64,
-        fence: u64,
-        #[serde(default)]
-        fenced: Vec<String>,
-    },
-    InputRequest {
-        cell: u64,
-        prompt: String,
-        #[serde(default)]
-        password: bool,
-        fence: u64,
-        #[serde(default)]
-        fenced: Vec<String>,
-    },
     /// The answer to a control request (inspect, complete, namespace).
     Reply {
         id: u64,
         #[serde(flatten)]
         body: Value,
     },
-    Display {
-        cell: u64,
-        mime: String,
-        /// Base64 of the image bytes.
-        data: String,
-        bytes: u64,
-        width: Option<u32>,
-        height: Option<u32>,
-        sha: String,
+    /// An event of a cell (its tag is the cell event's), sent after the
+    /// `fence` markers that close the output before it.
+    #[serde(untagged)]
+    Cell {
         fence: u64,
+        /// The streams the driver marked.
         #[serde(default)]
         fenced: Vec<String>,
+        #[serde(flatten)]
+        event: CellEvent<()>,
     },
 }
 
+/// A cell-level event, delivered with `output`: the output that came
+/// before its fence (nothing as the driver sends it).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum CellEvent<O = Capture> {
+    Done {
+        cell: u64,
+        status: String,
+        value: Option<String>,
+        error: Option<PyError>,
+        elapsed_ms: f64,
+        #[serde(skip)]
+        output: O,
+    },
+    InputRequest {
+        cell: u64,
+        prompt: String,
+        #[serde(default)]
+        password: bool,
+        #[serde(skip)]
+        output: O,
+    },
+    Display {
+        cell: u64,
+        #[serde(flatten)]
+        image: Image,
+        #[serde(skip)]
+        output: O,
+    },
+}
+
+impl CellEvent<()> {
+    /// The event with the output that came before its fence.
+    pub fn with_output<O>(self, output: O) -> CellEvent<O> {
+        match self {
+            CellEvent::Done {
+                cell,
+                status,
+                value,
+                error,
+                elapsed_ms,
+                output: (),
+            } => CellEvent::Done {
+                cell,
+                status,
+                value,
+                error,
+                elapsed_ms,
+                output,
+            },
+            CellEvent::InputRequest {
+                cell,
+                prompt,
+                password,
+                output: (),
+            } => CellEvent::InputRequest {
+                cell,
+                prompt,
+                password,
+                output,
+            },
+            CellEvent::Display {
+                cell,
+                image,
+                output: (),
+            } => CellEvent::Display {
+                cell,
+                image,
+                output,
+            },
+        }
+    }
+}
+
 /// An image a cell displayed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Image {
     pub mime: String,
+    /// Base64 of the image bytes.
+    #[serde(rename = "data")]
     pub base64: String,
     pub bytes: u64,
     pub width: Option<u32>,
@@ -94,14 +151,100 @@ pub struct Image {
     pub sha: String,
 }
 
-impl Event {
-    /// The fence this event closes, and which streams the driver marked.
-    pub fn fence(&self) -> Option<(u64, &[String])> {
-        match self {
-            Event::Done { fence, fenced, .. }
-            | Event::InputRequest { fence, fenced, .. }
-            | Event::Display { fence, fenced, .. } => Some((*fence, fenced)),
-            _ => None,
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Event {
+        serde_json::from_str(line).expect(line)
+    }
+
+    #[test]
+    fn control_events_parse() {
+        let Event::Ready { pid, python, .. } =
+            parse(r#"{"ev":"ready","pid":7,"python":"3.12.1","executable":"/usr/bin/python3"}"#)
+        else {
+            panic!("not ready")
+        };
+        assert_eq!((pid, python.as_str()), (7, "3.12.1"));
+        let Event::Reply { id, body } = parse(r#"{"ev":"reply","id":4,"ok":true,"fence":9}"#)
+        else {
+            panic!("not a reply")
+        };
+        assert_eq!(id, 4);
+        assert_eq!(body["ok"], true);
+    }
+
+    #[test]
+    fn cell_events_parse_with_their_fence() {
+        let done = r#"{"ev":"done","cell":3,"status":"error","value":null,
+            "error":{"type":"ValueError","message":"m","traceback":"t"},
+            "elapsed_ms":1.5,"fence":12,"fenced":["stdout","stderr"]}"#;
+        let Event::Cell {
+            fence: 12,
+            fenced,
+            event:
+                CellEvent::Done {
+                    cell: 3,
+                    status,
+                    value: None,
+                    error: Some(error),
+                    elapsed_ms,
+                    ..
+                },
+        } = parse(done)
+        else {
+            panic!("not done")
+        };
+        assert_eq!(fenced, ["stdout", "stderr"]);
+        assert_eq!((status.as_str(), elapsed_ms), ("error", 1.5));
+        assert_eq!(error.kind, "ValueError");
+
+        let input = r#"{"ev":"input_request","cell":4,"prompt":"? ","fence":13}"#;
+        let Event::Cell {
+            fence: 13,
+            fenced,
+            event:
+                CellEvent::InputRequest {
+                    cell: 4,
+                    prompt,
+                    password: false,
+                    ..
+                },
+        } = parse(input)
+        else {
+            panic!("not an input request")
+        };
+        assert!(fenced.is_empty());
+        assert_eq!(prompt, "? ");
+
+        let display = r#"{"ev":"display","cell":5,"mime":"image/png","data":"aGk=",
+            "bytes":2,"width":null,"sha":"ab","fence":14,"fenced":["stdout"]}"#;
+        let Event::Cell {
+            event: CellEvent::Display { cell: 5, image, .. },
+            ..
+        } = parse(display)
+        else {
+            panic!("not a display")
+        };
+        assert_eq!(
+            (image.mime.as_str(), image.base64.as_str()),
+            ("image/png", "aGk=")
+        );
+        assert_eq!((image.bytes, image.width, image.height), (2, None, None));
+        assert_eq!(image.sha, "ab");
+    }
+
+    #[test]
+    fn malformed_events_are_refused() {
+        for line in [
+            r#"{"ev":"done","cell":1,"status":"ok","value":null,"error":null,"elapsed_ms":0.0}"#,
+            r#"{"ev":"input_request","prompt":"","fence":1}"#,
+            r#"{"ev":"nope","fence":1}"#,
+            r#"{"ev":"reply"}"#,
+            r#"{"cell":1,"fence":1}"#,
+        ] {
+            assert!(serde_json::from_str::<Event>(line).is_err(), "{line}");
         }
     }
 }

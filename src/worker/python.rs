@@ -100,22 +100,7 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
     find_on_path_where(name, |_| true)
 }
 
-/// The first executable `name` in a PATH directory that `keep` accepts.
-pub fn find_on_path_where(name: &str, keep: impl Fn(&Path) -> bool) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .filter(|p| keep(p))
-        .find(|p| is_executable(p))
-}
-
-/// A regular file with an execute bit.
-pub fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
+pub use crate::executables::{find_on_path_where, is_executable};
 
 #[cfg(test)]
 mod tests {

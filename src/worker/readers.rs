@@ -1,15 +1,18 @@
 //! The tasks that follow a running worker: its stdout and stderr pipes (up
-//! to each cell's fence), its control socket (events), and its exit.
+//! to each cell's fence), its control socket (requests out, events in), and
+//! its exit.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::mpsc;
 
 use super::protocol::Event;
 use super::{ExitInfo, FENCE_GRACE, Worker, stream_index};
 use crate::output::{MarkerScanner, Segment, Stream};
+use crate::process;
 
 /// Largest control-channel line accepted from a driver (values are capped far below).
 const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;
@@ -91,48 +94,38 @@ async fn pass_barrier(worker: &Worker, idx: usize, number: u64, event: bool) {
     .await;
     if passed.is_err() {
         tracing::warn!(
-            pid = worker.pid,
+            pid = worker.process.pid(),
             number,
             "output fence not matched in time; continuing"
         );
     }
 }
 
-pub(super) async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, worker: Arc<Worker>) {
+pub(super) async fn read_control(read_half: OwnedReadHalf, worker: Arc<Worker>) {
     let mut reader = BufReader::new(read_half);
     let mut line = Vec::new();
     loop {
-        line.clear();
         // Each line is bounded; an oversized one is skipped, not buffered.
-        match (&mut reader)
-            .take(MAX_EVENT_BYTES)
-            .read_until(b'\n', &mut line)
-            .await
-        {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        if matches!(read_line(&mut reader, &mut line).await, Ok(0) | Err(_)) {
+            break;
         }
         if !line.ends_with(b"\n") && line.len() as u64 == MAX_EVENT_BYTES {
-            tracing::warn!(pid = worker.pid, "oversized event from worker skipped");
+            tracing::warn!(
+                pid = worker.process.pid(),
+                "oversized event from worker skipped"
+            );
+            // The rest of it, up to its newline.
             let mut sink = Vec::new();
-            loop {
-                sink.clear();
-                match (&mut reader)
-                    .take(MAX_EVENT_BYTES)
-                    .read_until(b'\n', &mut sink)
-                    .await
-                {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if sink.ends_with(b"\n") => break,
-                    Ok(_) => {}
-                }
-            }
+            while let Ok(n) = read_line(&mut reader, &mut sink).await
+                && n > 0
+                && !sink.ends_with(b"\n")
+            {}
             continue;
         }
         let event: Event = match serde_json::from_slice(&line) {
             Ok(ev) => ev,
             Err(e) => {
-                tracing::warn!(pid = worker.pid, error = %e, "unreadable event from worker");
+                tracing::warn!(pid = worker.process.pid(), error = %e, "unreadable event from worker");
                 continue;
             }
         };
@@ -145,36 +138,50 @@ pub(super) async fn read_control(read_half: tokio::net::unix::OwnedReadHalf, wor
     worker.bump();
 }
 
+/// The next line of `reader` into `line` (cleared first), at most
+/// [`MAX_EVENT_BYTES`] of it; 0 at the end.
+async fn read_line(
+    reader: &mut BufReader<OwnedReadHalf>,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    line.clear();
+    (&mut *reader)
+        .take(MAX_EVENT_BYTES)
+        .read_until(b'\n', line)
+        .await
+}
+
+/// Sends `first` (the driver), then each request, until the worker is gone.
+pub(super) async fn write_control(
+    mut socket: OwnedWriteHalf,
+    first: Vec<u8>,
+    mut requests: mpsc::Receiver<Vec<u8>>,
+) {
+    if socket.write_all(&first).await.is_err() {
+        return;
+    }
+    while let Some(msg) = requests.recv().await {
+        if socket.write_all(&msg).await.is_err() {
+            break;
+        }
+    }
+}
+
 pub(super) async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
     let status = child.wait().await;
     // Whatever the worker left running in its group goes with it.
     worker.signal_group(Signal::SIGKILL);
-    let (code, signal) = match status {
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            (s.code(), s.signal())
-        }
-        Err(_) => (None, None),
-    };
-    tracing::debug!(pid = worker.pid, ?code, ?signal, "worker exited");
-    let cgroup = worker.lock().cgroup.take();
+    let cgroup = worker.process.take_cgroup();
     if let Some(hit) = cgroup.as_ref().and_then(|g| g.limit_hit()) {
         worker.set_kill_reason(format!(
             "The session {hit}, so all of its processes were ended."
         ));
     }
-    if let Some(home) = &worker.home {
-        let _ = std::fs::remove_dir_all(home);
-    }
-    worker.lock().exit = Some(ExitInfo {
-        code,
-        signal,
-        at: Instant::now(),
-    });
+    worker.process.remove_home().await;
+    let exit = ExitInfo::now(status);
+    let (code, signal) = (exit.code, exit.signal);
+    tracing::debug!(pid = worker.process.pid(), ?code, ?signal, "worker exited");
+    worker.lock().exit = Some(exit);
     worker.bump();
-    if let Some(group) = cgroup {
-        // Emptied and removed off the async threads: members may take a
-        // moment to be reaped.
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
-    }
+    process::release(cgroup).await;
 }

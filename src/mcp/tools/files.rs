@@ -20,12 +20,11 @@ const MAX_ENTRIES: usize = 2000;
 const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 const DEFAULT_LINES: usize = 2000;
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct ListParams {
-    #[serde(default)]
     pub path: Option<String>,
     /// Levels to descend (default 2).
-    #[serde(default)]
     pub depth: Option<usize>,
 }
 

@@ -15,12 +15,11 @@ use crate::mcp::render::{self, CellOutput};
 use crate::mcp::server::{CallContext, FerreplServer};
 use crate::session::{CellSource, HistoryEntry};
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct HistoryParams {
-    #[serde(default)]
     pub session: Option<String>,
     /// How many of the latest cells (default 20).
-    #[serde(default)]
     pub last: Option<usize>,
 }
 

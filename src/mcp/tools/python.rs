@@ -25,29 +25,24 @@ pub struct ExecParams {
     pub wait_s: Option<Seconds>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct WaitParams {
-    #[serde(default)]
     pub session: Option<String>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
     /// Answers the pending input().
-    #[serde(default)]
     pub input: Option<String>,
     /// Close stdin (EOFError).
-    #[serde(default)]
     pub eof: Option<bool>,
     /// KeyboardInterrupt; variables are kept.
-    #[serde(default)]
     pub interrupt: Option<bool>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct InspectParams {
-    #[serde(default)]
     pub session: Option<String>,
     /// e.g. "df.columns".
-    #[serde(default)]
     pub name: Option<String>,
 }
 
@@ -148,9 +143,9 @@ grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
             bytes,
             dropped,
         };
-        let w = window::window(source, &p.window())?;
+        let w = window::window(source, &p.window)?;
         Ok(render::structured(
-            window::render(&w, p.lines.unwrap_or(false)),
+            window::render(&w, p.window.lines.unwrap_or(false)),
             &w,
         ))
     }

@@ -27,20 +27,16 @@ pub enum SessionAction {
     Status,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct SessionsParams {
     /// Default list.
-    #[serde(default)]
     pub action: Option<SessionAction>,
-    #[serde(default, alias = "name")]
+    #[serde(alias = "name")]
     pub session: Option<String>,
-    #[serde(default)]
     pub python: Option<PathBuf>,
-    #[serde(default)]
     pub venv: Option<PathBuf>,
-    #[serde(default)]
     pub workdir: Option<PathBuf>,
-    #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
 }
 

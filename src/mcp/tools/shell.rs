@@ -37,36 +37,24 @@ pub struct ShellExecParams {
     pub pty: Option<bool>,
 }
 
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct ShellWaitParams {
     /// e.g. "j3"; omit to list jobs.
-    #[serde(default)]
     pub job: Option<String>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
     /// A line for stdin; returns at once unless wait_s is given.
-    #[serde(default)]
     pub input: Option<String>,
-    #[serde(default)]
     pub eof: Option<bool>,
     /// To its process group, e.g. TERM (then KILL after 2 s).
-    #[serde(default)]
     pub signal: Option<SignalArg>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ShellOutputParams {
     pub job: String,
-    #[serde(default)]
-    pub offset: Option<u64>,
-    #[serde(default)]
-    pub limit: Option<u64>,
-    #[serde(default)]
-    pub lines: Option<bool>,
-    #[serde(default)]
-    pub grep: Option<String>,
-    #[serde(default)]
-    pub context: Option<u64>,
+    #[serde(flatten)]
+    pub window: window::WindowParams,
 }
 
 /// structuredContent of shell_exec and shell_wait.
@@ -237,16 +225,9 @@ Example: {\"command\": \"pytest -x -q\"}",
             bytes,
             dropped,
         };
-        let window = window::WindowParams {
-            offset: p.offset,
-            limit: p.limit,
-            lines: p.lines,
-            grep: p.grep,
-            context: p.context,
-        };
-        let w = window::window(source, &window)?;
+        let w = window::window(source, &p.window)?;
         Ok(render::structured(
-            window::render(&w, window.lines.unwrap_or(false)),
+            window::render(&w, p.window.lines.unwrap_or(false)),
             &w,
         ))
     }

@@ -39,24 +39,7 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
 
-    let mut hosts: Vec<String> = vec![
-        "localhost".into(),
-        "127.0.0.1".into(),
-        "::1".into(),
-        "[::1]".into(),
-    ];
-    hosts.extend(cfg.allow_hosts.iter().cloned());
-    let mut origins: Vec<String> = vec![
-        "http://localhost:*".into(),
-        "http://127.0.0.1:*".into(),
-        "http://[::1]:*".into(),
-    ];
-    origins.extend(cfg.allow_origins.iter().cloned());
-    let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .with_max_request_body_bytes(cfg.max_request_bytes)
-        .with_cancellation_token(shutdown.child_token());
+    let config = transport_config(cfg, &shutdown);
     let transport_sessions = Arc::new(LocalSessionManager::default());
     let per_client = cfg.default_session == DefaultSession::PerClient;
     let clients = AtomicU64::new(0);
@@ -106,6 +89,24 @@ pub async fn serve(
             Ok(())
         }
     }
+}
+
+/// Loopback names for Host and Origin plus the operator's additions, the
+/// request size limit, and shutdown.
+fn transport_config(cfg: &Config, shutdown: &CancellationToken) -> StreamableHttpServerConfig {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
+        .map(String::from)
+        .to_vec();
+    hosts.extend(cfg.allow_hosts.iter().cloned());
+    let mut origins: Vec<String> = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+        .map(String::from)
+        .to_vec();
+    origins.extend(cfg.allow_origins.iter().cloned());
+    StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .with_max_request_body_bytes(cfg.max_request_bytes)
+        .with_cancellation_token(shutdown.child_token())
 }
 
 /// How long open HTTP connections (SSE streams) may delay the exit.

@@ -1,0 +1,98 @@
+//! The policy checks on a destination and the connection to it.
+
+use std::net::SocketAddr;
+
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+use super::deadline_after;
+use super::refusal::Refusal;
+use crate::egress::{EgressConfig, Host, forbidden_ip};
+
+pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
+    if !cfg.allows(host) {
+        return Err(Refusal::new(
+            403,
+            format!(
+                "ferrepl: egress to {host} is not allowed; allowed: {}; the operator can add hosts with --allow-host-egress",
+                cfg.hosts_list()
+            ),
+        ));
+    }
+    if !cfg.allows_port(port) {
+        return Err(Refusal::new(
+            403,
+            format!(
+                "ferrepl: egress to {host} port {port} is not allowed; allowed ports: {}",
+                cfg.ports_list()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Resolves `host`, refuses it if any address is private (unless the
+/// config allows that), and connects to the checked addresses in order
+/// within `connect_timeout` overall.
+pub(super) async fn connect(
+    cfg: &EgressConfig,
+    host: &Host,
+    port: u16,
+) -> Result<TcpStream, Refusal> {
+    let deadline = deadline_after(cfg.connect_timeout);
+    let addrs: Vec<SocketAddr> = match host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+        Host::Name(name) => {
+            match timeout_at(deadline, tokio::net::lookup_host((name.as_str(), port))).await {
+                Err(_) => {
+                    return Err(Refusal::new(
+                        502,
+                        format!("ferrepl: cannot resolve {host}: timed out"),
+                    ));
+                }
+                Ok(Err(e)) => {
+                    return Err(Refusal::new(
+                        502,
+                        format!("ferrepl: cannot resolve {host}: {e}"),
+                    ));
+                }
+                Ok(Ok(addrs)) => addrs.collect(),
+            }
+        }
+    };
+    if addrs.is_empty() {
+        return Err(Refusal::new(
+            502,
+            format!("ferrepl: cannot resolve {host}: no addresses"),
+        ));
+    }
+    if !cfg.allow_private
+        && let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip()))
+    {
+        return Err(Refusal::new(
+            403,
+            format!(
+                "ferrepl: egress to {host} is not allowed: it resolves to a private or loopback address ({})",
+                bad.ip()
+            ),
+        ));
+    }
+    let mut last_error = String::from("no address tried");
+    for addr in &addrs {
+        match timeout_at(deadline, TcpStream::connect(addr)).await {
+            Err(_) => {
+                last_error = format!("{addr}: timed out");
+                break;
+            }
+            Ok(Err(e)) => last_error = format!("{addr}: {e}"),
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+        }
+    }
+    Err(Refusal::new(
+        502,
+        format!("ferrepl: cannot connect to {host} port {port}: {last_error}"),
+    ))
+}

@@ -1,0 +1,178 @@
+//! One job: its process, its output as it comes, its stdin, its exit.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use super::report::JobReport;
+use crate::output::log::CellLog;
+use crate::output::{Capture, Stream};
+use crate::process::{self, ExitInfo, Input, Output, Process, Spawned};
+
+pub(super) struct JobState {
+    pub(super) capture: Capture,
+    pub(super) log: CellLog,
+    pub(super) exit: Option<ExitInfo>,
+    open_streams: usize,
+    pub(super) finished_at: Option<Instant>,
+    notes: Vec<String>,
+}
+
+pub struct Job {
+    pub(super) id: String,
+    pub(super) command: String,
+    /// `/bin/sh` (or the sandbox launcher above it), with the job's private
+    /// temporary directory (HOME, TMPDIR) and its cgroups.
+    pub(super) process: Process,
+    pub(super) pty: bool,
+    pub(super) started: Instant,
+    pub(super) stdin: tokio::sync::Mutex<Option<Input>>,
+    state: Mutex<JobState>,
+    pub(super) changed: watch::Sender<u64>,
+}
+
+impl Job {
+    /// Job `n` of `spawned`, running: its output read into `capture`, its
+    /// exit watched, `stdin` (if given) written to it and its stdin then
+    /// closed (ended with Ctrl-D on a terminal).
+    pub(super) fn follow(
+        n: u64,
+        command: String,
+        pty: bool,
+        capture: Capture,
+        spawned: Spawned,
+        stdin: Option<String>,
+    ) -> Arc<Job> {
+        let (changed, _) = watch::channel(0u64);
+        let job = Arc::new(Job {
+            id: format!("j{n}"),
+            command,
+            process: spawned.process,
+            pty,
+            started: Instant::now(),
+            stdin: tokio::sync::Mutex::new(None),
+            state: Mutex::new(JobState {
+                capture,
+                log: CellLog::new(n),
+                exit: None,
+                open_streams: spawned.outputs.len(),
+                finished_at: None,
+                notes: Vec::new(),
+            }),
+            changed,
+        });
+        for (stream, reader) in spawned.outputs {
+            tokio::spawn(read_output(job.clone(), stream, reader));
+        }
+        tokio::spawn(watch_exit(job.clone(), spawned.child));
+        tokio::spawn(feed_stdin(job.clone(), spawned.stdin, stdin));
+        job
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub(super) fn signal(&self, sig: Signal) {
+        if self.lock().exit.is_none() {
+            self.process.signal_group(sig);
+        }
+    }
+
+    /// SIGKILL to the process group and to every descendant, so children
+    /// that left the group (`setsid`, daemons) go too.
+    pub(super) fn kill_all(&self) {
+        let running = self.lock().exit.is_none();
+        self.process.kill_all(running);
+    }
+
+    /// [`Job::kill_all`] off the async threads (a large tree takes a while).
+    pub(super) async fn kill_all_off_thread(self: &Arc<Self>) {
+        let target = self.clone();
+        let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
+    }
+
+    pub(super) fn done(&self, grace: Duration) -> bool {
+        let st = self.lock();
+        let closed = st.open_streams == 0;
+        st.exit.as_ref().is_some_and(|e| e.drained(closed, grace))
+    }
+
+    /// A report with the output not returned before.
+    pub(super) fn report(&self, grace: Duration) -> JobReport {
+        let finished = self.done(grace);
+        let mut st = self.lock();
+        let mut output = st.capture.take();
+        let segments = output.take_log();
+        st.log.add_all(segments);
+        let exit = st.exit.clone().filter(|_| finished);
+        let notes = std::mem::take(&mut st.notes);
+        let elapsed = match (&exit, st.finished_at) {
+            (Some(_), Some(at)) => at.duration_since(self.started),
+            _ => self.started.elapsed(),
+        };
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        JobReport::new(self, exit.as_ref(), output.render(), elapsed_ms, notes)
+    }
+}
+
+async fn read_output(job: Arc<Job>, stream: Stream, mut reader: Output) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // A pty reports EIO once the last process on the terminal has gone.
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        job.lock().capture.push(stream, &buf[..n]);
+        job.bump();
+    }
+    job.lock().open_streams -= 1;
+    job.bump();
+}
+
+/// Writes `initial` (given at start) to the job's stdin, then closes it;
+/// keeps it open for later input otherwise.
+async fn feed_stdin(job: Arc<Job>, mut stdin: Option<Input>, initial: Option<String>) {
+    if let (Some(text), Some(w)) = (initial, stdin.as_mut()) {
+        let _ = w.write_all(text.as_bytes()).await;
+        let _ = w.flush().await;
+        if job.pty {
+            // Ctrl-D: end of input for the program on the terminal.
+            let _ = w.write_all(b"\x04").await;
+        } else {
+            stdin = None;
+        }
+    }
+    *job.stdin.lock().await = stdin;
+}
+
+async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
+    let status = child.wait().await;
+    let cgroup = job.process.take_cgroup();
+    if let Some(group) = &cgroup {
+        let notes = [group.limit_hit(), group.task_limit_note()];
+        job.lock()
+            .notes
+            .extend(notes.into_iter().flatten().map(|n| format!("The job {n}.")));
+    }
+    {
+        let mut st = job.lock();
+        st.exit = Some(ExitInfo::now(status));
+        st.finished_at = Some(Instant::now());
+    }
+    job.bump();
+    job.process.remove_home().await;
+    process::release(cgroup).await;
+}

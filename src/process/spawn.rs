@@ -1,0 +1,233 @@
+//! Starting a process: the command line (the sandbox launcher's under the
+//! sandbox), its environment, its session, its standard streams.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use command_fds::{CommandFdExt, FdMapping};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::process::Child;
+
+use super::Process;
+use crate::output::Stream;
+use crate::sandbox::SandboxConfig;
+use crate::sandbox::cgroup::Cgroup;
+
+/// The fd a worker's control socket is given as.
+pub const CONTROL_FD: i32 = 3;
+
+/// An output stream of a started process.
+pub type Output = Box<dyn AsyncRead + Send + Unpin>;
+/// The standard input of a started process.
+pub type Input = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// How a process's standard streams are connected.
+#[derive(Debug)]
+pub enum Stdio {
+    /// Pipes for stdout and stderr; stdin a pipe (`stdin`) or /dev/null;
+    /// `control`, if given, becomes the process's fd [`CONTROL_FD`].
+    Pipes {
+        stdin: bool,
+        control: Option<OwnedFd>,
+    },
+    /// One terminal of `rows` x `cols` for all three (pty-process makes
+    /// the process a session leader with it as its controlling terminal).
+    Pty { rows: u16, cols: u16 },
+}
+
+/// A program to start.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    pub program: &'a Path,
+    pub args: &'a [OsString],
+    /// Where it starts.
+    pub cwd: &'a Path,
+    /// Its own variables, over the environment every process starts from.
+    pub env: &'a [(String, String)],
+    /// The confinement; None (no settings at all) runs the program with
+    /// `env`, over the server's own environment if `inherit_env`.
+    pub sandbox: Option<&'a SandboxConfig>,
+    pub inherit_env: bool,
+    /// Its private temporary directory (HOME, TMPDIR) under the sandbox:
+    /// made here, removed by [`Process::remove_home`].
+    pub home: PathBuf,
+    /// The name of its cgroups.
+    pub label: &'a str,
+    /// A package installer: it reaches the egress proxy (with
+    /// `--network packages`), nothing else.
+    pub egress: bool,
+    pub stdio: Stdio,
+}
+
+/// A started process.
+pub struct Spawned {
+    pub process: Process,
+    pub child: Child,
+    /// Stdout then stderr, or the terminal.
+    pub outputs: Vec<(Stream, Output)>,
+    pub stdin: Option<Input>,
+}
+
+/// The environment a process gets.
+enum Env {
+    /// Exactly these variables.
+    Only(BTreeMap<String, String>),
+    /// These over the server's own.
+    Over(Vec<(String, String)>),
+}
+
+/// What to execute: the program, or the launcher that confines it.
+struct Command {
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Env,
+    home: Option<PathBuf>,
+    cgroup: Option<Cgroup>,
+}
+
+/// Starts `launch`. Every process ferrepl runs starts here.
+pub fn spawn(launch: Launch<'_>) -> std::io::Result<Spawned> {
+    let pty = matches!(launch.stdio, Stdio::Pty { .. });
+    let command = command(&launch, pty)?;
+    let (child, outputs, stdin) = match launch.stdio {
+        Stdio::Pipes { stdin, control } => spawn_pipes(&command, launch.cwd, stdin, control)?,
+        Stdio::Pty { rows, cols } => spawn_pty(&command, launch.cwd, rows, cols)?,
+    };
+    let process = Process {
+        pid: child.id().unwrap_or(0),
+        home: command.home,
+        cgroup: Mutex::new(command.cgroup.map(Arc::new)),
+    };
+    Ok(Spawned {
+        process,
+        child,
+        outputs,
+        stdin,
+    })
+}
+
+/// The command line and environment of `launch`: under the sandbox the
+/// launcher's, with a private temporary HOME and the process's cgroups when
+/// the kernel limits can be enforced that way; a terminal of its own
+/// namespace (`pty`) where it has one.
+fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
+    let direct = |env| Command {
+        program: launch.program.to_path_buf(),
+        args: launch.args.to_vec(),
+        env,
+        home: None,
+        cgroup: None,
+    };
+    let sandbox = match launch.sandbox {
+        Some(sandbox) if sandbox.enabled() => sandbox,
+        Some(sandbox) => return Ok(direct(Env::Only(sandbox.environment(None, launch.env)))),
+        None if launch.inherit_env => return Ok(direct(Env::Over(launch.env.to_vec()))),
+        None => return Ok(direct(Env::Only(launch.env.iter().cloned().collect()))),
+    };
+    let home = &launch.home;
+    crate::state::private_dir(home)?;
+    let mut policy = sandbox.policy(
+        home,
+        launch.cwd,
+        sandbox.environment(Some(home), launch.env),
+    );
+    policy.pty = pty && policy.mounts.is_some();
+    if launch.egress
+        && let (Some(relay), Some(plan)) = (&sandbox.egress, policy.mounts.as_mut())
+    {
+        plan.binds.push(crate::sandbox::Bind {
+            path: relay.socket.clone(),
+            writable: true,
+        });
+        policy.egress = Some(relay.clone());
+    }
+    let cgroup = sandbox.cgroup_for(&mut policy, launch.label);
+    let (program, args) = sandbox.wrap(&policy, launch.program, launch.args)?;
+    Ok(Command {
+        program,
+        args,
+        // The launcher hands the policy's environment on.
+        env: Env::Only(BTreeMap::new()),
+        home: Some(home.clone()),
+        cgroup,
+    })
+}
+
+type Started = (Child, Vec<(Stream, Output)>, Option<Input>);
+
+fn spawn_pipes(
+    command: &Command,
+    cwd: &Path,
+    stdin: bool,
+    control: Option<OwnedFd>,
+) -> std::io::Result<Started> {
+    use std::process::Stdio;
+    let mut cmd = tokio::process::Command::new(&command.program);
+    cmd.args(&command.args);
+    match &command.env {
+        Env::Only(env) => cmd.env_clear().envs(env),
+        Env::Over(env) => cmd.envs(env.iter().cloned()),
+    };
+    cmd.current_dir(cwd)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // A session of its own (so also its own process group, with its pid as
+    // id): no session or job may reach the server's controlling terminal,
+    // which is often the operator's.
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    if let Some(fd) = control {
+        cmd.fd_mappings(vec![FdMapping {
+            parent_fd: fd,
+            child_fd: CONTROL_FD,
+        }])
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    let mut child = cmd.spawn()?;
+    // `cmd` holds the child's end of the control socket until it is dropped.
+    drop(cmd);
+    let mut outputs: Vec<(Stream, Output)> = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        outputs.push((Stream::Stdout, Box::new(out)));
+    }
+    if let Some(err) = child.stderr.take() {
+        outputs.push((Stream::Stderr, Box::new(err)));
+    }
+    let stdin = child.stdin.take().map(|s| Box::new(s) as Input);
+    Ok((child, outputs, stdin))
+}
+
+fn spawn_pty(command: &Command, cwd: &Path, rows: u16, cols: u16) -> std::io::Result<Started> {
+    let to_io = |e: pty_process::Error| std::io::Error::other(e.to_string());
+    let (pty, pts) = pty_process::open().map_err(to_io)?;
+    pty.resize(pty_process::Size::new(rows, cols))
+        .map_err(to_io)?;
+    let cmd = pty_process::Command::new(&command.program).args(&command.args);
+    let cmd = match &command.env {
+        Env::Only(env) => cmd.env_clear().envs(env),
+        Env::Over(env) => cmd.envs(env.iter().cloned()),
+    };
+    let child = cmd
+        .current_dir(cwd)
+        .kill_on_drop(true)
+        .spawn(pts)
+        .map_err(to_io)?;
+    let (read, write) = pty.into_split();
+    Ok((
+        child,
+        vec![(Stream::Stdout, Box::new(read))],
+        Some(Box::new(write)),
+    ))
+}

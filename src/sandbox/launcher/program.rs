@@ -1,0 +1,230 @@
+//! The program's process: rlimits, the working directory, capabilities,
+//! no_new_privs, Landlock and seccomp, then exec (or, for the startup
+//! probe, a report of what is active).
+
+use std::ffi::CString;
+use std::os::fd::AsRawFd;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, path_beneath_rules,
+};
+use nix::sys::signal::{SigHandler, SigSet, sigaction};
+
+use super::{LaunchError, PROGRAM_SIGNALS, fail, plain_action};
+use crate::sandbox::{Applied, Policy};
+
+/// A protection that could not be applied although --sandbox-require asks
+/// for every one (or the working directory is missing).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("cannot enter the working directory {dir} inside the sandbox: {source}")]
+    WorkingDir { dir: String, source: std::io::Error },
+    #[cfg(target_os = "linux")]
+    #[error("capabilities: {0}")]
+    Capabilities(crate::sandbox::privileges::CapsetError),
+    #[error("no_new_privs could not be set")]
+    NoNewPrivs,
+    #[error("Landlock: {0}")]
+    Landlock(RulesetError),
+    #[error("seccomp: {0}")]
+    Seccomp(crate::sandbox::seccomp::SeccompError),
+}
+
+/// The program's process: confinement, then exec (or, for the probe, a
+/// report of what is active).
+pub(super) fn start_program(policy: &Policy, program: &[CString]) -> ! {
+    // Dispositions and the mask are inherited through exec: the program
+    // starts with defaults (Python only handles SIGINT if it is not ignored).
+    let dfl = plain_action(SigHandler::SigDfl);
+    for sig in PROGRAM_SIGNALS {
+        // SAFETY: restoring default dispositions.
+        unsafe {
+            let _ = sigaction(sig, &dfl);
+        }
+    }
+    let _ = SigSet::all().thread_unblock();
+    let mut applied = apply(policy).unwrap_or_else(|e| fail(e));
+    if policy.probe {
+        applied.namespaces = policy.mounts.is_some();
+        applied.network_blocked = !policy.network && network_blocked();
+        println!("{}", serde_json::to_string(&applied).unwrap_or_default());
+        std::process::exit(0);
+    }
+    fail(exec(policy, program))
+}
+
+/// Execs the program with the policy's environment; returns only on failure.
+fn exec(policy: &Policy, program: &[CString]) -> LaunchError {
+    let env: Vec<CString> = policy
+        .env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let path = resolve_program(&program[0], policy);
+    let _ = nix::unistd::execve(&path, program, &env);
+    let source = std::io::Error::last_os_error();
+    LaunchError::Exec {
+        program: program[0].clone(),
+        source,
+    }
+}
+
+/// An absolute program path: as given when it has a slash, else searched in
+/// the program's PATH.
+fn resolve_program(program: &CString, policy: &Policy) -> CString {
+    let bytes = program.as_bytes();
+    if bytes.contains(&b'/') {
+        return program.clone();
+    }
+    let name = String::from_utf8_lossy(bytes).into_owned();
+    let path = policy.env.get("PATH").cloned().unwrap_or_default();
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let candidate = std::path::Path::new(dir).join(&name);
+        if candidate.is_file()
+            && let Ok(c) = CString::new(candidate.to_string_lossy().into_owned())
+        {
+            return c;
+        }
+    }
+    program.clone()
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: setrlimit reads the struct only.
+    unsafe {
+        libc::setrlimit(resource, &lim);
+    }
+}
+
+/// Applies the policy to this (single-threaded) process; reports what is active.
+pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
+    let mut applied = Applied {
+        rlimits: set_limits(policy),
+        ..Applied::default()
+    };
+    if !policy.cwd.is_empty() {
+        std::env::set_current_dir(&policy.cwd).map_err(|source| ApplyError::WorkingDir {
+            dir: policy.cwd.clone(),
+            source,
+        })?;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        use crate::sandbox::privileges;
+        match privileges::drop_all() {
+            Ok(empty) => {
+                applied.capabilities_dropped = empty && privileges::bounding_empty();
+            }
+            Err(e) if policy.require && !privileges::all_empty() => {
+                return Err(ApplyError::Capabilities(e));
+            }
+            Err(_) => applied.capabilities_dropped = privileges::all_empty(),
+        }
+    }
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) has no memory effects.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0 {
+        applied.no_new_privs = true;
+    } else if policy.require {
+        return Err(ApplyError::NoNewPrivs);
+    }
+    if policy.landlock {
+        match landlock(policy) {
+            Ok(status) => applied.landlock = status,
+            Err(e) if policy.require => return Err(ApplyError::Landlock(e)),
+            Err(e) => applied.landlock = format!("unavailable ({e})"),
+        }
+    }
+    if policy.seccomp {
+        match crate::sandbox::seccomp::apply(policy.network || policy.egress.is_some()) {
+            Ok(()) => applied.seccomp = true,
+            Err(e) if policy.require => return Err(ApplyError::Seccomp(e)),
+            Err(e) => applied.seccomp_error = Some(e.to_string()),
+        }
+    }
+    Ok(applied)
+}
+
+/// The resource limits (no core dumps, ever); what was set, for the report.
+fn set_limits(policy: &Policy) -> Vec<String> {
+    let mut rlimits = Vec::new();
+    set_limit(libc::RLIMIT_CORE, 0);
+    if let Some(b) = policy.max_file_bytes {
+        set_limit(libc::RLIMIT_FSIZE, b);
+        rlimits.push(format!("file size {b} B"));
+    }
+    if let Some(n) = policy.max_open_files {
+        set_limit(libc::RLIMIT_NOFILE, n);
+        rlimits.push(format!("open files {n}"));
+    }
+    // SAFETY: getuid has no preconditions.
+    if let Some(n) = policy.max_processes
+        && unsafe { libc::getuid() } != 0
+    {
+        set_limit(libc::RLIMIT_NPROC, n);
+        rlimits.push(format!("processes {n} (per user)"));
+    }
+    rlimits
+}
+
+fn landlock(policy: &Policy) -> Result<String, RulesetError> {
+    let abi = ABI::V6;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(if policy.require {
+            CompatLevel::HardRequirement
+        } else {
+            CompatLevel::BestEffort
+        })
+        .handle_access(AccessFs::from_all(abi))?;
+    if !policy.network {
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
+    }
+    let ruleset = ruleset.scope(Scope::from_all(abi))?;
+    // An installer may connect to its relay's port only (in a network
+    // namespace where nothing else listens).
+    let net_rules: Vec<Result<NetPort, RulesetError>> = match &policy.egress {
+        Some(e) if !policy.network => vec![Ok(NetPort::new(e.port, AccessNet::ConnectTcp))],
+        _ => Vec::new(),
+    };
+    let existing = |paths: &[String]| -> Vec<String> {
+        paths
+            .iter()
+            .filter(|p| std::path::Path::new(p).exists())
+            .cloned()
+            .collect()
+    };
+    let status = ruleset
+        .create()?
+        .add_rules(path_beneath_rules(
+            existing(&policy.read),
+            AccessFs::from_read(abi),
+        ))?
+        .add_rules(path_beneath_rules(
+            existing(&policy.write),
+            AccessFs::from_all(abi),
+        ))?
+        .add_rules(net_rules)?
+        .restrict_self()?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => "fully enforced".to_string(),
+        RulesetStatus::PartiallyEnforced => "partially enforced (older kernel ABI)".to_string(),
+        RulesetStatus::NotEnforced => "not enforced (kernel without Landlock)".to_string(),
+    })
+}
+
+fn network_blocked() -> bool {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0");
+    let tcp = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
+        std::time::Duration::from_millis(200),
+    );
+    let _ = tcp.as_ref().map(|s| s.as_raw_fd());
+    sock.is_err()
+        && tcp
+            .err()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+}

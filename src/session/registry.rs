@@ -1,0 +1,439 @@
+//! The session registry: creating, finding, resetting and deleting
+//! sessions, the spare worker, and shutdown.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::executables::is_executable;
+
+/// Settings of a session created with python_sessions create.
+#[derive(Debug, Default, Clone)]
+pub struct SessionOptions {
+    pub python: Option<PathBuf>,
+    pub venv: Option<PathBuf>,
+    pub workdir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+}
+
+impl SessionManager {
+    /// Starts the default session and a spare worker without waiting.
+    pub fn warm_up(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.get_or_create(DEFAULT_SESSION) {
+                Ok(sess) => {
+                    if let Err(e) = this.ensure_worker(&sess).await {
+                        tracing::warn!("could not start the default session: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("could not create the default session: {e}"),
+            }
+        });
+    }
+
+    pub(super) fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
+        self.get_or_create_with(name, None)
+    }
+
+    /// Creates a session (with its own launch settings, if given) unless it exists.
+    pub(super) fn get_or_create_with(
+        &self,
+        name: &str,
+        spec: Option<LaunchSpec>,
+    ) -> Result<Arc<Session>, SessionError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(SessionError::ShuttingDown);
+        }
+        if !valid_name(name) {
+            return Err(SessionError::BadName(name.to_string()));
+        }
+        let mut map = self.sessions();
+        if let Some(s) = map.get(name) {
+            s.lock().last_used = Instant::now();
+            return Ok(s.clone());
+        }
+        if map.len() >= self.limits.max_sessions {
+            return Err(SessionError::TooMany {
+                name: name.to_string(),
+                limit: self.limits.max_sessions,
+            });
+        }
+        let sess = Arc::new(Session {
+            name: name.to_string(),
+            created: Instant::now(),
+            spec: spec.map(Arc::new),
+            state: Mutex::new(SessionState {
+                worker: None,
+                next_cell: 1,
+                cells_run: 0,
+                running: None,
+                completed: None,
+                delivered: None,
+                notes: Vec::new(),
+                background_images: Images::default(),
+                logs: VecDeque::new(),
+                history: VecDeque::new(),
+                last_cell: 0,
+                last_used: Instant::now(),
+            }),
+            start_lock: tokio::sync::Mutex::new(()),
+        });
+        map.insert(name.to_string(), sess.clone());
+        Ok(sess)
+    }
+
+    pub(super) fn existing(&self, name: &str) -> Result<Arc<Session>, SessionError> {
+        let map = self.sessions();
+        match map.get(name) {
+            Some(s) => {
+                s.lock().last_used = Instant::now();
+                Ok(s.clone())
+            }
+            None => Err(SessionError::NotFound {
+                name: name.to_string(),
+                existing: if map.is_empty() {
+                    "none".to_string()
+                } else {
+                    map.keys().cloned().collect::<Vec<_>>().join(", ")
+                },
+            }),
+        }
+    }
+
+    /// A ready worker: the spare if there is one, else a fresh launch.
+    pub(super) async fn acquire_worker(
+        self: &Arc<Self>,
+        custom: Option<&LaunchSpec>,
+    ) -> Result<Arc<Worker>, WorkerError> {
+        let timeout = self.limits.start_timeout;
+        if let Some(spec) = custom {
+            // Own settings: no spare can match them.
+            let fresh = worker::launch(spec).await?;
+            fresh.wait_ready(timeout).await?;
+            return Ok(fresh);
+        }
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let worker = match spare {
+            Some(w) if w.exit_info().is_none() => match w.wait_ready(timeout).await {
+                Ok(_) => w,
+                Err(_) => {
+                    let fresh = worker::launch(&self.spec).await?;
+                    fresh.wait_ready(timeout).await?;
+                    fresh
+                }
+            },
+            _ => {
+                let fresh = worker::launch(&self.spec).await?;
+                fresh.wait_ready(timeout).await?;
+                fresh
+            }
+        };
+        self.refill_spare();
+        Ok(worker)
+    }
+
+    pub(super) fn refill_spare(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if this.shutting_down.load(Ordering::SeqCst) {
+                return;
+            }
+            match worker::launch(&this.spec).await {
+                Ok(w) => {
+                    let old = this
+                        .spare
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .replace(w.clone());
+                    if let Some(old) = old {
+                        old.kill();
+                    }
+                    if this.shutting_down.load(Ordering::SeqCst) {
+                        w.kill();
+                    }
+                }
+                Err(e) => tracing::debug!("spare worker not started: {e}"),
+            }
+        });
+    }
+
+    /// The session's live worker, starting one if it has none or it died.
+    pub(super) async fn ensure_worker(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+    ) -> Result<Arc<Worker>, SessionError> {
+        let _guard = sess.start_lock.lock().await;
+        {
+            let mut st = sess.lock();
+            self.refresh(sess, &mut st);
+            if let Some(w) = &st.worker {
+                match w.exit_info() {
+                    None => return Ok(w.clone()),
+                    Some(exit) => {
+                        if st.running.is_none() {
+                            if let Some(reason) = w.take_kill_reason() {
+                                st.notes.push(reason);
+                            }
+                            let note = format!(
+                                "The interpreter of session '{}' had exited ({}) after cell {}; its variables were lost. This cell runs in a fresh interpreter.",
+                                sess.name,
+                                exit.describe(),
+                                st.last_cell
+                            );
+                            st.notes.push(note);
+                        }
+                        st.worker = None;
+                    }
+                }
+            }
+        }
+        let worker = self
+            .acquire_worker(sess.spec.as_deref())
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: sess.name.clone(),
+                source,
+            })?;
+        if let Some(info) = worker.ready_info() {
+            tracing::info!(session = %sess.name, pid = info.pid, python = %info.python_version, "session interpreter started");
+        }
+        sess.lock().worker = Some(worker.clone());
+        Ok(worker)
+    }
+
+    /// Restarts a session's interpreter; all its state is cleared.
+    pub async fn reset(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
+        let sess = if is_default_name(name) {
+            self.get_or_create(name)?
+        } else {
+            self.existing(name)?
+        };
+        let (old, stopped) = {
+            let mut st = sess.lock();
+            st.completed = None;
+            st.delivered = None;
+            st.notes.clear();
+            let stopped = st.running.take().map(|r| r.number);
+            (st.worker.take(), stopped)
+        };
+        if let Some(old) = old {
+            old.kill();
+        }
+        let worker = self.ensure_worker(&sess).await?;
+        sess.lock().notes.clear();
+        let mut msg = format!(
+            "Session '{}' was reset: a fresh interpreter (pid {}) is ready and all earlier variables are gone.",
+            sess.name,
+            worker.pid()
+        );
+        if let Some(cell) = stopped {
+            msg.push_str(&format!(
+                " Cell {cell}, which was still running, was stopped."
+            ));
+        }
+        Ok(msg)
+    }
+
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        // One look at /proc for every session's memory.
+        let snap = crate::sandbox::watch::Snapshot::take();
+        sessions
+            .iter()
+            .map(|sess| {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                let worker = st.worker.clone();
+                let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
+                let state = match (&worker, &st.running) {
+                    (None, _) => "starting",
+                    _ if dead => "dead",
+                    (_, Some(r)) if r.prompt.is_some() => "waiting_input",
+                    (_, Some(_)) => "busy",
+                    _ => "idle",
+                };
+                SessionInfo {
+                    name: sess.name.clone(),
+                    state: state.to_string(),
+                    pid: worker.as_ref().filter(|_| !dead).map(|w| w.pid()),
+                    cells: st.cells_run,
+                    running_cell: st.running.as_ref().map(|r| r.number),
+                    memory_bytes: worker
+                        .as_ref()
+                        .filter(|_| !dead)
+                        .and_then(|w| w.rss_bytes(&snap)),
+                    uptime_s: sess.created.elapsed().as_secs_f64(),
+                    python: worker
+                        .as_ref()
+                        .and_then(|w| w.ready_info())
+                        .map(|i| format!("{} ({})", i.executable, i.python_version)),
+                }
+            })
+            .collect()
+    }
+
+    /// Ends every worker (whole process groups) and refuses new work.
+    pub async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let mut workers: Vec<Arc<Worker>> = self
+            .sessions()
+            .values()
+            .filter_map(|s| s.lock().worker.clone())
+            .collect();
+        if let Some(spare) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            workers.push(spare);
+        }
+        for w in &workers {
+            w.kill();
+        }
+        for w in &workers {
+            let mut rx = w.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                while w.exit_info().is_none() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Creates a session with its own interpreter, directory or environment.
+    pub async fn create(
+        self: &Arc<Self>,
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<Arc<Session>, SessionError> {
+        if self.sessions().contains_key(name) {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
+            )));
+        }
+        let mut spec: LaunchSpec = self.spec.clone();
+        let mut custom = false;
+        if let Some(venv) = &opts.venv {
+            let venv = self.allowed_interpreter(venv, "venv")?;
+            let python = venv.join("bin").join("python");
+            if !is_executable(&python) {
+                return Err(SessionError::Invalid(format!(
+                    "'{}' is not a virtual environment: {} is missing; create it with `python3 -m venv {}`",
+                    venv.display(),
+                    python.display(),
+                    venv.display()
+                )));
+            }
+            spec.python = python;
+            custom = true;
+        }
+        if let Some(python) = &opts.python {
+            let python = self.allowed_interpreter(python, "python")?;
+            if !is_executable(&python) {
+                return Err(SessionError::Invalid(format!(
+                    "interpreter '{}' does not exist or is not executable; pass the path of a python3 inside the workspace",
+                    python.display()
+                )));
+            }
+            spec.python = python;
+            custom = true;
+        }
+        if let Some(dir) = &opts.workdir {
+            spec.workdir = self.inside_workspace(dir)?;
+            custom = true;
+        }
+        crate::sandbox::env::check(&opts.env).map_err(SessionError::Invalid)?;
+        for (k, v) in &opts.env {
+            spec.env.push((k.clone(), v.clone()));
+            custom = true;
+        }
+        let sess = self.get_or_create_with(name, custom.then_some(spec))?;
+        self.ensure_worker(&sess).await?;
+        Ok(sess)
+    }
+
+    /// A `workdir` argument: an existing directory whose real location
+    /// (symlinks resolved) is inside the server's workspace.
+    pub(super) fn inside_workspace(&self, dir: &Path) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let path = crate::sandbox::paths::normalize(dir, workspace);
+        let real = path.canonicalize().map_err(|_| {
+            SessionError::Invalid(format!(
+                "workdir '{}' does not exist; give a directory inside the workspace {}",
+                dir.display(),
+                workspace.display()
+            ))
+        })?;
+        if !real.starts_with(workspace) || !real.is_dir() {
+            return Err(SessionError::Invalid(format!(
+                "workdir '{}' is not a directory inside the workspace {}; sessions may only start there",
+                dir.display(),
+                workspace.display()
+            )));
+        }
+        Ok(real)
+    }
+
+    /// A `python`/`venv` argument: inside the workspace (it then runs in
+    /// the same sandbox as everything else), or one the operator allowed
+    /// (--python, --venv, --allow-python).
+    pub(super) fn allowed_interpreter(
+        &self,
+        path: &Path,
+        arg: &str,
+    ) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let abs = crate::sandbox::paths::normalize(path, workspace);
+        let allowed = self
+            .spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.allowed_python.as_slice())
+            .unwrap_or_default();
+        let by_operator = allowed
+            .iter()
+            .any(|a| *a == abs || (a.is_dir() && abs.starts_with(a)));
+        // Symlinks in the existing part of the path must not lead out (a
+        // missing directory is reported as missing below).
+        let inside = abs.starts_with(workspace)
+            && abs
+                .parent()
+                .is_none_or(|p| p.canonicalize().map_or(true, |p| p.starts_with(workspace)));
+        if inside || by_operator {
+            return Ok(abs);
+        }
+        Err(SessionError::Invalid(format!(
+            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv .venv), or ask the operator to start ferrepl with --allow-python {}",
+            path.display(),
+            workspace.display(),
+            abs.display()
+        )))
+    }
+
+    pub(super) fn workspace(&self) -> &Path {
+        self.spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.workspace.as_path())
+            .unwrap_or(self.spec.workdir.as_path())
+    }
+
+    /// Ends a session: its interpreter and everything it started.
+    pub fn delete(&self, name: &str) -> Result<String, SessionError> {
+        let sess = self.existing(name)?;
+        self.sessions().remove(name);
+        let mut st = sess.lock();
+        let running = st.running.take().map(|r| r.number);
+        if let Some(w) = st.worker.take() {
+            w.kill();
+        }
+        st.logs.clear();
+        let mut msg = format!("Session '{name}' was deleted; its interpreter and processes ended.");
+        if let Some(cell) = running {
+            msg.push_str(&format!(" Cell {cell}, which was running, was stopped."));
+        }
+        if super::is_default_name(name) {
+            msg.push_str(" The next call without a session name starts a fresh default session.");
+        }
+        Ok(msg)
+    }
+}

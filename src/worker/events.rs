@@ -1,0 +1,69 @@
+//! Events from the driver: a cell's event is delivered once the output
+//! before its fence has come through the pipes (see docs/protocol.md).
+
+use super::protocol::{CellEvent, Event};
+use super::{FENCE_GRACE, ReadyInfo, State, Worker};
+
+impl Worker {
+    pub(super) async fn handle_event(&self, event: Event) {
+        match event {
+            Event::Cell {
+                fence,
+                fenced,
+                event,
+            } => self.deliver(fence, &fenced, event).await,
+            Event::Ready {
+                pid,
+                python,
+                executable,
+            } => {
+                // Shown and signalled from outside: the host's pid, not the
+                // one inside the sandbox's PID namespace.
+                let root = self.process.pid();
+                let pid =
+                    tokio::task::spawn_blocking(move || crate::sandbox::watch::host_pid(root, pid))
+                        .await
+                        .ok()
+                        .flatten()
+                        .unwrap_or(pid);
+                self.lock().ready = Some(ReadyInfo {
+                    pid,
+                    python_version: python,
+                    executable,
+                });
+                self.bump();
+            }
+            Event::Reply { id, body } => {
+                if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
+                    let _ = tx.send(body);
+                }
+            }
+        }
+    }
+
+    /// Queues `event` with the output before `fence`, once that has come
+    /// through the `fenced` pipes.
+    async fn deliver(&self, fence: u64, fenced: &[String], event: CellEvent<()>) {
+        let need = [
+            fenced.iter().any(|s| s == "stdout"),
+            fenced.iter().any(|s| s == "stderr"),
+        ];
+        let reached = |s: &State| (0..2).all(|i| !need[i] || s.eof[i] || s.fence_seen[i] >= fence);
+        if tokio::time::timeout(FENCE_GRACE, self.wait_until(reached))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                pid = self.process.pid(),
+                fence,
+                "output fence did not arrive; delivering the event anyway"
+            );
+        }
+        let mut st = self.lock();
+        let output = st.capture.take();
+        st.released = st.released.max(fence);
+        st.events.push_back(event.with_output(output));
+        drop(st);
+        self.bump();
+    }
+}

@@ -1,0 +1,29 @@
+"""ferrepl's worker driver: runs inside each session's own interpreter.
+
+Standard library only; CPython 3.9+. Optional libraries (matplotlib,
+IPython, pandas, PIL) are only used when the session imports them.
+
+Modules (each imports what it uses from the others explicitly):
+
+    main        start-up, the control reader thread, the loop that runs cells
+    channel     the control socket (fd 3), events, fence markers on fds 1 and 2
+    cells       running a cell: parse, run, value, errors, interrupts; the
+                session's namespace
+    stdin       sys.stdin, input() and getpass() answered by the agent
+    display     values and rich display: repr, MIME bundles, images,
+                matplotlib and IPython hooks
+    introspect  requests answered on the control thread: inspect, complete,
+                namespace edits, import refresh
+
+How it is loaded: the package is embedded in the ferrepl binary
+(include_str! in src/worker/mod.rs; a new module must be listed there) and
+never read from disk: the sandbox hides the server's install location from
+sessions. The server starts `python -c BOOTSTRAP`, which reads one
+length-prefixed text from fd 3: ../boot.py, then each module's path and
+source, separated by NUL. boot.py puts a meta-path finder over those sources
+first on sys.meta_path, imports every module, takes the finder off again and
+calls main.main(). What the session sees: `ferrepl_driver.*` in sys.modules,
+no name in its namespace (`__main__`), sys.meta_path as without the finder.
+Driver code has file names `<ferrepl-driver:PATH>`, whose frames tracebacks
+leave out. The protocol is in docs/protocol.md.
+"""

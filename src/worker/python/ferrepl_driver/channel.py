@@ -1,0 +1,134 @@
+"""The control channel (fd 3) and the fence markers on the output pipes.
+
+The protocol is documented in docs/protocol.md. In short: JSON lines on fd 3;
+requests from the server, events from here. Output is never sent on fd 3: it
+flows through fds 1 and 2 (pipes read by the server). Events that close a
+span of output (cell done, input request) carry a fence number; before
+sending such an event the driver writes a marker with that number on both
+output pipes, so the server can attribute every byte to the right cell.
+"""
+
+import json
+import os
+import sys
+import threading
+
+NONCE = os.environ.pop("FERREPL_NONCE", "0" * 32).encode("ascii")
+
+_sock = None  # the control socket, from connect()
+# Private duplicates of the output pipes: markers still reach the server when
+# user code redirects or closes fds 1 and 2.
+_out_fd = os.dup(1)
+_err_fd = os.dup(2)
+_send_lock = threading.Lock()
+
+
+def connect(sock):
+    """Sends events on the control socket the bootstrap opened; subprocesses
+    never inherit it."""
+    global _sock
+    os.set_inheritable(sock.fileno(), False)
+    _sock = sock
+
+
+class _State:
+    fence = 0
+    in_user_code = False
+    cell = 0
+    value = None
+
+
+state = _State()
+
+
+def send(event):
+    data = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+    with _send_lock:
+        _sock.sendall(data)
+
+
+def flush_std():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
+EVENT_FENCE = b"\x00"  # closes a span of output that an event owns
+SYNC_FENCE = b"\x01"  # only orders the two pipes against each other
+_fence_lock = threading.RLock()
+
+
+def fence(kind=EVENT_FENCE):
+    """Write a numbered marker on both output pipes; returns (number, streams marked)."""
+    with _fence_lock:
+        state.fence += 1
+        number = state.fence
+        marker = b"\x00FERREPL:" + NONCE + b":" + ("%016x" % number).encode("ascii") + kind
+        marked = []
+        for name, fd in (("stdout", _out_fd), ("stderr", _err_fd)):
+            try:
+                os.write(fd, marker)
+                marked.append(name)
+            except OSError:
+                pass
+    return number, marked
+
+
+class _Order:
+    last = None
+    enabled = True
+
+
+_order = _Order()
+
+
+def _switch_to(which, streams):
+    """Before Python code writes to one stream after the other, flush the other
+    and put a sync marker on both pipes, so the server keeps their order."""
+    last = _order.last
+    if last is not None and last != which and _order.enabled:
+        try:
+            streams[last].flush()
+        except Exception:
+            pass
+        _, marked = fence(SYNC_FENCE)
+        if len(marked) != 2:
+            _order.enabled = False
+    _order.last = which
+
+
+class OrderedStream:
+    """sys.stdout / sys.stderr: the real text stream, plus ordering markers."""
+
+    def __init__(self, inner, which, streams):
+        self._inner = inner
+        self._which = which
+        self._streams = streams
+
+    def write(self, text):
+        _switch_to(self._which, self._streams)
+        return self._inner.write(text)
+
+    def writelines(self, lines):
+        _switch_to(self._which, self._streams)
+        return self._inner.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __iter__(self):
+        return iter(self._inner)
+
+    def __repr__(self):
+        return repr(self._inner)
+
+
+def send_fenced(event):
+    flush_std()
+    number, marked = fence()
+    event["fence"] = number
+    event["fenced"] = marked
+    send(event)

@@ -1,0 +1,13 @@
+//! The escape suite: one module per class of attack a hostile agent can try
+//! (it controls the code it runs and every tool argument it sends). Each test
+//! performs the attack through the real binary and an MCP client and asserts
+//! it fails. Run as root (CI) and, by `scripts/escape-unprivileged.sh`, once
+//! more as an unprivileged user (the `escape::` tests of this binary).
+
+mod args;
+mod degraded;
+mod files;
+mod isolation;
+mod privileges;
+mod review;
+mod robustness;

@@ -1,0 +1,199 @@
+//! The streamable HTTP transport: the same tools over HTTP, Host/Origin
+//! validation, and the bearer token.
+
+use crate::support::{
+    Client, HttpServer, ToolOutput, call, exec_args, mcp_post_headers, mcp_session_id, raw_http,
+    raw_post_mcp,
+};
+use serde_json::json;
+
+async fn exec(client: &Client, code: &str) -> ToolOutput {
+    call(client.peer(), "python_exec", json!({ "code": code })).await
+}
+
+#[tokio::test]
+async fn http_runs_cells_with_state_errors_and_crash_recovery() {
+    let mut server = HttpServer::start(&[], &[]).await;
+    let client = server.connect(None).await;
+
+    let first = exec(&client, "x = 41").await;
+    first.assert_ok();
+    assert_eq!(first.cell(), 1);
+    let second = exec(&client, "x + 1").await;
+    second.assert_ok();
+    assert_eq!(second.value(), Some("42"));
+    assert_eq!(second.cell(), 2);
+
+    let printed = exec(&client, "print('over http')").await;
+    printed.assert_ok();
+    assert_eq!(printed.str_field("stdout"), "over http\n");
+
+    let failed = exec(&client, "1/0").await;
+    failed.assert_raised("ZeroDivisionError");
+
+    let other = call(client.peer(), "python_exec", exec_args("h2", "x")).await;
+    other.assert_raised("NameError");
+
+    let crash = exec(&client, "import os; os._exit(3)").await;
+    assert!(crash.is_error, "{crash:#?}");
+    assert_eq!(crash.status(), "crashed", "{crash:#?}");
+
+    let after = exec(&client, "'alive'").await;
+    after.assert_ok();
+    assert_eq!(after.value(), Some("'alive'"));
+    assert!(
+        after.text.to_lowercase().contains("lost"),
+        "the first cell after a crash must say the state was lost: {:?}",
+        after.text
+    );
+    exec(&client, "x").await.assert_raised("NameError");
+
+    let listing = call(client.peer(), "python_sessions", json!({})).await;
+    assert!(!listing.is_error, "{listing:#?}");
+    let names: Vec<&str> = listing.structured["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sessions array: {listing:#?}"))
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"default") && names.contains(&"h2"),
+        "{names:?}"
+    );
+
+    server.assert_alive();
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn http_rejects_a_foreign_origin() {
+    let server = HttpServer::start(&[], &[]).await;
+
+    // The same request without an Origin is accepted, so a rejection below is
+    // due to the Origin alone.
+    let (plain, head) = raw_post_mcp(server.port, &mcp_post_headers(server.port)).await;
+    assert!(
+        (200..300).contains(&plain),
+        "a local request without Origin must be accepted, got {plain}: {head}"
+    );
+
+    let mut headers = mcp_post_headers(server.port);
+    headers.push(("Origin", "http://evil.example".to_string()));
+    let (status, head) = raw_post_mcp(server.port, &headers).await;
+    assert!(
+        (400..500).contains(&status),
+        "Origin http://evil.example must be refused with a 4xx, got {status}: {head}"
+    );
+}
+
+#[tokio::test]
+async fn http_rejects_a_foreign_host() {
+    let server = HttpServer::start(&[], &[]).await;
+    for host in ["evil.example", &format!("evil.example:{}", server.port)] {
+        let mut headers = mcp_post_headers(server.port);
+        headers[0] = ("Host", host.to_string());
+        let (status, head) = raw_post_mcp(server.port, &headers).await;
+        assert!(
+            (400..500).contains(&status),
+            "Host {host} must be refused with a 4xx, got {status}: {head}"
+        );
+    }
+    let (ok, head) = raw_post_mcp(server.port, &mcp_post_headers(server.port)).await;
+    assert!(
+        (200..300).contains(&ok),
+        "Host 127.0.0.1:PORT must be accepted, got {ok}: {head}"
+    );
+}
+
+async fn assert_token_enforced(server: &HttpServer, token: &str) {
+    let port = server.port;
+
+    let (status, head) = raw_post_mcp(port, &mcp_post_headers(port)).await;
+    assert_eq!(status, 401, "POST without a token: {head}");
+
+    let mut wrong = mcp_post_headers(port);
+    wrong.push(("Authorization", format!("Bearer {token}-wrong")));
+    let (status, head) = raw_post_mcp(port, &wrong).await;
+    assert_eq!(status, 401, "POST with a wrong token: {head}");
+
+    let host = format!("127.0.0.1:{port}");
+    let (status, head) = raw_http(
+        port,
+        "GET",
+        "/mcp",
+        &[("Host", &host), ("Accept", "text/event-stream")],
+        "",
+    )
+    .await;
+    assert_eq!(status, 401, "GET without a token: {head}");
+
+    let mut right = mcp_post_headers(port);
+    right.push(("Authorization", format!("Bearer {token}")));
+    let (status, head) = raw_post_mcp(port, &right).await;
+    assert!(
+        (200..300).contains(&status),
+        "POST with the right token must be accepted, got {status}: {head}"
+    );
+
+    assert!(
+        server.try_connect(None).await.is_err(),
+        "an MCP client without the token must not get in"
+    );
+
+    let client = server.connect(Some(token)).await;
+    let out = exec(&client, "secret_ok = 1\nsecret_ok + 1").await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("2"));
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn http_requires_the_bearer_token_when_one_is_set() {
+    let server = HttpServer::start(&["--auth-token", "s3cret-flag"], &[]).await;
+    assert_token_enforced(&server, "s3cret-flag").await;
+}
+
+#[tokio::test]
+async fn http_token_can_come_from_the_environment() {
+    let server = HttpServer::start(&[], &[("FERREPL_AUTH_TOKEN", "s3cret-env")]).await;
+    assert_token_enforced(&server, "s3cret-env").await;
+}
+
+/// Clients end their HTTP session with DELETE /mcp and accept 200 or 204; the
+/// official Python SDK logs any other status as a failed termination.
+#[tokio::test]
+async fn http_session_delete_answers_no_content() {
+    let mut server = HttpServer::start(&[], &[]).await;
+    let port = server.port;
+    let (status, head) = raw_post_mcp(port, &mcp_post_headers(port)).await;
+    assert!((200..300).contains(&status), "initialize: {head}");
+    let session = mcp_session_id(&head);
+    let host = format!("127.0.0.1:{port}");
+    let (status, head) = raw_http(
+        port,
+        "DELETE",
+        "/mcp",
+        &[("Host", &host), ("Mcp-Session-Id", &session)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 204, "DELETE of a live session: {head}");
+    // The session is gone: a request in it is answered 404 (the client
+    // must start a new one).
+    let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let (status, head) = raw_http(
+        port,
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &session),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(status, 404, "a request in the ended session: {head}");
+    server.assert_alive();
+}

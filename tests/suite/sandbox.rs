@@ -1,0 +1,811 @@
+//! OS confinement of sessions and shell jobs: network off by default, writes
+//! limited to the workspace and a per-session temporary directory, the user's
+//! home hidden, process-count and memory limits enforced on the whole process
+//! tree, every process of a session (daemonized ones included) ended on reset
+//! and delete, and `--sandbox off` lifting all of it.
+//!
+//! Every test talks to a real server over stdio through an rmcp client. The
+//! network probes go to sockets the test itself opened, so the test can tell
+//! from its own side that nothing reached them.
+
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::{
+    ATTEMPT, Reaper, StdioServer, ToolOutput, assert_succeeded, cmdline, everything,
+    host_pid_in_namespace, outcome, processes_with_arg, py, py_path, session_pid_namespace, unique,
+    wait_for_file_line, wait_process_gone,
+};
+use serde_json::json;
+
+/// Upper bound for processes of a killed session to disappear.
+const GONE_TIMEOUT: Duration = Duration::from_secs(15);
+/// wait_s of cells that only end when the server kills them: past it the cell
+/// comes back "running", which fails the test instead of hanging it.
+const KILL_WAIT_S: f64 = 25.0;
+
+// ------------------------------------------------------------------ helpers
+
+/// Whether an `attempt` outcome is a refusal: PermissionError, or an
+/// OSError carrying EPERM/EACCES, or EROFS (the sandbox's mount namespace
+/// makes everything but the workspace and the session's own directories
+/// read-only at the mount level).
+fn is_denial(got: &str) -> bool {
+    got.starts_with("PermissionError")
+        || (got.starts_with("OSError")
+            && [libc::EPERM, libc::EACCES, libc::EROFS]
+                .iter()
+                .any(|e| got.ends_with(&format!("errno={e}"))))
+}
+
+/// Panics unless `label` failed with a permission error (PermissionError, or
+/// an OSError carrying EPERM/EACCES/EROFS).
+fn assert_denied(out: &ToolOutput, label: &str) {
+    let got = outcome(out, label);
+    assert!(
+        is_denial(&got),
+        "'{label}' should have been refused with PermissionError/OSError(EPERM|EACCES|EROFS), got '{got}'; result: {out:#?}"
+    );
+}
+
+/// Like `assert_denied`, for a path in a place the sandbox hides (the host's
+/// temporary directory, the user's home): there the path does not exist at
+/// all (FileNotFoundError, ENOENT), which is a refusal too.
+fn assert_denied_or_hidden(out: &ToolOutput, label: &str) {
+    let got = outcome(out, label);
+    let hidden =
+        got.starts_with("FileNotFoundError") && got.ends_with(&format!("errno={}", libc::ENOENT));
+    assert!(
+        is_denial(&got) || hidden,
+        "'{label}' should have been refused (PermissionError/OSError(EPERM|EACCES|EROFS)) or not found in a hidden place (ENOENT), got '{got}'; result: {out:#?}"
+    );
+}
+
+/// Whether the sandbox hides `path` from sessions: it is in the host's
+/// temporary directory or in the user's home.
+fn in_a_hidden_place(path: &Path) -> bool {
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut places = vec![std::env::temp_dir(), Path::new("/tmp").to_path_buf()];
+    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        places.push(home.into());
+    }
+    places
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .filter(|p| p != Path::new("/"))
+        .any(|p| real.starts_with(p))
+}
+
+/// A fresh directory outside the workspace that the sandbox does not hide
+/// (under cargo's target directory), when the target directory itself is not
+/// in a hidden place.
+fn visible_outside_dir() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(base).expect("create CARGO_TARGET_TMPDIR");
+    tempfile::tempdir_in(base).expect("create a directory under CARGO_TARGET_TMPDIR")
+}
+
+/// python_exec with an explicit wait window.
+async fn exec_wait(server: &StdioServer, session: &str, code: &str, wait_s: f64) -> ToolOutput {
+    server
+        .call(
+            "python_exec",
+            json!({ "code": code, "session": session, "wait_s": wait_s }),
+        )
+        .await
+}
+
+/// Bounded poll until no live process carries `marker`; returns the survivors.
+async fn wait_no_process_with_arg(marker: &str, timeout: Duration) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = processes_with_arg(marker);
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fake home directory holding `.ssh/id_rsa` with `secret` in it. It is
+/// made outside the host's temporary directory (which the sandbox hides as
+/// a whole), so that only its being HOME keeps it from the sessions.
+fn fake_home(secret: &str) -> tempfile::TempDir {
+    let home = visible_outside_dir();
+    let ssh = home.path().join(".ssh");
+    std::fs::create_dir(&ssh).expect("mkdir .ssh");
+    std::fs::write(ssh.join("id_rsa"), format!("{secret}\n")).expect("write the fake key");
+    home
+}
+
+/// Cell probing the network against the test's own TCP and UDP sockets.
+fn network_cell(tcp_port: u16, udp_port: u16) -> String {
+    format!(
+        r#"{ATTEMPT}
+import socket
+def tcp():
+    s = socket.create_connection(("127.0.0.1", {tcp_port}), timeout=10)
+    s.close()
+    return "connected"
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        return s.sendto(b"ping", ("127.0.0.1", {udp_port}))
+    finally:
+        s.close()
+def ipv6():
+    socket.socket(socket.AF_INET6, socket.SOCK_STREAM).close()
+    return "created"
+def unix_pair():
+    a, b = socket.socketpair()
+    a.sendall(b"hi")
+    got = b.recv(2)
+    a.close(); b.close()
+    return got
+attempt("tcp", tcp)
+attempt("udp", udp)
+attempt("ipv6", ipv6)
+attempt("unix", unix_pair)
+"#
+    )
+}
+
+async fn sandbox_string(server: &StdioServer) -> String {
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
+    assert!(
+        !status.is_error,
+        "python_sessions status failed: {status:#?}"
+    );
+    status.structured["server"]["sandbox"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the status has no server.sandbox: {status:#?}"))
+        .to_string()
+}
+
+// ------------------------------------------------------------------ network
+
+#[tokio::test]
+async fn network_is_off_by_default_but_unix_sockets_work() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a TCP listener");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    let tcp_port = listener.local_addr().expect("tcp addr").port();
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket");
+    udp.set_nonblocking(true).expect("non-blocking UDP socket");
+    let udp_port = udp.local_addr().expect("udp addr").port();
+
+    let mut server = StdioServer::start(&[]).await;
+    let out = server.exec(&network_cell(tcp_port, udp_port)).await;
+    out.assert_ok();
+
+    assert_denied(&out, "tcp");
+    assert_denied(&out, "udp");
+    assert_denied(&out, "ipv6");
+    assert_eq!(
+        outcome(&out, "unix"),
+        "OK b'hi'",
+        "socketpair() must work: {out:#?}"
+    );
+
+    match listener.accept() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Ok((_, peer)) => panic!("the sandboxed cell reached the test's TCP listener from {peer}"),
+        Err(e) => panic!("accept on the test's listener failed: {e}"),
+    }
+    let mut buf = [0u8; 64];
+    match udp.recv_from(&mut buf) {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Ok((n, peer)) => panic!("the sandboxed cell sent {n} UDP bytes from {peer}"),
+        Err(e) => panic!("recv on the test's UDP socket failed: {e}"),
+    }
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ filesystem
+
+#[tokio::test]
+async fn writes_are_confined_to_the_workspace_and_a_private_home() {
+    // One directory in the host's temporary directory (hidden from the
+    // session), one outside it that the session sees (read-only).
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("escaped.txt");
+    let visible = visible_outside_dir();
+    let visible_target = visible.path().join("escaped.txt");
+    let real_home = std::env::var("HOME").unwrap_or_default();
+
+    let mut server = StdioServer::start(&[]).await;
+    let inside = server.workdir.path().join("inside.txt");
+    let code = format!(
+        r#"{ATTEMPT}
+import os
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+attempt("outside", lambda: write({target}, "escaped"))
+attempt("outside_visible", lambda: write({visible_target}, "escaped"))
+attempt("inside", lambda: write({inside}, "kept"))
+attempt("home", lambda: write(os.path.join(os.environ["HOME"], "probe.txt"), "h"))
+attempt("tmpdir", lambda: write(os.path.join(os.environ["TMPDIR"], "probe.txt"), "t"))
+print("HOME=" + os.environ["HOME"])
+print("TMPDIR=" + os.environ["TMPDIR"])
+"#,
+        target = py_path(&target),
+        visible_target = py_path(&visible_target),
+        inside = py_path(&inside),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+
+    assert_denied_or_hidden(&out, "outside");
+    if in_a_hidden_place(visible.path()) {
+        assert_denied_or_hidden(&out, "outside_visible");
+    } else {
+        assert_denied(&out, "outside_visible");
+    }
+    for path in [&target, &visible_target] {
+        assert!(
+            !path.exists(),
+            "{} was created outside the workspace",
+            path.display()
+        );
+    }
+
+    assert_succeeded(&out, "inside");
+    assert_eq!(
+        std::fs::read_to_string(&inside).expect("read the file the cell wrote"),
+        "kept"
+    );
+
+    assert_succeeded(&out, "home");
+    assert_succeeded(&out, "tmpdir");
+    let stdout = out.str_field("stdout");
+    let value_of = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} line in {stdout:?}"))
+            .to_string()
+    };
+    let home = value_of("HOME=");
+    let tmpdir = value_of("TMPDIR=");
+    for (name, dir) in [("HOME", &home), ("TMPDIR", &tmpdir)] {
+        assert!(!dir.is_empty(), "{name} is empty in the session");
+        if !real_home.is_empty() {
+            assert_ne!(
+                Path::new(dir),
+                Path::new(&real_home),
+                "{name} of the session is the real HOME"
+            );
+            assert!(
+                !Path::new(dir).starts_with(&real_home),
+                "{name} of the session ({dir}) is inside the real HOME ({real_home})"
+            );
+        }
+    }
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn read_only_sandbox_refuses_workspace_writes_but_allows_tmpdir() {
+    let mut server = StdioServer::start(&["--sandbox", "read-only"]).await;
+    let inside = server.workdir.path().join("inside.txt");
+    let code = format!(
+        r#"{ATTEMPT}
+import os
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+attempt("workspace", lambda: write({inside}, "nope"))
+attempt("tmpdir", lambda: write(os.path.join(os.environ["TMPDIR"], "probe.txt"), "t"))
+"#,
+        inside = py_path(&inside),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+    assert_denied(&out, "workspace");
+    assert!(
+        !inside.exists(),
+        "{} was written under --sandbox read-only",
+        inside.display()
+    );
+    assert_succeeded(&out, "tmpdir");
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn secrets_in_the_home_directory_cannot_be_read() {
+    let secret = unique("SECRET-");
+    let home = fake_home(&secret);
+    let key = home.path().join(".ssh").join("id_rsa");
+    let home_str = home.path().to_str().expect("UTF-8 home").to_string();
+
+    let mut server = StdioServer::start_with_env(&[], &[("HOME", home_str.as_str())]).await;
+    assert!(
+        !server.workdir.path().starts_with(home.path()),
+        "the workspace must be outside the fake HOME"
+    );
+    let out = server
+        .exec(&format!("open({}).read()", py_path(&key)))
+        .await;
+    // The home is hidden: refused, or (covered by an empty tmpfs) not there.
+    assert!(
+        out.is_error && out.status() == "error",
+        "reading the key must raise: {out:#?}"
+    );
+    assert!(
+        matches!(out.error_type(), "PermissionError" | "FileNotFoundError"),
+        "reading the key must raise PermissionError or FileNotFoundError: {out:#?}"
+    );
+    let all = everything(&out);
+    assert!(
+        !all.contains("SECRET"),
+        "the secret leaked into the result: {all}"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ limits
+
+#[tokio::test]
+async fn a_fork_bomb_is_stopped_and_leaves_nothing_behind() {
+    let marker = unique("ferrepl-bomb-");
+    let _reaper = Reaper::of_marker(&marker);
+    let mut server = StdioServer::start(&["--max-processes", "64"]).await;
+
+    let bystander = server.exec_in("bystander", "1 + 1").await;
+    bystander.assert_ok();
+
+    // Children exec `sleep` with the marker as argv[0]; the parent keeps
+    // forking, then holds on until the server kills the tree.
+    let code = format!(
+        r#"
+import os, shutil, time
+sleep = shutil.which("sleep")
+for _ in range(1000):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try:
+            os.execv(sleep, [{marker}, "6001"])
+        finally:
+            os._exit(0)
+time.sleep(60)
+"#,
+        marker = py(&marker)
+    );
+    let bomb = exec_wait(&server, "default", &code, KILL_WAIT_S).await;
+    assert!(bomb.is_error, "the fork bomb must be an error: {bomb:#?}");
+    assert_eq!(bomb.status(), "crashed", "{bomb:#?}");
+    let notes = bomb.notes_text();
+    assert!(
+        notes.contains("limit of 64 processes") || notes.contains("memory limit"),
+        "the notes must name the process (or memory) limit: {notes:?}; result: {bomb:#?}"
+    );
+    assert!(
+        bomb.text.contains("limit of 64 processes") || bomb.text.contains("memory limit"),
+        "the text must name the limit: {:?}",
+        bomb.text
+    );
+
+    server.assert_alive();
+    let other = server.exec_in("bystander", "1 + 1").await;
+    other.assert_ok();
+    assert_eq!(other.value(), Some("2"));
+
+    let left = wait_no_process_with_arg(&marker, GONE_TIMEOUT).await;
+    assert!(
+        left.is_empty(),
+        "{} bomb processes still alive after {GONE_TIMEOUT:?}: {left:?}",
+        left.len()
+    );
+
+    let after = server.exec("'alive'").await;
+    after.assert_ok();
+    assert_eq!(after.value(), Some("'alive'"));
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn a_memory_hog_is_killed_and_the_session_restarts() {
+    let mut server = StdioServer::start(&["--memory-limit", "300M"]).await;
+    server.exec("before = 1").await.assert_ok();
+
+    // bytearray(n) zero-fills its buffer, so all of it is resident; the cell
+    // then holds it until the server kills the session.
+    let hog = exec_wait(
+        &server,
+        "default",
+        "import time\nx = bytearray(800 * 1024 * 1024)\nx[::4096] = b'\\x01' * len(x[::4096])\ntime.sleep(60)",
+        KILL_WAIT_S,
+    )
+    .await;
+    assert!(hog.is_error, "the memory hog must be an error: {hog:#?}");
+    assert_eq!(hog.status(), "crashed", "{hog:#?}");
+    let notes = hog.notes_text();
+    assert!(
+        notes.contains("memory limit"),
+        "the notes must name the memory limit: {notes:?}; result: {hog:#?}"
+    );
+    assert!(
+        hog.text.contains("memory limit"),
+        "the text must name the memory limit: {:?}",
+        hog.text
+    );
+
+    server.assert_alive();
+    let after = server.exec("1 + 1").await;
+    after.assert_ok();
+    assert_eq!(after.value(), Some("2"));
+    assert!(
+        after.text.to_lowercase().contains("lost"),
+        "the first cell after the kill must say the state was lost: {:?}",
+        after.text
+    );
+    server.exec("before").await.assert_raised("NameError");
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ process cleanup
+
+/// Starts a daemonized (setsid) `sleep 6002` from `session` and returns its
+/// host pid once it is running (the pid file holds its pid in the session's
+/// own PID namespace).
+async fn start_daemon(
+    server: &StdioServer,
+    session: &str,
+    pid_file: &Path,
+    reaper: &mut Reaper,
+) -> u32 {
+    let script = format!("sleep 6002 & echo $! > {}; wait", pid_file.display());
+    let code = format!(
+        "import subprocess\n_daemon = subprocess.Popen(['setsid', 'sh', '-c', {}])",
+        py(&script)
+    );
+    server.exec_in(session, &code).await.assert_ok();
+    let namespace = session_pid_namespace(server, session).await;
+    let line = wait_for_file_line(pid_file, Duration::from_secs(15)).await;
+    let inner: u32 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("bad pid file content {line:?}"));
+    let pid = host_pid_in_namespace(&namespace, inner);
+    reaper.pids.push((pid, "6002".into()));
+    // `$!` is known before the forked shell has exec'd sleep: poll (bounded)
+    // until the pid runs `sleep 6002`.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !cmdline(pid).is_some_and(|argv| argv.iter().any(|a| a == "6002")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pid {pid} from {} did not become a live `sleep 6002` (argv {:?})",
+            pid_file.display(),
+            cmdline(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pid
+}
+
+#[tokio::test]
+async fn reset_and_delete_kill_daemonized_grandchildren() {
+    let mut server = StdioServer::start(&[]).await;
+    let mut reaper = Reaper::default();
+
+    let pid_file = server.workdir.path().join("d.pid");
+    let pid = start_daemon(&server, "default", &pid_file, &mut reaper).await;
+    let reset = server
+        .call(
+            "python_sessions",
+            json!({ "action": "reset", "session": "default" }),
+        )
+        .await;
+    assert!(!reset.is_error, "reset failed: {reset:#?}");
+    assert!(
+        wait_process_gone(pid, GONE_TIMEOUT).await,
+        "the daemonized sleep (pid {pid}) survived a reset (python_sessions reset)"
+    );
+
+    let pid_file = server.workdir.path().join("d2.pid");
+    let pid2 = start_daemon(&server, "named", &pid_file, &mut reaper).await;
+    let deleted = server
+        .call(
+            "python_sessions",
+            json!({ "action": "delete", "session": "named" }),
+        )
+        .await;
+    assert!(!deleted.is_error, "delete failed: {deleted:#?}");
+    assert!(
+        wait_process_gone(pid2, GONE_TIMEOUT).await,
+        "the daemonized sleep (pid {pid2}) survived python_sessions delete"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ sandbox off
+
+#[tokio::test]
+async fn sandbox_off_with_network_on_allows_everything() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a TCP listener");
+    listener
+        .set_nonblocking(true)
+        .expect("non-blocking listener");
+    let tcp_port = listener.local_addr().expect("tcp addr").port();
+    let udp = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP socket");
+    let udp_port = udp.local_addr().expect("udp addr").port();
+
+    let secret = unique("SECRET-");
+    let home = fake_home(&secret);
+    let key = home.path().join(".ssh").join("id_rsa");
+    let home_str = home.path().to_str().expect("UTF-8 home").to_string();
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("written.txt");
+
+    let mut server = StdioServer::start_with_env(
+        &["--sandbox", "off", "--network", "on"],
+        &[("HOME", home_str.as_str())],
+    )
+    .await;
+
+    let out = server.exec(&network_cell(tcp_port, udp_port)).await;
+    out.assert_ok();
+    assert_eq!(outcome(&out, "tcp"), "OK 'connected'", "{out:#?}");
+    match listener.accept() {
+        Ok(_) => {}
+        Err(e) => panic!("the test's listener has no connection from the cell: {e}"),
+    }
+
+    let code = format!(
+        r#"{ATTEMPT}
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return "written"
+def read(path):
+    with open(path) as f:
+        return f.read()
+attempt("outside", lambda: write({target}, "out"))
+attempt("secret", lambda: read({key}))
+"#,
+        target = py_path(&target),
+        key = py_path(&key),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+    assert_succeeded(&out, "outside");
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("the file written outside the workspace"),
+        "out"
+    );
+    assert!(
+        outcome(&out, "secret").contains(&secret),
+        "the fake key should be readable with --sandbox off: {out:#?}"
+    );
+
+    assert!(
+        sandbox_string(&server).await.contains("OFF"),
+        "the status must say the sandbox is OFF"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ shell jobs
+
+#[tokio::test]
+async fn shell_jobs_are_confined_too() {
+    let outside = tempfile::tempdir().expect("create a directory outside the workspace");
+    let target = outside.path().join("x");
+    let mut server = StdioServer::start(&[]).await;
+
+    let touch = server
+        .call(
+            "shell_exec",
+            json!({ "command": format!("touch {}; echo rc=$?", target.display()) }),
+        )
+        .await;
+    assert_eq!(touch.str_field("status"), "exited", "{touch:#?}");
+    let stdout = touch.str_field("stdout");
+    let rc = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rc="))
+        .unwrap_or_else(|| panic!("no rc= line in the job's stdout: {touch:#?}"));
+    assert_ne!(rc, "0", "touch outside the workspace succeeded: {touch:#?}");
+    assert!(
+        !target.exists(),
+        "the job created {} outside the workspace",
+        target.display()
+    );
+
+    let net = server
+        .call(
+            "shell_exec",
+            json!({ "command": "python3 -c \"import socket; socket.socket(); print('socket created')\"" }),
+        )
+        .await;
+    assert_eq!(net.str_field("status"), "exited", "{net:#?}");
+    let code = net.structured["exit_code"].as_i64();
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "creating an internet socket in a job should fail: {net:#?}"
+    );
+    let combined = format!("{}\n{}", net.str_field("stdout"), net.str_field("stderr"));
+    assert!(
+        !combined.contains("socket created"),
+        "the job created an internet socket: {net:#?}"
+    );
+    assert!(
+        combined.contains("PermissionError") || combined.contains("Operation not permitted"),
+        "the job should fail on the socket with a permission error: {net:#?}"
+    );
+
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+// ------------------------------------------------------------------ status and startup
+
+#[tokio::test]
+async fn sessions_status_describes_the_default_sandbox() {
+    let mut server = StdioServer::start(&[]).await;
+    let sandbox = sandbox_string(&server).await;
+    for needle in ["Landlock", "seccomp", "network off"] {
+        assert!(
+            sandbox.contains(needle),
+            "the status's sandbox should mention {needle:?}: {sandbox:?}"
+        );
+    }
+    assert!(
+        !sandbox.contains("OFF"),
+        "the default sandbox must not be OFF: {sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn sessions_status_says_off_when_the_sandbox_is_off() {
+    let mut server = StdioServer::start(&["--sandbox", "off"]).await;
+    let sandbox = sandbox_string(&server).await;
+    assert!(
+        sandbox.contains("OFF"),
+        "the status's sandbox should say OFF: {sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+#[tokio::test]
+async fn sandbox_require_starts_when_everything_is_available() {
+    let mut server = StdioServer::start(&["--sandbox-require"]).await;
+    let out = server.exec("1 + 1").await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("2"));
+    let sandbox = sandbox_string(&server).await;
+    assert!(
+        sandbox.contains("Landlock") && sandbox.contains("seccomp"),
+        "{sandbox:?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+/// Where cgroups can be made (as on this machine), every session and job is
+/// in its own memory and pids groups, which are removed when it ends; where
+/// they cannot, the status (python_sessions {action: "status"}) says the
+/// process-tree watch enforces the limits.
+#[tokio::test]
+async fn limits_are_kernel_enforced_by_cgroups_when_status_says_so() {
+    let mut server = StdioServer::start(&["--memory-limit", "300M"]).await;
+    let sandbox = sandbox_string(&server).await;
+    let out = server
+        .exec("print(open('/proc/self/cgroup').read(), end='')")
+        .await;
+    out.assert_ok();
+    let worker_cgroups = out.str_field("stdout").to_string();
+    let job = server
+        .call("shell_exec", json!({ "command": "cat /proc/self/cgroup" }))
+        .await;
+    assert!(!job.is_error, "{job:#?}");
+    let job_cgroups = job.structured["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let memory_line = |text: &str| -> String {
+        text.lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+            })
+            .unwrap_or_default()
+            .to_string()
+    };
+    if sandbox.contains("cgroup v1 memory") {
+        let line = memory_line(&worker_cgroups);
+        assert!(
+            line.contains("/ferrepl-"),
+            "status says cgroup, but the worker is not in a ferrepl memory group: {worker_cgroups:?}"
+        );
+        assert!(
+            memory_line(&job_cgroups).contains("/ferrepl-"),
+            "status says cgroup, but the job is not in a ferrepl memory group: {job_cgroups:?}"
+        );
+        let path = line.splitn(3, ':').nth(2).unwrap_or_default();
+        let dir = Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/'));
+        let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap_or_default();
+        assert_eq!(
+            limit.trim(),
+            (300u64 << 20).to_string(),
+            "limit of {}",
+            dir.display()
+        );
+
+        let reset = server
+            .call("python_sessions", json!({ "action": "reset" }))
+            .await;
+        assert!(!reset.is_error, "{reset:#?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while dir.exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the old session's cgroup {} was not removed after reset",
+                dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        assert!(
+            sandbox.contains("process-tree watch"),
+            "without cgroups the status must say what enforces the limits: {sandbox:?}"
+        );
+    }
+    server.assert_alive();
+    server.close_and_wait().await;
+}
+
+/// Threads are not processes: a session may start many (numeric libraries
+/// start one per core) without being taken for a fork bomb.
+#[tokio::test]
+async fn many_threads_are_not_a_fork_bomb() {
+    let mut server = StdioServer::start(&["--max-processes", "64"]).await;
+    let code = "import threading\n\
+gate = threading.Event()\n\
+threads = [threading.Thread(target=gate.wait) for _ in range(600)]\n\
+for t in threads:\n    t.start()\n\
+alive = sum(t.is_alive() for t in threads)\n\
+gate.set()\n\
+for t in threads:\n    t.join()\n\
+alive";
+    let out = server.exec(code).await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("600"), "{out:#?}");
+    let after = server.exec("alive").await;
+    after.assert_ok();
+    assert_eq!(
+        after.value(),
+        Some("600"),
+        "the session survived: {after:#?}"
+    );
+    server.assert_alive();
+    server.close_and_wait().await;
+}

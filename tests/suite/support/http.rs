@@ -1,0 +1,232 @@
+//! A server on the streamable HTTP transport, rmcp clients connected to it,
+//! and raw HTTP/1.1 exchanges for what a client library would never send.
+
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
+
+use super::launch::{Launch, START_TIMEOUT, StderrLog, strip_ansi};
+use super::result::CALL_TIMEOUT;
+use super::stdio::Client;
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+pub struct HttpServer {
+    pub port: u16,
+    /// Killed on drop.
+    pub child: Child,
+    /// The workspace (`--workdir`).
+    pub workdir: tempfile::TempDir,
+    stderr: StderrLog,
+}
+
+impl HttpServer {
+    /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...`,
+    /// with the full tool surface (see `support::launch`), and wait for its
+    /// "listening on" log line. The port is picked free just before; if
+    /// something grabbed it in between, another one is tried.
+    pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::launch(Launch::new(args).envs(envs)).await
+    }
+
+    /// Start `launch` over HTTP (see `start`).
+    pub async fn launch(launch: Launch) -> Self {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Self::try_start(launch.clone(), free_port()).await {
+                Ok(server) => return server,
+                Err(log) if attempt < 3 && log.to_lowercase().contains("in use") => continue,
+                Err(log) => panic!("the HTTP server did not start: {log}"),
+            }
+        }
+    }
+
+    async fn try_start(launch: Launch, port: u16) -> Result<Self, String> {
+        let needle = format!("listening on http://127.0.0.1:{port}/mcp");
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut ready_tx = Some(ready_tx);
+        let spawned = launch.spawn_http(port, move |line| {
+            if strip_ansi(line).contains(&needle)
+                && let Some(tx) = ready_tx.take()
+            {
+                let _ = tx.send(());
+            }
+        });
+        match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
+            Ok(Ok(())) => Ok(HttpServer {
+                port,
+                child: spawned.child,
+                workdir: spawned.workdir,
+                stderr: spawned.stderr,
+            }),
+            Ok(Err(_)) => Err(format!(
+                "it closed stderr without logging 'listening on http://127.0.0.1:{port}/mcp'; stderr:\n{}",
+                spawned.stderr.tail(4000)
+            )),
+            Err(_) => Err(format!(
+                "it did not log 'listening on http://127.0.0.1:{port}/mcp' within {START_TIMEOUT:?}; stderr:\n{}",
+                spawned.stderr.tail(4000)
+            )),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    pub fn stderr_log(&self) -> String {
+        self.stderr.text()
+    }
+
+    /// Connect an rmcp streamable-HTTP client with `handler`, optionally
+    /// with a bearer token.
+    pub async fn try_connect_with<H: ClientHandler>(
+        &self,
+        handler: H,
+        token: Option<&str>,
+    ) -> anyhow::Result<Client<H>> {
+        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
+        if let Some(token) = token {
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = tokio::time::timeout(START_TIMEOUT, handler.serve(transport))
+            .await
+            .map_err(|_| anyhow::anyhow!("MCP initialize over HTTP timed out"))??;
+        Ok(client)
+    }
+
+    /// Like `try_connect_with`; a failure panics with the server's stderr.
+    pub async fn connect_with<H: ClientHandler>(
+        &self,
+        handler: H,
+        token: Option<&str>,
+    ) -> Client<H> {
+        match self.try_connect_with(handler, token).await {
+            Ok(client) => client,
+            Err(e) => panic!(
+                "MCP initialize over HTTP failed: {e:#}\nserver stderr:\n{}",
+                self.stderr.tail(4000)
+            ),
+        }
+    }
+
+    /// Connect an rmcp client (unit handler), optionally with a bearer token.
+    pub async fn try_connect(&self, token: Option<&str>) -> anyhow::Result<Client> {
+        self.try_connect_with((), token).await
+    }
+
+    pub async fn connect(&self, token: Option<&str>) -> Client {
+        self.connect_with((), token).await
+    }
+
+    /// Panics (with the server's stderr) if the server process has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait on the server") {
+            panic!(
+                "the server exited ({status}); stderr:\n{}",
+                self.stderr.tail(4000)
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------ raw HTTP
+
+/// The body of an MCP `initialize` request, for raw tests.
+pub fn initialize_body() -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": { "name": "ferrepl-raw-test", "version": "0" }
+        }
+    })
+    .to_string()
+}
+
+/// Send one HTTP/1.1 request by hand to 127.0.0.1:`port` and return the
+/// response's status code and head. `headers` must include Host when wanted:
+/// nothing is added but Content-Length and `Connection: close`.
+pub async fn raw_http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to the HTTP server");
+        let mut request = format!("{method} {path} HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .expect("write the HTTP request");
+        // Read the response head only; the body may be a stream.
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.expect("read the HTTP response");
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no HTTP status line in response: {head:?}"));
+        (status, head)
+    };
+    tokio::time::timeout(CALL_TIMEOUT, exchange)
+        .await
+        .expect("raw HTTP exchange timed out")
+}
+
+/// Headers of a well-formed MCP POST from a local client.
+pub fn mcp_post_headers(port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("Host", format!("127.0.0.1:{port}")),
+        ("Content-Type", "application/json".to_string()),
+        ("Accept", "application/json, text/event-stream".to_string()),
+    ]
+}
+
+/// `raw_http` POST of an `initialize` to /mcp, with owned header values.
+pub async fn raw_post_mcp(port: u16, headers: &[(&'static str, String)]) -> (u16, String) {
+    let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    raw_http(port, "POST", "/mcp", &borrowed, &initialize_body()).await
+}
+
+/// The `Mcp-Session-Id` header of a response head; panics when missing.
+pub fn mcp_session_id(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no Mcp-Session-Id header in {head}"))
+}
