@@ -15,13 +15,30 @@ echo "== build" >&2
 cargo build --quiet
 export FERREPL_BIN="$PWD/target/debug/ferrepl"
 
+# The TypeScript SDK tests spend most of their ~75 s waiting on a 70 s cell
+# (the client-timeout case): run them beside everything else. Their output
+# goes to a file shown at the end; a failure fails the script.
+ts_log="$(mktemp)"
+echo "== interop tests (official TypeScript SDK, Inspector CLI), in the background" >&2
+FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
+ts_pid=$!
+trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"' EXIT
+
 echo "== rust unit and integration tests (rmcp client, stdio and HTTP)" >&2
 cargo test --quiet
 bash scripts/escape-unprivileged.sh
 
 echo "== interop tests (official Python SDK)" >&2
 "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
-FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh
 
 echo "== MCP conformance suite (HTTP)" >&2
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
+
+echo "== interop tests (official TypeScript SDK, Inspector CLI): results" >&2
+ts_status=0
+wait "$ts_pid" || ts_status=$?
+cat "$ts_log"
+if (( ts_status != 0 )); then
+    echo "TypeScript interop tests failed (exit $ts_status)" >&2
+    exit "$ts_status"
+fi
