@@ -111,6 +111,27 @@ impl FerreplServer {
 }
 
 impl FerreplServer {
+    /// Starts a cell (python_exec, python_run_file) and follows it; a client
+    /// cancel interrupts it.
+    pub(crate) async fn run_cell(
+        &self,
+        session: &Option<String>,
+        source: crate::session::CellSource<'_>,
+        wait_s: Option<args::Seconds>,
+        (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
+    ) -> ToolResult {
+        let wait = self.manager.wait_window(args::secs(wait_s));
+        let session = self.session_name(session);
+        let call = CallContext {
+            meta,
+            peer,
+            ct,
+            interrupt_on_cancel: true,
+        };
+        let fut = self.manager.exec(&session, source, wait);
+        self.drive(&session, call, fut).await
+    }
+
     /// Runs a cell call to completion while sending progress notifications
     /// (when the request has a progress token) and turning a cancellation
     /// from the client into an interrupt of the cell.

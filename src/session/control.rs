@@ -21,35 +21,19 @@ impl SessionManager {
         name: &str,
         target: Option<&str>,
     ) -> Result<Value, SessionError> {
-        let sess = if is_default_name(name) {
-            self.get_or_create(name)?
-        } else {
-            self.existing(name)?
-        };
-        let worker = self.ensure_worker(&sess).await?;
         let mut args = serde_json::Map::new();
         args.insert(
             "name".into(),
             target.map(Value::from).unwrap_or(Value::Null),
         );
-        let reply = worker
-            .control("inspect", args, self.limits.inspect_timeout)
+        self.control(name, "inspect", args)
             .await
-            .map_err(|source| SessionError::Worker {
-                session: sess.name.clone(),
-                source,
-            })?;
-        if reply.get("ok").and_then(Value::as_bool) != Some(true) {
-            let msg = reply
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or("inspect failed");
-            return Err(SessionError::Inspect(format!(
-                "session '{}': {msg}; call python_inspect without a name to list the variables",
-                sess.name
-            )));
-        }
-        Ok(reply)
+            .map_err(|e| match e {
+                SessionError::Invalid(msg) => SessionError::Inspect(format!(
+                    "{msg}; call python_inspect without a name to list the variables"
+                )),
+                other => other,
+            })
     }
 
     pub fn history(
@@ -98,7 +82,11 @@ impl SessionManager {
             let msg = reply
                 .get("message")
                 .and_then(Value::as_str)
-                .unwrap_or("the request failed");
+                .unwrap_or(if op == "inspect" {
+                    "inspect failed"
+                } else {
+                    "the request failed"
+                });
             return Err(SessionError::Invalid(format!(
                 "session '{}': {msg}",
                 sess.name

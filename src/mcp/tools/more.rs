@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::args::{Parameters, PathArg, Seconds, secs};
+use crate::mcp::args::{Parameters, PathArg, Seconds};
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::{self, CellOutput};
-use crate::mcp::server::{CallContext, FerreplServer};
+use crate::mcp::server::FerreplServer;
 use crate::session::{CellSource, HistoryEntry};
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -150,21 +150,13 @@ impl FerreplServer {
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> ToolResult {
-        let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = self.session_name(&p.session);
         let args = p.args.unwrap_or_default();
-        let call = CallContext {
-            meta,
-            peer,
-            ct,
-            interrupt_on_cancel: true,
-        };
         let source = CellSource::File {
             path: p.path.as_str(),
             args: &args,
         };
-        let fut = self.manager.exec(&session, source, wait);
-        self.drive(&session, call, fut).await
+        self.run_cell(&p.session, source, p.wait_s, (meta, peer, ct))
+            .await
     }
 
     #[tool(

@@ -72,18 +72,9 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> ToolResult {
-        let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = self.session_name(&p.session);
-        let call = CallContext {
-            meta,
-            peer,
-            ct,
-            interrupt_on_cancel: true,
-        };
-        let fut = self
-            .manager
-            .exec(&session, crate::session::CellSource::Code(&p.code), wait);
-        self.drive(&session, call, fut).await
+        let source = crate::session::CellSource::Code(&p.code);
+        self.run_cell(&p.session, source, p.wait_s, (meta, peer, ct))
+            .await
     }
 
     #[tool(
