@@ -45,13 +45,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             manager.shutdown().await;
         });
     }
-    let app = mcp::server::AppParts {
-        manager: manager.clone(),
-        jobs: jobs.clone(),
-        files: workspace,
+    let app = mcp::server::AppParts::new(
+        manager.clone(),
+        jobs.clone(),
+        workspace,
         groups,
-        structured: settings.structured,
-    };
+        settings.structured,
+    );
     let result = match cfg.http {
         Some(addr) => mcp::transport::http::serve(addr, &cfg, app, shutdown.clone()).await,
         None => serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await,

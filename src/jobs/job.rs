@@ -173,6 +173,8 @@ async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
         st.finished_at = Some(Instant::now());
     }
     job.bump();
-    job.process.remove_home().await;
+    // The cgroup is emptied first, so nothing left in it writes into the
+    // home while it is removed.
     process::release(cgroup).await;
+    job.process.remove_home().await;
 }

@@ -20,7 +20,7 @@ use crate::output::{Capture, LogSink};
 use crate::process::{self, Launch, Spawned, Stdio};
 
 pub use job::Job;
-pub use report::{JobInfo, JobReport, JobStatus};
+pub use report::{JobInfo, JobReport, JobState, JobStatus};
 
 /// Limits and defaults of shell jobs.
 #[derive(Debug, Clone)]
@@ -313,7 +313,7 @@ impl JobManager {
             job.signal(signal);
         }
         let mut report = self.wait(&job, Duration::from_secs(2)).await;
-        if report.status == JobStatus::Running && signal == Signal::SIGTERM {
+        if report.state.status == JobStatus::Running && signal == Signal::SIGTERM {
             job.kill_all_off_thread().await;
             let mut more = self.wait(&job, Duration::from_secs(5)).await;
             more.notes.push(

@@ -26,16 +26,49 @@ impl JobStatus {
     }
 }
 
-/// What a job call returns.
-#[derive(Debug, Clone)]
-pub struct JobReport {
+/// Which job and where it stands: shared by its reports and its row in the
+/// job list.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct JobState {
     pub job: String,
     pub command: String,
+    /// running or exited.
     pub status: JobStatus,
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
     pub pid: u32,
     pub pty: bool,
+}
+
+impl JobState {
+    /// "running", "exit 2", "killed by SIGKILL" or "exited".
+    pub fn describe(&self) -> String {
+        match (self.status, self.exit_code, &self.signal) {
+            (JobStatus::Running, _, _) => "running".to_string(),
+            (_, Some(code), _) => format!("exit {code}"),
+            (_, None, Some(sig)) => format!("killed by {sig}"),
+            _ => "exited".to_string(),
+        }
+    }
+
+    /// The state of `job`, `exit` if it has exited.
+    fn of(job: &Job, exit: Option<&ExitInfo>) -> Self {
+        JobState {
+            job: job.id.clone(),
+            command: job.command.clone(),
+            status: JobStatus::of(exit),
+            exit_code: exit.and_then(|e| e.code),
+            signal: exit.and_then(ExitInfo::signal_name),
+            pid: job.process.pid(),
+            pty: job.pty,
+        }
+    }
+}
+
+/// What a job call returns.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    pub state: JobState,
     pub output: RenderedOutput,
     pub elapsed_ms: f64,
     pub notes: Vec<String>,
@@ -43,7 +76,7 @@ pub struct JobReport {
 
 impl JobReport {
     pub fn is_error(&self) -> bool {
-        self.status == JobStatus::Exited && self.exit_code != Some(0)
+        self.state.status == JobStatus::Exited && self.state.exit_code != Some(0)
     }
 
     /// The report of `job`, `exit` if it has exited (and its output is in).
@@ -55,13 +88,7 @@ impl JobReport {
         notes: Vec<String>,
     ) -> Self {
         JobReport {
-            job: job.id.clone(),
-            command: job.command.clone(),
-            status: JobStatus::of(exit),
-            exit_code: exit.and_then(|e| e.code),
-            signal: exit.and_then(ExitInfo::signal_name),
-            pid: job.process.pid(),
-            pty: job.pty,
+            state: JobState::of(job, exit),
             output,
             elapsed_ms,
             notes,
@@ -84,17 +111,11 @@ impl JobReport {
     }
 }
 
-/// A row of shell_jobs.
+/// A row of the job list.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobInfo {
-    pub job: String,
-    pub command: String,
-    /// running or exited.
-    pub status: JobStatus,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
-    pub pid: u32,
-    pub pty: bool,
+    #[serde(flatten)]
+    pub state: JobState,
     pub age_s: f64,
 }
 
@@ -102,13 +123,7 @@ impl JobInfo {
     /// The row of `job`, `exit` if it has exited.
     pub(super) fn new(job: &Job, exit: Option<&ExitInfo>) -> Self {
         JobInfo {
-            job: job.id.clone(),
-            command: job.command.clone(),
-            status: JobStatus::of(exit),
-            exit_code: exit.and_then(|e| e.code),
-            signal: exit.and_then(ExitInfo::signal_name),
-            pid: job.process.pid(),
-            pty: job.pty,
+            state: JobState::of(job, exit),
             age_s: job.started.elapsed().as_secs_f64(),
         }
     }

@@ -40,12 +40,35 @@ python_wait collects it, answers its input() or interrupts it.";
 /// What every transport session's server is built from.
 #[derive(Clone)]
 pub struct AppParts {
-    pub manager: Arc<SessionManager>,
-    pub jobs: Arc<JobManager>,
-    pub files: crate::files::Workspace,
-    pub groups: ToolGroups,
+    manager: Arc<SessionManager>,
+    jobs: Arc<JobManager>,
+    files: crate::files::Workspace,
+    groups: ToolGroups,
     /// --structured-content.
-    pub structured: bool,
+    structured: bool,
+    /// The exposed tools with portable schemas, built once: over HTTP every
+    /// connection gets its own server.
+    router: ToolRouter<FerreplServer>,
+}
+
+impl AppParts {
+    pub fn new(
+        manager: Arc<SessionManager>,
+        jobs: Arc<JobManager>,
+        files: crate::files::Workspace,
+        groups: ToolGroups,
+        structured: bool,
+    ) -> Self {
+        let router = FerreplServer::router(&groups, structured, manager.wait_bounds());
+        Self {
+            manager,
+            jobs,
+            files,
+            groups,
+            structured,
+            router,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -64,14 +87,31 @@ impl FerreplServer {
     /// The server of one MCP connection; `default_session` is what an omitted
     /// `session` argument means for it.
     pub fn new(app: &AppParts, default_session: String) -> Self {
+        Self {
+            manager: app.manager.clone(),
+            jobs: app.jobs.clone(),
+            files: app.files.clone(),
+            groups: app.groups.clone(),
+            structured: app.structured,
+            default_session,
+            tool_router: app.router.clone(),
+        }
+    }
+
+    /// The tools `groups` expose, with schemas every client accepts and each
+    /// `wait_s` saying its bounds; output schemas only with `structured`.
+    fn router(
+        groups: &ToolGroups,
+        structured: bool,
+        (default_wait, max_wait): (f64, f64),
+    ) -> ToolRouter<Self> {
         let mut router = Self::python_router()
             + Self::sessions_router()
             + Self::more_router()
             + Self::shell_router()
             + Self::packages_router()
             + Self::file_router();
-        router.map.retain(|name, _| app.groups.exposes(name));
-        let (default_wait, max_wait) = app.manager.wait_bounds();
+        router.map.retain(|name, _| groups.exposes(name));
         let wait_doc =
             format!("Seconds to wait (default {default_wait:.0}, at most {max_wait:.0}).");
         for route in router.map.values_mut() {
@@ -80,7 +120,7 @@ impl FerreplServer {
             schema::portable(&mut input);
             schema::describe_property(&mut input, "wait_s", &wait_doc);
             tool.input_schema = Arc::new(input);
-            tool.output_schema = match (app.structured, tool.output_schema.take()) {
+            tool.output_schema = match (structured, tool.output_schema.take()) {
                 (true, Some(out)) => {
                     let mut out = (*out).clone();
                     schema::portable(&mut out);
@@ -89,15 +129,7 @@ impl FerreplServer {
                 _ => None,
             };
         }
-        Self {
-            manager: app.manager.clone(),
-            jobs: app.jobs.clone(),
-            files: app.files.clone(),
-            groups: app.groups.clone(),
-            structured: app.structured,
-            default_session,
-            tool_router: router,
-        }
+        router
     }
 
     /// The session a `session` argument names (omitted or empty: this

@@ -164,7 +164,7 @@ fn spawn_pipes(
     stdin: bool,
     control: Option<OwnedFd>,
 ) -> std::io::Result<Started> {
-    use std::process::Stdio;
+    use std::process::Stdio as PipeStdio;
     let mut cmd = tokio::process::Command::new(&command.program);
     cmd.args(&command.args);
     match &command.env {
@@ -172,9 +172,13 @@ fn spawn_pipes(
         Env::Over(env) => cmd.envs(env.iter().cloned()),
     };
     cmd.current_dir(cwd)
-        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdin(if stdin {
+            PipeStdio::piped()
+        } else {
+            PipeStdio::null()
+        })
+        .stdout(PipeStdio::piped())
+        .stderr(PipeStdio::piped())
         .kill_on_drop(true);
     // A session of its own (so also its own process group, with its pid as
     // id): no session or job may reach the server's controlling terminal,

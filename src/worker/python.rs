@@ -100,7 +100,7 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
     find_on_path_where(name, |_| true)
 }
 
-pub use crate::executables::{find_on_path_where, is_executable};
+use crate::executables::find_on_path_where;
 
 #[cfg(test)]
 mod tests {

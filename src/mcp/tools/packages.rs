@@ -118,7 +118,7 @@ Install {} once it has finished.",
                 "[ferrepl] The installer has no network (--network off): only local wheels install.",
             );
         }
-        if report.status == JobStatus::Exited && report.exit_code == Some(0) {
+        if report.state.status == JobStatus::Exited && report.state.exit_code == Some(0) {
             let note = match self.manager.refresh_imports(&session).await {
                 Ok(()) => format!(
                     "Installed; the packages import in session '{session}' now (no restart needed)."

@@ -167,7 +167,7 @@ impl FerreplServer {
         let running = out
             .jobs
             .iter()
-            .filter(|j| j.status == crate::jobs::JobStatus::Running)
+            .filter(|j| j.state.status == crate::jobs::JobStatus::Running)
             .count();
         text.push_str(&format!(
             "jobs: {} running, {} kept\n",

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobStatus, parse_signal};
+use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobState, JobStatus, parse_signal};
 use crate::mcp::args::{Parameters, Seconds, SignalArg, secs};
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render;
@@ -60,16 +60,8 @@ pub struct ShellOutputParams {
 /// structuredContent of shell_exec and shell_wait.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobOutput {
-    pub job: String,
-    pub command: String,
-    /// running or exited.
-    pub status: JobStatus,
-    /// Exit code, when the job exited normally.
-    pub exit_code: Option<i32>,
-    /// Signal that ended the job (e.g. SIGKILL), if any.
-    pub signal: Option<String>,
-    pub pid: u32,
-    pub pty: bool,
+    #[serde(flatten)]
+    pub state: JobState,
     /// Output returned by this call (only what was not shown before).
     pub stdout: String,
     pub stderr: String,
@@ -98,31 +90,22 @@ pub(crate) fn job_result(r: &JobReport, hint: &str) -> CallToolResult {
     if !body.is_empty() && !body.ends_with('\n') {
         text.push('\n');
     }
-    let state = match (r.status, r.exit_code, &r.signal) {
-        (JobStatus::Running, _, _) => {
-            text.push_str(&format!(
-                "[ferrepl] job {} is still running; {}\n",
-                r.job, hint
-            ));
-            "running".to_string()
-        }
-        (_, Some(code), _) => format!("exit {code}"),
-        (_, None, Some(sig)) => format!("killed by {sig}"),
-        _ => "exited".to_string(),
-    };
+    let s = &r.state;
+    if s.status == JobStatus::Running {
+        text.push_str(&format!(
+            "[ferrepl] job {} is still running; {hint}\n",
+            s.job
+        ));
+    }
     let secs = r.elapsed_ms / 1000.0;
     text.push_str(&format!(
-        "-- {state} | job {} | pid {} | {secs:.1} s --",
-        r.job, r.pid
+        "-- {} | job {} | pid {} | {secs:.1} s --",
+        s.describe(),
+        s.job,
+        s.pid
     ));
     let out = JobOutput {
-        job: r.job.clone(),
-        command: r.command.clone(),
-        status: r.status,
-        exit_code: r.exit_code,
-        signal: r.signal.clone(),
-        pid: r.pid,
-        pty: r.pty,
+        state: s.clone(),
         stdout: clean(&r.output.stdout),
         stderr: clean(&r.output.stderr),
         output_bytes: r.output.total_bytes,
@@ -240,19 +223,15 @@ fn jobs_listing(jobs: &[JobInfo]) -> CallToolResult {
         text.push_str("no jobs; shell_exec starts one\n");
     }
     for j in jobs {
-        let state = match (j.status, j.exit_code, &j.signal) {
-            (JobStatus::Running, _, _) => "running".to_string(),
-            (_, Some(c), _) => format!("exit {c}"),
-            (_, None, Some(s)) => format!("killed by {s}"),
-            _ => "exited".into(),
-        };
+        let s = &j.state;
         text.push_str(&format!(
-            "{}: {state}, pid {}, {:.0} s ago{}: {}\n",
-            j.job,
-            j.pid,
+            "{}: {}, pid {}, {:.0} s ago{}: {}\n",
+            s.job,
+            s.describe(),
+            s.pid,
             j.age_s,
-            if j.pty { ", pty" } else { "" },
-            j.command
+            if s.pty { ", pty" } else { "" },
+            s.command
         ));
     }
     render::structured(

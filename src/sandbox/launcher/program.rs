@@ -81,7 +81,7 @@ fn resolve_program(program: &CString, policy: &Policy) -> CString {
     let path = policy.env.get("PATH").cloned().unwrap_or_default();
     for dir in path.split(':').filter(|d| !d.is_empty()) {
         let candidate = std::path::Path::new(dir).join(&name);
-        if candidate.is_file()
+        if crate::executables::is_executable(&candidate)
             && let Ok(c) = CString::new(candidate.to_string_lossy().into_owned())
         {
             return c;
