@@ -58,6 +58,8 @@ pub enum JobError {
     Spawn(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Env(#[from] crate::sandbox::env::EnvError),
     #[error("job {0} has finished; its stdin is closed")]
     Finished(String),
     #[error("job {0}: its stdin is closed (eof was sent, or stdin text was given at start)")]
@@ -160,7 +162,7 @@ impl JobManager {
             return Err(JobError::TooMany { running });
         }
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        crate::sandbox::env::check(&spec.env).map_err(JobError::Invalid)?;
+        crate::sandbox::env::check(&spec.env)?;
         let cwd = self.job_cwd(spec.cwd.as_deref())?;
         let sink = LogSink {
             dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),

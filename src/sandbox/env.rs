@@ -47,34 +47,41 @@ pub fn inherited(extra: &[String]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Checks an agent-given variable name; the error says why it is refused.
-pub fn check_name(name: &str) -> Result<(), String> {
+/// Why an agent-given variable is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("environment variable name '{0}' is not valid (empty, or contains '=' or NUL)")]
+    BadName(String),
+    #[error("environment variable '{0}' is not allowed: FERREPL_* settings belong to the server")]
+    Server(String),
+    #[error(
+        "environment variable '{0}' is not allowed: loader and libc path variables (LD_*, GCONV_PATH, LOCPATH, ...) are refused; set others freely"
+    )]
+    Loader(String),
+    #[error("environment variable '{0}' has a NUL character in its value")]
+    NulValue(String),
+}
+
+/// Checks an agent-given variable name.
+pub fn check_name(name: &str) -> Result<(), EnvError> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(format!(
-            "environment variable name '{name}' is not valid (empty, or contains '=' or NUL)"
-        ));
+        return Err(EnvError::BadName(name.to_string()));
     }
     if name.starts_with("FERREPL_") {
-        return Err(format!(
-            "environment variable '{name}' is not allowed: FERREPL_* settings belong to the server"
-        ));
+        return Err(EnvError::Server(name.to_string()));
     }
     if name.starts_with("LD_") || LOADER.contains(&name) {
-        return Err(format!(
-            "environment variable '{name}' is not allowed: loader and libc path variables (LD_*, GCONV_PATH, LOCPATH, ...) are refused; set others freely"
-        ));
+        return Err(EnvError::Loader(name.to_string()));
     }
     Ok(())
 }
 
 /// Checks an agent-given environment (names and values).
-pub fn check(env: &BTreeMap<String, String>) -> Result<(), String> {
+pub fn check(env: &BTreeMap<String, String>) -> Result<(), EnvError> {
     for (k, v) in env {
         check_name(k)?;
         if v.contains('\0') {
-            return Err(format!(
-                "environment variable '{k}' has a NUL character in its value"
-            ));
+            return Err(EnvError::NulValue(k.clone()));
         }
     }
     Ok(())

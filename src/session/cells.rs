@@ -2,6 +2,7 @@
 //! into results. Results are pulled: events wait in the worker's queue until
 //! a call looks at the session.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -362,21 +363,42 @@ impl SessionManager {
         name: &str,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
-        let sess = self.existing(name)?;
-        let worker = {
-            let mut st = sess.lock();
-            self.refresh(&sess, &mut st);
+        self.follow(name, wait, |sess, st| {
             if st.running.is_none() && st.completed.is_none() {
                 // The response that carried the last result may have been
                 // lost (a dropped connection, a client timeout): give it again.
-                return redelivery(&st).ok_or_else(|| SessionError::Idle(sess.name.clone()));
+                let again = redelivery(st).ok_or_else(|| SessionError::Idle(sess.name.clone()))?;
+                return Ok(ControlFlow::Break(again));
             }
             match &st.worker {
-                Some(w) => w.clone(),
-                None => return Err(SessionError::Idle(sess.name.clone())),
+                Some(w) => Ok(ControlFlow::Continue(w.clone())),
+                None => Err(SessionError::Idle(sess.name.clone())),
             }
+        })
+        .await
+    }
+
+    /// Looks a session up, lets `prepare` check (and act on) its refreshed
+    /// state, then collects from the worker it names, or returns its answer.
+    async fn follow(
+        self: &Arc<Self>,
+        name: &str,
+        wait: Duration,
+        prepare: impl FnOnce(
+            &Session,
+            &mut SessionState,
+        ) -> Result<ControlFlow<CellReport, Arc<Worker>>, SessionError>,
+    ) -> Result<CellReport, SessionError> {
+        let sess = self.existing(name)?;
+        let next = {
+            let mut st = sess.lock();
+            self.refresh(&sess, &mut st);
+            prepare(&sess, &mut st)?
         };
-        self.collect(&sess, &worker, wait).await
+        match next {
+            ControlFlow::Break(report) => Ok(report),
+            ControlFlow::Continue(worker) => self.collect(&sess, &worker, wait).await,
+        }
     }
 
     /// Answers a pending input() and waits like `wait`.
@@ -387,10 +409,7 @@ impl SessionManager {
         eof: bool,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
-        let sess = self.existing(name)?;
-        let worker = {
-            let mut st = sess.lock();
-            self.refresh(&sess, &mut st);
+        self.follow(name, wait, |sess, st| {
             let worker = st.worker.clone();
             let Some(run) = st.running.as_mut() else {
                 return Err(SessionError::NotWaitingInput {
@@ -417,9 +436,9 @@ impl SessionManager {
                     source,
                 })?;
             run.prompt = None;
-            worker
-        };
-        self.collect(&sess, &worker, wait).await
+            Ok(ControlFlow::Continue(worker))
+        })
+        .await
     }
 
     pub(super) fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
@@ -439,6 +458,57 @@ impl SessionManager {
         worker: &Arc<Worker>,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
+        self.watch(sess, worker, wait, |st, timed_out| {
+            if let Some(done) = st.completed.take() {
+                let notes = std::mem::take(&mut st.notes);
+                let done = done.with_notes_first(notes);
+                st.delivered = Some(done.clone());
+                return Some(Ok(done));
+            }
+            let Some(run) = st.running.as_mut() else {
+                // Another call took the result first (perhaps one whose
+                // client is gone): this one gets it too.
+                return Some(redelivery(st).ok_or_else(|| SessionError::Idle(sess.name.clone())));
+            };
+            if run.prompt.is_none() && !timed_out {
+                return None;
+            }
+            if run.prompt.is_none() {
+                run.absorb(worker.take_output());
+            }
+            let (status, prompt) = match &run.prompt {
+                Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),
+                None => (CellStatus::Running, None),
+            };
+            let report = CellReport {
+                status,
+                session: sess.name.clone(),
+                cell: run.number,
+                output: run.output.take().render(),
+                background: None,
+                value: None,
+                error: None,
+                prompt,
+                elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
+                images: run.images.take(),
+                notes: Vec::new(),
+            };
+            let notes = std::mem::take(&mut st.notes);
+            Some(Ok(report.with_notes_first(notes)))
+        })
+        .await
+    }
+
+    /// Re-checks the session whenever its worker reports something (and
+    /// when a crash's grace runs out) until `check` gives an answer;
+    /// `check` is told whether `wait` has passed.
+    pub(super) async fn watch<T>(
+        &self,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        wait: Duration,
+        mut check: impl FnMut(&mut SessionState, bool) -> Option<T>,
+    ) -> T {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
         loop {
@@ -446,42 +516,8 @@ impl SessionManager {
             {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
-                if let Some(done) = st.completed.take() {
-                    let notes = std::mem::take(&mut st.notes);
-                    let done = done.with_notes_first(notes);
-                    st.delivered = Some(done.clone());
-                    return Ok(done);
-                }
-                let timed_out = TokioInstant::now() >= deadline;
-                let Some(run) = st.running.as_mut() else {
-                    // Another call took the result first (perhaps one whose
-                    // client is gone): this one gets it too.
-                    return redelivery(&st).ok_or_else(|| SessionError::Idle(sess.name.clone()));
-                };
-                if run.prompt.is_some() || timed_out {
-                    if run.prompt.is_none() {
-                        run.absorb(worker.take_output());
-                    }
-                    let (status, prompt) = match &run.prompt {
-                        Some((p, _)) => (CellStatus::WaitingInput, Some(p.clone())),
-                        None => (CellStatus::Running, None),
-                    };
-                    let output = run.output.take().render();
-                    let report = CellReport {
-                        status,
-                        session: sess.name.clone(),
-                        cell: run.number,
-                        output,
-                        background: None,
-                        value: None,
-                        error: None,
-                        prompt,
-                        elapsed_ms: run.started.elapsed().as_secs_f64() * 1000.0,
-                        images: run.images.take(),
-                        notes: Vec::new(),
-                    };
-                    let notes = std::mem::take(&mut st.notes);
-                    return Ok(report.with_notes_first(notes));
+                if let Some(answer) = check(&mut st, TokioInstant::now() >= deadline) {
+                    return answer;
                 }
             }
             let wake = self.next_wake(worker, deadline);
@@ -494,7 +530,7 @@ impl SessionManager {
 }
 
 /// The last finished result, again, saying so.
-pub(super) fn redelivery(st: &super::SessionState) -> Option<CellReport> {
+pub(super) fn redelivery(st: &SessionState) -> Option<CellReport> {
     let last = st.delivered.as_ref()?;
     let note = format!(
         "Delivered again: this result of cell {} was returned before; no cell is running.",

@@ -2,7 +2,6 @@
 //! limit, the memory/process watch and the idle reaper.
 
 use nix::sys::signal::Signal;
-use tokio::time::Instant as TokioInstant;
 
 use super::*;
 
@@ -201,26 +200,11 @@ impl SessionManager {
         cell: u64,
         wait: Duration,
     ) -> bool {
-        let deadline = TokioInstant::now() + wait;
-        let mut rx = worker.subscribe();
-        loop {
-            rx.borrow_and_update();
-            {
-                let mut st = sess.lock();
-                self.refresh(sess, &mut st);
-                if st.running.as_ref().map(|r| r.number) != Some(cell) {
-                    return true;
-                }
-            }
-            if TokioInstant::now() >= deadline {
-                return false;
-            }
-            let wake = self.next_wake(worker, deadline);
-            tokio::select! {
-                _ = rx.changed() => {}
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-        }
+        self.watch(sess, worker, wait, |st, timed_out| {
+            let gone = st.running.as_ref().map(|r| r.number) != Some(cell);
+            (gone || timed_out).then_some(gone)
+        })
+        .await
     }
 
     /// Enforces --max-cell-seconds on one cell.

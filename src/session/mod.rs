@@ -99,6 +99,8 @@ pub enum SessionError {
     Inspect(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Env(#[from] crate::sandbox::env::EnvError),
     #[error(
         "session '{session}': {detail}; run a cell with python_exec first, or pass another cell number"
     )]

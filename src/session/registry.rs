@@ -341,7 +341,7 @@ impl SessionManager {
             spec.workdir = self.inside_workspace(dir)?;
             custom = true;
         }
-        crate::sandbox::env::check(&opts.env).map_err(SessionError::Invalid)?;
+        crate::sandbox::env::check(&opts.env)?;
         for (k, v) in &opts.env {
             spec.env.push((k.clone(), v.clone()));
             custom = true;
