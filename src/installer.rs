@@ -24,9 +24,11 @@ pub struct InstallerSettings {
     /// How installers reach the network: through the proxy (`packages`),
     /// directly (`on`), or not at all (`off`).
     pub mode: crate::sandbox::Network,
+    /// The CRAN mirror of r_install (--cran).
+    pub cran: String,
 }
 
-fn host_of(url: &str) -> Option<String> {
+pub fn host_of(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
@@ -204,6 +206,7 @@ impl InstallerSettings {
             allowed_hosts: hosts,
             source_builds,
             mode,
+            cran: String::new(),
         }
     }
 

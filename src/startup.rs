@@ -248,12 +248,21 @@ fn installer_settings(
         );
         mode = config::Network::Off;
     }
-    let settings = installer::InstallerSettings::discover(
+    let mut extra_hosts = cfg.allow_host_egress.clone();
+    if cfg
+        .languages
+        .iter()
+        .any(|l| l.trim().eq_ignore_ascii_case("r"))
+    {
+        extra_hosts.extend(installer::host_of(&cfg.cran));
+    }
+    let mut settings = installer::InstallerSettings::discover(
         mode,
-        &cfg.allow_host_egress,
+        &extra_hosts,
         cfg.allow_source_builds,
         writable,
     );
+    settings.cran = cfg.cran.clone();
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");
         let listener = tokio::net::UnixListener::bind(&socket)

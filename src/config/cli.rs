@@ -58,6 +58,29 @@ pub struct Config {
     #[arg(long, env = "FERREPL_PYTHON", value_name = "PATH")]
     pub python: Option<PathBuf>,
 
+    /// Languages whose tools are exposed, comma separated: python, r.
+    #[arg(
+        long,
+        env = "FERREPL_LANGUAGES",
+        value_delimiter = ',',
+        default_value = "python",
+        value_name = "LANGS"
+    )]
+    pub languages: Vec<String>,
+
+    /// R for R sessions (its `R` front end). Default: $R_HOME/bin/R, else R on PATH.
+    #[arg(long = "r", env = "FERREPL_R", value_name = "PATH")]
+    pub r: Option<PathBuf>,
+
+    /// The CRAN mirror r_install uses; its host joins the installers' allow-list.
+    #[arg(
+        long,
+        env = "FERREPL_CRAN",
+        default_value = "https://cloud.r-project.org",
+        value_name = "URL"
+    )]
+    pub cran: String,
+
     /// Virtual environment for sessions (created if it does not exist; uv when available,
     /// else python -m venv). python_install installs into it.
     #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]

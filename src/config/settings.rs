@@ -84,12 +84,14 @@ impl Settings {
     /// How session interpreters are started.
     pub fn launch_spec(
         &self,
-        python: PathBuf,
+        language: crate::worker::Language,
+        program: PathBuf,
         log_dir: &Path,
         sandbox: Arc<SandboxConfig>,
     ) -> LaunchSpec {
         LaunchSpec {
-            python,
+            language,
+            program,
             workdir: self.workdir.clone(),
             env: Vec::new(),
             output_head_bytes: self.output.head_bytes,

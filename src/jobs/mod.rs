@@ -216,7 +216,7 @@ impl JobManager {
         } else {
             Stdio::Pipes {
                 stdin: true,
-                control: None,
+                control: Vec::new(),
             }
         };
         process::spawn(Launch {

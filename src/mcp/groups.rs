@@ -2,27 +2,37 @@
 
 use std::collections::BTreeSet;
 
-/// Every tool and its group. The default groups are what an agent needs when
-/// its host already has shell and file tools (Claude Code, Codex, Cursor);
-/// `more`, `shell` and `files` are for the rest.
-const TOOLS: &[(&str, &str)] = &[
-    ("python_exec", "python"),
-    ("python_wait", "python"),
-    ("python_output", "python"),
-    ("python_sessions", "python"),
-    ("python_inspect", "python"),
-    ("python_install", "packages"),
-    ("python_history", "more"),
-    ("python_run_file", "more"),
-    ("python_complete", "more"),
-    ("python_namespace", "more"),
-    ("shell_exec", "shell"),
-    ("shell_wait", "shell"),
-    ("shell_output", "shell"),
-    ("file_list", "files"),
-    ("file_read", "files"),
-    ("file_write", "files"),
-    ("file_delete", "files"),
+use crate::worker::Language;
+
+/// Every tool, its group and its language (None: every language's). The
+/// default groups are what an agent needs when its host already has shell
+/// and file tools (Claude Code, Codex, Cursor); `more`, `shell` and `files`
+/// are for the rest. The `python` group is the core of each language
+/// enabled with --languages.
+const TOOLS: &[(&str, &str, Option<Language>)] = &[
+    ("python_exec", "python", Some(Language::Python)),
+    ("python_wait", "python", Some(Language::Python)),
+    ("python_output", "python", Some(Language::Python)),
+    ("python_sessions", "python", None),
+    ("python_inspect", "python", Some(Language::Python)),
+    ("python_install", "packages", Some(Language::Python)),
+    ("python_history", "more", None),
+    ("python_run_file", "more", Some(Language::Python)),
+    ("python_complete", "more", Some(Language::Python)),
+    ("python_namespace", "more", Some(Language::Python)),
+    ("r_exec", "python", Some(Language::R)),
+    ("r_wait", "python", Some(Language::R)),
+    ("r_output", "python", Some(Language::R)),
+    ("r_inspect", "python", Some(Language::R)),
+    ("r_install", "packages", Some(Language::R)),
+    ("r_complete", "more", Some(Language::R)),
+    ("shell_exec", "shell", None),
+    ("shell_wait", "shell", None),
+    ("shell_output", "shell", None),
+    ("file_list", "files", None),
+    ("file_read", "files", None),
+    ("file_write", "files", None),
+    ("file_delete", "files", None),
 ];
 
 /// The groups a user can pick; `all` is every group.
@@ -30,10 +40,13 @@ pub const GROUPS: &[&str] = &["python", "packages", "more", "shell", "files"];
 const DEFAULT_GROUPS: &[&str] = &["python", "packages"];
 
 #[derive(Debug, Clone)]
-pub struct ToolGroups(BTreeSet<&'static str>);
+pub struct ToolGroups {
+    groups: BTreeSet<&'static str>,
+    languages: Vec<Language>,
+}
 
 impl ToolGroups {
-    pub fn parse(items: &[String]) -> Result<Self, String> {
+    pub fn parse(items: &[String], languages: &[Language]) -> Result<Self, String> {
         let mut set = BTreeSet::new();
         for item in items.iter().flat_map(|s| s.split(',')).map(str::trim) {
             match item {
@@ -55,19 +68,28 @@ impl ToolGroups {
         if set.is_empty() {
             set.extend(DEFAULT_GROUPS.iter().copied());
         }
-        Ok(Self(set))
+        Ok(Self {
+            groups: set,
+            languages: languages.to_vec(),
+        })
     }
 
     /// Whether `tool` is exposed; a tool missing from the table never is, so
     /// a new tool cannot appear without being placed in a group.
     pub fn exposes(&self, tool: &str) -> bool {
-        TOOLS
-            .iter()
-            .any(|(name, group)| *name == tool && self.0.contains(group))
+        TOOLS.iter().any(|(name, group, lang)| {
+            *name == tool
+                && self.groups.contains(group)
+                && lang.is_none_or(|l| self.languages.contains(&l))
+        })
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.0.iter().map(|g| g.to_string()).collect()
+        self.groups.iter().map(|g| g.to_string()).collect()
+    }
+
+    pub fn languages(&self) -> &[Language] {
+        &self.languages
     }
 }
 
@@ -77,16 +99,21 @@ mod tests {
 
     #[test]
     fn groups_filter_tools() {
-        let g = ToolGroups::parse(&["python".into()]).expect("parse");
+        let py = [Language::Python];
+        let g = ToolGroups::parse(&["python".into()], &py).expect("parse");
         assert!(g.exposes("python_exec"));
         assert!(!g.exposes("shell_exec"));
         assert!(!g.exposes("python_install"));
         assert!(!g.exposes("no_such_tool"));
-        assert!(ToolGroups::parse(&["bogus".into()]).is_err());
-        let default = ToolGroups::parse(&[]).expect("parse");
+        assert!(!g.exposes("r_exec"));
+        assert!(ToolGroups::parse(&["bogus".into()], &py).is_err());
+        let default = ToolGroups::parse(&[], &py).expect("parse");
         assert!(default.exposes("python_install"));
         assert!(!default.exposes("file_read"));
-        let all = ToolGroups::parse(&["all".into()]).expect("parse");
-        assert!(TOOLS.iter().all(|(t, _)| all.exposes(t)));
+        let all = ToolGroups::parse(&["all".into()], &Language::ALL).expect("parse");
+        assert!(TOOLS.iter().all(|(t, _, _)| all.exposes(t)));
+        let r_only = ToolGroups::parse(&[], &[Language::R]).expect("parse");
+        assert!(r_only.exposes("r_exec") && r_only.exposes("r_install"));
+        assert!(r_only.exposes("python_sessions") && !r_only.exposes("python_exec"));
     }
 }

@@ -97,13 +97,17 @@ pub fn cell_text(r: &CellReport) -> String {
     match r.status {
         CellStatus::Running => push_block(
             &mut text,
-            "[ferrepl] still running; call python_wait to keep waiting (interrupt: true stops it).",
+            &format!(
+                "[ferrepl] still running; call {} to keep waiting (interrupt: true stops it).",
+                r.language.wait_tool()
+            ),
         ),
         CellStatus::WaitingInput => push_block(
             &mut text,
             &format!(
-                "[ferrepl] waiting for input, prompt {:?}; answer with python_wait {{input: ...}}.",
-                r.prompt.as_deref().unwrap_or("")
+                "[ferrepl] waiting for input, prompt {:?}; answer with {} {{input: ...}}.",
+                r.prompt.as_deref().unwrap_or(""),
+                r.language.wait_tool()
             ),
         ),
         _ => {}

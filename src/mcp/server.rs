@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use rmcp::handler::server::router::tool::ToolRouter;
+
+use crate::worker::Language;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ProgressNotificationParam,
@@ -36,6 +38,9 @@ const INSTRUCTIONS: &str = "Python sessions whose variables persist between call
 created on first use (session defaults to \"default\"). A result ends with a status line: ok, error, running, waiting_input, interrupted or crashed. \
 A call returns within wait_s; a cell still going then returns 'running' and keeps running: \
 python_wait collects it, answers its input() or interrupts it.";
+
+/// Added to the instructions when R is enabled.
+const R_INSTRUCTIONS: &str = " R sessions (default \"r\") work alike through the r_ tools.";
 
 /// What every transport session's server is built from.
 #[derive(Clone)]
@@ -110,6 +115,8 @@ impl FerreplServer {
             + Self::more_router()
             + Self::shell_router()
             + Self::packages_router()
+            + Self::r_router()
+            + Self::r_packages_router()
             + Self::file_router();
         router.map.retain(|name, _| groups.exposes(name));
         let wait_doc =
@@ -132,6 +139,15 @@ impl FerreplServer {
         router
     }
 
+    /// The server's instructions, with R's line when R tools are exposed.
+    fn instructions(&self) -> String {
+        let mut text = INSTRUCTIONS.to_string();
+        if self.groups.languages().contains(&Language::R) {
+            text.push_str(R_INSTRUCTIONS);
+        }
+        text
+    }
+
     /// The session a `session` argument names (omitted or empty: this
     /// connection's default).
     pub(crate) fn session_name(&self, s: &Option<String>) -> String {
@@ -139,6 +155,22 @@ impl FerreplServer {
             .filter(|s| !s.is_empty())
             .unwrap_or(&self.default_session)
             .to_string()
+    }
+
+    /// The session a `session` argument names for a tool of `lang`
+    /// (omitted: that language's default), refused if it is another
+    /// language's session.
+    pub(crate) fn session_in(
+        &self,
+        s: &Option<String>,
+        lang: Language,
+    ) -> Result<String, crate::session::SessionError> {
+        let name = match s.as_deref().filter(|s| !s.is_empty()) {
+            Some(name) => name.to_string(),
+            None => crate::session::default_for(lang, &self.default_session),
+        };
+        self.manager.check_language(&name, lang)?;
+        Ok(name)
     }
 }
 
@@ -148,19 +180,20 @@ impl FerreplServer {
     pub(crate) async fn run_cell(
         &self,
         session: &Option<String>,
+        lang: Language,
         source: crate::session::CellSource<'_>,
         wait_s: Option<args::Seconds>,
         (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
     ) -> ToolResult {
         let wait = self.manager.wait_window(args::secs(wait_s));
-        let session = self.session_name(session);
+        let session = self.session_in(session, lang)?;
         let call = CallContext {
             meta,
             peer,
             ct,
             interrupt_on_cancel: true,
         };
-        let fut = self.manager.exec(&session, source, wait);
+        let fut = self.manager.exec(&session, lang, source, wait);
         self.drive(&session, call, fut).await
     }
 
@@ -248,6 +281,6 @@ impl ServerHandler for FerreplServer {
                 .build(),
         )
         .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))
-        .with_instructions(INSTRUCTIONS)
+        .with_instructions(self.instructions())
     }
 }

@@ -16,7 +16,7 @@ use crate::output::Stream;
 use crate::sandbox::SandboxConfig;
 use crate::sandbox::cgroup::Cgroup;
 
-/// The fd a worker's control socket is given as.
+/// The first fd of a worker's control channel (a socket, or two pipes).
 pub const CONTROL_FD: i32 = 3;
 
 /// An output stream of a started process.
@@ -28,11 +28,8 @@ pub type Input = Box<dyn AsyncWrite + Send + Unpin>;
 #[derive(Debug)]
 pub enum Stdio {
     /// Pipes for stdout and stderr; stdin a pipe (`stdin`) or /dev/null;
-    /// `control`, if given, becomes the process's fd [`CONTROL_FD`].
-    Pipes {
-        stdin: bool,
-        control: Option<OwnedFd>,
-    },
+    /// `control` become the process's fds [`CONTROL_FD`], 4, ... in order.
+    Pipes { stdin: bool, control: Vec<OwnedFd> },
     /// One terminal of `rows` x `cols` for all three (pty-process makes
     /// the process a session leader with it as its controlling terminal).
     Pty { rows: u16, cols: u16 },
@@ -162,7 +159,7 @@ fn spawn_pipes(
     command: &Command,
     cwd: &Path,
     stdin: bool,
-    control: Option<OwnedFd>,
+    control: Vec<OwnedFd>,
 ) -> std::io::Result<Started> {
     use std::process::Stdio as PipeStdio;
     let mut cmd = tokio::process::Command::new(&command.program);
@@ -192,12 +189,16 @@ fn spawn_pipes(
             Ok(())
         });
     }
-    if let Some(fd) = control {
-        cmd.fd_mappings(vec![FdMapping {
-            parent_fd: fd,
-            child_fd: CONTROL_FD,
-        }])
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    if !control.is_empty() {
+        let mappings = (CONTROL_FD..)
+            .zip(control)
+            .map(|(child_fd, parent_fd)| FdMapping {
+                parent_fd,
+                child_fd,
+            })
+            .collect();
+        cmd.fd_mappings(mappings)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     let mut child = cmd.spawn()?;
     // `cmd` holds the child's end of the control socket until it is dropped.

@@ -13,7 +13,7 @@ use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
 use crate::output::log::CellLog;
 use crate::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
-use crate::worker::{CellEvent, Worker};
+use crate::worker::{CellEvent, Language, Worker};
 
 /// What a cell runs: code, or a script file (python_run_file).
 #[derive(Debug, Clone, Copy)]
@@ -231,6 +231,7 @@ impl SessionManager {
         st.completed = Some(CellReport {
             status: done.status,
             session: sess.name.clone(),
+            language: sess.language,
             cell: run.number,
             output: run.output.render(),
             background: None,
@@ -284,17 +285,18 @@ impl SessionManager {
     pub async fn exec(
         self: &Arc<Self>,
         name: &str,
+        lang: Language,
         source: CellSource<'_>,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
-        let sess = self.get_or_create(name)?;
+        let sess = self.get_or_create(name, lang)?;
         let worker = self.ensure_worker(&sess).await?;
         let mut carried = Vec::new();
         let (background, after, number) = {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
             if let Some(run) = &st.running {
-                return Err(busy(&sess.name, run));
+                return Err(busy(&sess, run));
             }
             if let Some(prev) = st.completed.take() {
                 carried.push(format!(
@@ -325,7 +327,7 @@ impl SessionManager {
             st.delivered = None;
             st.last_used = Instant::now();
             st.notes.append(&mut carried);
-            let mut run = self.new_running_cell(number, &source);
+            let mut run = self.new_running_cell(number, sess.language, &source);
             run.images.extend(background_images, self.limits.max_images);
             st.running = Some(run);
             (background, st.last_cell, number)
@@ -339,7 +341,12 @@ impl SessionManager {
     }
 
     /// The record of a cell just sent to the worker.
-    fn new_running_cell(&self, number: u64, source: &CellSource<'_>) -> RunningCell {
+    fn new_running_cell(
+        &self,
+        number: u64,
+        lang: Language,
+        source: &CellSource<'_>,
+    ) -> RunningCell {
         RunningCell {
             number,
             started: Instant::now(),
@@ -348,7 +355,7 @@ impl SessionManager {
             output: Capture::new(
                 self.spec.output_head_bytes,
                 self.spec.output_tail_bytes,
-                "python_output",
+                lang.output_tool(),
             ),
             images: Images::default(),
             log: CellLog::new(number),
@@ -367,12 +374,13 @@ impl SessionManager {
             if st.running.is_none() && st.completed.is_none() {
                 // The response that carried the last result may have been
                 // lost (a dropped connection, a client timeout): give it again.
-                let again = redelivery(st).ok_or_else(|| SessionError::Idle(sess.name.clone()))?;
+                let again = redelivery(st)
+                    .ok_or_else(|| SessionError::Idle(sess.language, sess.name.clone()))?;
                 return Ok(ControlFlow::Break(again));
             }
             match &st.worker {
                 Some(w) => Ok(ControlFlow::Continue(w.clone())),
-                None => Err(SessionError::Idle(sess.name.clone())),
+                None => Err(SessionError::Idle(sess.language, sess.name.clone())),
             }
         })
         .await
@@ -413,12 +421,14 @@ impl SessionManager {
             let worker = st.worker.clone();
             let Some(run) = st.running.as_mut() else {
                 return Err(SessionError::NotWaitingInput {
+                    lang: sess.language,
                     session: sess.name.clone(),
                     detail: " (no cell is running)".into(),
                 });
             };
             if run.prompt.is_none() {
                 return Err(SessionError::NotWaitingInput {
+                    lang: sess.language,
                     session: sess.name.clone(),
                     detail: format!(
                         " (cell {} is running and has not asked for input)",
@@ -427,7 +437,7 @@ impl SessionManager {
                 });
             }
             let Some(worker) = worker else {
-                return Err(SessionError::Idle(sess.name.clone()));
+                return Err(SessionError::Idle(sess.language, sess.name.clone()));
             };
             worker
                 .send(&Request::Input { text, eof })
@@ -468,7 +478,10 @@ impl SessionManager {
             let Some(run) = st.running.as_mut() else {
                 // Another call took the result first (perhaps one whose
                 // client is gone): this one gets it too.
-                return Some(redelivery(st).ok_or_else(|| SessionError::Idle(sess.name.clone())));
+                return Some(
+                    redelivery(st)
+                        .ok_or_else(|| SessionError::Idle(sess.language, sess.name.clone())),
+                );
             };
             if run.prompt.is_none() && !timed_out {
                 return None;
@@ -483,6 +496,7 @@ impl SessionManager {
             let report = CellReport {
                 status,
                 session: sess.name.clone(),
+                language: sess.language,
                 cell: run.number,
                 output: run.output.take().render(),
                 background: None,
@@ -539,15 +553,17 @@ pub(super) fn redelivery(st: &SessionState) -> Option<CellReport> {
     Some(last.clone().with_note(&note))
 }
 
-pub(super) fn busy(session: &str, run: &RunningCell) -> SessionError {
+pub(super) fn busy(sess: &Session, run: &RunningCell) -> SessionError {
+    let wait = sess.language.wait_tool();
     SessionError::Busy {
-        session: session.to_string(),
+        lang: sess.language,
+        session: sess.name.clone(),
         cell: run.number,
         secs: run.started.elapsed().as_secs_f64(),
         waiting: match &run.prompt {
             Some((p, _)) => {
                 format!(
-                    " and is waiting for input (prompt {p:?}); answer it with python_wait {{input: ...}}"
+                    " and is waiting for input (prompt {p:?}); answer it with {wait} {{input: ...}}"
                 )
             }
             None => String::new(),

@@ -65,11 +65,18 @@ impl SessionManager {
         op: &str,
         args: serde_json::Map<String, Value>,
     ) -> Result<Value, SessionError> {
-        let sess = if super::is_default_name(name) {
-            self.get_or_create(name)?
+        let sess = if let Some(lang) = super::default_language(name) {
+            self.get_or_create(name, lang)?
         } else {
             self.existing(name)?
         };
+        if sess.language == Language::R {
+            // R has one thread: the driver reads requests only between cells.
+            let st = sess.lock();
+            if let Some(run) = &st.running {
+                return Err(super::cells::busy(&sess, run));
+            }
+        }
         let worker = self.ensure_worker(&sess).await?;
         let reply = worker
             .control(op, args, self.limits.inspect_timeout)
@@ -99,8 +106,14 @@ impl SessionManager {
     pub fn session_python(&self, name: &str) -> PathBuf {
         self.sessions()
             .get(name)
-            .and_then(|s| s.spec.as_ref().map(|spec| spec.python.clone()))
-            .unwrap_or_else(|| self.spec.python.clone())
+            .and_then(|s| s.spec.as_ref().map(|spec| spec.program.clone()))
+            .unwrap_or_else(|| self.spec.program.clone())
+    }
+
+    /// The interpreter sessions of `lang` run by default.
+    pub fn interpreter_of(&self, lang: Language) -> PathBuf {
+        self.spec_for(lang)
+            .map_or_else(|| PathBuf::from("R"), |s| s.program.clone())
     }
 
     /// Makes newly installed packages importable in a running session.
@@ -139,7 +152,7 @@ impl SessionManager {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
             if let Some(run) = &st.running {
-                return Err(super::cells::busy(&sess.name, run));
+                return Err(super::cells::busy(&sess, run));
             }
         }
         self.control(name, "namespace", args).await
@@ -184,7 +197,7 @@ impl SessionManager {
         );
         StatusSnapshot {
             uptime_s: self.started.elapsed().as_secs_f64(),
-            python: self.spec.python.display().to_string(),
+            python: self.spec.program.display().to_string(),
             workdir: self.spec.workdir.display().to_string(),
             limits,
             sandbox: self
@@ -210,6 +223,7 @@ impl SessionManager {
         let target = cell.or(running).or_else(|| st.logs.back().map(|l| l.cell));
         let Some(target) = target else {
             return Err(SessionError::NoOutput {
+                lang: sess.language,
                 session: sess.name.clone(),
                 detail: "no cell has run yet".into(),
             });
@@ -217,7 +231,7 @@ impl SessionManager {
         if Some(target) == running {
             let worker = st.worker.clone();
             let Some(run) = st.running.as_mut() else {
-                return Err(SessionError::Idle(sess.name.clone()));
+                return Err(SessionError::Idle(sess.language, sess.name.clone()));
             };
             let mut bytes = run.log.bytes();
             if let Some(w) = worker {
@@ -232,6 +246,7 @@ impl SessionManager {
                 Ok((target, false, log.bytes(), dropped))
             }
             None => Err(SessionError::NoOutput {
+                lang: sess.language,
                 session: sess.name.clone(),
                 detail: match (kept.first(), kept.last()) {
                     (Some(a), Some(b)) => format!(

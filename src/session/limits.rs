@@ -128,12 +128,12 @@ impl SessionManager {
                         done.with_note("The cell had already finished; nothing was interrupted.")
                     );
                 }
-                return Err(SessionError::Idle(sess.name.clone()));
+                return Err(SessionError::Idle(sess.language, sess.name.clone()));
             };
             let cell = run.number;
             match &st.worker {
                 Some(w) => (w.clone(), cell),
-                None => return Err(SessionError::Idle(sess.name.clone())),
+                None => return Err(SessionError::Idle(sess.language, sess.name.clone())),
             }
         };
         self.stop_cell(&sess, &worker, cell, None).await;

@@ -23,19 +23,43 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::output::log::CellLog;
-use crate::worker::{self, LaunchSpec, Worker, WorkerError};
+use crate::worker::{self, Language, LaunchSpec, Worker, WorkerError};
 use report::{CellReport, Images};
 
 pub const DEFAULT_SESSION: &str = "default";
+/// R's shared default session; a client's own is `r-N` beside `default-N`.
+pub const DEFAULT_R_SESSION: &str = "r";
 
-/// Whether `name` is a default session (the shared one, or a client's own
-/// under `--default-session per-client`): those exist as soon as they are
-/// named, so inspecting or resetting one never fails as unknown.
-pub fn is_default_name(name: &str) -> bool {
-    name == DEFAULT_SESSION
-        || name
-            .strip_prefix("default-")
+/// The language of a default session name (the shared one, or a client's
+/// own under `--default-session per-client`): those exist as soon as they
+/// are named, so inspecting or resetting one never fails as unknown.
+pub fn default_language(name: &str) -> Option<Language> {
+    let numbered = |prefix: &str| {
+        name.strip_prefix(prefix)
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if name == DEFAULT_SESSION || numbered("default-") {
+        Some(Language::Python)
+    } else if name == DEFAULT_R_SESSION || numbered("r-") {
+        Some(Language::R)
+    } else {
+        None
+    }
+}
+
+pub fn is_default_name(name: &str) -> bool {
+    default_language(name).is_some()
+}
+
+/// The default session of `lang` that goes with Python's default `python_default`.
+pub fn default_for(lang: Language, python_default: &str) -> String {
+    match lang {
+        Language::Python => python_default.to_string(),
+        Language::R => match python_default.strip_prefix("default-") {
+            Some(n) => format!("r-{n}"),
+            None => DEFAULT_R_SESSION.to_string(),
+        },
+    }
 }
 
 /// Bounds on sessions and waits; see the configuration table in README.md.
@@ -65,18 +89,33 @@ pub struct Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(
-        "session '{session}' is busy running cell {cell} ({secs:.1} s){waiting}; call python_wait to collect it, or python_wait with interrupt: true to stop it"
+        "session '{session}' is busy running cell {cell} ({secs:.1} s){waiting}; call {wait} to collect it, or {wait} with interrupt: true to stop it",
+        wait = .lang.wait_tool()
     )]
     Busy {
+        lang: Language,
         session: String,
         cell: u64,
         secs: f64,
         waiting: String,
     },
     #[error(
-        "no session named '{name}'; existing sessions: {existing}. python_exec creates a session on first use"
+        "no session named '{name}'; existing sessions: {existing}. python_exec or r_exec creates a session on first use"
     )]
     NotFound { name: String, existing: String },
+    #[error(
+        "session '{session}' is a {has} session; {wanted} tools cannot use it. Pass another session name (omit it for {wanted}'s default, '{default}')",
+        default = default_for(*.wanted, DEFAULT_SESSION)
+    )]
+    WrongLanguage {
+        session: String,
+        has: Language,
+        wanted: Language,
+    },
+    #[error(
+        "{0} sessions are not enabled on this server; the operator can add them with --languages python,r"
+    )]
+    LanguageOff(Language),
     #[error("invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'")]
     BadName(String),
     #[error(
@@ -89,12 +128,21 @@ pub enum SessionError {
         #[source]
         source: WorkerError,
     },
-    #[error("session '{0}' has no running cell and no result waiting; run code with python_exec")]
-    Idle(String),
     #[error(
-        "session '{session}' is not waiting for input{detail}; python_wait's input only answers a pending input() (status waiting_input)"
+        "session '{1}' has no running cell and no result waiting; run code with {exec}",
+        exec = .0.exec_tool()
     )]
-    NotWaitingInput { session: String, detail: String },
+    Idle(Language, String),
+    #[error(
+        "session '{session}' is not waiting for input{detail}; {wait}'s input only answers a pending {call} (status waiting_input)",
+        wait = .lang.wait_tool(),
+        call = .lang.input_call()
+    )]
+    NotWaitingInput {
+        lang: Language,
+        session: String,
+        detail: String,
+    },
     #[error("{0}")]
     Inspect(String),
     #[error("{0}")]
@@ -102,9 +150,14 @@ pub enum SessionError {
     #[error(transparent)]
     Env(#[from] crate::sandbox::env::EnvError),
     #[error(
-        "session '{session}': {detail}; run a cell with python_exec first, or pass another cell number"
+        "session '{session}': {detail}; run a cell with {exec} first, or pass another cell number",
+        exec = .lang.exec_tool()
     )]
-    NoOutput { session: String, detail: String },
+    NoOutput {
+        lang: Language,
+        session: String,
+        detail: String,
+    },
     #[error("the server is shutting down")]
     ShuttingDown,
 }
@@ -132,6 +185,7 @@ struct SessionState {
 
 pub struct Session {
     name: String,
+    language: Language,
     created: Instant,
     /// Interpreter, directory and environment of this session when they
     /// differ from the server's defaults (python_sessions create).
@@ -164,7 +218,9 @@ pub struct SessionInfo {
     pub running_cell: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub uptime_s: f64,
-    pub python: Option<String>,
+    pub language: Language,
+    /// The interpreter's path and version.
+    pub interpreter: Option<String>,
 }
 
 impl Session {
@@ -175,6 +231,8 @@ impl Session {
 
 pub struct SessionManager {
     spec: LaunchSpec,
+    /// How R sessions start; None when R is not enabled (--languages).
+    r_spec: Option<LaunchSpec>,
     limits: Limits,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     spare: Mutex<Option<Arc<Worker>>>,
@@ -191,9 +249,10 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl SessionManager {
-    pub fn new(spec: LaunchSpec, limits: Limits) -> Arc<Self> {
+    pub fn new(spec: LaunchSpec, r_spec: Option<LaunchSpec>, limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             spec,
+            r_spec,
             limits,
             sessions: Mutex::new(BTreeMap::new()),
             spare: Mutex::new(None),
@@ -204,6 +263,34 @@ impl SessionManager {
 
     fn sessions(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How sessions of `lang` start, if that language is enabled.
+    pub(super) fn spec_for(&self, lang: Language) -> Option<&LaunchSpec> {
+        match lang {
+            Language::Python => Some(&self.spec),
+            Language::R => self.r_spec.as_ref(),
+        }
+    }
+
+    /// Refuses a session of another language than the tool's (a session
+    /// that does not exist yet is fine: the tool creates it).
+    pub fn check_language(&self, name: &str, lang: Language) -> Result<(), SessionError> {
+        if self.spec_for(lang).is_none() {
+            return Err(SessionError::LanguageOff(lang));
+        }
+        let has = match self.sessions().get(name) {
+            Some(s) => s.language,
+            None => default_language(name).unwrap_or(lang),
+        };
+        if has != lang {
+            return Err(SessionError::WrongLanguage {
+                session: name.to_string(),
+                has,
+                wanted: lang,
+            });
+        }
+        Ok(())
     }
 }
 

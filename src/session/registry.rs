@@ -20,7 +20,7 @@ impl SessionManager {
     pub fn warm_up(self: &Arc<Self>) {
         let this = self.clone();
         tokio::spawn(async move {
-            match this.get_or_create(DEFAULT_SESSION) {
+            match this.get_or_create(DEFAULT_SESSION, Language::Python) {
                 Ok(sess) => {
                     if let Err(e) = this.ensure_worker(&sess).await {
                         tracing::warn!("could not start the default session: {e}");
@@ -31,16 +31,22 @@ impl SessionManager {
         });
     }
 
-    pub(super) fn get_or_create(&self, name: &str) -> Result<Arc<Session>, SessionError> {
-        self.get_or_create_with(name, None)
+    pub(super) fn get_or_create(
+        &self,
+        name: &str,
+        lang: Language,
+    ) -> Result<Arc<Session>, SessionError> {
+        self.get_or_create_with(name, lang, None)
     }
 
     /// Creates a session (with its own launch settings, if given) unless it exists.
     pub(super) fn get_or_create_with(
         &self,
         name: &str,
+        lang: Language,
         spec: Option<LaunchSpec>,
     ) -> Result<Arc<Session>, SessionError> {
+        self.check_language(name, lang)?;
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
@@ -60,6 +66,7 @@ impl SessionManager {
         }
         let sess = Arc::new(Session {
             name: name.to_string(),
+            language: lang,
             created: Instant::now(),
             spec: spec.map(Arc::new),
             state: Mutex::new(SessionState {
@@ -102,6 +109,25 @@ impl SessionManager {
 
     /// A ready worker: the spare if there is one, else a fresh launch.
     pub(super) async fn acquire_worker(
+        self: &Arc<Self>,
+        custom: Option<&LaunchSpec>,
+        lang: Language,
+    ) -> Result<Arc<Worker>, SessionError> {
+        let custom = match (custom, lang) {
+            (Some(spec), _) => Some(spec),
+            (None, Language::Python) => None,
+            // Only Python keeps a spare worker.
+            (None, lang) => Some(self.spec_for(lang).ok_or(SessionError::LanguageOff(lang))?),
+        };
+        self.start_worker(custom)
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: String::new(),
+                source,
+            })
+    }
+
+    async fn start_worker(
         self: &Arc<Self>,
         custom: Option<&LaunchSpec>,
     ) -> Result<Arc<Worker>, WorkerError> {
@@ -188,11 +214,14 @@ impl SessionManager {
             }
         }
         let worker = self
-            .acquire_worker(sess.spec.as_deref())
+            .acquire_worker(sess.spec.as_deref(), sess.language)
             .await
-            .map_err(|source| SessionError::Worker {
-                session: sess.name.clone(),
-                source,
+            .map_err(|e| match e {
+                SessionError::Worker { source, .. } => SessionError::Worker {
+                    session: sess.name.clone(),
+                    source,
+                },
+                other => other,
             })?;
         if let Some(info) = worker.ready_info() {
             tracing::info!(session = %sess.name, pid = info.pid, python = %info.python_version, "session interpreter started");
@@ -203,8 +232,8 @@ impl SessionManager {
 
     /// Restarts a session's interpreter; all its state is cleared.
     pub async fn reset(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
-        let sess = if is_default_name(name) {
-            self.get_or_create(name)?
+        let sess = if let Some(lang) = default_language(name) {
+            self.get_or_create(name, lang)?
         } else {
             self.existing(name)?
         };
@@ -263,7 +292,8 @@ impl SessionManager {
                         .filter(|_| !dead)
                         .and_then(|w| w.rss_bytes(&snap)),
                     uptime_s: sess.created.elapsed().as_secs_f64(),
-                    python: worker
+                    language: sess.language,
+                    interpreter: worker
                         .as_ref()
                         .and_then(|w| w.ready_info())
                         .map(|i| format!("{} ({})", i.executable, i.python_version)),
@@ -323,7 +353,7 @@ impl SessionManager {
                     venv.display()
                 )));
             }
-            spec.python = python;
+            spec.program = python;
             custom = true;
         }
         if let Some(python) = &opts.python {
@@ -334,7 +364,7 @@ impl SessionManager {
                     python.display()
                 )));
             }
-            spec.python = python;
+            spec.program = python;
             custom = true;
         }
         if let Some(dir) = &opts.workdir {
@@ -346,7 +376,7 @@ impl SessionManager {
             spec.env.push((k.clone(), v.clone()));
             custom = true;
         }
-        let sess = self.get_or_create_with(name, custom.then_some(spec))?;
+        let sess = self.get_or_create_with(name, Language::Python, custom.then_some(spec))?;
         self.ensure_worker(&sess).await?;
         Ok(sess)
     }

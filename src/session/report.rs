@@ -64,6 +64,7 @@ pub struct BackgroundOutput {
 pub struct CellReport {
     pub status: CellStatus,
     pub session: String,
+    pub language: crate::worker::Language,
     pub cell: u64,
     pub output: RenderedOutput,
     pub background: Option<BackgroundOutput>,

@@ -14,7 +14,7 @@ impl Worker {
             } => self.deliver(fence, &fenced, event).await,
             Event::Ready {
                 pid,
-                python,
+                version,
                 executable,
             } => {
                 // Shown and signalled from outside: the host's pid, not the
@@ -28,7 +28,7 @@ impl Worker {
                         .unwrap_or(pid);
                 self.lock().ready = Some(ReadyInfo {
                     pid,
-                    python_version: python,
+                    python_version: version,
                     executable,
                 });
                 self.bump();

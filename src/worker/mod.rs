@@ -1,14 +1,19 @@
-//! One worker = one Python interpreter process running the embedded driver.
+//! One worker = one interpreter process (Python or R) running the embedded
+//! driver of its language.
 //!
-//! The server talks to it over a Unix socket at the worker's fd 3 (JSON lines)
-//! and reads its fds 1 and 2 as pipes. Events that close a span of output are
+//! The server talks to it over a Unix socket at the worker's fd 3 (Python)
+//! or two pipes at fds 3 and 4 (R), and reads its fds 1 and 2 as pipes. Events that close a span of output are
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
 mod events;
+mod language;
 pub mod protocol;
 pub mod python;
+pub mod r;
 mod readers;
+
+pub use language::Language;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -70,7 +75,9 @@ static NEXT_WORKER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 /// Everything needed to start a worker; one per interpreter configuration.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
-    pub python: PathBuf,
+    pub language: Language,
+    /// The interpreter: python, or R's front end.
+    pub program: PathBuf,
     pub workdir: PathBuf,
     /// Variables set for the interpreter (checked by sandbox::env::check).
     pub env: Vec<(String, String)>,
@@ -98,29 +105,38 @@ pub type CellEvent = protocol::CellEvent<Capture>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    #[error(
-        "could not start the Python interpreter '{python}': {source}; pass --python PATH (or set FERREPL_PYTHON) to a working python3"
-    )]
+    #[error("could not start {lang} '{program}': {source}; {hint}", hint = start_hint(*.lang))]
     Spawn {
-        python: String,
+        lang: Language,
+        program: String,
         source: std::io::Error,
     },
     #[error(
-        "the Python interpreter '{python}' did not start the ferrepl driver: it exited with {status} before it was ready{stderr}"
+        "{lang} '{program}' did not start the ferrepl driver: it exited with {status} before it was ready{stderr}"
     )]
     DiedAtStart {
-        python: String,
+        lang: Language,
+        program: String,
         status: String,
         stderr: String,
     },
-    #[error(
-        "the Python interpreter '{python}' did not become ready within {secs} s; is it a working CPython 3.9+?"
-    )]
-    StartTimeout { python: String, secs: u64 },
+    #[error("{lang} '{program}' did not become ready within {secs} s; {hint}", hint = start_hint(*.lang))]
+    StartTimeout {
+        lang: Language,
+        program: String,
+        secs: u64,
+    },
     #[error("the worker process has exited; its session must be restarted")]
     Gone,
     #[error("the worker did not answer within {0} s")]
     Timeout(u64),
+}
+
+fn start_hint(lang: Language) -> &'static str {
+    match lang {
+        Language::Python => "pass --python PATH (or set FERREPL_PYTHON) to a working CPython 3.9+",
+        Language::R => r::INSTALL_HINT,
+    }
 }
 
 struct State {
@@ -142,7 +158,8 @@ pub struct Worker {
     /// The process ferrepl started: the interpreter, or the sandbox launcher
     /// above it (with the worker's own HOME and TMPDIR and its cgroups).
     process: Process,
-    python: PathBuf,
+    language: Language,
+    program: PathBuf,
     ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
@@ -175,16 +192,24 @@ fn random_hex() -> String {
 /// Starts a worker process.
 pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let spawn_err = |source| WorkerError::Spawn {
-        python: spec.python.display().to_string(),
+        lang: spec.language,
+        program: spec.program.display().to_string(),
         source,
     };
-    let (parent_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(spawn_err)?;
+    let channel = Channel::new(spec.language).map_err(spawn_err)?;
     let nonce = random_hex();
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let python_args: Vec<OsString> = vec!["-c".into(), BOOTSTRAP.into()];
+    let args: Vec<OsString> = match spec.language {
+        Language::Python => vec!["-c".into(), BOOTSTRAP.into()],
+        Language::R => r::ARGS
+            .iter()
+            .map(OsString::from)
+            .chain([OsString::from(r::boot_expression())])
+            .collect(),
+    };
     let spawned = process::spawn(Launch {
-        program: &spec.python,
-        args: &python_args,
+        program: &spec.program,
+        args: &args,
         cwd: &spec.workdir,
         env: &driver_env(spec, &nonce),
         sandbox: spec.sandbox.as_deref(),
@@ -194,20 +219,22 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         egress: false,
         stdio: Stdio::Pipes {
             stdin: false,
-            control: Some(OwnedFd::from(child_end)),
+            control: channel.child,
         },
     })
     .map_err(spawn_err)?;
 
-    parent_end.set_nonblocking(true).map_err(spawn_err)?;
-    let sock = UnixStream::from_std(parent_end).map_err(spawn_err)?;
-    let (read_half, write_half) = sock.into_split();
     let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
     let worker = Arc::new(Worker::new(spec, spawned.process, ctl_tx));
-
-    let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
-    first.extend_from_slice(DRIVER_SOURCE.as_bytes());
-    tokio::spawn(readers::write_control(write_half, first, ctl_rx));
+    let first = match spec.language {
+        Language::Python => {
+            let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
+            first.extend_from_slice(DRIVER_SOURCE.as_bytes());
+            first
+        }
+        Language::R => r::driver_message(),
+    };
+    tokio::spawn(readers::write_control(channel.writer, first, ctl_rx));
     for (stream, pipe) in spawned.outputs {
         tokio::spawn(readers::read_pipe(
             pipe,
@@ -216,9 +243,45 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
             nonce.clone(),
         ));
     }
-    tokio::spawn(readers::read_control(read_half, worker.clone()));
+    tokio::spawn(readers::read_control(channel.reader, worker.clone()));
     tokio::spawn(readers::watch_exit(spawned.child, worker.clone()));
     Ok(worker)
+}
+
+/// The server's ends of a worker's control channel, and the child's.
+struct Channel {
+    reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    child: Vec<OwnedFd>,
+}
+
+impl Channel {
+    /// Python: one socket (fd 3) both ways. R: base R cannot open a socket
+    /// it inherited but can open a pipe through /dev/fd, so requests come
+    /// on a pipe at fd 3 and events leave on a pipe at fd 4.
+    fn new(language: Language) -> std::io::Result<Channel> {
+        match language {
+            Language::Python => {
+                let (parent, child) = std::os::unix::net::UnixStream::pair()?;
+                parent.set_nonblocking(true)?;
+                let (read, write) = UnixStream::from_std(parent)?.into_split();
+                Ok(Channel {
+                    reader: Box::new(read),
+                    writer: Box::new(write),
+                    child: vec![OwnedFd::from(child)],
+                })
+            }
+            Language::R => {
+                let (req_write, req_read) = tokio::net::unix::pipe::pipe()?;
+                let (ev_write, ev_read) = tokio::net::unix::pipe::pipe()?;
+                Ok(Channel {
+                    reader: Box::new(ev_read),
+                    writer: Box::new(req_write),
+                    child: vec![req_read.into_blocking_fd()?, ev_write.into_blocking_fd()?],
+                })
+            }
+        }
+    }
 }
 
 /// The driver's settings, then the session's own variables.
@@ -250,13 +313,14 @@ impl Worker {
         let (changed, _) = watch::channel(0u64);
         Worker {
             process,
-            python: spec.python.clone(),
+            language: spec.language,
+            program: spec.program.clone(),
             ctl,
             state: Mutex::new(State {
                 capture: Capture::new(
                     spec.output_head_bytes,
                     spec.output_tail_bytes,
-                    "python_output",
+                    spec.language.output_tool(),
                 )
                 .with_log(log),
                 fence_seen: [0, 0],
@@ -327,7 +391,7 @@ impl Worker {
 
     /// Waits until the driver said it is ready (or the process died).
     pub async fn wait_ready(&self, timeout: Duration) -> Result<ReadyInfo, WorkerError> {
-        let python = self.python.display().to_string();
+        let (lang, program) = (self.language, self.program.display().to_string());
         let done = tokio::time::timeout(
             timeout,
             self.wait_until(|s| s.ready.is_some() || (s.exit.is_some() && s.eof[1])),
@@ -341,7 +405,8 @@ impl Worker {
             drop(st);
             self.kill();
             return Err(WorkerError::StartTimeout {
-                python,
+                lang,
+                program,
                 secs: timeout.as_secs(),
             });
         }
@@ -357,16 +422,35 @@ impl Worker {
             format!("; it printed:\n{}", text.trim_end())
         };
         Err(WorkerError::DiedAtStart {
-            python,
+            lang,
+            program,
             status,
             stderr,
         })
     }
 
     pub fn send(&self, request: &Request<'_>) -> Result<(), WorkerError> {
-        let mut line = serde_json::to_vec(request).map_err(|_| WorkerError::Gone)?;
-        line.push(b'\n');
+        let line = match serde_json::to_value(request) {
+            Ok(Value::Object(map)) => self.encode(&map),
+            _ => return Err(WorkerError::Gone),
+        };
         self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
+    }
+
+    /// One request line in the driver's format.
+    fn encode(&self, msg: &serde_json::Map<String, Value>) -> Vec<u8> {
+        match self.language {
+            Language::Python => {
+                let mut line = serde_json::to_vec(msg).unwrap_or_default();
+                line.push(b'\n');
+                line
+            }
+            Language::R => r::encode(msg),
+        }
+    }
+
+    pub fn language(&self) -> Language {
+        self.language
     }
 
     /// A request answered by the driver's control thread (it works while a
@@ -391,8 +475,7 @@ impl Worker {
         let mut msg = args;
         msg.insert("op".into(), Value::from(op));
         msg.insert("id".into(), Value::from(id));
-        let mut line = serde_json::to_vec(&msg).map_err(|_| WorkerError::Gone)?;
-        line.push(b'\n');
+        let line = self.encode(&msg);
         self.ctl.try_send(line).map_err(|_| WorkerError::Gone)?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(v)) => Ok(v),

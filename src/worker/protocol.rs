@@ -42,7 +42,9 @@ pub struct PyError {
 pub enum Event {
     Ready {
         pid: u32,
-        python: String,
+        /// The interpreter's version (the Python driver calls it `python`).
+        #[serde(alias = "python")]
+        version: String,
         executable: String,
     },
     /// The answer to a control request (inspect, complete, namespace).
@@ -161,8 +163,11 @@ mod tests {
 
     #[test]
     fn control_events_parse() {
-        let Event::Ready { pid, python, .. } =
-            parse(r#"{"ev":"ready","pid":7,"python":"3.12.1","executable":"/usr/bin/python3"}"#)
+        let Event::Ready {
+            pid,
+            version: python,
+            ..
+        } = parse(r#"{"ev":"ready","pid":7,"python":"3.12.1","executable":"/usr/bin/python3"}"#)
         else {
             panic!("not ready")
         };

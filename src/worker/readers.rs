@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
 use super::protocol::Event;
@@ -101,8 +100,8 @@ async fn pass_barrier(worker: &Worker, idx: usize, number: u64, event: bool) {
     }
 }
 
-pub(super) async fn read_control(read_half: OwnedReadHalf, worker: Arc<Worker>) {
-    let mut reader = BufReader::new(read_half);
+pub(super) async fn read_control(channel: impl AsyncRead + Unpin, worker: Arc<Worker>) {
+    let mut reader = BufReader::new(channel);
     let mut line = Vec::new();
     loop {
         // Each line is bounded; an oversized one is skipped, not buffered.
@@ -141,7 +140,7 @@ pub(super) async fn read_control(read_half: OwnedReadHalf, worker: Arc<Worker>) 
 /// The next line of `reader` into `line` (cleared first), at most
 /// [`MAX_EVENT_BYTES`] of it; 0 at the end.
 async fn read_line(
-    reader: &mut BufReader<OwnedReadHalf>,
+    reader: &mut BufReader<impl AsyncRead + Unpin>,
     line: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
     line.clear();
@@ -153,7 +152,7 @@ async fn read_line(
 
 /// Sends `first` (the driver), then each request, until the worker is gone.
 pub(super) async fn write_control(
-    mut socket: OwnedWriteHalf,
+    mut socket: impl tokio::io::AsyncWrite + Unpin,
     first: Vec<u8>,
     mut requests: mpsc::Receiver<Vec<u8>>,
 ) {

@@ -79,10 +79,12 @@ async fn sessions_list_has_the_documented_fields() {
         "cells",
         "memory_bytes",
         "uptime_s",
-        "python",
+        "language",
+        "interpreter",
     ] {
         assert!(row.get(key).is_some(), "session row lacks {key}: {row}");
     }
+    assert_eq!(row["language"], "python", "{row}");
     assert!(row.get("running_cell").is_none(), "{row}");
     assert_eq!(row["state"], "idle", "{row}");
     assert_eq!(row["pid"].as_u64(), Some(u64::from(pid)), "{row}");

@@ -7,5 +7,7 @@ pub mod files;
 pub mod more;
 pub mod packages;
 pub mod python;
+pub mod r;
+pub mod r_packages;
 pub mod sessions;
 pub mod shell;

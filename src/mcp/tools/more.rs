@@ -14,6 +14,7 @@ use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::{self, CellOutput};
 use crate::mcp::server::FerreplServer;
 use crate::session::{CellSource, HistoryEntry};
+use crate::worker::Language;
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -155,8 +156,14 @@ impl FerreplServer {
             path: p.path.as_str(),
             args: &args,
         };
-        self.run_cell(&p.session, source, p.wait_s, (meta, peer, ct))
-            .await
+        self.run_cell(
+            &p.session,
+            Language::Python,
+            source,
+            p.wait_s,
+            (meta, peer, ct),
+        )
+        .await
     }
 
     #[tool(
@@ -165,37 +172,16 @@ impl FerreplServer {
         annotations(title = "Complete code", read_only_hint = true)
     )]
     async fn python_complete(&self, Parameters(p): Parameters<CompleteParams>) -> ToolResult {
-        let session = self.session_name(&p.session);
-        let reply = self.manager.complete(&session, &p.code, p.cursor).await?;
-        let completions = reply
-            .get("completions")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let names: Vec<&str> = completions
-            .iter()
-            .filter_map(|c| c.get("text").and_then(Value::as_str))
-            .collect();
-        let out = CompleteOutput {
-            session,
-            engine: reply
-                .get("engine")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            token: reply
-                .get("token")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            completions: completions.clone(),
-        };
-        let text = if names.is_empty() {
-            format!("no completions for {:?}", out.token)
-        } else {
-            names.join("\n")
-        };
-        Ok(render::structured(text, &out))
+        self.complete_code(Language::Python, p).await
+    }
+
+    #[tool(
+        description = "Completions at the cursor from the R session's live objects. Example: {\"code\": \"mtcars$m\"}",
+        output_schema = schema_for_output::<CompleteOutput>(),
+        annotations(title = "Complete R code", read_only_hint = true)
+    )]
+    async fn r_complete(&self, Parameters(p): Parameters<CompleteParams>) -> ToolResult {
+        self.complete_code(Language::R, p).await
     }
 
     #[tool(
@@ -205,7 +191,7 @@ Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
         annotations(title = "Edit variables", idempotent_hint = true, open_world_hint = false)
     )]
     async fn python_namespace(&self, Parameters(p): Parameters<NamespaceParams>) -> ToolResult {
-        let session = self.session_name(&p.session);
+        let session = self.session_in(&p.session, Language::Python)?;
         let mut args = serde_json::Map::new();
         let action = match p.action {
             NamespaceAction::Set => {
@@ -248,5 +234,42 @@ Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
             text,
             &NamespaceOutput { session, changed },
         ))
+    }
+}
+
+impl FerreplServer {
+    /// python_complete and r_complete.
+    async fn complete_code(&self, lang: Language, p: CompleteParams) -> ToolResult {
+        let session = self.session_in(&p.session, lang)?;
+        let reply = self.manager.complete(&session, &p.code, p.cursor).await?;
+        let completions = reply
+            .get("completions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let names: Vec<&str> = completions
+            .iter()
+            .filter_map(|c| c.get("text").and_then(Value::as_str))
+            .collect();
+        let out = CompleteOutput {
+            session,
+            engine: reply
+                .get("engine")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            token: reply
+                .get("token")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            completions: completions.clone(),
+        };
+        let text = if names.is_empty() {
+            format!("no completions for {:?}", out.token)
+        } else {
+            names.join("\n")
+        };
+        Ok(render::structured(text, &out))
     }
 }

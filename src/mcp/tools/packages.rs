@@ -83,7 +83,7 @@ After 'running', call it again to keep waiting. Example: {\"packages\": [\"panda
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> ToolResult {
-        let session = self.session_name(&p.session);
+        let session = self.session_in(&p.session, crate::worker::Language::Python)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
         if let Some((job, running)) = self.jobs.running_install(&session) {
             // The agent repeats the call after a 'running' result: follow

@@ -14,6 +14,7 @@ use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::{self, CellOutput};
 use crate::mcp::server::{CallContext, FerreplServer};
 use crate::mcp::window::{self, OutputParams, OutputWindow};
+use crate::worker::Language;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ExecParams {
@@ -73,8 +74,14 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
         ct: CancellationToken,
     ) -> ToolResult {
         let source = crate::session::CellSource::Code(&p.code);
-        self.run_cell(&p.session, source, p.wait_s, (meta, peer, ct))
-            .await
+        self.run_cell(
+            &p.session,
+            Language::Python,
+            source,
+            p.wait_s,
+            (meta, peer, ct),
+        )
+        .await
     }
 
     #[tool(
@@ -90,8 +97,40 @@ for input or wait_s passes. Repeats the last result if that was lost.",
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> ToolResult {
+        self.wait_cell(Language::Python, p, (meta, peer, ct)).await
+    }
+
+    #[tool(
+        description = "Read a cell's full output (long results keep only head and tail): a window, or the lines matching \
+grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
+        output_schema = schema_for_output::<OutputWindow>(),
+        annotations(title = "Read cell output", read_only_hint = true)
+    )]
+    async fn python_output(&self, Parameters(p): Parameters<OutputParams>) -> ToolResult {
+        self.read_output(Language::Python, p)
+    }
+
+    #[tool(
+        description = "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs.",
+        output_schema = schema_for_output::<InspectOutput>(),
+        annotations(title = "Inspect variables", read_only_hint = true)
+    )]
+    async fn python_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
+        self.inspect_objects(Language::Python, &p.session, p.name.as_deref())
+            .await
+    }
+}
+
+/// The bodies of the core tools, shared by every language's tools.
+impl FerreplServer {
+    pub(crate) async fn wait_cell(
+        &self,
+        lang: Language,
+        p: WaitParams,
+        (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
+    ) -> ToolResult {
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = self.session_name(&p.session);
+        let session = self.session_in(&p.session, lang)?;
         let interrupt = p.interrupt.unwrap_or(false);
         let eof = p.eof.unwrap_or(false);
         if interrupt && (p.input.is_some() || eof) {
@@ -119,14 +158,8 @@ for input or wait_s passes. Repeats the last result if that was lost.",
         self.drive(&session, call, fut).await
     }
 
-    #[tool(
-        description = "Read a cell's full output (long results keep only head and tail): a window, or the lines matching \
-grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
-        output_schema = schema_for_output::<OutputWindow>(),
-        annotations(title = "Read cell output", read_only_hint = true)
-    )]
-    async fn python_output(&self, Parameters(p): Parameters<OutputParams>) -> ToolResult {
-        let session = self.session_name(&p.session);
+    pub(crate) fn read_output(&self, lang: Language, p: OutputParams) -> ToolResult {
+        let session = self.session_in(&p.session, lang)?;
         let (cell, running, bytes, dropped) = self.manager.cell_output(&session, p.cell)?;
         let source = window::Source {
             origin: window::Origin::Cell { session, cell },
@@ -141,14 +174,14 @@ grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
         ))
     }
 
-    #[tool(
-        description = "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs.",
-        output_schema = schema_for_output::<InspectOutput>(),
-        annotations(title = "Inspect variables", read_only_hint = true)
-    )]
-    async fn python_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
-        let session = self.session_name(&p.session);
-        let target = p.name.as_deref().filter(|n| !n.is_empty());
+    pub(crate) async fn inspect_objects(
+        &self,
+        lang: Language,
+        session: &Option<String>,
+        name: Option<&str>,
+    ) -> ToolResult {
+        let session = self.session_in(session, lang)?;
+        let target = name.filter(|n| !n.is_empty());
         let reply = self.manager.inspect(&session, target).await?;
         let out = InspectOutput {
             session,

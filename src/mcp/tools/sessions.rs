@@ -188,7 +188,7 @@ impl FerreplServer {
 pub(crate) fn sessions_table(sessions: &[SessionInfo]) -> String {
     let mut text = String::new();
     if sessions.is_empty() {
-        text.push_str("no sessions; python_exec creates one on first use\n");
+        text.push_str("no sessions yet; the first cell run creates one\n");
     }
     for s in sessions {
         let mem = s
@@ -199,8 +199,13 @@ pub(crate) fn sessions_table(sessions: &[SessionInfo]) -> String {
             .running_cell
             .map(|c| format!(", running cell {c}"))
             .unwrap_or_default();
+        // Python is the default language; others are marked.
+        let lang = match s.language {
+            crate::worker::Language::Python => String::new(),
+            other => format!(" [{other}]"),
+        };
         text.push_str(&format!(
-            "{}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",
+            "{}{lang}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",
             s.name,
             s.state,
             s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),

@@ -1,0 +1,179 @@
+//! r_install: R packages from CRAN (or local source tarballs) into the
+//! workspace's R library, as a job like python_install.
+
+use rmcp::handler::server::common::schema_for_output;
+use rmcp::model::RequestMetaObject;
+use rmcp::{Peer, RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use super::shell::{JobOutput, job_result};
+use crate::jobs::JobSpec;
+use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::server::FerreplServer;
+use crate::worker::{Language, r};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RInstallParams {
+    /// CRAN package names, or .tar.gz source packages in the workspace.
+    pub packages: Vec<String>,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub wait_s: Option<Seconds>,
+}
+
+const R_INSTALL_HINT: &str = "call r_install again for this session to keep waiting for it.";
+
+#[tool_router(router = r_packages_router, vis = "pub(crate)")]
+impl FerreplServer {
+    #[tool(
+        description = "Install R packages into the workspace's library; library() finds them at once.",
+        output_schema = schema_for_output::<JobOutput>(),
+        annotations(title = "Install R packages", destructive_hint = false, idempotent_hint = true)
+    )]
+    async fn r_install(
+        &self,
+        Parameters(p): Parameters<RInstallParams>,
+        meta: RequestMetaObject,
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    ) -> ToolResult {
+        let session = self.session_in(&p.session, Language::R)?;
+        let wait = self.manager.wait_window(secs(p.wait_s));
+        // Installs are keyed by session; R's and Python's never share a name.
+        if let Some((job, _)) = self.jobs.running_install(&session) {
+            let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+            return Ok(job_result(&report, R_INSTALL_HINT));
+        }
+        let (names, files) = split_packages(&p.packages)?;
+        let spec = self.r_install_job(&names, &files);
+        let job = self.jobs.start(spec)?;
+        self.jobs
+            .set_install(&session, job.clone(), p.packages.clone());
+        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        let mut result = job_result(&report, R_INSTALL_HINT);
+        if report.state.exit_code == Some(0)
+            && let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut()
+        {
+            t.text = format!(
+                "[ferrepl] Installed into {}; library() finds them in every R session now.\n{}",
+                r::LIBRARY,
+                t.text
+            );
+        }
+        Ok(result)
+    }
+}
+
+impl FerreplServer {
+    /// install.packages into the workspace library, then a check that each
+    /// package is there (install.packages only warns when one fails).
+    fn r_install_job(&self, names: &[String], files: &[String]) -> JobSpec {
+        let settings = self.jobs.installer();
+        let library = self.jobs.workdir().join(r::LIBRARY);
+        let vector = |items: &[String]| {
+            let quoted: Vec<String> = items.iter().map(|s| r::quote(s)).collect();
+            format!("c({})", quoted.join(","))
+        };
+        let mut installed: Vec<String> = names.to_vec();
+        installed.extend(files.iter().map(|f| package_of_tarball(f)));
+        let expr = format!(
+            "options(warn = 1); lib <- {lib}; dir.create(lib, recursive = TRUE, showWarnings = FALSE); \
+pk <- {names}; fs <- {files}; \
+if (length(pk)) install.packages(pk, lib = lib, repos = {repo}); \
+if (length(fs)) install.packages(fs, lib = lib, repos = NULL, type = 'source'); \
+want <- {want}; miss <- want[!nzchar(vapply(want, function(p) system.file(package = p, lib.loc = lib), ''))]; \
+if (length(miss)) {{ message('not installed: ', paste(miss, collapse = ', ')); quit(status = 1) }}",
+            lib = r::quote(&library.display().to_string()),
+            names = vector(names),
+            files = vector(files),
+            repo = r::quote(&settings.cran),
+            want = vector(&installed),
+        );
+        let r_bin = self
+            .manager
+            .interpreter_of(Language::R)
+            .display()
+            .to_string();
+        let shown = format!("install.packages({})", installed.join(", "));
+        JobSpec {
+            shown: Some(shown),
+            command: format!(
+                "{} --vanilla --quiet --no-echo -e {}",
+                shell_quote(&r_bin),
+                shell_quote(&expr)
+            ),
+            env: settings.env().into_iter().collect(),
+            egress: true,
+            reader: Some("shell_output (with --tools shell)"),
+            ..JobSpec::default()
+        }
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// CRAN names (letters, digits and dots, starting with a letter) and
+/// workspace source tarballs; anything else is refused before a job starts.
+fn split_packages(packages: &[String]) -> Result<(Vec<String>, Vec<String>), ToolError> {
+    if packages.is_empty() {
+        return Err(ToolError::new(
+            "packages is empty: name at least one R package",
+        ));
+    }
+    let (mut names, mut files) = (Vec::new(), Vec::new());
+    for p in packages.iter().map(|p| p.trim()) {
+        let is_name = p.len() <= 100
+            && p.starts_with(|c: char| c.is_ascii_alphabetic())
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
+        let is_file = p.ends_with(".tar.gz")
+            && !p.starts_with('-')
+            && !p.contains(['\0', '\n'])
+            && !p.contains("://");
+        match (is_name, is_file) {
+            (true, _) => names.push(p.to_string()),
+            (_, true) => files.push(p.to_string()),
+            _ => {
+                return Err(ToolError::new(format!(
+                    "'{p}' is not an R package: pass CRAN names (e.g. data.table) or paths of .tar.gz source packages in the workspace"
+                )));
+            }
+        }
+    }
+    Ok((names, files))
+}
+
+/// `pkg_1.0.tar.gz` → `pkg`.
+fn package_of_tarball(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.split('_').next().unwrap_or(base).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_and_tarballs_pass() {
+        let ok = ["data.table", "ggplot2", "dist/mypkg_0.1.tar.gz"].map(String::from);
+        let (names, files) = split_packages(&ok).expect("valid");
+        assert_eq!(names, ["data.table", "ggplot2"]);
+        assert_eq!(files, ["dist/mypkg_0.1.tar.gz"]);
+        assert_eq!(package_of_tarball(&files[0]), "mypkg");
+        for bad in [
+            "--configure-args=x",
+            "pkg; system('id')",
+            "a'b",
+            "https://x/y.tar.gz",
+            "2pkg",
+            "",
+        ] {
+            assert!(split_packages(&[bad.to_string()]).is_err(), "{bad}");
+        }
+    }
+}
