@@ -16,12 +16,16 @@ notifications/initialized, tools/call), so it needs only the standard library.
   server's sessions use; and the difference and ratio to it.
 * large output: 10 MB printed as many lines and as one line (time to the
   result; the server's peak RSS).
+* R (when R is installed; --no-r skips it): cold start of an R session
+  (spawn -> result of the first r_exec `cat(1)`), warm r_exec `x <- x + 1`
+  against the same loop over a raw pipe to a bare R process.
 """
 
 import argparse
 import ast
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +34,8 @@ import time
 
 COLD_TARGET_MS = 100.0
 OVERHEAD_TARGET_MS = 0.3
+R_COLD_TARGET_MS = 300.0
+R_OVERHEAD_TARGET_MS = 0.3
 
 FLOOR_WORKER = r"""
 import json, sys
@@ -44,6 +50,14 @@ while True:
     flush()
 """
 
+# The R floor: a bare R loop reading one line of code, evaluating it and
+# answering one line (the code is sent as it is: R parses the line itself).
+R_FLOOR_WORKER = (
+    "con <- file('stdin'); open(con); "
+    "repeat { l <- readLines(con, n = 1L); if (!length(l)) break; "
+    "eval(parse(text = l), globalenv()); cat('{\"ok\": true}\\n'); flush(stdout()) }"
+)
+
 
 class ServerError(RuntimeError):
     pass
@@ -52,8 +66,8 @@ class ServerError(RuntimeError):
 class Ferrepl:
     """One `ferrepl` process driven over stdio with newline-delimited JSON-RPC."""
 
-    def __init__(self, binary, python=None, workdir=None):
-        args = [binary]
+    def __init__(self, binary, python=None, workdir=None, extra=()):
+        args = [binary, *extra]
         if python:
             args += ["--python", python]
         if workdir:
@@ -101,11 +115,11 @@ class Ferrepl:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return self
 
-    def exec(self, code, session=None):
+    def exec(self, code, session=None, tool="python_exec"):
         arguments = {"code": code}
         if session:
             arguments["session"] = session
-        result = self.request("tools/call", {"name": "python_exec", "arguments": arguments})
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
         # The default result is text: the last line is the status footer.
         text = "".join(c.get("text", "") for c in result.get("content", []) if c.get("type") == "text")
         footer = text.rsplit("\n", 1)[-1]
@@ -134,15 +148,18 @@ class Ferrepl:
 
 
 class FloorWorker:
-    """The floor: a bare Python exec() loop behind a pipe, no MCP, no server."""
+    """The floor: a bare Python exec() loop behind a pipe, no MCP, no server
+    (or with `argv`, another such loop, e.g. R's)."""
 
-    def __init__(self, python):
+    def __init__(self, python, argv=None, raw_lines=False):
+        self.raw_lines = raw_lines
         self.proc = subprocess.Popen(
-            [python, "-c", FLOOR_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            argv or [python, "-c", FLOOR_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
 
     def exec(self, code):
-        self.proc.stdin.write(json.dumps({"code": code}).encode() + b"\n")
+        line = code if self.raw_lines else json.dumps({"code": code})
+        self.proc.stdin.write(line.encode() + b"\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -257,6 +274,54 @@ def bench_large(args, workdir):
     return rows
 
 
+R_ARGS = ("--languages", "python,r")
+
+
+def bench_r(args, workdir):
+    """Cold start and warm calls of an R session, and the raw-pipe floor."""
+    cold = []
+    for _ in range(args.cold_runs):
+        start = time.perf_counter()
+        server = Ferrepl(args.bin, args.python, workdir, R_ARGS)
+        try:
+            server.initialize()
+            result = server.exec("cat(1)", tool="r_exec")
+            cold.append(ms_since(start))
+            if not result.startswith("1-- ok |") and not result.startswith("1\n-- ok |"):
+                raise ServerError(f"cat(1) gave {result!r}")
+        finally:
+            server.close()
+    server = Ferrepl(args.bin, args.python, workdir, R_ARGS).initialize()
+    r_exec = lambda code: server.exec(code.replace("=", "<-"), tool="r_exec")  # noqa: E731
+    try:
+        warm = time_loop(r_exec, args.calls, args.warmup)
+    finally:
+        server.close()
+    floor_worker = FloorWorker(None, ["R", "--vanilla", "--quiet", "--no-echo", "-e", R_FLOOR_WORKER], raw_lines=True)
+    try:
+        floor = time_loop(lambda code: floor_worker.exec(code.replace("=", "<-")), args.calls, args.warmup)
+    finally:
+        floor_worker.close()
+    return cold, warm, floor
+
+
+def report_r(args, workdir):
+    cold, warm, floor = bench_r(args, workdir)
+    cold_med, warm_med, floor_med = statistics.median(cold), statistics.median(warm), statistics.median(floor)
+    overhead = warm_med - floor_med
+    print()
+    print(
+        f"R cold start (spawn -> result of r_exec cat(1)), median of {len(cold)}: {cold_med:.1f} ms"
+        f"   target < {R_COLD_TARGET_MS:.0f} ms: {verdict(cold_med < R_COLD_TARGET_MS)}"
+    )
+    print(f"warm r_exec 'x <- x + 1' ({len(warm)} calls): median {warm_med:.3f} ms, p99 {p99(warm):.3f} ms")
+    print(f"floor, raw pipe to a bare R eval loop: median {floor_med:.3f} ms, p99 {p99(floor):.3f} ms")
+    print(
+        f"R overhead over the floor: median {overhead:+.3f} ms (ratio {warm_med / floor_med:.2f}x)"
+        f"   target within {R_OVERHEAD_TARGET_MS} ms: {verdict(overhead <= R_OVERHEAD_TARGET_MS)}"
+    )
+
+
 def verdict(ok):
     return "MET" if ok else "MISSED"
 
@@ -269,6 +334,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls before each warm loop (default: %(default)s)")
     parser.add_argument("--cold-runs", type=int, default=5, help="server starts for the cold median (default: %(default)s)")
     parser.add_argument("--no-large", action="store_true", help="skip the large-output measurements")
+    parser.add_argument("--no-r", action="store_true", help="skip the R measurements")
     args = parser.parse_args()
 
     if not (os.path.isfile(args.bin) and os.access(args.bin, os.X_OK)):
@@ -301,6 +367,12 @@ def main():
             f"p99 {warm_p99 - floor_p99:+.3f} ms"
             f"   target within {OVERHEAD_TARGET_MS} ms: {verdict(overhead <= OVERHEAD_TARGET_MS)}"
         )
+
+        if not args.no_r:
+            if shutil.which("R"):
+                report_r(args, workdir)
+            else:
+                print("\nR: not installed, R measurements skipped (apt-get install r-base-core)")
 
         if not args.no_large:
             print()

@@ -24,6 +24,9 @@ FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
 ts_pid=$!
 trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"' EXIT
 
+echo "== R driver scenarios (a real R behind the worker's pipes)" >&2
+python3 scripts/r-driver-harness.py
+
 echo "== rust unit and integration tests (rmcp client, stdio and HTTP)" >&2
 cargo test --quiet
 bash scripts/escape-unprivileged.sh

@@ -10,8 +10,14 @@ use crate::executables::find_on_path_where;
 
 /// One line of R, run with `R -e`: reads the driver from fd 3 and starts it.
 pub const BOOT: &str = include_str!("r/boot.R");
-/// The driver (base R only), sent on fd 3 after a line with its line count.
-pub const DRIVER: &str = include_str!("r/driver.R");
+/// The driver (base R only), sent on fd 3 after a line with its line count:
+/// its parts in order, one text evaluated in one environment.
+pub const DRIVER: &str = concat!(
+    include_str!("r/channel.R"),
+    include_str!("r/cells.R"),
+    include_str!("r/console.R"),
+    include_str!("r/main.R"),
+);
 
 /// R's command line before the boot expression.
 pub const ARGS: [&str; 5] = ["--vanilla", "--quiet", "--no-echo", "--no-save", "-e"];

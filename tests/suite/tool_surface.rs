@@ -51,6 +51,9 @@ const DEFAULT_VISIBLE_BUDGET: usize = 4000;
 const ALL_VISIBLE_BUDGET: usize = 8000;
 /// The whole tools array of `--tools all` as compact JSON.
 const ALL_TOOLS_JSON_BUDGET: usize = 12000;
+/// What R's tools (and their line of instructions) add to the default
+/// profile with `--languages python,r`.
+const R_VISIBLE_BUDGET: usize = 2000;
 /// The JSON-RPC response line of python_exec `1+1`.
 const ONE_PLUS_ONE_LINE_BUDGET: usize = 250;
 
@@ -334,6 +337,37 @@ async fn default_profile_fits_its_budget() {
          (scripts/tool-surface.py prints the details):\n{}",
         surface.visible(),
         surface.table()
+    );
+}
+
+#[tokio::test]
+async fn r_tools_add_at_most_their_budget_and_only_when_enabled() {
+    let python = Surface::of(&[]).await;
+    let both = Surface::of(&["--languages", "python,r"]).await;
+    let names = |s: &Surface| -> Vec<String> {
+        s.tools
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert!(
+        !names(&python).iter().any(|n| n.starts_with("r_")),
+        "R tools are listed without --languages r: {:?}",
+        names(&python)
+    );
+    for tool in ["r_exec", "r_wait", "r_output", "r_inspect", "r_install"] {
+        assert!(
+            names(&both).iter().any(|n| n == tool),
+            "{tool} missing with --languages python,r: {:?}",
+            names(&both)
+        );
+    }
+    let added = both.visible() - python.visible();
+    println!("{}", both.table());
+    assert!(
+        added <= R_VISIBLE_BUDGET,
+        "R adds {added} model-visible characters to the default profile, over its budget of {R_VISIBLE_BUDGET}:\n{}",
+        both.table()
     );
 }
 

@@ -1,1 +1,1 @@
-local({con <- fifo('/dev/fd/3', open = 'r', blocking = TRUE); n <- as.integer(readLines(con, n = 1L)); env <- new.env(parent = baseenv()); eval(parse(text = readLines(con, n = n), keep.source = FALSE), envir = env); env$ferrepl_main(con)})
+suspendInterrupts(local({con <- fifo('/dev/fd/3', open = 'r', blocking = TRUE); n <- as.integer(readLines(con, n = 1L)); env <- new.env(parent = baseenv()); eval(parse(text = readLines(con, n = n), keep.source = FALSE), envir = env); env$ferrepl_main(con)}))

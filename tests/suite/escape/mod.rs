@@ -9,5 +9,6 @@ mod degraded;
 mod files;
 mod isolation;
 mod privileges;
+mod r_args;
 mod review;
 mod robustness;

@@ -1,0 +1,105 @@
+# The R driver, part 4 of 4: the request loop and start-up.
+
+# ------------------------------------------------------------------ requests
+
+handle_control <- function(msg) {
+  op <- msg$op
+  reply <- tryCatch(
+    withCallingHandlers(
+      if (identical(op, 'inspect')) inspect(msg)
+      else if (identical(op, 'complete')) complete(msg)
+      else list(ok = FALSE, message = 'unknown request'),
+      warning = function(w) invokeRestart('muffleWarning')),
+    error = function(e) list(ok = FALSE, message = sprintf('%s failed: %s', op, conditionMessage(e))))
+  send(c(list(ev = 'reply', id = msg$id), reply))
+}
+
+handle_line <- function(line) {
+  msg <- parse_request(line)
+  if (is.null(msg)) return(invisible())
+  if (identical(msg$op, 'exec')) {
+    run_cell(msg)
+  } else if (!is.null(msg$id)) {
+    handle_control(msg)
+  }
+  # An `input` with no pending request (its cell ended) is dropped.
+}
+
+drain_interrupt <- function() tryCatch(allowInterrupts(Sys.sleep(0)), interrupt = function(c) NULL)
+
+main_loop <- function() {
+  repeat {
+    line <- next_line()
+    drain_interrupt()
+    # No warning muffler here: a cell's warnings must reach R's default
+    # handler. The driver's own work outside cells muffles its warnings.
+    tryCatch(handle_line(line), error = driver_failed, interrupt = function(c) NULL)
+  }
+}
+
+# The server waits for a done event whatever happens in the driver.
+driver_failed <- function(e) {
+  cell <- state$running
+  if (is.null(cell)) return(invisible())
+  state$running <- NULL
+  text <- paste0('ferrepl R driver error: ', tryCatch(conditionMessage(e), error = function(e) '?'))
+  tryCatch(send_fenced(list(ev = 'done', cell = cell, status = 'error', value = NULL,
+                            error = list(type = 'DriverError', message = text, traceback = text), elapsed_ms = 0)),
+           error = function(e) NULL)
+}
+
+# ------------------------------------------------------------------ start
+
+setup_session <- function() {
+  # Non-ASCII text must reach the server as UTF-8 whatever locale we got.
+  if (!isTRUE(l10n_info()[['UTF-8']])) suppressWarnings(Sys.setlocale('LC_CTYPE', 'C.UTF-8'))
+  nonce <- Sys.getenv('FERREPL_NONCE', '')
+  if (!nzchar(nonce)) nonce <- strrep('0', 32L)
+  Sys.unsetenv('FERREPL_NONCE')
+  state$marker_prefix <- c(as.raw(0L), charToRaw('FERREPL:'), charToRaw(nonce), charToRaw(':'))
+  num_env <- function(name, default) {
+    v <- suppressWarnings(as.numeric(Sys.getenv(name, '')))
+    Sys.unsetenv(name)
+    if (is.na(v) || v <= 0) default else v
+  }
+  state$max_image_bytes <- num_env('FERREPL_MAX_IMAGE_BYTES', 4194304)
+  state$max_value_chars <- num_env('FERREPL_MAX_VALUE_CHARS', 200000)
+  state$cairo <- isTRUE(capabilities('cairo'))
+
+  # .Last.value as the console keeps it.
+  state$set_last_value <- function(v) NULL
+  tryCatch({
+    unlockBinding('.Last.value', baseenv())
+    state$set_last_value <- function(v) assign('.Last.value', v, envir = baseenv())
+  }, error = function(e) NULL)
+
+  options(device = png_device, help_type = 'text', pager = pager, browser = no_browser,
+          editor = no_editor, pdfviewer = pdf_viewer_script(), keep.source = TRUE, menu.graphics = FALSE,
+          # No help server: it could not answer while the driver waits for
+          # requests; HTML vignettes go to the browser option as files.
+          help.ports = 0L)
+  tryCatch(tools::Rd2txt_options(underline_titles = FALSE), error = function(e) NULL)
+
+  rebind('readline', make_readline())
+  rebind('readLines', make_readLines(base::readLines))
+  rebind('scan', make_scan(base::scan))
+  rebind('browser', make_browser())
+  rebind('closeAllConnections', make_close_all())
+  rebind('menu', make_menu(), 'utils')
+}
+
+ferrepl_main <- function(requests) {
+  suspendInterrupts({
+    # Our own binary reader: chunked reads instead of one byte per call.
+    state$req_bin <- fifo('/dev/fd/3', open = 'rb', blocking = TRUE)
+    try(close(requests), silent = TRUE)
+    state$ev_con <- open_out(4L)
+    state$out_con <- open_out(1L)
+    state$err_con <- open_out(2L)
+    setup_session()
+    send(list(ev = 'ready', pid = Sys.getpid(),
+              version = paste(R.version$major, R.version$minor, sep = '.'),
+              executable = file.path(R.home('bin'), 'R')))
+    main_loop()
+  })
+}
