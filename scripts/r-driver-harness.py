@@ -100,6 +100,7 @@ class Stream:
         self.cond = threading.Condition()
         self.eof = False
         self.fences = []
+        self.sync_fences = []
         self.raw_total = 0
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -125,6 +126,11 @@ class Stream:
                     number = int(m.group(1), 16)
                     self.current += buf[: m.start()]
                     buf = buf[m.end():]
+                    if m.group(2) == b"\x01":
+                        # A sync fence only orders the pipes: the output
+                        # around it belongs to the same event.
+                        self.sync_fences.append(number)
+                        continue
                     self.segments[number] = self.current
                     self.fences.append(number)
                     self.current = b""
@@ -869,8 +875,11 @@ def fences_and_events_are_clean(w):
     r = ok(w.run("cat('x'); cat('y', file = stderr())"))
     check(r.stdout == "x" and r.stderr == "y", "unterminated lines belong to their cell", r)
     fences = [e["fence"] for e in w.event_log if "fence" in e]
-    check(fences == list(range(1, len(fences) + 1)), "fences count up by one")
+    syncs = w.out.sync_fences
+    check(sorted(fences + syncs) == list(range(1, len(fences) + len(syncs) + 1)),
+          "event and sync fences share one count, up by one")
     check(w.out.fences == fences and w.err.fences == fences, "every fence on both streams")
+    check(w.err.sync_fences == syncs, "every sync fence on both streams")
     check(all(e["ev"] in ("ready", "done", "display", "input_request", "reply") for e in w.event_log), "event kinds")
     d = [e for e in w.event_log if e["ev"] == "done"][-1]
     check(set(d) >= {"ev", "cell", "status", "value", "error", "elapsed_ms", "fence", "fenced"} and d["value"] is None, "done fields", d)

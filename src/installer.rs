@@ -28,6 +28,18 @@ pub struct InstallerSettings {
     pub cran: String,
 }
 
+/// The port a URL names explicitly (`http://mirror:8080/` → 8080).
+pub fn port_of(url: &str) -> Option<u16> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let after_host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.1,
+        None => host_port,
+    };
+    after_host.rsplit_once(':')?.1.parse().ok()
+}
+
 pub fn host_of(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
@@ -283,6 +295,16 @@ impl InstallerSettings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn explicit_ports_are_read_from_urls() {
+        use super::port_of;
+        assert_eq!(port_of("http://127.0.0.1:8123/cran"), Some(8123));
+        assert_eq!(port_of("https://[::1]:9000/"), Some(9000));
+        assert_eq!(port_of("https://cloud.r-project.org"), None);
+        assert_eq!(port_of("https://u:p@host/x"), None);
+        assert_eq!(port_of("not a url"), None);
+    }
+
     use super::*;
 
     #[test]

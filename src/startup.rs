@@ -249,12 +249,16 @@ fn installer_settings(
         mode = config::Network::Off;
     }
     let mut extra_hosts = cfg.allow_host_egress.clone();
+    let mut extra_ports = Vec::new();
     if cfg
         .languages
         .iter()
         .any(|l| l.trim().eq_ignore_ascii_case("r"))
     {
         extra_hosts.extend(installer::host_of(&cfg.cran));
+        // A mirror named with its port (an internal one on :8080) is
+        // reached on that port as well as on 443 and 80.
+        extra_ports.extend(installer::port_of(&cfg.cran));
     }
     let mut settings = installer::InstallerSettings::discover(
         mode,
@@ -267,7 +271,10 @@ fn installer_settings(
         let socket = state_dir.path().join("egress.sock");
         let listener = tokio::net::UnixListener::bind(&socket)
             .with_context(|| format!("cannot listen on {}", socket.display()))?;
-        let proxy = std::sync::Arc::new(egress::EgressConfig::new(settings.allowed_hosts.clone()));
+        let mut proxy = egress::EgressConfig::new(settings.allowed_hosts.clone());
+        proxy.ports.extend(extra_ports);
+        proxy.allow_private = cfg.egress_allow_private;
+        let proxy = std::sync::Arc::new(proxy);
         tracing::info!("package installers may reach: {}", proxy.describe());
         tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
         sandbox_cfg.egress = Some(sandbox::EgressRelay {

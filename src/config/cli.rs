@@ -161,6 +161,11 @@ pub struct Config {
     )]
     pub allow_host_egress: Vec<String>,
 
+    /// Let installers reach allowed hosts whose names resolve to private or
+    /// loopback addresses (an internal package mirror); refused by default.
+    #[arg(long, env = "FERREPL_EGRESS_ALLOW_PRIVATE")]
+    pub egress_allow_private: bool,
+
     /// Let installs build source distributions (their build scripts run with the installer's
     /// network access); by default installs take wheels only.
     #[arg(long, env = "FERREPL_ALLOW_SOURCE_BUILDS")]

@@ -77,7 +77,8 @@ pub struct EgressConfig {
     pub max_head_bytes: usize,
     /// Connections served at once (default 64); more are answered 503 at once.
     pub max_connections: usize,
-    /// Tests only: allow destinations that resolve to loopback/private addresses.
+    /// Allow destinations that resolve to loopback/private addresses
+    /// (--egress-allow-private; proxy tests).
     pub allow_private: bool,
 }
 

@@ -56,10 +56,15 @@ pub fn portable(schema: &mut Map<String, Value>) {
     clean(schema);
 }
 
-/// Sets the description of a top-level property, if the schema has it.
+/// Sets the description of a top-level property, if the schema has it
+/// (an empty `doc` removes it).
 pub fn describe_property(schema: &mut Map<String, Value>, name: &str, doc: &str) {
     if let Some(Value::Object(prop)) = schema.get_mut("properties").and_then(|p| p.get_mut(name)) {
-        prop.insert("description".into(), Value::from(doc));
+        if doc.is_empty() {
+            prop.remove("description");
+        } else {
+            prop.insert("description".into(), Value::from(doc));
+        }
     }
 }
 

@@ -39,6 +39,20 @@ created on first use (session defaults to \"default\"). A result ends with a sta
 A call returns within wait_s; a cell still going then returns 'running' and keeps running: \
 python_wait collects it, answers its input() or interrupts it.";
 
+/// R's tools take Python's argument types; what their arguments mean in R
+/// is said here ("" drops a Python-only description).
+const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
+    (
+        "r_exec",
+        "code",
+        "R code; visible values print as in the console.",
+    ),
+    ("r_wait", "input", "Answers readline()."),
+    ("r_wait", "eof", ""),
+    ("r_wait", "interrupt", ""),
+    ("r_inspect", "name", "e.g. \"df$x\"."),
+];
+
 /// Added to the instructions when R is enabled.
 const R_INSTRUCTIONS: &str = " R sessions (default \"r\") work alike through the r_ tools.";
 
@@ -126,6 +140,11 @@ impl FerreplServer {
             let mut input = (*tool.input_schema).clone();
             schema::portable(&mut input);
             schema::describe_property(&mut input, "wait_s", &wait_doc);
+            for (name, property, doc) in R_ARGUMENT_DOCS {
+                if tool.name == *name {
+                    schema::describe_property(&mut input, property, doc);
+                }
+            }
             tool.input_schema = Arc::new(input);
             tool.output_schema = match (structured, tool.output_schema.take()) {
                 (true, Some(out)) => {

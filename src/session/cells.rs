@@ -201,10 +201,10 @@ impl SessionManager {
             (CellStatus::Interrupted, ("InterpreterKilled", message))
         } else {
             notes.push(format!(
-                "The Python process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
-                sess.name, run.number
+                "The {} process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
+                sess.language, sess.name, run.number
             ));
-            let message = format!("the Python process died with {exit}");
+            let message = format!("the {} process died with {exit}", sess.language);
             (CellStatus::Crashed, ("WorkerCrashed", message))
         };
         let done = CellDone {

@@ -26,11 +26,15 @@ impl SessionManager {
             "name".into(),
             target.map(Value::from).unwrap_or(Value::Null),
         );
+        let tool = self
+            .existing(name)
+            .map_or(Language::Python, |s| s.language)
+            .inspect_tool();
         self.control(name, "inspect", args)
             .await
             .map_err(|e| match e {
                 SessionError::Invalid(msg) => SessionError::Inspect(format!(
-                    "{msg}; call python_inspect without a name to list the variables"
+                    "{msg}; call {tool} without a name to list the variables"
                 )),
                 other => other,
             })

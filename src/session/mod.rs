@@ -104,7 +104,8 @@ pub enum SessionError {
     )]
     NotFound { name: String, existing: String },
     #[error(
-        "session '{session}' is a {has} session; {wanted} tools cannot use it. Pass another session name (omit it for {wanted}'s default, '{default}')",
+        "session '{session}' is {has} session; {wanted} tools cannot use it. Pass another session name (omit it for {wanted}'s default, '{default}')",
+        has = .has.with_article(),
         default = default_for(*.wanted, DEFAULT_SESSION)
     )]
     WrongLanguage {

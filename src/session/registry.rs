@@ -224,7 +224,7 @@ impl SessionManager {
                 other => other,
             })?;
         if let Some(info) = worker.ready_info() {
-            tracing::info!(session = %sess.name, pid = info.pid, python = %info.python_version, "session interpreter started");
+            tracing::info!(session = %sess.name, pid = info.pid, version = %info.python_version, "session interpreter started");
         }
         sess.lock().worker = Some(worker.clone());
         Ok(worker)

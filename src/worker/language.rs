@@ -21,6 +21,14 @@ impl Language {
         }
     }
 
+    /// "a Python", "an R".
+    pub fn with_article(self) -> &'static str {
+        match self {
+            Language::Python => "a Python",
+            Language::R => "an R",
+        }
+    }
+
     /// As `--languages` and tool names spell it.
     pub fn key(self) -> &'static str {
         match self {

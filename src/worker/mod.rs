@@ -196,6 +196,22 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         program: spec.program.display().to_string(),
         source,
     };
+    // The sandbox launcher would report a missing program only as an early
+    // exit: say it plainly, with how to get one.
+    let program = &spec.program;
+    let found = if program.is_absolute() {
+        crate::executables::is_executable(program)
+    } else if program.components().count() == 1 {
+        crate::executables::find_on_path_where(&program.to_string_lossy(), |_| true).is_some()
+    } else {
+        true // relative to the session's directory: the spawn will tell
+    };
+    if !found {
+        return Err(spawn_err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "not found or not executable",
+        )));
+    }
     let channel = Channel::new(spec.language).map_err(spawn_err)?;
     let nonce = random_hex();
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

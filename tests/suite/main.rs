@@ -31,6 +31,8 @@ mod large_output;
 mod long_running;
 mod long_running_http;
 mod packages_egress;
+mod r_sessions;
+mod r_setup;
 mod rich_output;
 mod sandbox;
 mod shell_jobs;

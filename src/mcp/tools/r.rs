@@ -1,63 +1,20 @@
-//! The core R tools: r_exec, r_wait, r_output and r_inspect. They share
-//! their bodies with the Python tools; only what differs is here.
+//! The core R tools: r_exec, r_wait, r_output and r_inspect. They take the
+//! Python tools' arguments (described for R in `server.rs`) and share their
+//! bodies; only what differs is here.
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::RequestMetaObject;
 use rmcp::{Peer, RoleServer, tool, tool_router};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use super::python::{InspectOutput, WaitParams};
-use crate::mcp::args::{Parameters, Seconds};
+use super::python::{ExecParams, InspectOutput, InspectParams, WaitParams};
+use crate::mcp::args::Parameters;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::CellOutput;
 use crate::mcp::server::FerreplServer;
 use crate::mcp::window::{OutputParams, OutputWindow};
 use crate::session::CellSource;
 use crate::worker::Language;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct RExecParams {
-    /// R code; visible values print as in the console.
-    pub code: String,
-    #[serde(default)]
-    pub session: Option<String>,
-    #[serde(default)]
-    pub wait_s: Option<Seconds>,
-}
-
-/// python_wait's arguments, described for R.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct RWaitParams {
-    pub session: Option<String>,
-    pub wait_s: Option<Seconds>,
-    /// Answers readline().
-    pub input: Option<String>,
-    pub eof: Option<bool>,
-    pub interrupt: Option<bool>,
-}
-
-impl From<RWaitParams> for WaitParams {
-    fn from(p: RWaitParams) -> Self {
-        WaitParams {
-            session: p.session,
-            wait_s: p.wait_s,
-            input: p.input,
-            eof: p.eof,
-            interrupt: p.interrupt,
-        }
-    }
-}
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct RInspectParams {
-    pub session: Option<String>,
-    /// e.g. "df$x".
-    pub name: Option<String>,
-}
 
 #[tool_router(router = r_router, vis = "pub(crate)")]
 impl FerreplServer {
@@ -69,7 +26,7 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
     )]
     async fn r_exec(
         &self,
-        Parameters(p): Parameters<RExecParams>,
+        Parameters(p): Parameters<ExecParams>,
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
@@ -91,13 +48,12 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
     )]
     async fn r_wait(
         &self,
-        Parameters(p): Parameters<RWaitParams>,
+        Parameters(p): Parameters<WaitParams>,
         meta: RequestMetaObject,
         peer: Peer<RoleServer>,
         ct: CancellationToken,
     ) -> ToolResult {
-        self.wait_cell(Language::R, p.into(), (meta, peer, ct))
-            .await
+        self.wait_cell(Language::R, p, (meta, peer, ct)).await
     }
 
     #[tool(
@@ -114,7 +70,7 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
         output_schema = schema_for_output::<InspectOutput>(),
         annotations(title = "Inspect R objects", read_only_hint = true)
     )]
-    async fn r_inspect(&self, Parameters(p): Parameters<RInspectParams>) -> ToolResult {
+    async fn r_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
         self.inspect_objects(Language::R, &p.session, p.name.as_deref())
             .await
     }

@@ -131,6 +131,8 @@ print_warnings <- function() {
   close(con)
   if (length(text)) {
     text[1L] <- sub('^In addition: ', '', text[1L])
+    # After the output on stdout, whichever pipe the server reads first.
+    suspendInterrupts(fence(SYNC_FENCE))
     cat(text, sep = '\n', file = stderr())
   }
 }
@@ -233,6 +235,15 @@ parse_cell <- function(code, name) {
   })
 }
 
+# message() writes to stderr while cat() and print() write to stdout: sync
+# fences around each message keep the two pipes in the order of the writes.
+on_message <- function(m) {
+  suspendInterrupts(fence(SYNC_FENCE))
+  cat(conditionMessage(m), file = stderr(), sep = '')
+  suspendInterrupts(fence(SYNC_FENCE))
+  invokeRestart('muffleMessage')
+}
+
 # Runs one cell: everything the user's code does happens inside
 # allowInterrupts(), inside this tryCatch.
 exec_cell <- function(exprs) {
@@ -241,6 +252,7 @@ exec_cell <- function(exprs) {
     withCallingHandlers(
       allowInterrupts(run_exprs(exprs)),
       warning = on_warning,
+      message = on_message,
       error = function(e) if (is.null(state$error_calls)) state$error_calls <- sys.calls(),
       interrupt = function(c) state$error_calls <- sys.calls())
     list(status = 'ok', error = NULL)

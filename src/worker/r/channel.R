@@ -188,8 +188,11 @@ shrink_event <- function(ev) {
 BOTH_STREAMS <- c('stdout', 'stderr')
 
 # Writes fence marker n on both output pipes (after R's own buffers);
-# returns the number and the streams that got it.
-fence <- function() {
+# returns the number and the streams that got it. `kind` 0 closes the output
+# an event owns; 1 (a sync fence) only orders the two pipes: the server puts
+# everything written before it, on either pipe, before everything after.
+SYNC_FENCE <- 1L
+fence <- function(kind = 0L) {
   tryCatch({
     flush(stdout())
     flush(stderr())
@@ -197,7 +200,7 @@ fence <- function() {
   check_outputs()
   n <- state$fence + 1L
   state$fence <- n
-  marker <- c(state$marker_prefix, charToRaw(sprintf('%016x', n)), as.raw(0L))
+  marker <- c(state$marker_prefix, charToRaw(sprintf('%016x', n)), as.raw(kind))
   out_done <- FALSE
   both <- tryCatch({
     writeBin(marker, state$out_con)

@@ -78,7 +78,10 @@ setup_session <- function() {
           # No help server: it could not answer while the driver waits for
           # requests; HTML vignettes go to the browser option as files.
           help.ports = 0L)
-  tryCatch(tools::Rd2txt_options(underline_titles = FALSE), error = function(e) NULL)
+  # Loading tools costs ~80 ms of start-up: Rd2txt's options are set when
+  # help (or anything else) loads it.
+  rd_options <- function(...) tryCatch(tools::Rd2txt_options(underline_titles = FALSE), error = function(e) NULL)
+  if (isNamespaceLoaded('tools')) rd_options() else setHook(packageEvent('tools', 'onLoad'), rd_options)
 
   rebind('readline', make_readline())
   rebind('readLines', make_readLines(base::readLines))

@@ -89,7 +89,10 @@ async fn sessions_keep_their_language() {
         ("python_exec", json!({ "code": "1", "session": "r" })),
         ("python_inspect", json!({ "session": "r" })),
         ("python_wait", json!({ "session": "r" })),
-        ("python_install", json!({ "packages": ["six"], "session": "r" })),
+        (
+            "python_install",
+            json!({ "packages": ["six"], "session": "r" }),
+        ),
     ] {
         let out = server.call(tool, args).await;
         assert_refused(&out, "R session", &format!("{tool} on the R session"));
@@ -117,7 +120,8 @@ async fn workspace_profiles_and_the_server_environment_do_not_reach_r() {
     let ws = server.workdir.path();
     let planted = unique("planted");
     std::fs::write(ws.join(".Rprofile"), format!("{planted} <- TRUE\n")).expect("write .Rprofile");
-    std::fs::write(ws.join(".Renviron"), format!("PLANTED_ENV={planted}\n")).expect("write .Renviron");
+    std::fs::write(ws.join(".Renviron"), format!("PLANTED_ENV={planted}\n"))
+        .expect("write .Renviron");
     let out = r_exec(
         &server,
         &format!(

@@ -1,0 +1,158 @@
+//! R set-up around the sessions: a missing R, and r_install from a CRAN
+//! mirror through the installers' egress proxy (a small repository served
+//! on loopback stands in for CRAN, which CI cannot reach).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{StdioServer, ToolOutput, free_port, path_str};
+
+/// A CRAN-like repository (`src/contrib` with PACKAGES) holding the test
+/// package, served over HTTP on 127.0.0.1 until dropped.
+struct Mirror {
+    url: String,
+    server: tokio::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Mirror {
+    async fn start() -> Mirror {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let contrib = dir.path().join("src/contrib");
+        std::fs::create_dir_all(&contrib).expect("mkdir src/contrib");
+        let tarball = crate::r_sessions::build_test_package(&contrib).await;
+        assert!(contrib.join(tarball).is_file());
+        let indexed = tokio::process::Command::new("R")
+            .args(["--vanilla", "--quiet", "--no-echo", "-e"])
+            .arg("tools::write_PACKAGES('.', type = 'source')")
+            .current_dir(&contrib)
+            .output()
+            .await
+            .expect("run R for write_PACKAGES");
+        assert!(
+            indexed.status.success() && contrib.join("PACKAGES").is_file(),
+            "write_PACKAGES failed: {}",
+            String::from_utf8_lossy(&indexed.stderr)
+        );
+        let port = free_port();
+        let server = tokio::process::Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start python3 -m http.server");
+        let mirror = Mirror {
+            url: format!("http://127.0.0.1:{port}"),
+            server,
+            _dir: dir,
+        };
+        mirror.wait_listening(port).await;
+        mirror
+    }
+
+    /// Until the server accepts connections (bounded).
+    async fn wait_listening(&self, port: u16) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the mirror never listened on {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = self.server.id();
+    }
+}
+
+async fn install(server: &StdioServer, package: &str) -> ToolOutput {
+    let args = json!({ "packages": [package], "wait_s": 45 });
+    let mut out = server.call("r_install", args.clone()).await;
+    for _ in 0..8 {
+        if out.structured["status"] != "running" {
+            break;
+        }
+        out = server.call("r_install", args.clone()).await;
+    }
+    out
+}
+
+#[tokio::test]
+async fn r_install_reaches_the_cran_mirror_through_the_proxy() {
+    let mirror = Mirror::start().await;
+    let server = StdioServer::start(&[
+        "--languages",
+        "python,r",
+        "--cran",
+        &mirror.url,
+        "--egress-allow-private",
+    ])
+    .await;
+    let out = install(&server, "ferrepltestpkg").await;
+    assert!(
+        !out.is_error && out.structured["exit_code"] == 0,
+        "the install from the mirror failed: {out:#?}\n{}",
+        server.stderr_log()
+    );
+    assert!(
+        library_has(server.workdir.path(), "ferrepltestpkg"),
+        "the package is in the workspace library"
+    );
+    let used = server
+        .call(
+            "r_exec",
+            json!({"code": "library(ferrepltestpkg); hello()", "wait_s": 30}),
+        )
+        .await;
+    used.assert_ok();
+    assert!(used.text.contains("hi from pkg"), "{used:#?}");
+}
+
+#[tokio::test]
+async fn a_loopback_mirror_is_refused_without_the_operator_flag() {
+    let mirror = Mirror::start().await;
+    let server = StdioServer::start(&["--languages", "python,r", "--cran", &mirror.url]).await;
+    let out = install(&server, "ferrepltestpkg").await;
+    assert!(out.is_error, "the install must fail: {out:#?}");
+    let text = format!(
+        "{}{}",
+        out.text,
+        out.structured["stderr"].as_str().unwrap_or_default()
+    );
+    assert!(
+        text.contains("not installed: ferrepltestpkg"),
+        "the job says what did not install: {text}"
+    );
+    assert!(!library_has(server.workdir.path(), "ferrepltestpkg"));
+}
+
+#[tokio::test]
+async fn a_missing_r_is_reported_with_how_to_install_it() {
+    let missing = tempfile::tempdir().expect("tempdir");
+    let r = missing.path().join("R");
+    let server = StdioServer::start(&["--languages", "python,r", "--r", path_str(&r)]).await;
+    let out = server.call("r_exec", json!({"code": "1"})).await;
+    assert!(out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains("apt-get install r-base-core") && out.text.contains("--r PATH"),
+        "the error says how to get R: {:?}",
+        out.text
+    );
+    server.exec("1 + 1").await.assert_ok();
+}
+
+fn library_has(workdir: &Path, package: &str) -> bool {
+    workdir
+        .join(".ferrepl/r-library")
+        .join(package)
+        .join("DESCRIPTION")
+        .is_file()
+}
