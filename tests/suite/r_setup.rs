@@ -1,6 +1,7 @@
-//! R set-up around the sessions: a missing R, and r_install from a CRAN
-//! mirror through the installers' egress proxy (a small repository served
-//! on loopback stands in for CRAN, which CI cannot reach).
+//! R around the sessions: a missing R, r_install from a CRAN mirror through
+//! the installers' egress proxy (a small repository served on loopback
+//! stands in for CRAN, which CI cannot reach), no R process outliving the
+//! server, and the cell time limit.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -9,6 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{StdioServer, ToolOutput, free_port, path_str};
+
+const R_FLAGS: [&str; 2] = ["--languages", "python,r"];
 
 /// A CRAN-like repository (`src/contrib` with PACKAGES) holding the test
 /// package, served over HTTP on 127.0.0.1 until dropped.
@@ -155,4 +158,62 @@ fn library_has(workdir: &Path, package: &str) -> bool {
         .join(package)
         .join("DESCRIPTION")
         .is_file()
+}
+
+/// The host pid python_sessions lists for `session`.
+async fn listed_pid(server: &StdioServer, session: &str) -> u32 {
+    let list = server.call("python_sessions", json!({})).await;
+    list.structured["sessions"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["name"] == session))
+        .and_then(|r| r["pid"].as_u64())
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(|| panic!("no pid for {session}: {list:#?}"))
+}
+
+#[tokio::test]
+async fn killing_the_server_leaves_no_r_process_behind() {
+    let server = StdioServer::start(&R_FLAGS).await;
+    let out = server
+        .call(
+            "r_exec",
+            json!({"code": "system('sleep 300', wait = FALSE); cat('started\\n')", "wait_s": 30}),
+        )
+        .await;
+    out.assert_ok();
+    let worker = listed_pid(&server, "r").await;
+    // The sandbox's init (R's parent) adopts the background sleep.
+    let root = crate::support::parent_pid(worker).unwrap_or(worker);
+    let mut tree = crate::support::descendants(root);
+    tree.push(root);
+    assert!(
+        tree.contains(&worker) && tree.len() >= 3,
+        "R, its init and the sleeping child: {tree:?}"
+    );
+    server.sigkill_and_reap(Duration::from_secs(10)).await;
+    for pid in tree {
+        assert!(
+            crate::support::wait_process_gone(pid, Duration::from_secs(15)).await,
+            "process {pid} of the R session outlived the server"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_cell_time_limit_interrupts_an_r_cell_and_keeps_the_session() {
+    let server = StdioServer::start(&["--languages", "python,r", "--max-cell-seconds", "1"]).await;
+    let setup = server
+        .call("r_exec", json!({"code": "kept <- 7", "wait_s": 30}))
+        .await;
+    setup.assert_ok();
+    let out = server
+        .call("r_exec", json!({"code": "Sys.sleep(60)", "wait_s": 30}))
+        .await;
+    assert_eq!(out.structured["status"], "interrupted", "{out:#?}");
+    assert!(out.text.contains("max-cell-seconds"), "{:?}", out.text);
+    let after = server
+        .call("r_exec", json!({"code": "kept", "wait_s": 30}))
+        .await;
+    after.assert_ok();
+    assert!(after.text.contains("[1] 7"), "{after:#?}");
 }

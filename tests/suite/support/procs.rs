@@ -155,7 +155,7 @@ fn all_pids() -> Vec<u32> {
 }
 
 /// The parent of `pid`, from /proc/<pid>/stat.
-fn parent_pid(pid: u32) -> Option<u32> {
+pub fn parent_pid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 1..];
     after_name.split_whitespace().nth(1)?.parse().ok()
