@@ -56,6 +56,16 @@ pub fn portable(schema: &mut Map<String, Value>) {
     clean(schema);
 }
 
+/// Removes a top-level property (and its `required` entry).
+pub fn remove_property(schema: &mut Map<String, Value>, name: &str) {
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        props.remove(name);
+    }
+    if let Some(Value::Array(required)) = schema.get_mut("required") {
+        required.retain(|r| r != name);
+    }
+}
+
 /// Sets the description of a top-level property, if the schema has it
 /// (an empty `doc` removes it).
 pub fn describe_property(schema: &mut Map<String, Value>, name: &str, doc: &str) {

@@ -42,11 +42,7 @@ python_wait collects it, answers its input() or interrupts it.";
 /// R's tools take Python's argument types; what their arguments mean in R
 /// is said here ("" drops a Python-only description).
 const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
-    (
-        "r_exec",
-        "code",
-        "R code; visible values print as in the console.",
-    ),
+    ("r_exec", "code", "R code; values print as in the console."),
     ("r_wait", "input", "Answers readline()."),
     ("r_wait", "eof", ""),
     ("r_wait", "interrupt", ""),
@@ -54,7 +50,7 @@ const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
 ];
 
 /// Added to the instructions when R is enabled.
-const R_INSTRUCTIONS: &str = " R sessions (default \"r\") work alike through the r_ tools.";
+const R_INSTRUCTIONS: &str = " R sessions (default \"r\"): the r_ tools, alike.";
 
 /// What every transport session's server is built from.
 #[derive(Clone)]
@@ -140,6 +136,10 @@ impl FerreplServer {
             let mut input = (*tool.input_schema).clone();
             schema::portable(&mut input);
             schema::describe_property(&mut input, "wait_s", &wait_doc);
+            if !groups.languages().contains(&Language::R) {
+                // Python-only servers do not pay for R's words.
+                schema::remove_property(&mut input, "language");
+            }
             for (name, property, doc) in R_ARGUMENT_DOCS {
                 if tool.name == *name {
                     schema::describe_property(&mut input, property, doc);

@@ -7,28 +7,41 @@ use super::*;
 use crate::executables::is_executable;
 
 /// Settings of a session created with python_sessions create.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct SessionOptions {
     pub python: Option<PathBuf>,
     pub venv: Option<PathBuf>,
     pub workdir: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
+    pub language: Language,
 }
 
 impl SessionManager {
-    /// Starts the default session and a spare worker without waiting.
+    /// Starts the default session of each enabled language (and with
+    /// Python's, the spare worker) without waiting: R spends most of its
+    /// start attaching its default packages, which then overlaps the
+    /// client's handshake.
     pub fn warm_up(self: &Arc<Self>) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            match this.get_or_create(DEFAULT_SESSION, Language::Python) {
-                Ok(sess) => {
-                    if let Err(e) = this.ensure_worker(&sess).await {
-                        tracing::warn!("could not start the default session: {e}");
-                    }
-                }
-                Err(e) => tracing::warn!("could not create the default session: {e}"),
+        let defaults = [
+            (DEFAULT_SESSION, Language::Python),
+            (DEFAULT_R_SESSION, Language::R),
+        ];
+        for (name, lang) in defaults {
+            if self.spec_for(lang).is_none() {
+                continue;
             }
-        });
+            let this = self.clone();
+            tokio::spawn(async move {
+                match this.get_or_create(name, lang) {
+                    Ok(sess) => {
+                        if let Err(e) = this.ensure_worker(&sess).await {
+                            tracing::warn!("could not start the default {lang} session: {e}");
+                        }
+                    }
+                    Err(e) => tracing::warn!("could not create the default {lang} session: {e}"),
+                }
+            });
+        }
     }
 
     pub(super) fn get_or_create(
@@ -340,7 +353,16 @@ impl SessionManager {
                 "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
             )));
         }
-        let mut spec: LaunchSpec = self.spec.clone();
+        let lang = opts.language;
+        if lang != Language::Python && (opts.python.is_some() || opts.venv.is_some()) {
+            return Err(SessionError::Invalid(format!(
+                "python and venv apply to Python sessions; an {lang} session takes only workdir and env"
+            )));
+        }
+        let mut spec: LaunchSpec = self
+            .spec_for(lang)
+            .ok_or(SessionError::LanguageOff(lang))?
+            .clone();
         let mut custom = false;
         if let Some(venv) = &opts.venv {
             let venv = self.allowed_interpreter(venv, "venv")?;
@@ -376,7 +398,7 @@ impl SessionManager {
             spec.env.push((k.clone(), v.clone()));
             custom = true;
         }
-        let sess = self.get_or_create_with(name, Language::Python, custom.then_some(spec))?;
+        let sess = self.get_or_create_with(name, lang, custom.then_some(spec))?;
         self.ensure_worker(&sess).await?;
         Ok(sess)
     }

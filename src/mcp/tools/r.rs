@@ -42,7 +42,7 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
     }
 
     #[tool(
-        description = "Follow an R cell that returned 'running' or 'waiting_input': wait, answer readline() or interrupt.",
+        description = "Follow a 'running' or 'waiting_input' R cell: wait, answer readline(), or interrupt.",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Wait for an R cell", destructive_hint = false, open_world_hint = false)
     )]
@@ -57,7 +57,7 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
     }
 
     #[tool(
-        description = "A window of an R cell's full output, or the lines matching grep.",
+        description = "An R cell's full output: a window, or the lines matching grep.",
         output_schema = schema_for_output::<OutputWindow>(),
         annotations(title = "Read R cell output", read_only_hint = true)
     )]

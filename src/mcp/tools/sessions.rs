@@ -38,6 +38,7 @@ pub struct SessionsParams {
     pub venv: Option<PathBuf>,
     pub workdir: Option<PathBuf>,
     pub env: Option<BTreeMap<String, String>>,
+    pub language: Option<crate::worker::Language>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -93,6 +94,7 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
                     venv: p.venv,
                     workdir: p.workdir,
                     env: p.env.unwrap_or_default(),
+                    language: p.language.unwrap_or(crate::worker::Language::Python),
                 };
                 self.manager.create(name, opts).await?;
                 Some(format!(

@@ -136,3 +136,71 @@ async fn workspace_profiles_and_the_server_environment_do_not_reach_r() {
         out.text
     );
 }
+
+#[tokio::test]
+async fn creating_an_r_session_takes_no_interpreter_and_no_way_out() {
+    let server = StdioServer::start(&R).await;
+    std::fs::create_dir(server.workdir.path().join("sub")).expect("mkdir sub");
+    let create = |args: serde_json::Value| {
+        let mut all = json!({"action": "create", "session": "st", "language": "r"});
+        if let (Some(into), serde_json::Value::Object(from)) = (all.as_object_mut(), args) {
+            into.extend(from);
+        }
+        server.call("python_sessions", all)
+    };
+    for (args, needle) in [
+        (json!({"python": "/bin/sh"}), "apply to Python sessions"),
+        (json!({"venv": ".venv"}), "apply to Python sessions"),
+        (json!({"env": {"LD_PRELOAD": "/tmp/x.so"}}), "not allowed"),
+        (
+            json!({"env": {"R_HOME": "x", "FERREPL_NONCE": "y"}}),
+            "FERREPL_",
+        ),
+        (json!({"workdir": "/"}), "workspace"),
+    ] {
+        let out = create(args.clone()).await;
+        assert_refused(&out, needle, &format!("create R session with {args}"));
+    }
+    let out = create(json!({"workdir": "sub", "env": {"MY_SETTING": "on"}})).await;
+    assert!(!out.is_error, "{out:#?}");
+    let got = server
+        .call(
+            "r_exec",
+            json!({"session": "st", "code": "cat(basename(getwd()), Sys.getenv('MY_SETTING'))", "wait_s": 30}),
+        )
+        .await;
+    got.assert_ok();
+    assert!(got.text.starts_with("sub on"), "{:?}", got.text);
+    let py = server
+        .call("python_exec", json!({"session": "st", "code": "1"}))
+        .await;
+    assert_refused(&py, "R session", "python_exec on a created R session");
+}
+
+#[tokio::test]
+async fn a_python_only_server_refuses_r_sessions_and_hides_the_argument() {
+    let server = StdioServer::start(&[]).await;
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "x", "language": "r"}),
+        )
+        .await;
+    assert_refused(
+        &out,
+        "--languages python,r",
+        "an R session without R enabled",
+    );
+    let tools = server
+        .client
+        .peer()
+        .list_all_tools()
+        .await
+        .expect("tools/list");
+    let sessions = tools
+        .iter()
+        .find(|t| t.name == "python_sessions")
+        .expect("python_sessions listed");
+    let schema = serde_json::to_string(&sessions.input_schema).unwrap_or_default();
+    assert!(!schema.contains("language"), "{schema}");
+}
