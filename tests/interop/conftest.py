@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 
+import jsonschema
 import pytest
 from mcp import StdioServerParameters
 
@@ -169,3 +170,30 @@ def target_plain(request, workdir):
     if request.param == "stdio":
         return request.getfixturevalue("stdio_params_plain")
     return request.getfixturevalue("http_url_plain")
+
+
+class SchemaCheckedTools:
+    """A connected client plus the output schemas it listed, so each result can
+    be validated independently of the SDK (which skips is_error results)."""
+
+    def __init__(self, client):
+        self.client = client
+        self.schemas = {}
+
+    async def load(self):
+        for tool in (await self.client.list_tools()).tools:
+            self.schemas[tool.name] = tool.output_schema
+        return self
+
+    async def call(self, name, args=None, **kw):
+        result = await self.client.call_tool(name, args or {}, **kw)
+        schema = self.schemas.get(name)
+        if schema is not None and result.structured_content is not None:
+            try:
+                jsonschema.validate(result.structured_content, schema)
+            except jsonschema.ValidationError as e:
+                pytest.fail(
+                    f"{name} returned structured content that does not match its own output schema: "
+                    f"{e.message}\nresult: {result!r}"
+                )
+        return result

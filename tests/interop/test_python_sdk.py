@@ -16,6 +16,8 @@ import jsonschema
 import pytest
 from mcp import Client
 
+import conftest
+
 pytestmark = pytest.mark.timeout(60)
 
 CONTRACT_TOOLS = {"python_exec", "python_wait", "python_inspect", "python_sessions"}
@@ -63,31 +65,8 @@ def sdk_complaints():
         logger.removeHandler(handler)
 
 
-class Tools:
-    """A connected client plus the output schemas it listed, so each result can
-    be validated independently of the SDK (which skips is_error results)."""
-
-    def __init__(self, client: Client):
-        self.client = client
-        self.schemas = {}
-
-    async def load(self):
-        for tool in (await self.client.list_tools()).tools:
-            self.schemas[tool.name] = tool.output_schema
-        return self
-
-    async def call(self, name, args=None, **kw):
-        result = await self.client.call_tool(name, args or {}, **kw)
-        schema = self.schemas.get(name)
-        if schema is not None and result.structured_content is not None:
-            try:
-                jsonschema.validate(result.structured_content, schema)
-            except jsonschema.ValidationError as e:
-                pytest.fail(
-                    f"{name} returned structured content that does not match its own output schema: "
-                    f"{e.message}\nresult: {result!r}"
-                )
-        return result
+class Tools(conftest.SchemaCheckedTools):
+    """The schema-checked client with python_exec's checks."""
 
     async def exec(self, code, session=None, **extra):
         args = {"code": code, **extra}

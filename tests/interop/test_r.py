@@ -12,7 +12,6 @@ import base64
 import re
 import struct
 
-import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import ImageContent
@@ -44,28 +43,8 @@ def r_target(request, ferrepl_bin, workdir):
         pytest.fail(f"ferrepl --http did not exit within 10 s of SIGTERM; stderr:\n{server.log()}")
 
 
-class Tools:
-    """A client plus the output schemas it listed; every structured result is
-    validated against its tool's schema (the SDK skips is_error results)."""
-
-    def __init__(self, client):
-        self.client = client
-        self.schemas = {}
-
-    async def load(self):
-        for tool in (await self.client.list_tools()).tools:
-            self.schemas[tool.name] = tool.output_schema
-        return self
-
-    async def call(self, name, args):
-        result = await self.client.call_tool(name, args)
-        schema = self.schemas.get(name)
-        if schema is not None and result.structured_content is not None:
-            try:
-                jsonschema.validate(result.structured_content, schema)
-            except jsonschema.ValidationError as e:
-                pytest.fail(f"{name}: structured content does not match its output schema: {e.message}\n{result!r}")
-        return result
+class Tools(conftest.SchemaCheckedTools):
+    """The schema-checked client, with r_exec."""
 
     async def r_exec(self, code, **extra):
         return await self.call("r_exec", {"code": code, "wait_s": 30, **extra})

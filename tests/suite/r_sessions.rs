@@ -110,23 +110,12 @@ fn assert_text_has(out: &ToolOutput, needles: &[&str]) {
 
 /// The python_sessions row of `name`.
 async fn session_row(server: &StdioServer, name: &str) -> Value {
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "python_sessions failed: {listing:#?}");
-    listing.structured["sessions"]
-        .as_array()
-        .unwrap_or_else(|| panic!("python_sessions has no sessions array: {listing:#?}"))
-        .iter()
-        .find(|s| s["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("session {name} is not listed: {listing:#?}"))
+    crate::support::session_row(server.peer(), name).await
 }
 
 /// The interpreter pid python_sessions gives for `name`.
-async fn session_pid(server: &StdioServer, name: &str) -> u64 {
-    let row = session_row(server, name).await;
-    row["pid"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("session {name} has no pid: {row:#}"))
+async fn session_pid(server: &StdioServer, name: &str) -> u32 {
+    crate::support::session_pid(server.peer(), name).await
 }
 
 /// The names python_sessions lists.

@@ -160,17 +160,6 @@ fn library_has(workdir: &Path, package: &str) -> bool {
         .is_file()
 }
 
-/// The host pid python_sessions lists for `session`.
-async fn listed_pid(server: &StdioServer, session: &str) -> u32 {
-    let list = server.call("python_sessions", json!({})).await;
-    list.structured["sessions"]
-        .as_array()
-        .and_then(|rows| rows.iter().find(|r| r["name"] == session))
-        .and_then(|r| r["pid"].as_u64())
-        .and_then(|p| u32::try_from(p).ok())
-        .unwrap_or_else(|| panic!("no pid for {session}: {list:#?}"))
-}
-
 #[tokio::test]
 async fn killing_the_server_leaves_no_r_process_behind() {
     let server = StdioServer::start(&R_FLAGS).await;
@@ -181,7 +170,7 @@ async fn killing_the_server_leaves_no_r_process_behind() {
         )
         .await;
     out.assert_ok();
-    let worker = listed_pid(&server, "r").await;
+    let worker = crate::support::session_pid(server.peer(), "r").await;
     // The sandbox's init (R's parent) adopts the background sleep.
     let root = crate::support::parent_pid(worker).unwrap_or(worker);
     let mut tree = crate::support::descendants(root);

@@ -229,24 +229,12 @@ impl LongRunningServer {
 
     /// The `python_sessions` row of `name`.
     pub async fn session_row(&self, name: &str) -> Value {
-        let listing = self.call("python_sessions", json!({})).await;
-        assert!(!listing.is_error, "python_sessions failed: {listing:#?}");
-        listing.structured["sessions"]
-            .as_array()
-            .unwrap_or_else(|| panic!("python_sessions has no sessions array: {listing:#?}"))
-            .iter()
-            .find(|s| s["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("session {name} is not listed: {listing:#?}"))
+        super::session_row(self.peer(), name).await
     }
 
     /// The interpreter pid of session `name`, which must have one.
     pub async fn pid(&self, name: &str) -> u32 {
-        let row = self.session_row(name).await;
-        row["pid"]
-            .as_u64()
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or_else(|| panic!("session {name} has no pid: {row:#}"))
+        super::session_pid(self.peer(), name).await
     }
 
     /// Wait (bounded) until python_sessions shows session `name` in `state`.

@@ -229,6 +229,28 @@ pub async fn call(peer: &Peer<RoleClient>, tool: &str, args: Value) -> ToolOutpu
     }
 }
 
+/// The `python_sessions` row of session `name`.
+pub async fn session_row(peer: &Peer<RoleClient>, name: &str) -> Value {
+    let listing = call(peer, "python_sessions", serde_json::json!({})).await;
+    assert!(!listing.is_error, "python_sessions failed: {listing:#?}");
+    listing.structured["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("python_sessions has no sessions array: {listing:#?}"))
+        .iter()
+        .find(|s| s["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("session {name} is not listed: {listing:#?}"))
+}
+
+/// The host pid `python_sessions` lists for session `name`, which must have one.
+pub async fn session_pid(peer: &Peer<RoleClient>, name: &str) -> u32 {
+    let row = session_row(peer, name).await;
+    row["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or_else(|| panic!("session {name} has no pid: {row:#}"))
+}
+
 /// The names of the tools the server lists (all pages), sorted.
 pub async fn tool_names(peer: &Peer<RoleClient>) -> Vec<String> {
     let tools = tokio::time::timeout(CALL_TIMEOUT, peer.list_all_tools())
