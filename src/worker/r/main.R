@@ -92,6 +92,9 @@ setup_session <- function() {
 }
 
 ferrepl_main <- function(requests) {
+  # The JIT would compile each set-up function before its one call (~80 ms
+  # of start-up): off while setting up, back for the session.
+  jit <- .Internal(enableJIT(0L))
   suspendInterrupts({
     # Our own binary reader: chunked reads instead of one byte per call.
     state$req_bin <- fifo('/dev/fd/3', open = 'rb', blocking = TRUE)
@@ -103,6 +106,7 @@ ferrepl_main <- function(requests) {
     send(list(ev = 'ready', pid = Sys.getpid(),
               version = paste(R.version$major, R.version$minor, sep = '.'),
               executable = file.path(R.home('bin'), 'R')))
+    .Internal(enableJIT(jit))
     main_loop()
   })
 }
