@@ -30,9 +30,7 @@ pub struct InstallerSettings {
 
 /// The port a URL names explicitly (`http://mirror:8080/` → 8080).
 pub fn port_of(url: &str) -> Option<u16> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host_port = host_port(url)?;
     let after_host = match host_port.strip_prefix('[') {
         Some(v6) => v6.split_once(']')?.1,
         None => host_port,
@@ -40,10 +38,15 @@ pub fn port_of(url: &str) -> Option<u16> {
     after_host.rsplit_once(':')?.1.parse().ok()
 }
 
-pub fn host_of(url: &str) -> Option<String> {
+/// `host[:port]` of a URL (no scheme, user info or path).
+fn host_port(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
     let authority = rest.split(['/', '?', '#']).next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some(authority.rsplit_once('@').map_or(authority, |(_, h)| h))
+}
+
+pub fn host_of(url: &str) -> Option<String> {
+    let host_port = host_port(url)?;
     let host = if let Some(v6) = host_port.strip_prefix('[') {
         v6.split(']').next()?
     } else {

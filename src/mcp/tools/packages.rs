@@ -28,7 +28,7 @@ pub struct InstallParams {
 }
 
 /// Puts a line before a result's text.
-fn prepend(result: &mut CallToolResult, line: &str) {
+pub(super) fn prepend(result: &mut CallToolResult, line: &str) {
     if let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut() {
         t.text = format!("{line}\n{}", t.text);
     }
@@ -37,7 +37,7 @@ fn prepend(result: &mut CallToolResult, line: &str) {
 /// How to go on with an install still running.
 const INSTALL_HINT: &str = "call python_install again for this session to keep waiting for it.";
 
-fn shell_quote(s: &str) -> String {
+pub(super) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 

@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use super::packages::{prepend, shell_quote};
 use super::shell::{JobOutput, job_result};
 use crate::jobs::JobSpec;
 use crate::mcp::args::{Parameters, Seconds, secs};
@@ -55,13 +56,13 @@ impl FerreplServer {
             .set_install(&session, job.clone(), p.packages.clone());
         let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
         let mut result = job_result(&report, R_INSTALL_HINT);
-        if report.state.exit_code == Some(0)
-            && let Some(rmcp::model::ContentBlock::Text(t)) = result.content.first_mut()
-        {
-            t.text = format!(
-                "[ferrepl] Installed into {}; library() finds them in every R session now.\n{}",
-                r::LIBRARY,
-                t.text
+        if report.state.exit_code == Some(0) {
+            prepend(
+                &mut result,
+                &format!(
+                    "[ferrepl] Installed into {}; library() finds them in every R session now.",
+                    r::LIBRARY
+                ),
             );
         }
         Ok(result)
@@ -112,10 +113,6 @@ if (length(miss)) {{ message('not installed: ', paste(miss, collapse = ', ')); q
             ..JobSpec::default()
         }
     }
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// CRAN names (letters, digits and dots, starting with a letter) and
