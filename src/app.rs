@@ -45,7 +45,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             .push(("R_LIBS_USER".into(), library.display().to_string()));
         spec
     });
-    let manager = SessionManager::new(spec, r_spec, settings.limits.clone());
+    let manager = SessionManager::new(
+        spec,
+        languages.contains(&Language::Python),
+        r_spec,
+        settings.limits.clone(),
+    );
     manager.warm_up();
     manager.spawn_reaper();
     manager.spawn_resource_watch();

@@ -232,11 +232,16 @@ impl Session {
 
 pub struct SessionManager {
     spec: LaunchSpec,
+    /// False when --languages leaves Python out: no Python session (and no
+    /// spare worker) is ever started.
+    python_on: bool,
     /// How R sessions start; None when R is not enabled (--languages).
     r_spec: Option<LaunchSpec>,
     limits: Limits,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     spare: Mutex<Option<Arc<Worker>>>,
+    /// While the default sessions start: no spare yet (warm_up starts it).
+    warming: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
 }
@@ -250,13 +255,20 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl SessionManager {
-    pub fn new(spec: LaunchSpec, r_spec: Option<LaunchSpec>, limits: Limits) -> Arc<Self> {
+    pub fn new(
+        spec: LaunchSpec,
+        python_on: bool,
+        r_spec: Option<LaunchSpec>,
+        limits: Limits,
+    ) -> Arc<Self> {
         Arc::new(Self {
             spec,
+            python_on,
             r_spec,
             limits,
             sessions: Mutex::new(BTreeMap::new()),
             spare: Mutex::new(None),
+            warming: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
         })
@@ -269,8 +281,17 @@ impl SessionManager {
     /// How sessions of `lang` start, if that language is enabled.
     pub(super) fn spec_for(&self, lang: Language) -> Option<&LaunchSpec> {
         match lang {
-            Language::Python => Some(&self.spec),
+            Language::Python => self.python_on.then_some(&self.spec),
             Language::R => self.r_spec.as_ref(),
+        }
+    }
+
+    /// The language of a session created without one: Python unless it is off.
+    pub fn first_language(&self) -> Language {
+        if self.python_on || self.r_spec.is_none() {
+            Language::Python
+        } else {
+            Language::R
         }
     }
 

@@ -17,31 +17,39 @@ pub struct SessionOptions {
 }
 
 impl SessionManager {
-    /// Starts the default session of each enabled language (and with
-    /// Python's, the spare worker) without waiting: R spends most of its
-    /// start attaching its default packages, which then overlaps the
-    /// client's handshake.
+    /// Starts the default session of each enabled language without
+    /// waiting (R spends most of its start attaching its default packages,
+    /// which then overlaps the client's handshake); Python's spare worker
+    /// only once they are ready, so that it does not slow them down.
     pub fn warm_up(self: &Arc<Self>) {
         let defaults = [
-            (DEFAULT_SESSION, Language::Python),
             (DEFAULT_R_SESSION, Language::R),
+            (DEFAULT_SESSION, Language::Python),
         ];
-        for (name, lang) in defaults {
-            if self.spec_for(lang).is_none() {
-                continue;
-            }
-            let this = self.clone();
-            tokio::spawn(async move {
-                match this.get_or_create(name, lang) {
-                    Ok(sess) => {
-                        if let Err(e) = this.ensure_worker(&sess).await {
+        self.warming.store(true, Ordering::SeqCst);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let starts = defaults
+                .into_iter()
+                .filter(|(_, lang)| this.spec_for(*lang).is_some())
+                .map(|(name, lang)| {
+                    let this = this.clone();
+                    async move {
+                        let started = match this.get_or_create(name, lang) {
+                            Ok(sess) => this.ensure_worker(&sess).await.map(|_| ()),
+                            Err(e) => Err(e),
+                        };
+                        if let Err(e) = started {
                             tracing::warn!("could not start the default {lang} session: {e}");
                         }
                     }
-                    Err(e) => tracing::warn!("could not create the default {lang} session: {e}"),
-                }
-            });
-        }
+                });
+            futures::future::join_all(starts).await;
+            this.warming.store(false, Ordering::SeqCst);
+            if this.python_on {
+                this.refill_spare();
+            }
+        });
     }
 
     pub(super) fn get_or_create(
@@ -128,7 +136,7 @@ impl SessionManager {
     ) -> Result<Arc<Worker>, SessionError> {
         let custom = match (custom, lang) {
             (Some(spec), _) => Some(spec),
-            (None, Language::Python) => None,
+            (None, Language::Python) if self.python_on => None,
             // Only Python keeps a spare worker.
             (None, lang) => Some(self.spec_for(lang).ok_or(SessionError::LanguageOff(lang))?),
         };
@@ -167,7 +175,9 @@ impl SessionManager {
                 fresh
             }
         };
-        self.refill_spare();
+        if !self.warming.load(Ordering::SeqCst) {
+            self.refill_spare();
+        }
         Ok(worker)
     }
 

@@ -206,3 +206,44 @@ async fn the_cell_time_limit_interrupts_an_r_cell_and_keeps_the_session() {
     after.assert_ok();
     assert!(after.text.contains("[1] 7"), "{after:#?}");
 }
+
+#[tokio::test]
+async fn r_alone_starts_no_python() {
+    let server = StdioServer::start(&["--languages", "r"]).await;
+    server
+        .call("r_exec", json!({"code": "cat('ready\\n')", "wait_s": 30}))
+        .await
+        .assert_ok();
+    let created = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "extra"}),
+        )
+        .await;
+    assert!(!created.is_error, "{created:#?}");
+    let sessions = created.structured["sessions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<(&str, &str)> = sessions
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or(""),
+                s["language"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("extra", "r"), ("r", "r")], "{created:#?}");
+    let pythons: Vec<u32> = crate::support::descendants(server.pid())
+        .into_iter()
+        .filter(|pid| {
+            crate::support::cmdline(*pid)
+                .is_some_and(|args| args.iter().any(|a| a.contains("python")))
+        })
+        .collect();
+    assert!(
+        pythons.is_empty(),
+        "a Python process under an R-only server: {pythons:?}"
+    );
+}

@@ -94,7 +94,7 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
                     venv: p.venv,
                     workdir: p.workdir,
                     env: p.env.unwrap_or_default(),
-                    language: p.language.unwrap_or(crate::worker::Language::Python),
+                    language: p.language.unwrap_or(self.manager.first_language()),
                 };
                 self.manager.create(name, opts).await?;
                 Some(format!(

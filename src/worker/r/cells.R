@@ -221,18 +221,17 @@ cell_srcfile <- function(name, code) {
   e
 }
 
-parse_cell <- function(code, name) {
-  srcfile <- if (isTRUE(getOption('keep.source'))) cell_srcfile(name, code) else name
-  tryCatch(parse(text = code, srcfile = srcfile), error = function(e) {
-    msg <- conditionMessage(e)
-    if (grepl('unexpected end of input', msg, fixed = TRUE) || grepl('INCOMPLETE_STRING', msg, fixed = TRUE)) {
-      status <- if (grepl('INCOMPLETE_STRING', msg, fixed = TRUE)) 'string' else 'incomplete'
-      m <- incomplete_message(code, status)
-      structure(list(type = 'IncompleteInput', message = m, traceback = paste0('Error: ', m)), class = 'parse_failure')
-    } else {
-      structure(list(type = 'ParseError', message = msg, traceback = paste0('Error: ', msg)), class = 'parse_failure')
-    }
-  })
+# A parse error as the cell's error (the incomplete-input message says what
+# is missing).
+parse_failure <- function(e, code) {
+  msg <- conditionMessage(e)
+  if (grepl('unexpected end of input', msg, fixed = TRUE) || grepl('INCOMPLETE_STRING', msg, fixed = TRUE)) {
+    status <- if (grepl('INCOMPLETE_STRING', msg, fixed = TRUE)) 'string' else 'incomplete'
+    m <- incomplete_message(code, status)
+    list(type = 'IncompleteInput', message = m, traceback = paste0('Error: ', m))
+  } else {
+    list(type = 'ParseError', message = msg, traceback = paste0('Error: ', msg))
+  }
 }
 
 # message() writes to stderr while cat() and print() write to stdout: sync
@@ -244,11 +243,16 @@ on_message <- function(m) {
   invokeRestart('muffleMessage')
 }
 
-# Runs one cell: everything the user's code does happens inside
-# allowInterrupts(), inside this tryCatch.
-exec_cell <- function(exprs) {
+# Parses and runs one cell: everything the user's code does happens inside
+# allowInterrupts(), inside this tryCatch (which also catches a parse error:
+# one tryCatch less per cell).
+exec_cell <- function(code, name) {
   state$error_calls <- NULL
+  parsed <- FALSE
   tryCatch({
+    srcfile <- if (isTRUE(getOption('keep.source'))) cell_srcfile(name, code) else name
+    exprs <- parse(text = code, srcfile = srcfile)
+    parsed <- TRUE
     withCallingHandlers(
       allowInterrupts(run_exprs(exprs)),
       warning = on_warning,
@@ -257,7 +261,7 @@ exec_cell <- function(exprs) {
       interrupt = function(c) state$error_calls <- sys.calls())
     list(status = 'ok', error = NULL)
   }, error = function(e) {
-    list(status = 'error', error = error_info(e, state$error_calls))
+    list(status = 'error', error = if (parsed) error_info(e, state$error_calls) else parse_failure(e, code))
   }, interrupt = function(c) {
     frames <- if (is.null(state$error_calls)) list() else user_frames(state$error_calls)
     list(status = 'interrupted',
@@ -277,24 +281,24 @@ run_cell <- function(msg) {
   # A failure of the driver itself is caught in main_loop(), which still
   # sends a done event for state$running.
   state$running <- cell
-  exprs <- parse_cell(code, sprintf('<cell %s>', json_number(cell)))
-  result <- if (inherits(exprs, 'parse_failure')) list(status = 'error', error = unclass(exprs)) else exec_cell(exprs)
+  result <- exec_cell(code, sprintf('<cell %s>', json_number(cell)))
   finish_cell()
   send_done(cell, result, (unclass(Sys.time()) - started) * 1000)
 }
 
-# The done event; the common case is formatted directly (it is sent after
-# every cell, and to_json() costs more than the rest of a small cell).
+# The done event; the common case is formatted directly and written with
+# its fence (it is sent after every cell, and to_json() costs more than the
+# rest of a small cell).
 send_done <- function(cell, result, elapsed) suspendInterrupts({
   state$running <- NULL
   if (!is.null(result$error)) {
     return(send_fenced(list(ev = 'done', cell = cell, status = result$status, value = NULL,
                             error = result$error, elapsed_ms = elapsed)))
   }
-  f <- fence()
-  fenced <- if (identical(f$fenced, BOTH_STREAMS)) '["stdout","stderr"]' else to_json(I(f$fenced))
-  write_event(sprintf('{"ev":"done","cell":%s,"status":"%s","value":null,"error":null,"elapsed_ms":%.3f,"fence":%d,"fenced":%s}',
-                      json_number(cell), result$status, elapsed, f$number, fenced))
+  head <- sprintf('{"ev":"done","cell":%s,"status":"%s","value":null,"error":null,"elapsed_ms":%.3f,"fence":',
+                  json_number(cell), result$status, elapsed)
+  f <- fence(event = paste0(gsub('%', '%%', head, fixed = TRUE), '%d,"fenced":["stdout","stderr"]}'))
+  if (!f$sent) write_event(paste0(head, f$number, ',"fenced":', to_json(I(f$fenced)), '}'))
   invisible()
 })
 

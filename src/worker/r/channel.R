@@ -192,32 +192,42 @@ BOTH_STREAMS <- c('stdout', 'stderr')
 # an event owns; 1 (a sync fence) only orders the two pipes: the server puts
 # everything written before it, on either pipe, before everything after.
 SYNC_FENCE <- 1L
-fence <- function(kind = 0L) {
-  tryCatch({
-    flush(stdout())
-    flush(stderr())
-  }, error = function(e) NULL)
+fence <- function(kind = 0L, event = NULL) {
   check_outputs()
   n <- state$fence + 1L
   state$fence <- n
   marker <- c(state$marker_prefix, charToRaw(sprintf('%016x', n)), as.raw(kind))
-  out_done <- FALSE
-  both <- tryCatch({
+  # One tryCatch for the whole fast path (each costs more than the writes):
+  # `stage` says how far it got when something failed.
+  stage <- 0L
+  tryCatch({
+    flush(stdout())
+    flush(stderr())
+    stage <- 1L
     writeBin(marker, state$out_con)
     flush(state$out_con)
-    out_done <- TRUE
+    stage <- 2L
     writeBin(marker, state$err_con)
     flush(state$err_con)
-    TRUE
-  }, error = function(e) FALSE)
-  if (both) return(list(number = n, fenced = BOTH_STREAMS))
-  # Slow path: reopen what failed, once, never writing a marker twice.
-  for (key in c(if (!out_done) 'out_con', 'err_con')) {
+    stage <- 3L
+    if (!is.null(event)) {
+      # `event` is formatted for both streams fenced.
+      writeBin(c(charToRaw(sprintf(event, n)), as.raw(10L)), state$ev_con)
+      flush(state$ev_con)
+    }
+    stage <- 4L
+  }, error = function(e) NULL)
+  if (stage == 4L) return(list(number = n, fenced = BOTH_STREAMS, sent = TRUE))
+  # Slow path: a failed flush of R's own buffers is ignored; what failed
+  # after it is reopened and written once, never writing a marker twice.
+  out_done <- stage >= 2L
+  err_done <- stage >= 3L
+  for (key in c(if (!out_done) 'out_con', if (!err_done) 'err_con')) {
     state[[key]] <- tryCatch(open_out(OUTPUTS[[key]]), error = function(e) NULL)
     done <- write_out(key, marker)
     if (key == 'out_con') out_done <- done else err_done <- done
   }
-  list(number = n, fenced = BOTH_STREAMS[c(out_done, err_done)])
+  list(number = n, fenced = BOTH_STREAMS[c(out_done, err_done)], sent = FALSE)
 }
 
 send_fenced <- function(ev) suspendInterrupts({

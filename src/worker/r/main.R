@@ -15,8 +15,9 @@ handle_control <- function(msg) {
 }
 
 handle_line <- function(line) {
-  msg <- parse_request(line)
-  if (is.null(msg)) return(invisible())
+  # Not parse_request(): main_loop() catches a failure here.
+  msg <- eval(str2lang(line), baseenv())
+  if (!is.list(msg)) return(invisible())
   if (identical(msg$op, 'exec')) {
     run_cell(msg)
   } else if (!is.null(msg$id)) {
@@ -25,15 +26,23 @@ handle_line <- function(line) {
   # An `input` with no pending request (its cell ended) is dropped.
 }
 
-drain_interrupt <- function() tryCatch(allowInterrupts(Sys.sleep(0)), interrupt = function(c) NULL)
-
 main_loop <- function() {
+  # The handlers are set up once for many requests (a tryCatch per request
+  # costs more than a small cell); a failure ends the inner loop and the
+  # next turn sets them up again. No warning muffler here: a cell's warnings
+  # must reach R's default handler (the driver's own work outside cells
+  # muffles its warnings).
   repeat {
-    line <- next_line()
-    drain_interrupt()
-    # No warning muffler here: a cell's warnings must reach R's default
-    # handler. The driver's own work outside cells muffles its warnings.
-    tryCatch(handle_line(line), error = driver_failed, interrupt = function(c) NULL)
+    tryCatch(repeat {
+      if (is.null(state$pending)) state$pending <- next_line()
+      # An interrupt that came while idle (a cell ended just before it) is
+      # taken here, by the interrupt handler below, not by the next cell;
+      # the request waits in state$pending for the next turn.
+      allowInterrupts(Sys.sleep(0))
+      line <- state$pending
+      state$pending <- NULL
+      handle_line(line)
+    }, error = driver_failed, interrupt = function(c) NULL)
   }
 }
 
