@@ -19,11 +19,16 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
+    let durable = open_store(&cfg, &settings.workdir)?;
+    let kept_in = durable
+        .store
+        .as_ref()
+        .and_then(|s| s.path().parent().map(std::path::Path::to_path_buf));
     let startup::Prepared {
         python,
         sandbox,
         installer,
-    } = startup::prepare(&cfg, &settings.workdir, &state_dir)?;
+    } = startup::prepare(&cfg, &settings.workdir, &state_dir, kept_in.as_deref())?;
     let sandbox = std::sync::Arc::new(sandbox);
     let jobs = jobs::JobManager::new(settings.job_config(&log_dir, sandbox.clone(), installer));
     let workspace = files::Workspace::new(&settings.workdir)
@@ -50,6 +55,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         languages.contains(&Language::Python),
         r_spec,
         settings.limits.clone(),
+        durable,
     );
     manager.warm_up();
     manager.spawn_reaper();
@@ -83,6 +89,69 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
+}
+
+/// The store that keeps sessions across restarts (--state-dir, --resume).
+/// Sessions work without it: a store that cannot be used is a warning,
+/// unless the operator named its directory.
+fn open_store(cfg: &Config, workdir: &std::path::Path) -> anyhow::Result<session::Durability> {
+    use crate::store::{Opened, Store, StoreConfig};
+    let mut durable = session::Durability::off();
+    durable.max_cells = cfg.resume_max_cells.max(1);
+    durable.max_time = crate::units::seconds(cfg.resume_max_seconds, "--resume-max-seconds")?;
+    if cfg.resume == "off" {
+        return Ok(durable);
+    }
+    let Some(dir) = cfg.state_dir.clone().or_else(default_state_dir) else {
+        tracing::warn!(
+            "sessions are not kept across restarts: no HOME or XDG_STATE_HOME; pass --state-dir"
+        );
+        return Ok(durable);
+    };
+    let keep = crate::units::seconds(cfg.state_keep_days * 86400.0, "--state-keep-days")?;
+    let opened = Store::open(&StoreConfig {
+        dir,
+        workspace: workdir.to_path_buf(),
+        principal: "local".into(),
+        max_cells_per_session: cfg.state_max_cells.max(1),
+        keep,
+        max_sessions: cfg.max_sessions.max(1) * 4,
+    });
+    match opened {
+        Ok(Opened::Ready(store)) => {
+            tracing::info!(
+                "sessions are kept across restarts in {}",
+                store.path().display()
+            );
+            durable.store = Some(store);
+        }
+        Ok(Opened::Locked { path, holder_pid }) => tracing::warn!(
+            "another ferrepl ({}) keeps this workspace's sessions in {}; this server's sessions are not kept across restarts",
+            holder_pid.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}")),
+            path.display()
+        ),
+        Err(e) if cfg.state_dir.is_some() => {
+            return Err(anyhow::anyhow!("--state-dir: {e}"));
+        }
+        Err(e) => tracing::warn!("sessions are not kept across restarts: {e}"),
+    }
+    Ok(durable)
+}
+
+/// $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
+fn default_state_dir() -> Option<std::path::PathBuf> {
+    let absolute = |v: std::ffi::OsString| {
+        let p = std::path::PathBuf::from(v);
+        p.is_absolute().then_some(p)
+    };
+    std::env::var_os("XDG_STATE_HOME")
+        .and_then(absolute)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .and_then(absolute)
+                .map(|h| h.join(".local/state"))
+        })
+        .map(|d| d.join("ferrepl"))
 }
 
 /// `--languages`: each named once, at least one.

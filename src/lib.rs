@@ -21,5 +21,6 @@ pub mod sandbox;
 pub mod session;
 pub mod startup;
 pub mod state;
+pub mod store;
 pub mod units;
 pub mod worker;

@@ -22,6 +22,7 @@ pub fn prepare(
     cfg: &Config,
     workdir: &Path,
     state_dir: &state::StateDir,
+    kept_in: Option<&Path>,
 ) -> anyhow::Result<Prepared> {
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
     // What sessions can write: nothing there is trusted or run by the
@@ -70,7 +71,7 @@ pub fn prepare(
     let mut sandbox_cfg = sandbox_settings(
         cfg,
         workdir,
-        state_dir,
+        (state_dir, kept_in),
         (&python, &base_python),
         &venvs,
         &writable,
@@ -94,7 +95,7 @@ pub fn prepare(
 fn sandbox_settings(
     cfg: &Config,
     workdir: &Path,
-    state_dir: &state::StateDir,
+    (state_dir, kept_in): (&state::StateDir, Option<&Path>),
     pythons: (&Path, &Path),
     venvs: &[PathBuf],
     writable: &sandbox::paths::Writable,
@@ -104,7 +105,15 @@ fn sandbox_settings(
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h != Path::new("/"));
-    let hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
+    let mut hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
+    // The stored sessions of every workspace (one inside this workspace
+    // cannot be hidden from it; sessions there could already read it).
+    if let Some(dir) = kept_in.and_then(|d| d.canonicalize().ok())
+        && !dir.starts_with(workdir)
+        && !hidden.iter().any(|h| dir.starts_with(h))
+    {
+        hidden.push(dir);
+    }
     check_workspace(cfg, workdir, &hidden)?;
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,

@@ -258,6 +258,51 @@ pub struct Config {
     )]
     pub session_ttl: f64,
 
+    /// Where sessions are kept across restarts (one SQLite file per workspace; private to
+    /// the user). Default: $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
+    #[arg(long, env = "FERREPL_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Keep sessions across restarts and rebuild them by re-running their cells (on), or not (off).
+    #[arg(long, env = "FERREPL_RESUME", default_value = "on", value_parser = ["on", "off"])]
+    pub resume: String,
+
+    /// Most cells one rebuild of a session re-runs.
+    #[arg(
+        long,
+        env = "FERREPL_RESUME_MAX_CELLS",
+        default_value_t = 200,
+        value_name = "N"
+    )]
+    pub resume_max_cells: usize,
+
+    /// Longest time one rebuild of a session may take.
+    #[arg(
+        long,
+        env = "FERREPL_RESUME_MAX_SECONDS",
+        default_value_t = 120.0,
+        value_name = "SECONDS"
+    )]
+    pub resume_max_seconds: f64,
+
+    /// Cells kept per stored session (the oldest beyond are dropped).
+    #[arg(
+        long,
+        env = "FERREPL_STATE_MAX_CELLS",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
+    pub state_max_cells: usize,
+
+    /// Days a stored session that is not used is kept.
+    #[arg(
+        long,
+        env = "FERREPL_STATE_KEEP_DAYS",
+        default_value_t = 30.0,
+        value_name = "DAYS"
+    )]
+    pub state_keep_days: f64,
+
     /// Tool groups to expose, comma separated: python, packages, more,
     /// shell, files, or all. The default suits agents that have their own
     /// shell and file tools (Claude Code, Codex, Cursor).

@@ -200,7 +200,7 @@ impl FerreplServer {
         &self,
         session: &Option<String>,
         lang: Language,
-        source: crate::session::CellSource<'_>,
+        (source, parent): (crate::session::CellSource<'_>, Option<u64>),
         wait_s: Option<args::Seconds>,
         (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
     ) -> ToolResult {
@@ -212,7 +212,7 @@ impl FerreplServer {
             ct,
             interrupt_on_cancel: true,
         };
-        let fut = self.manager.exec(&session, lang, source, wait);
+        let fut = self.manager.exec(&session, lang, source, parent, wait);
         self.drive(&session, call, fut).await
     }
 

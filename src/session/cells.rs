@@ -8,60 +8,14 @@ use std::time::{Duration, Instant};
 
 use tokio::time::Instant as TokioInstant;
 
+use super::durable::Pending;
 use super::report::{BackgroundOutput, CellReport, CellStatus, Images};
+use super::source::{CellSource, HISTORY_PREVIEW_CHARS, StoredSource};
 use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
 use crate::output::log::CellLog;
 use crate::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
 use crate::worker::{CellEvent, Language, Worker};
-
-/// What a cell runs: code, or a script file (python_run_file).
-#[derive(Debug, Clone, Copy)]
-pub enum CellSource<'a> {
-    Code(&'a str),
-    File { path: &'a str, args: &'a [String] },
-}
-
-impl<'a> CellSource<'a> {
-    /// The driver's request that runs this as cell `cell`.
-    fn request(&self, cell: u64) -> Request<'a> {
-        match *self {
-            CellSource::Code(code) => Request::Exec {
-                cell,
-                code,
-                path: None,
-                argv: None,
-            },
-            CellSource::File { path, args } => Request::Exec {
-                cell,
-                code: "",
-                path: Some(path),
-                argv: Some(args),
-            },
-        }
-    }
-
-    /// The cell's code as history shows it (bounded).
-    pub(super) fn describe(&self) -> String {
-        let text = match self {
-            CellSource::Code(code) => code.to_string(),
-            CellSource::File { path, args } => {
-                format!("# python_run_file {path} {}", args.join(" "))
-                    .trim_end()
-                    .to_string()
-            }
-        };
-        if text.chars().count() > MAX_HISTORY_CODE_CHARS {
-            let cut: String = text.chars().take(MAX_HISTORY_CODE_CHARS).collect();
-            format!("{cut}\n# [... code truncated]")
-        } else {
-            text
-        }
-    }
-}
-
-const MAX_HISTORY_CODE_CHARS: usize = 4000;
-const HISTORY_PREVIEW_CHARS: usize = 300;
 
 /// How a cell ended, before it becomes a report.
 struct CellDone {
@@ -74,6 +28,12 @@ struct CellDone {
 
 pub(super) struct RunningCell {
     pub(super) number: u64,
+    /// The cell whose state it ran on.
+    pub(super) parent: Option<u64>,
+    /// What it runs, kept for re-running it.
+    pub(super) source: Arc<StoredSource>,
+    /// Re-run by a rebuild: not a new cell of the history or the store.
+    pub(super) replay: bool,
     pub(super) started: Instant,
     /// The code (or script) the cell runs, for python_history.
     pub(super) code: String,
@@ -204,6 +164,12 @@ impl SessionManager {
                 "The {} process of session '{}' died with {exit} while running cell {}; all its variables are lost. The next call starts a fresh interpreter.",
                 sess.language, sess.name, run.number
             ));
+            if !run.replay
+                && let Some(offer) = self.restore_offer(sess, st)
+            {
+                notes.push(offer);
+                st.pending = Some(Pending::Crashed);
+            }
             let message = format!("the {} process died with {exit}", sess.language);
             (CellStatus::Crashed, ("WorkerCrashed", message))
         };
@@ -224,11 +190,7 @@ impl SessionManager {
     /// Leaves a finished cell's result for the next call to collect, and
     /// keeps its log and history.
     fn finish(&self, sess: &Session, st: &mut SessionState, mut run: RunningCell, done: CellDone) {
-        st.last_cell = run.number;
-        let log = std::mem::take(&mut run.log);
-        self.keep_log(st, log);
-        let code = std::mem::take(&mut run.code);
-        st.completed = Some(CellReport {
+        let report = CellReport {
             status: done.status,
             session: sess.name.clone(),
             language: sess.language,
@@ -241,12 +203,25 @@ impl SessionManager {
             elapsed_ms: done.elapsed_ms,
             images: run.images.take(),
             notes: done.notes,
-        });
-        self.record_history(st, code);
+        };
+        if run.replay {
+            st.completed = Some(report);
+            return;
+        }
+        st.last_cell = run.number;
+        let log = std::mem::take(&mut run.log);
+        self.keep_log(st, log);
+        let code = std::mem::take(&mut run.code);
+        st.completed = Some(report);
+        self.record_history(st, code, run.parent);
+        if let Some(report) = st.completed.take() {
+            self.record_cell(sess, st, &run, &report);
+            st.completed = Some(report);
+        }
     }
 
     /// Adds the just-completed cell to the session's history (bounded).
-    pub(super) fn record_history(&self, st: &mut SessionState, code: String) {
+    pub(super) fn record_history(&self, st: &mut SessionState, code: String, parent: Option<u64>) {
         let Some(done) = st.completed.as_ref() else {
             return;
         };
@@ -265,6 +240,8 @@ impl SessionManager {
         }
         st.history.push_back(HistoryEntry {
             cell: done.cell,
+            parent,
+            current: false,
             code,
             status: done.status,
             elapsed_ms: done.elapsed_ms,
@@ -287,10 +264,14 @@ impl SessionManager {
         name: &str,
         lang: Language,
         source: CellSource<'_>,
+        parent: Option<u64>,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
         let sess = self.get_or_create(name, lang)?;
-        let worker = self.ensure_worker(&sess).await?;
+        if let Some(target) = parent {
+            self.branch_to(&sess, target)?;
+        }
+        let worker = self.ready_worker(&sess).await?;
         let mut carried = Vec::new();
         let (background, after, number) = {
             let mut st = sess.lock();
@@ -316,6 +297,10 @@ impl SessionManager {
             }
             worker.start_cell_log(self.limits.cell_log_bytes);
             let background_images = st.background_images.take();
+            if st.pending == Some(Pending::Crashed) {
+                // Not rebuilt: this cell starts a new path in the fresh interpreter.
+                st.clear_path();
+            }
             let number = st.next_cell;
             worker
                 .send(&source.request(number))
@@ -327,7 +312,9 @@ impl SessionManager {
             st.delivered = None;
             st.last_used = Instant::now();
             st.notes.append(&mut carried);
-            let mut run = self.new_running_cell(number, sess.language, &source);
+            let mut run =
+                self.new_running_cell(number, sess.language, Arc::new(StoredSource::of(&source)));
+            run.parent = st.head();
             run.images.extend(background_images, self.limits.max_images);
             st.running = Some(run);
             (background, st.last_cell, number)
@@ -341,16 +328,19 @@ impl SessionManager {
     }
 
     /// The record of a cell just sent to the worker.
-    fn new_running_cell(
+    pub(super) fn new_running_cell(
         &self,
         number: u64,
         lang: Language,
-        source: &CellSource<'_>,
+        source: Arc<StoredSource>,
     ) -> RunningCell {
         RunningCell {
             number,
+            parent: None,
+            code: source.as_source().describe(),
+            source,
+            replay: false,
             started: Instant::now(),
-            code: source.describe(),
             prompt: None,
             output: Capture::new(
                 self.spec.output_head_bytes,

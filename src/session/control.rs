@@ -50,7 +50,16 @@ impl SessionManager {
         self.refresh(&sess, &mut st);
         let n = last.unwrap_or(20).max(1);
         let skip = st.history.len().saturating_sub(n);
-        Ok(st.history.iter().skip(skip).cloned().collect())
+        let current: std::collections::HashSet<u64> = st.path.iter().map(|c| c.id).collect();
+        Ok(st
+            .history
+            .iter()
+            .skip(skip)
+            .map(|h| HistoryEntry {
+                current: current.contains(&h.cell),
+                ..h.clone()
+            })
+            .collect())
     }
 
     /// The running cell of a session, as (number, code, seconds), for history.

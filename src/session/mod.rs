@@ -7,13 +7,16 @@
 
 mod cells;
 mod control;
+mod durable;
 mod limits;
 mod registry;
 pub mod report;
+mod source;
 
-pub use cells::CellSource;
 use cells::RunningCell;
+pub use durable::{Durability, ranges as id_ranges};
 pub use registry::SessionOptions;
+pub use source::{CellSource, StoredSource};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,6 +185,41 @@ struct SessionState {
     history: VecDeque<HistoryEntry>,
     last_cell: u64,
     last_used: Instant,
+    /// The cells whose effects the interpreter holds, oldest first: what a
+    /// rebuild re-runs, and where the next cell's parent comes from.
+    path: Vec<durable::PathCell>,
+    path_bytes: usize,
+    /// Its oldest cells were dropped (bounds), so it cannot be rebuilt whole.
+    path_cut: bool,
+    /// Why the interpreter does not hold the path (dormant, crashed, a
+    /// branch to rebuild).
+    pending: Option<durable::Pending>,
+    /// Finished cells by id, each with its parent: the branches (bounded).
+    tree: BTreeMap<u64, durable::PathCell>,
+}
+
+impl SessionState {
+    fn fresh() -> Self {
+        SessionState {
+            worker: None,
+            next_cell: 1,
+            cells_run: 0,
+            running: None,
+            completed: None,
+            delivered: None,
+            notes: Vec::new(),
+            background_images: Images::default(),
+            logs: VecDeque::new(),
+            history: VecDeque::new(),
+            last_cell: 0,
+            last_used: Instant::now(),
+            path: Vec::new(),
+            path_bytes: 0,
+            path_cut: false,
+            pending: None,
+            tree: BTreeMap::new(),
+        }
+    }
 }
 
 pub struct Session {
@@ -191,6 +229,11 @@ pub struct Session {
     /// Interpreter, directory and environment of this session when they
     /// differ from the server's defaults (python_sessions create).
     spec: Option<Arc<LaunchSpec>>,
+    /// The options it was created with, as the store keeps them.
+    options: Option<SessionOptions>,
+    /// Set when a stored session's options are refused by the current
+    /// policy: it cannot be resumed.
+    refused: Option<String>,
     state: Mutex<SessionState>,
     /// Serialises starting a worker for this session.
     start_lock: tokio::sync::Mutex<()>,
@@ -200,6 +243,11 @@ pub struct Session {
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct HistoryEntry {
     pub cell: u64,
+    /// The cell whose state it ran on (none: a fresh interpreter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
+    /// On the branch the interpreter holds now.
+    pub current: bool,
     /// The cell's code (truncated past 4000 characters).
     pub code: String,
     pub status: report::CellStatus,
@@ -212,7 +260,8 @@ pub struct HistoryEntry {
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct SessionInfo {
     pub name: String,
-    /// idle, busy, waiting_input, dead or starting.
+    /// idle, busy, waiting_input, dead, starting, or dormant (kept from
+    /// before a restart; its first use rebuilds it).
     pub state: String,
     pub pid: Option<u32>,
     pub cells: u64,
@@ -225,6 +274,24 @@ pub struct SessionInfo {
 }
 
 impl Session {
+    fn new(
+        name: &str,
+        language: Language,
+        spec: Option<LaunchSpec>,
+        options: Option<SessionOptions>,
+    ) -> Self {
+        Session {
+            name: name.to_string(),
+            language,
+            created: Instant::now(),
+            spec: spec.map(Arc::new),
+            options,
+            refused: None,
+            state: Mutex::new(SessionState::fresh()),
+            start_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -238,6 +305,7 @@ pub struct SessionManager {
     /// How R sessions start; None when R is not enabled (--languages).
     r_spec: Option<LaunchSpec>,
     limits: Limits,
+    durable: Durability,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     spare: Mutex<Option<Arc<Worker>>>,
     /// While the default sessions start: no spare yet (warm_up starts it).
@@ -260,18 +328,22 @@ impl SessionManager {
         python_on: bool,
         r_spec: Option<LaunchSpec>,
         limits: Limits,
+        durable: Durability,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let manager = Self {
             spec,
             python_on,
             r_spec,
             limits,
+            durable,
             sessions: Mutex::new(BTreeMap::new()),
             spare: Mutex::new(None),
             warming: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
-        })
+        };
+        manager.load_stored();
+        Arc::new(manager)
     }
 
     fn sessions(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use super::*;
 use crate::executables::is_executable;
 
-/// Settings of a session created with python_sessions create.
-#[derive(Debug, Clone)]
+/// Settings of a session created with python_sessions create (kept in the
+/// store, and checked again against the policy when it is resumed).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SessionOptions {
     pub python: Option<PathBuf>,
     pub venv: Option<PathBuf>,
@@ -57,7 +59,7 @@ impl SessionManager {
         name: &str,
         lang: Language,
     ) -> Result<Arc<Session>, SessionError> {
-        self.get_or_create_with(name, lang, None)
+        self.get_or_create_with(name, lang, None, None)
     }
 
     /// Creates a session (with its own launch settings, if given) unless it exists.
@@ -66,6 +68,7 @@ impl SessionManager {
         name: &str,
         lang: Language,
         spec: Option<LaunchSpec>,
+        options: Option<SessionOptions>,
     ) -> Result<Arc<Session>, SessionError> {
         self.check_language(name, lang)?;
         if self.shutting_down.load(Ordering::SeqCst) {
@@ -85,28 +88,10 @@ impl SessionManager {
                 limit: self.limits.max_sessions,
             });
         }
-        let sess = Arc::new(Session {
-            name: name.to_string(),
-            language: lang,
-            created: Instant::now(),
-            spec: spec.map(Arc::new),
-            state: Mutex::new(SessionState {
-                worker: None,
-                next_cell: 1,
-                cells_run: 0,
-                running: None,
-                completed: None,
-                delivered: None,
-                notes: Vec::new(),
-                background_images: Images::default(),
-                logs: VecDeque::new(),
-                history: VecDeque::new(),
-                last_cell: 0,
-                last_used: Instant::now(),
-            }),
-            start_lock: tokio::sync::Mutex::new(()),
-        });
+        let sess = Arc::new(Session::new(name, lang, spec, options));
         map.insert(name.to_string(), sess.clone());
+        drop(map);
+        self.persist_session(&sess);
         Ok(sess)
     }
 
@@ -219,7 +204,9 @@ impl SessionManager {
                 match w.exit_info() {
                     None => return Ok(w.clone()),
                     Some(exit) => {
-                        if st.running.is_none() {
+                        if st.running.is_none()
+                            && !st.pending.is_some_and(durable::Pending::rebuilds_on_use)
+                        {
                             if let Some(reason) = w.take_kill_reason() {
                                 st.notes.push(reason);
                             }
@@ -230,6 +217,10 @@ impl SessionManager {
                                 st.last_cell
                             );
                             st.notes.push(note);
+                            if st.pending.is_none() {
+                                // Died between cells: nothing offered it back.
+                                st.clear_path();
+                            }
                         }
                         st.worker = None;
                     }
@@ -265,12 +256,14 @@ impl SessionManager {
             st.completed = None;
             st.delivered = None;
             st.notes.clear();
+            st.clear_path();
             let stopped = st.running.take().map(|r| r.number);
             (st.worker.take(), stopped)
         };
         if let Some(old) = old {
             old.kill();
         }
+        self.persist_head(&sess, None);
         let worker = self.ensure_worker(&sess).await?;
         sess.lock().notes.clear();
         let mut msg = format!(
@@ -298,6 +291,7 @@ impl SessionManager {
                 let worker = st.worker.clone();
                 let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
                 let state = match (&worker, &st.running) {
+                    (_, None) if st.pending == Some(durable::Pending::Dormant) => "dormant",
                     (None, _) => "starting",
                     _ if dead => "dead",
                     (_, Some(r)) if r.prompt.is_some() => "waiting_input",
@@ -339,6 +333,12 @@ impl SessionManager {
         for w in &workers {
             w.kill();
         }
+        if let Some(store) = &self.durable.store {
+            // Blocking, bounded: the process is about to exit.
+            if !store.flush(Duration::from_secs(2)) {
+                tracing::warn!("the session store did not finish writing within 2 s");
+            }
+        }
         for w in &workers {
             let mut rx = w.subscribe();
             let _ = tokio::time::timeout(Duration::from_secs(2), async {
@@ -363,6 +363,18 @@ impl SessionManager {
                 "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
             )));
         }
+        let spec = self.spec_from_options(&opts)?;
+        let sess = self.get_or_create_with(name, opts.language, spec, Some(opts))?;
+        self.ensure_worker(&sess).await?;
+        Ok(sess)
+    }
+
+    /// The launch settings of a session with these options: None when they
+    /// are the server's own; an error when the policy refuses them.
+    pub(super) fn spec_from_options(
+        &self,
+        opts: &SessionOptions,
+    ) -> Result<Option<LaunchSpec>, SessionError> {
         let lang = opts.language;
         if lang != Language::Python && (opts.python.is_some() || opts.venv.is_some()) {
             return Err(SessionError::Invalid(format!(
@@ -408,9 +420,7 @@ impl SessionManager {
             spec.env.push((k.clone(), v.clone()));
             custom = true;
         }
-        let sess = self.get_or_create_with(name, lang, custom.then_some(spec))?;
-        self.ensure_worker(&sess).await?;
-        Ok(sess)
+        Ok(custom.then_some(spec))
     }
 
     /// A `workdir` argument: an existing directory whose real location
@@ -483,6 +493,7 @@ impl SessionManager {
     pub fn delete(&self, name: &str) -> Result<String, SessionError> {
         let sess = self.existing(name)?;
         self.sessions().remove(name);
+        self.forget_stored(name);
         let mut st = sess.lock();
         let running = st.running.take().map(|r| r.number);
         if let Some(w) = st.worker.take() {

@@ -36,6 +36,20 @@ impl CellStatus {
         }
     }
 
+    /// The status `as_str` gave (as the store keeps it).
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            CellStatus::Ok,
+            CellStatus::Error,
+            CellStatus::Running,
+            CellStatus::WaitingInput,
+            CellStatus::Interrupted,
+            CellStatus::Crashed,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+
     pub fn from_driver(s: &str) -> Self {
         match s {
             "ok" => CellStatus::Ok,

@@ -22,7 +22,9 @@
 mod support;
 
 mod arg_fuzz;
+mod branching;
 mod cli;
+mod durable;
 mod escape;
 mod files_and_packages;
 mod http_sessions;

@@ -29,6 +29,7 @@ pub struct HistoryOutput {
     pub session: String,
     pub cells: Vec<HistoryEntry>,
     /// The cell still running, if any: {cell, code, elapsed_s}.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<Value>,
 }
 
@@ -98,7 +99,7 @@ pub struct NamespaceOutput {
 #[tool_router(router = more_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(
-        description = "The cells a session ran: code, status, time and the start of their output.",
+        description = "The cells a session ran: code, status, time, the start of their output, and their parents (branches).",
         output_schema = schema_for_output::<HistoryOutput>(),
         annotations(title = "Cell history", read_only_hint = true)
     )]
@@ -110,9 +111,25 @@ impl FerreplServer {
         if cells.is_empty() && running.is_none() {
             text.push_str(&format!("session {session}: no cells yet\n"));
         }
-        for c in &cells {
+        if cells.iter().any(|c| !c.current) {
+            let current: Vec<u64> = cells.iter().filter(|c| c.current).map(|c| c.cell).collect();
             text.push_str(&format!(
-                "[cell {} | {} | {:.0} ms]\n{}\n",
+                "current branch: {}\n",
+                if current.is_empty() {
+                    "none of these (a fresh interpreter)".to_string()
+                } else {
+                    crate::session::id_ranges(&current)
+                }
+            ));
+        }
+        for c in &cells {
+            let after = match c.parent {
+                Some(p) if p + 1 != c.cell => format!(" | after {p}"),
+                None if c.cell > 1 => " | fresh".to_string(),
+                _ => String::new(),
+            };
+            text.push_str(&format!(
+                "[cell {}{after} | {} | {:.0} ms]\n{}\n",
                 c.cell,
                 c.status.as_str(),
                 c.elapsed_ms,
@@ -159,7 +176,7 @@ impl FerreplServer {
         self.run_cell(
             &p.session,
             Language::Python,
-            source,
+            (source, None),
             p.wait_s,
             (meta, peer, ct),
         )

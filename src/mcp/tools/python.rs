@@ -24,6 +24,9 @@ pub struct ExecParams {
     pub session: Option<String>,
     #[serde(default)]
     pub wait_s: Option<Seconds>,
+    /// Branch: run on the state after this cell (0: fresh).
+    #[serde(default)]
+    pub parent: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -77,7 +80,7 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
         self.run_cell(
             &p.session,
             Language::Python,
-            source,
+            (source, p.parent),
             p.wait_s,
             (meta, peer, ct),
         )

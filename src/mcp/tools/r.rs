@@ -37,8 +37,14 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
             ));
         }
         let source = CellSource::Code(&p.code);
-        self.run_cell(&p.session, Language::R, source, p.wait_s, (meta, peer, ct))
-            .await
+        self.run_cell(
+            &p.session,
+            Language::R,
+            (source, p.parent),
+            p.wait_s,
+            (meta, peer, ct),
+        )
+        .await
     }
 
     #[tool(

@@ -24,6 +24,7 @@ pub enum SessionAction {
     Create,
     Reset,
     Delete,
+    Restore,
     Status,
 }
 
@@ -73,7 +74,8 @@ pub struct StatusOutput {
 impl FerreplServer {
     #[tool(
         description = "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh \
-interpreter, delete one; status: the server's limits and sandbox. Example: {\"action\": \"reset\", \"session\": \"ml\"}",
+interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant'): first use or \
+restore (also after a crash) re-runs their cells, side effects too. Example: {\"action\": \"reset\", \"session\": \"ml\"}",
         output_schema = schema_for_output::<SessionsOutput>(),
         annotations(title = "Sessions", open_world_hint = false)
     )]
@@ -112,6 +114,10 @@ interpreter, delete one; status: the server's limits and sandbox. Example: {\"ac
                     ));
                 };
                 Some(self.manager.delete(name)?)
+            }
+            SessionAction::Restore => {
+                let name = self.session_name(&p.session);
+                Some(self.manager.restore(&name).await?)
             }
         };
         let sessions = self.manager.list();

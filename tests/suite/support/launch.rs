@@ -85,11 +85,25 @@ fn command_for(binary: &Path, surface: Surface) -> Command {
         }
     }
     cmd.env("NO_COLOR", "1");
+    // Stored sessions of test servers go to the build's scratch directory,
+    // not the user's: one file per (temporary) workspace.
+    cmd.env("XDG_STATE_HOME", test_state_home());
     if surface == Surface::Full {
         cmd.envs(FULL_SURFACE_ENV.iter().copied());
     }
     cmd.kill_on_drop(true);
     cmd
+}
+
+/// `XDG_STATE_HOME` of every test server, emptied once per test run.
+pub fn test_state_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("state-home");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test servers' state home");
+        dir
+    })
 }
 
 type PreExec = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;

@@ -1,0 +1,640 @@
+//! Sessions that outlive their interpreter or the server: the path of cells
+//! whose effects an interpreter holds, finished cells written to the store,
+//! stored sessions coming back dormant at start, and rebuilding a state by
+//! re-running its path (cells that failed, were interrupted or crashed are
+//! skipped).
+
+use std::time::SystemTime;
+
+use super::report::CellStatus;
+use super::source::{HISTORY_PREVIEW_CHARS, StoredSource};
+use super::*;
+use crate::store::{CellRecord, SessionRecord, Store, StoredSession};
+
+/// How sessions survive: the store (None with --resume off, or when another
+/// server holds this workspace's store) and the bounds on rebuilding.
+pub struct Durability {
+    pub store: Option<Store>,
+    /// --resume-max-cells: the most cells one rebuild re-runs.
+    pub max_cells: usize,
+    /// --resume-max-seconds: how long one rebuild may take.
+    pub max_time: Duration,
+    /// --state-max-cells: cells of a session's tree kept (for branching).
+    pub max_tree: usize,
+}
+
+impl Durability {
+    pub fn off() -> Self {
+        Self {
+            store: None,
+            max_cells: 200,
+            max_time: Duration::from_secs(120),
+            max_tree: 1000,
+        }
+    }
+}
+
+/// What a session keeps in memory to re-run its path (code bytes); older
+/// cells are dropped past it and the path can no longer be rebuilt whole.
+const MAX_PATH_BYTES: usize = 16 << 20;
+
+/// A cell whose effects the interpreter holds, oldest first.
+#[derive(Debug, Clone)]
+pub(super) struct PathCell {
+    pub id: u64,
+    pub parent: Option<u64>,
+    pub source: Arc<StoredSource>,
+    pub status: CellStatus,
+    /// False when its code was too long for the store to keep whole.
+    pub replayable: bool,
+}
+
+/// Why a session's variables are not in its interpreter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// Stored by an earlier server: the first call rebuilds it.
+    Dormant,
+    /// Its interpreter died under a cell: python_sessions restore rebuilds it.
+    Crashed,
+    /// A cell asked for the state after another cell (`parent`): the first
+    /// call rebuilds it.
+    Branch(u64),
+}
+
+impl Pending {
+    /// Rebuilt by the next call that needs the interpreter.
+    pub(super) fn rebuilds_on_use(self) -> bool {
+        matches!(self, Pending::Dormant | Pending::Branch(_))
+    }
+
+    fn why(self) -> String {
+        match self {
+            Pending::Dormant => "dormant since the server restarted".into(),
+            Pending::Crashed => "its interpreter had crashed".into(),
+            Pending::Branch(0) => "switched to a fresh interpreter".into(),
+            Pending::Branch(id) => format!("switched to the state after cell {id}"),
+        }
+    }
+}
+
+impl SessionState {
+    pub(super) fn head(&self) -> Option<u64> {
+        self.path.last().map(|c| c.id)
+    }
+
+    pub(super) fn extend_path(&mut self, cell: PathCell) {
+        self.path_bytes += cell.source.size();
+        self.path.push(cell);
+        while self.path_bytes > MAX_PATH_BYTES && self.path.len() > 1 {
+            let old = self.path.remove(0);
+            self.path_bytes -= old.source.size();
+            self.path_cut = true;
+        }
+    }
+
+    /// Adds a finished cell to the tree, which keeps at most `cap` cells:
+    /// the oldest off the current path go first.
+    pub(super) fn add_to_tree(&mut self, cell: PathCell, cap: usize) {
+        self.tree.insert(cell.id, cell);
+        if self.tree.len() <= cap.max(1) {
+            return;
+        }
+        let on_path: std::collections::HashSet<u64> = self.path.iter().map(|c| c.id).collect();
+        while self.tree.len() > cap.max(1) {
+            let victim = self
+                .tree
+                .keys()
+                .find(|id| !on_path.contains(id))
+                .or_else(|| self.tree.keys().next())
+                .copied();
+            match victim {
+                Some(id) => {
+                    self.tree.remove(&id);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The cells from the root to `id`, oldest first, and whether its oldest
+    /// ancestors are no longer kept; None when `id` is not in the tree.
+    fn chain_to(&self, id: u64) -> Option<(Vec<PathCell>, bool)> {
+        let mut chain = vec![self.tree.get(&id)?.clone()];
+        while let Some(parent) = chain.last().and_then(|c| c.parent) {
+            match self.tree.get(&parent) {
+                Some(c) if chain.len() <= self.tree.len() => chain.push(c.clone()),
+                _ => {
+                    chain.reverse();
+                    return Some((chain, true));
+                }
+            }
+        }
+        chain.reverse();
+        Some((chain, false))
+    }
+
+    pub(super) fn clear_path(&mut self) {
+        self.path.clear();
+        self.path_bytes = 0;
+        self.path_cut = false;
+        self.pending = None;
+    }
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// "1-3, 5, 7-8".
+pub fn ranges(ids: &[u64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let start = ids[i];
+        while i + 1 < ids.len() && ids[i + 1] == ids[i] + 1 {
+            i += 1;
+        }
+        parts.push(if ids[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", ids[i])
+        });
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+/// What one rebuild did, for the agent.
+#[derive(Default)]
+struct Account {
+    rerun: Vec<u64>,
+    skipped: Vec<(u64, String)>,
+    failed: Vec<(u64, String)>,
+    stopped: Option<String>,
+    secs: f64,
+}
+
+impl Account {
+    fn describe(&self, session: &str, why: &str) -> String {
+        let mut text = if self.rerun.is_empty() {
+            format!("Session '{session}' ({why}): no cell was re-run.")
+        } else {
+            format!(
+                "Session '{session}' ({why}) was rebuilt by re-running cells {} in {:.1} s.",
+                ranges(&self.rerun),
+                self.secs
+            )
+        };
+        for (id, why) in &self.skipped {
+            text.push_str(&format!(" Cell {id} was skipped: {why}."));
+        }
+        for (id, error) in &self.failed {
+            text.push_str(&format!(" Cell {id} failed when re-run: {error}."));
+        }
+        if let Some(stop) = &self.stopped {
+            text.push_str(&format!(
+                " Stopped early: {stop}; later cells were not re-run."
+            ));
+        }
+        text
+    }
+}
+
+impl SessionManager {
+    /// Sessions stored by an earlier server come back dormant: listed, with
+    /// their history, rebuilt by the first call that needs their state.
+    pub(super) fn load_stored(&self) {
+        let Some(store) = &self.durable.store else {
+            return;
+        };
+        let stored = match store.load() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(
+                    "could not read the session store {}: {e}",
+                    store.path().display()
+                );
+                return;
+            }
+        };
+        let mut map = self.sessions();
+        for s in stored {
+            let name = s.record.name.clone();
+            if map.len() >= self.limits.max_sessions || !valid_name(&name) {
+                continue;
+            }
+            match self.dormant_session(s) {
+                Some(sess) => {
+                    map.insert(name, Arc::new(sess));
+                }
+                None => tracing::debug!(session = %name, "stored session not loaded"),
+            }
+        }
+    }
+
+    fn dormant_session(&self, s: StoredSession) -> Option<Session> {
+        let options: SessionOptions = serde_json::from_value(s.record.options.clone()).ok()?;
+        let lang = Language::parse(&s.record.language)?;
+        if s.cells.is_empty() && options.is_plain() {
+            return None;
+        }
+        // The policy may have changed since: a refusal is given at first use.
+        let (spec, refused) = match self.spec_from_options(&SessionOptions {
+            language: lang,
+            ..options.clone()
+        }) {
+            Ok(spec) => (spec, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let mut sess = Session::new(&s.record.name, lang, spec, Some(options));
+        sess.refused = refused;
+        {
+            let st = sess.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            for cell in &s.cells {
+                let Ok(source) = serde_json::from_value::<StoredSource>(cell.source.clone()) else {
+                    continue;
+                };
+                let node = PathCell {
+                    id: cell.id,
+                    parent: cell.parent,
+                    source: Arc::new(source),
+                    status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
+                    replayable: cell.replayable,
+                };
+                st.add_to_tree(node, self.durable.max_tree);
+            }
+            if let Some((chain, cut)) = s.record.head.and_then(|h| st.chain_to(h)) {
+                for cell in chain {
+                    st.extend_path(cell);
+                }
+                st.path_cut |= cut;
+            }
+            let keep = self.limits.keep_cells.max(1) * 4;
+            for cell in s.cells.iter().skip(s.cells.len().saturating_sub(keep)) {
+                let code = serde_json::from_value::<StoredSource>(cell.source.clone())
+                    .map(|src| src.as_source().describe())
+                    .unwrap_or_default();
+                st.history.push_back(HistoryEntry {
+                    cell: cell.id,
+                    parent: cell.parent,
+                    current: false,
+                    code,
+                    status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
+                    elapsed_ms: cell.elapsed_ms,
+                    output_preview: cell.summary.clone(),
+                });
+            }
+            st.next_cell = s.cells.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+            st.last_cell = st.next_cell - 1;
+            st.cells_run = s.cells.len() as u64;
+            if !st.path.is_empty() {
+                st.pending = Some(Pending::Dormant);
+            }
+        }
+        Some(sess)
+    }
+
+    /// Writes a session's settings to the store.
+    pub(super) fn persist_session(&self, sess: &Session) {
+        let Some(store) = &self.durable.store else {
+            return;
+        };
+        let head = sess.lock().head();
+        store.put_session(SessionRecord {
+            name: sess.name.clone(),
+            language: sess.language.key().to_string(),
+            options: serde_json::to_value(sess.options.clone().unwrap_or_default())
+                .unwrap_or_default(),
+            head,
+        });
+    }
+
+    pub(super) fn persist_head(&self, sess: &Session, head: Option<u64>) {
+        if let Some(store) = &self.durable.store {
+            store.set_head(&sess.name, head);
+        }
+    }
+
+    pub(super) fn forget_stored(&self, name: &str) {
+        if let Some(store) = &self.durable.store {
+            store.delete_session(name);
+        }
+    }
+
+    /// A finished cell joins the interpreter's path and the store.
+    pub(super) fn record_cell(
+        &self,
+        sess: &Session,
+        st: &mut SessionState,
+        run: &RunningCell,
+        report: &CellReport,
+    ) {
+        let source = run.source.clone();
+        let replayable = source.size() <= crate::store::MAX_CODE_BYTES;
+        let node = PathCell {
+            id: run.number,
+            parent: run.parent,
+            source: source.clone(),
+            status: report.status,
+            replayable,
+        };
+        if report.status != CellStatus::Crashed {
+            st.extend_path(node.clone());
+        }
+        st.add_to_tree(node, self.durable.max_tree);
+        let Some(store) = &self.durable.store else {
+            return;
+        };
+        let summary = st
+            .history
+            .back()
+            .filter(|h| h.cell == run.number)
+            .map(|h| h.output_preview.clone())
+            .unwrap_or_default();
+        let images: Vec<Value> = report
+            .images
+            .info
+            .iter()
+            .map(|i| serde_json::json!({"mime": i.mime, "bytes": i.bytes, "width": i.width, "height": i.height}))
+            .collect();
+        store.put_cell(
+            &sess.name,
+            CellRecord {
+                id: run.number,
+                parent: run.parent,
+                source: serde_json::to_value(&*source).unwrap_or_default(),
+                replayable,
+                status: report.status.as_str().to_string(),
+                elapsed_ms: report.elapsed_ms,
+                finished_unix: now_unix(),
+                summary: summary.chars().take(HISTORY_PREVIEW_CHARS * 2).collect(),
+                images: Value::Array(images),
+            },
+            report.status != CellStatus::Crashed,
+        );
+    }
+
+    /// The session's worker, ready for a call: a dormant session is rebuilt
+    /// first (the account goes into the session's notes).
+    pub(super) async fn ready_worker(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+    ) -> Result<Arc<Worker>, SessionError> {
+        if let Some(why) = &sess.refused {
+            return Err(SessionError::Invalid(format!(
+                "session '{}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again",
+                sess.name
+            )));
+        }
+        let worker = self.ensure_worker(sess).await?;
+        if !sess.lock().pending.is_some_and(Pending::rebuilds_on_use) {
+            return Ok(worker);
+        }
+        let _guard = sess.start_lock.lock().await;
+        let Some(pending) = sess.lock().pending.filter(|p| p.rebuilds_on_use()) else {
+            return Ok(worker);
+        };
+        let account = self.rebuild(sess, &worker, &pending.why()).await;
+        sess.lock().notes.push(account);
+        Ok(worker)
+    }
+
+    /// A cell's `parent`: unless the interpreter holds the state right after
+    /// cell `target` (0: a fresh interpreter), it is replaced by a fresh one
+    /// that the next step rebuilds by re-running the cells from the root to
+    /// `target`.
+    pub(super) fn branch_to(&self, sess: &Session, target: u64) -> Result<(), SessionError> {
+        let old = {
+            let mut st = sess.lock();
+            self.refresh(sess, &mut st);
+            if let Some(run) = &st.running {
+                return Err(super::cells::busy(sess, run));
+            }
+            let here = st.head().unwrap_or(0) == target && st.pending.is_none();
+            if here {
+                return Ok(());
+            }
+            let (chain, cut) = if target == 0 {
+                (Vec::new(), false)
+            } else {
+                st.chain_to(target).ok_or_else(|| {
+                    let ids: Vec<u64> = st.tree.keys().copied().collect();
+                    SessionError::Invalid(format!(
+                        "parent {target} is not a finished cell of session '{}' (its cells: {}); python_history lists them with their parents, 0 means a fresh interpreter",
+                        sess.name,
+                        if ids.is_empty() { "none".to_string() } else { ranges(&ids) }
+                    ))
+                })?
+            };
+            st.clear_path();
+            for cell in chain {
+                st.extend_path(cell);
+            }
+            st.path_cut |= cut;
+            st.pending = Some(Pending::Branch(target));
+            st.completed = None;
+            st.worker.take()
+        };
+        if let Some(old) = old {
+            old.kill();
+        }
+        self.persist_head(sess, (target != 0).then_some(target));
+        Ok(())
+    }
+
+    /// python_sessions restore: rebuilds a crashed or dormant session.
+    pub async fn restore(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
+        let sess = self.existing(name)?;
+        let Some(pending) = sess.lock().pending else {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' has nothing to restore: its interpreter holds the state of its cells (python_history lists them); python_sessions action=reset starts it afresh"
+            )));
+        };
+        let why = pending.why();
+        if let Some(why) = &sess.refused {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' was stored with settings the current policy refuses ({why}); delete it and create it again"
+            )));
+        }
+        let worker = self.ensure_worker(&sess).await?;
+        // The account replaces the note that a fresh interpreter started.
+        sess.lock().notes.clear();
+        let _guard = sess.start_lock.lock().await;
+        Ok(self.rebuild(&sess, &worker, &why).await)
+    }
+
+    /// Re-runs the session's path in `worker` (a fresh interpreter) and
+    /// says what it did. The path is cut where it stopped.
+    async fn rebuild(&self, sess: &Arc<Session>, worker: &Arc<Worker>, why: &str) -> String {
+        let (path, cut, kept) = {
+            let mut st = sess.lock();
+            st.pending = None;
+            (st.path.clone(), st.path_cut, st.completed.take())
+        };
+        let mut account = Account::default();
+        if cut {
+            account.stopped = Some(
+                "the earliest cells of this state are no longer kept (the store's retention or the 16 MiB bound on code kept per session), so the rebuilt state may lack them".into(),
+            );
+        }
+        let runnable: Vec<&PathCell> = path
+            .iter()
+            .filter(|c| {
+                let skip = if !c.replayable {
+                    Some("its code was too long to keep".to_string())
+                } else if c.status != CellStatus::Ok {
+                    Some(
+                        match c.status {
+                            CellStatus::Interrupted => "it was interrupted",
+                            CellStatus::Crashed => "its interpreter crashed",
+                            _ => "it had failed",
+                        }
+                        .to_string(),
+                    )
+                } else {
+                    None
+                };
+                if let Some(s) = &skip {
+                    account.skipped.push((c.id, s.clone()));
+                }
+                skip.is_none()
+            })
+            .collect();
+        let started = Instant::now();
+        let mut reached = path.len();
+        if runnable.len() > self.durable.max_cells {
+            account.stopped = Some(format!(
+                "it needs {} cells re-run, more than --resume-max-cells {}; the interpreter is fresh",
+                runnable.len(),
+                self.durable.max_cells
+            ));
+            reached = 0;
+        } else {
+            let deadline = started + self.durable.max_time;
+            for cell in runnable {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let stop = match self.replay_one(sess, worker, cell, left).await {
+                    Ok(r) if r.status == CellStatus::Ok => {
+                        account.rerun.push(cell.id);
+                        None
+                    }
+                    Ok(r) if matches!(r.status, CellStatus::Error | CellStatus::Interrupted) => {
+                        let error = r.error.map_or_else(
+                            || r.status.as_str().to_string(),
+                            |e| format!("{}: {}", e.kind, e.message),
+                        );
+                        account.failed.push((cell.id, error));
+                        None
+                    }
+                    Ok(r) if r.status == CellStatus::Crashed => Some(format!(
+                        "the interpreter crashed re-running cell {}",
+                        cell.id
+                    )),
+                    Ok(_) => {
+                        self.stop_cell(sess, worker, cell.id, None).await;
+                        sess.lock().completed = None;
+                        Some(format!(
+                            "cell {} was still running when --resume-max-seconds ({:.0} s) ran out, or asked for input; it was interrupted",
+                            cell.id,
+                            self.durable.max_time.as_secs_f64()
+                        ))
+                    }
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(stop) = stop {
+                    account.stopped = Some(stop);
+                    reached = path.iter().position(|c| c.id == cell.id).unwrap_or(0);
+                    break;
+                }
+            }
+        }
+        account.secs = started.elapsed().as_secs_f64();
+        let head = {
+            let mut st = sess.lock();
+            let failed: Vec<u64> = account.failed.iter().map(|(id, _)| *id).collect();
+            st.path.truncate(reached);
+            for c in st.path.iter_mut().filter(|c| failed.contains(&c.id)) {
+                c.status = CellStatus::Error;
+            }
+            st.path_bytes = st.path.iter().map(|c| c.source.size()).sum();
+            st.delivered = None;
+            st.completed = kept;
+            st.head()
+        };
+        if reached < path.len() {
+            self.persist_head(sess, head);
+        }
+        account.describe(&sess.name, why)
+    }
+
+    /// Runs one cell of a rebuild; its output is dropped.
+    async fn replay_one(
+        &self,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        cell: &PathCell,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
+        {
+            let mut st = sess.lock();
+            self.refresh(sess, &mut st);
+            if let Some(run) = &st.running {
+                return Err(super::cells::busy(sess, run));
+            }
+            drop(worker.take_output());
+            worker.start_cell_log(self.limits.cell_log_bytes);
+            worker
+                .send(&cell.source.as_source().request(cell.id))
+                .map_err(|source| SessionError::Worker {
+                    session: sess.name.clone(),
+                    source,
+                })?;
+            let mut run = self.new_running_cell(cell.id, sess.language, cell.source.clone());
+            run.replay = true;
+            st.running = Some(run);
+        }
+        self.collect(sess, worker, wait).await
+    }
+
+    /// The offer made when an interpreter died under a cell.
+    pub(super) fn restore_offer(&self, sess: &Session, st: &SessionState) -> Option<String> {
+        let ids: Vec<u64> = st
+            .path
+            .iter()
+            .filter(|c| c.status == CellStatus::Ok && c.replayable)
+            .map(|c| c.id)
+            .collect();
+        if ids.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "To rebuild its variables, call python_sessions {{action: \"restore\", session: \"{}\"}} before any other cell: it re-runs cells {}.",
+            sess.name,
+            ranges(&ids)
+        ))
+    }
+}
+
+impl SessionOptions {
+    /// No settings of its own (a default session, or one created plain).
+    pub(super) fn is_plain(&self) -> bool {
+        self.python.is_none()
+            && self.venv.is_none()
+            && self.workdir.is_none()
+            && self.env.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ranges;
+
+    #[test]
+    fn ranges_join_runs() {
+        assert_eq!(ranges(&[1, 2, 3, 5, 7, 8]), "1-3, 5, 7-8");
+        assert_eq!(ranges(&[4]), "4");
+        assert_eq!(ranges(&[]), "");
+    }
+}

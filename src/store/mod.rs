@@ -1,0 +1,534 @@
+//! The durable store of sessions and their cells, so that after a restart
+//! sessions can be listed as dormant and rebuilt by re-running their cells.
+//!
+//! One SQLite database per (workspace, principal) in the state directory,
+//! guarded by a flock so that two servers on one workspace never write the
+//! same database. Writes come from async code holding locks, so they never
+//! touch the disk on the caller's thread: they queue to one writer thread
+//! that commits whatever is queued in one transaction. A full queue drops
+//! the write (the store is a convenience; the live session is the truth).
+
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OpenFlags};
+use schema::Op;
+
+pub use schema::SUPPORTED_VERSION;
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// --state-dir: created (with parents) mode 0700 if missing; refused if
+    /// it is not a directory owned by the current euid, or is group/world
+    /// writable.
+    pub dir: PathBuf,
+    /// The canonical workspace path (the key, with principal).
+    pub workspace: PathBuf,
+    /// Who owns the sessions: [A-Za-z0-9_-], 1-64 chars.
+    pub principal: String,
+    /// Cells kept per session: cells off the head's path go first, then the
+    /// path's oldest.
+    pub max_cells_per_session: usize,
+    /// Sessions not updated for longer are deleted at open.
+    pub keep: Duration,
+    /// At most this many sessions are kept (the most recently updated).
+    pub max_sessions: usize,
+}
+
+#[derive(Debug)]
+pub enum Opened {
+    Ready(Store),
+    /// Another live process holds this workspace's store lock; `path` is the
+    /// database it guards.
+    Locked {
+        path: PathBuf,
+        holder_pid: Option<u32>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot {action} {}: {source}; check --state-dir (its permissions and free space)", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the session store's database failed: {0}; if it is damaged, move it aside or use another --state-dir"
+    )]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{0}")]
+    Unsafe(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(
+        "the session store was written by a newer ferrepl (schema {found}, this one knows {supported}); use another --state-dir or upgrade ferrepl"
+    )]
+    Schema { found: i64, supported: i64 },
+    #[error(
+        "the session store {} belongs to workspace {}, not {} (their hashed names collide); use another --state-dir",
+        path.display(), stored.display(), expected.display()
+    )]
+    WrongWorkspace {
+        path: PathBuf,
+        stored: PathBuf,
+        expected: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub name: String,
+    /// "python" or "r".
+    pub language: String,
+    /// The session's own options as JSON, or {}: opaque to the store.
+    pub options: serde_json::Value,
+    /// The cell whose state the interpreter holds (None: a fresh interpreter).
+    pub head: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRecord {
+    pub id: u64,
+    pub parent: Option<u64>,
+    /// {"code": "..."} or {"file": "...", "args": [...]}: opaque to the store.
+    pub source: serde_json::Value,
+    /// False when the code was too long to keep whole (see MAX_CODE_BYTES).
+    pub replayable: bool,
+    /// "ok", "error", "interrupted", "crashed", ...
+    pub status: String,
+    pub elapsed_ms: f64,
+    /// Seconds since the Unix epoch.
+    pub finished_unix: f64,
+    /// A bounded preview of the output, cut again at MAX_SUMMARY_CHARS chars.
+    pub summary: String,
+    /// Image references, e.g. [{"sha": "...", "bytes": 1234}]: opaque.
+    pub images: serde_json::Value,
+}
+
+/// Cell source JSON longer than this is stored cut to a stub
+/// {"code": "<first 4000 chars>"} with replayable = false.
+pub const MAX_CODE_BYTES: usize = 256 * 1024;
+pub const MAX_SUMMARY_CHARS: usize = 2000;
+
+#[derive(Debug, Clone)]
+pub struct StoredSession {
+    pub record: SessionRecord,
+    pub updated_unix: f64,
+    /// Every stored cell of the session, by id ascending.
+    pub cells: Vec<CellRecord>,
+}
+
+/// Writes queued beyond this are dropped rather than blocking the caller.
+const QUEUE: usize = 4096;
+/// Bounds one transaction when producers keep the queue full.
+const MAX_BATCH: usize = 4096;
+/// How long dropping the Store waits for queued writes to commit.
+const DROP_WAIT: Duration = Duration::from_secs(5);
+
+pub struct Store {
+    path: PathBuf,
+    tx: Option<SyncSender<Op>>,
+    dropped: AtomicU64,
+    /// The writer thread, and a channel that disconnects when it ends (a
+    /// JoinHandle cannot be joined with a timeout). In a Mutex only so that
+    /// the Store is Sync.
+    writer: Mutex<Option<(JoinHandle<()>, Receiver<()>)>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating) `<dir>/<FNV-1a of the workspace, 16 hex>-<principal>.sqlite3`
+    /// under an exclusive flock on `<that>.lock`, migrates its schema, checks
+    /// its workspace and applies retention.
+    pub fn open(cfg: &StoreConfig) -> Result<Opened, StoreError> {
+        check_principal(&cfg.principal)?;
+        private_dir(&cfg.dir)?;
+        remove_unused(&cfg.dir, cfg.keep);
+        let hash = fnv1a(cfg.workspace.as_os_str().as_bytes());
+        let path = cfg
+            .dir
+            .join(format!("{hash:016x}-{}.sqlite3", cfg.principal));
+        let lock_path = with_suffix(&path, ".lock");
+        let lock = match lock(&lock_path)? {
+            Ok(lock) => lock,
+            Err(holder_pid) => return Ok(Opened::Locked { path, holder_pid }),
+        };
+        // Created here, not by SQLite, so that it is never readable by others.
+        create_private(&path)?;
+        let mut conn = Connection::open(&path)?;
+        schema::configure(&conn)?;
+        schema::prepare(&mut conn, &path, &cfg.workspace)?;
+        schema::apply_retention(&mut conn, cfg, now_unix())?;
+        for suffix in ["", "-wal", "-shm"] {
+            let file = with_suffix(&path, suffix);
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io("restrict", &file)(e));
+                }
+                _ => {}
+            }
+        }
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let writer = Writer {
+            conn,
+            path: path.clone(),
+            cap: cfg.max_cells_per_session,
+            inserts: HashMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("ferrepl-store".into())
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _done = done_tx;
+                writer.run(rx);
+                // The lock outlives the connection: another server may open
+                // the database only once this one has closed it.
+                drop(lock);
+            })
+            .map_err(io("start the writer thread for", &path))?;
+        Ok(Opened::Ready(Store {
+            path,
+            tx: Some(tx),
+            dropped: AtomicU64::new(0),
+            writer: Mutex::new(Some((thread, done_rx))),
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every stored session with its cells, by name. It reads what is
+    /// committed: writes still queued are not seen (flush first).
+    pub fn load(&self) -> Result<Vec<StoredSession>, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&self.path, flags)?;
+        conn.busy_timeout(Duration::from_millis(2000))?;
+        schema::load(&mut conn)
+    }
+
+    /// Upserts by name (language, options, head; updated = now).
+    pub fn put_session(&self, record: SessionRecord) {
+        self.send(Op::Session(record, now_unix()));
+    }
+
+    /// Inserts or replaces a cell of `session` (creating a minimal python
+    /// session if there is none) and, when `advance_head`, moves the head
+    /// to it.
+    pub fn put_cell(&self, session: &str, cell: CellRecord, advance_head: bool) {
+        self.send(Op::Cell(session.to_owned(), cell, advance_head, now_unix()));
+    }
+
+    pub fn set_head(&self, session: &str, head: Option<u64>) {
+        self.send(Op::Head(session.to_owned(), head, now_unix()));
+    }
+
+    /// Deletes the session and all its cells.
+    pub fn delete_session(&self, session: &str) {
+        self.send(Op::Delete(session.to_owned()));
+    }
+
+    /// Blocks until every write queued before this call is committed, at
+    /// most `timeout`; returns whether it got there.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        // A day stands for "forever" without overflowing Instant.
+        let deadline = Instant::now() + timeout.min(Duration::from_secs(86_400));
+        let Some(tx) = &self.tx else { return false };
+        let (reply, answer) = mpsc::channel();
+        let mut op = Op::Flush(reply);
+        loop {
+            match tx.try_send(op) {
+                Ok(()) => break,
+                // The queue drains at disk speed: a short wait for room is
+                // what the caller asked for.
+                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                    op = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return false,
+            }
+        }
+        answer
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or(false)
+    }
+
+    fn send(&self, op: Op) {
+        let Some(tx) = &self.tx else { return };
+        let why = match tx.try_send(op) {
+            Ok(()) => return,
+            Err(TrySendError::Full(_)) => "is behind",
+            Err(TrySendError::Disconnected(_)) => "has stopped writing",
+        };
+        let n = self.dropped.fetch_add(1, Ordering::Relaxed);
+        if n.is_multiple_of(100) {
+            tracing::warn!(
+                "the session store {} {why}: {} write(s) dropped so far; restored sessions may miss recent cells",
+                self.path.display(),
+                n + 1
+            );
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer once it has committed the rest.
+        drop(self.tx.take());
+        let writer = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some((thread, done)) = writer.take() else {
+            return;
+        };
+        match done.recv_timeout(DROP_WAIT) {
+            Err(RecvTimeoutError::Timeout) => tracing::warn!(
+                "the session store {} is still writing after {DROP_WAIT:?}; left to finish in the background",
+                self.path.display()
+            ),
+            _ => {
+                if thread.join().is_err() {
+                    tracing::warn!("the session store's writer thread panicked");
+                }
+            }
+        }
+    }
+}
+
+/// Owns the write connection on its own thread.
+struct Writer {
+    conn: Connection,
+    path: PathBuf,
+    cap: usize,
+    /// Cell writes per session since its cap was last enforced.
+    inserts: HashMap<String, usize>,
+}
+
+impl Writer {
+    fn run(mut self, rx: Receiver<Op>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+        }
+    }
+
+    /// One transaction for the batch; each write in its own savepoint so
+    /// that a bad one (an id SQLite cannot hold) loses only itself.
+    fn commit(&mut self, batch: Vec<Op>) {
+        let mut waiters = Vec::new();
+        let mut failed = 0usize;
+        let mut first_error = None;
+        let result = (|| -> Result<(), StoreError> {
+            let mut tx = self.conn.transaction()?;
+            for op in batch {
+                if let Op::Flush(reply) = op {
+                    waiters.push(reply);
+                    continue;
+                }
+                let sp = tx.savepoint()?;
+                match schema::apply(&sp, op, &mut self.inserts, self.cap) {
+                    Ok(()) => sp.commit()?,
+                    Err(e) => {
+                        failed += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        if let Some(e) = first_error {
+            tracing::warn!(
+                "the session store {}: {failed} write(s) not saved: {e}",
+                self.path.display()
+            );
+        }
+        if let Err(e) = &result {
+            tracing::warn!(
+                "the session store {}: a batch of writes was lost: {e}",
+                self.path.display()
+            );
+        }
+        for waiter in waiters {
+            let _ = waiter.send(result.is_ok());
+        }
+    }
+}
+
+fn check_principal(principal: &str) -> Result<(), StoreError> {
+    let ok = (1..=64).contains(&principal.len())
+        && principal
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "principal {principal:?} is not 1-64 of A-Z, a-z, 0-9, '_' and '-'; it names a file, so nothing else is allowed"
+        )))
+    }
+}
+
+/// Creates `dir` mode 0700 if missing; an existing one must already be
+/// private, since the store holds the code sessions ran.
+fn private_dir(dir: &Path) -> Result<(), StoreError> {
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io("create directory", dir))?;
+        // The umask may have taken bits off; 0700 is what we mean.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io("set the mode of", dir))?;
+    }
+    let meta = std::fs::metadata(dir).map_err(io("inspect", dir))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let shown = dir.display();
+    if !meta.is_dir() {
+        return Err(StoreError::Unsafe(format!(
+            "the state directory {shown} is not a directory; point --state-dir at a directory"
+        )));
+    }
+    if meta.uid() != euid {
+        return Err(StoreError::Unsafe(format!(
+            "the state directory {shown} is owned by uid {}, not by this user (uid {euid}); point --state-dir at a directory of your own",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(StoreError::Unsafe(format!(
+            "the state directory {shown} is writable by group or others (mode {:o}); run chmod go-w on it or use another --state-dir",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Takes the workspace's lock, recording this pid in it: Ok(Err(pid)) when
+/// another process holds it (with its pid, if it wrote one).
+fn lock(path: &Path) -> Result<Result<File, Option<u32>>, StoreError> {
+    let mut file = create_private(path)?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(io("lock", path)(e));
+        }
+        let mut text = String::new();
+        let pid = file
+            .read_to_string(&mut text)
+            .ok()
+            .and_then(|_| text.trim().parse().ok());
+        return Ok(Err(pid));
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .map_err(io("write", path))?;
+    Ok(Ok(file))
+}
+
+/// Removes the stores of other workspaces (gone, or not used) that nobody
+/// wrote for longer than `keep` and no server holds: retention by age,
+/// across workspaces.
+fn remove_unused(dir: &Path, keep: Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let unused = |p: &Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .map_or(true, |t| now.duration_since(t).unwrap_or_default() > keep)
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sqlite3")
+            || !unused(&path)
+            || !unused(&with_suffix(&path, "-wal"))
+        {
+            continue;
+        }
+        let lock_path = with_suffix(&path, ".lock");
+        // Held while removing, so no server opens it meanwhile.
+        let Ok(Ok(_held)) = lock(&lock_path) else {
+            continue;
+        };
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(with_suffix(&path, suffix));
+        }
+        let _ = std::fs::remove_file(&lock_path);
+        tracing::info!("removed the unused session store {}", path.display());
+    }
+}
+
+/// Opens `path`, creating it mode 0600; an existing file keeps its content.
+fn create_private(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("create", path))
+}
+
+/// FNV-1a, 64-bit: stable across builds and platforms, unlike std's hasher,
+/// since it names files that must be found again after an upgrade.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.to_path_buf();
+    move |source| StoreError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
