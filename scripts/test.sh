@@ -32,7 +32,7 @@ cargo test --quiet
 bash scripts/escape-unprivileged.sh
 
 echo "== interop tests (official Python SDK)" >&2
-"$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
+FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
 
 echo "== MCP conformance suite (HTTP)" >&2
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh

@@ -98,6 +98,10 @@ fn open_store(cfg: &Config, workdir: &std::path::Path) -> anyhow::Result<session
     use crate::store::{Opened, Store, StoreConfig};
     let mut durable = session::Durability::off();
     durable.max_cells = cfg.resume_max_cells.max(1);
+    durable.max_tree = cfg.state_max_cells.max(1);
+    durable.checkpoints = cfg.checkpoints;
+    durable.checkpoint_min =
+        std::time::Duration::from_secs_f64(cfg.checkpoint_min_ms.clamp(0.0, 86_400_000.0) / 1000.0);
     durable.max_time = crate::units::seconds(cfg.resume_max_seconds, "--resume-max-seconds")?;
     if cfg.resume == "off" {
         return Ok(durable);

@@ -263,6 +263,25 @@ pub struct Config {
     #[arg(long, env = "FERREPL_STATE_DIR", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
+    /// Frozen copies (fork checkpoints) of earlier states kept per Python session, so that
+    /// going back to one (python_exec parent) re-runs nothing; 0 turns them off.
+    #[arg(
+        long,
+        env = "FERREPL_CHECKPOINTS",
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    pub checkpoints: usize,
+
+    /// Only cells that ran at least this long get a checkpoint (quicker ones are re-run).
+    #[arg(
+        long,
+        env = "FERREPL_CHECKPOINT_MIN_MS",
+        default_value_t = 100.0,
+        value_name = "MS"
+    )]
+    pub checkpoint_min_ms: f64,
+
     /// Keep sessions across restarts and rebuild them by re-running their cells (on), or not (off).
     #[arg(long, env = "FERREPL_RESUME", default_value = "on", value_parser = ["on", "off"])]
     pub resume: String,

@@ -36,6 +36,8 @@ pub struct Settings {
     pub max_jobs: usize,
     pub job_ttl: Duration,
     pub structured: bool,
+    /// --checkpoints: frozen copies kept per session (0: none).
+    pub checkpoints: usize,
 }
 
 impl Settings {
@@ -78,6 +80,7 @@ impl Settings {
             max_jobs: cfg.max_jobs.max(1),
             job_ttl: seconds(cfg.job_ttl, "--job-ttl")?,
             structured: cfg.structured_content,
+            checkpoints: cfg.checkpoints,
         })
     }
 
@@ -101,6 +104,7 @@ impl Settings {
             log_dir: log_dir.to_path_buf(),
             cell_log_bytes: self.output.log_bytes,
             sandbox: Some(sandbox),
+            checkpoints: self.checkpoints > 0,
         }
     }
 

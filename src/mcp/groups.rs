@@ -20,6 +20,7 @@ const TOOLS: &[(&str, &str, Option<Language>)] = &[
     ("python_run_file", "more", Some(Language::Python)),
     ("python_complete", "more", Some(Language::Python)),
     ("python_namespace", "more", Some(Language::Python)),
+    ("python_export", "more", None),
     ("r_exec", "python", Some(Language::R)),
     ("r_wait", "python", Some(Language::R)),
     ("r_output", "python", Some(Language::R)),

@@ -35,6 +35,20 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
     out
 }
 
+/// A process's proportional set size, from /proc/PID/smaps_rollup.
+fn pss_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -116,6 +130,18 @@ impl Snapshot {
     pub fn usage(&self, root: u32) -> (u64, usize) {
         let t = self.tree(root);
         (t.iter().map(|(_, rss)| rss).sum(), t.len())
+    }
+
+    /// Like `usage`, with memory as PSS (pages shared between processes of
+    /// the tree, such as forked checkpoints, counted once in all): costs a
+    /// read of each process's smaps_rollup.
+    pub fn usage_pss(&self, root: u32) -> (u64, usize) {
+        let t = self.tree(root);
+        let pss = t
+            .iter()
+            .map(|(pid, rss)| pss_bytes(*pid).unwrap_or(*rss))
+            .sum();
+        (pss, t.len())
     }
 }
 

@@ -65,6 +65,7 @@ impl RunningCell {
 impl SessionManager {
     /// Applies the worker's pending events to the session.
     pub(super) fn refresh(&self, sess: &Session, st: &mut SessionState) {
+        self.settle_checkpoints(st);
         let Some(worker) = st.worker.clone() else {
             return;
         };
@@ -94,7 +95,12 @@ impl SessionManager {
                     elapsed_ms,
                     output,
                 } => {
-                    let Some(mut run) = st.running.take().filter(|r| r.number == cell) else {
+                    // A done event of another cell (it cannot be the
+                    // running one's) leaves the running cell alone.
+                    if st.running.as_ref().is_none_or(|r| r.number != cell) {
+                        continue;
+                    }
+                    let Some(mut run) = st.running.take() else {
                         continue;
                     };
                     run.absorb(output);
@@ -204,6 +210,7 @@ impl SessionManager {
             images: run.images.take(),
             notes: done.notes,
         };
+        self.checkpoint_after(sess, st, run.number, &report);
         if run.replay {
             st.completed = Some(report);
             return;
@@ -216,6 +223,7 @@ impl SessionManager {
         self.record_history(st, code, run.parent);
         if let Some(report) = st.completed.take() {
             self.record_cell(sess, st, &run, &report);
+            st.kept.keep(&report);
             st.completed = Some(report);
         }
     }
@@ -269,7 +277,7 @@ impl SessionManager {
     ) -> Result<CellReport, SessionError> {
         let sess = self.get_or_create(name, lang)?;
         if let Some(target) = parent {
-            self.branch_to(&sess, target)?;
+            self.branch_to(&sess, target).await?;
         }
         let worker = self.ready_worker(&sess).await?;
         let mut carried = Vec::new();

@@ -21,6 +21,10 @@ pub struct Durability {
     pub max_time: Duration,
     /// --state-max-cells: cells of a session's tree kept (for branching).
     pub max_tree: usize,
+    /// --checkpoints: frozen copies kept per Python session (0: none).
+    pub checkpoints: usize,
+    /// --checkpoint-min-ms: cells quicker than this get no copy.
+    pub checkpoint_min: Duration,
 }
 
 impl Durability {
@@ -30,6 +34,8 @@ impl Durability {
             max_cells: 200,
             max_time: Duration::from_secs(120),
             max_tree: 1000,
+            checkpoints: 0,
+            checkpoint_min: Duration::from_millis(100),
         }
     }
 }
@@ -118,7 +124,7 @@ impl SessionState {
 
     /// The cells from the root to `id`, oldest first, and whether its oldest
     /// ancestors are no longer kept; None when `id` is not in the tree.
-    fn chain_to(&self, id: u64) -> Option<(Vec<PathCell>, bool)> {
+    pub(super) fn chain_to(&self, id: u64) -> Option<(Vec<PathCell>, bool)> {
         let mut chain = vec![self.tree.get(&id)?.clone()];
         while let Some(parent) = chain.last().and_then(|c| c.parent) {
             match self.tree.get(&parent) {
@@ -138,6 +144,7 @@ impl SessionState {
         self.path_bytes = 0;
         self.path_cut = false;
         self.pending = None;
+        self.skip = 0;
     }
 }
 
@@ -402,21 +409,25 @@ impl SessionManager {
     }
 
     /// A cell's `parent`: unless the interpreter holds the state right after
-    /// cell `target` (0: a fresh interpreter), it is replaced by a fresh one
-    /// that the next step rebuilds by re-running the cells from the root to
-    /// `target`.
-    pub(super) fn branch_to(&self, sess: &Session, target: u64) -> Result<(), SessionError> {
-        let old = {
+    /// cell `target` (0: a fresh interpreter), it goes there: by resuming
+    /// the checkpoint of `target` or of its nearest ancestor that has one,
+    /// else in a fresh interpreter; the next step re-runs what is missing.
+    pub(super) async fn branch_to(
+        &self,
+        sess: &Arc<Session>,
+        target: u64,
+    ) -> Result<(), SessionError> {
+        let _guard = sess.start_lock.lock().await;
+        let (chain, cut) = {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
             if let Some(run) = &st.running {
                 return Err(super::cells::busy(sess, run));
             }
-            let here = st.head().unwrap_or(0) == target && st.pending.is_none();
-            if here {
+            if st.head().unwrap_or(0) == target && st.pending.is_none() {
                 return Ok(());
             }
-            let (chain, cut) = if target == 0 {
+            if target == 0 {
                 (Vec::new(), false)
             } else {
                 st.chain_to(target).ok_or_else(|| {
@@ -427,7 +438,21 @@ impl SessionManager {
                         if ids.is_empty() { "none".to_string() } else { ranges(&ids) }
                     ))
                 })?
-            };
+            }
+        };
+        if !cut
+            && !chain.is_empty()
+            && let Some(holds) = self.resume_checkpoint(sess, &chain, target).await
+        {
+            self.after_resume(sess, chain, holds, target);
+            self.persist_head(sess, Some(target));
+            return Ok(());
+        }
+        let old = {
+            let mut st = sess.lock();
+            if let Some(note) = st.checkpoints.why_none(&chain) {
+                st.notes.push(note);
+            }
             st.clear_path();
             for cell in chain {
                 st.extend_path(cell);
@@ -435,6 +460,7 @@ impl SessionManager {
             st.path_cut |= cut;
             st.pending = Some(Pending::Branch(target));
             st.completed = None;
+            st.checkpoints.clear();
             st.worker.take()
         };
         if let Some(old) = old {
@@ -468,10 +494,20 @@ impl SessionManager {
     /// Re-runs the session's path in `worker` (a fresh interpreter) and
     /// says what it did. The path is cut where it stopped.
     async fn rebuild(&self, sess: &Arc<Session>, worker: &Arc<Worker>, why: &str) -> String {
-        let (path, cut, kept) = {
+        // The re-run cells' results are collected and dropped: notes meant
+        // for the agent's own cell wait aside meanwhile.
+        let (path, cut, kept, skip, notes) = {
             let mut st = sess.lock();
             st.pending = None;
-            (st.path.clone(), st.path_cut, st.completed.take())
+            let skip = std::mem::take(&mut st.skip);
+            let notes = std::mem::take(&mut st.notes);
+            (
+                st.path.clone(),
+                st.path_cut,
+                st.completed.take(),
+                skip,
+                notes,
+            )
         };
         let mut account = Account::default();
         if cut {
@@ -481,6 +517,7 @@ impl SessionManager {
         }
         let runnable: Vec<&PathCell> = path
             .iter()
+            .skip(skip)
             .filter(|c| {
                 let skip = if !c.replayable {
                     Some("its code was too long to keep".to_string())
@@ -561,6 +598,7 @@ impl SessionManager {
             st.path_bytes = st.path.iter().map(|c| c.source.size()).sum();
             st.delivered = None;
             st.completed = kept;
+            st.notes = notes;
             st.head()
         };
         if reached < path.len() {

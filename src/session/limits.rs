@@ -47,10 +47,15 @@ impl SessionManager {
                     continue;
                 }
                 let sandbox = sandbox.clone();
-                let _ = tokio::task::spawn_blocking(move || {
+                let shed = tokio::task::spawn_blocking(move || {
                     let snap = crate::sandbox::watch::Snapshot::take();
+                    let mut shed = Vec::new();
                     for (name, w) in workers {
-                        let (rss, count) = snap.usage(w.root_pid());
+                        let (rss, count) = if w.has_copies() {
+                            snap.usage_pss(w.root_pid())
+                        } else {
+                            snap.usage(w.root_pid())
+                        };
                         let reason = if let Some(hit) = w.cgroup_limit_hit() {
                             Some(format!(
                                 "Session '{name}' {hit}, so all of its processes were killed."
@@ -74,10 +79,21 @@ impl SessionManager {
                             tracing::warn!("{reason}");
                             w.set_kill_reason(reason);
                             w.kill();
+                        } else if w.has_copies()
+                            && sandbox.memory_limit.is_some_and(|limit| rss > limit / 4 * 3)
+                        {
+                            // Checkpoints give way before the session would
+                            // hit its limit.
+                            shed.push(name);
                         }
                     }
+                    shed
                 })
-                .await;
+                .await
+                .unwrap_or_default();
+                for name in shed {
+                    this.shed_copy(&name);
+                }
             }
         });
     }

@@ -6,8 +6,10 @@
 //! call. Every wait here is bounded and async.
 
 mod cells;
+mod checkpoints;
 mod control;
 mod durable;
+mod export;
 mod limits;
 mod registry;
 pub mod report;
@@ -15,6 +17,7 @@ mod source;
 
 use cells::RunningCell;
 pub use durable::{Durability, ranges as id_ranges};
+pub use export::{Export, ExportFormat};
 pub use registry::SessionOptions;
 pub use source::{CellSource, StoredSource};
 
@@ -196,6 +199,13 @@ struct SessionState {
     pending: Option<durable::Pending>,
     /// Finished cells by id, each with its parent: the branches (bounded).
     tree: BTreeMap<u64, durable::PathCell>,
+    /// The frozen copies the live interpreter holds.
+    checkpoints: checkpoints::Checkpoints,
+    /// Cells at the start of the path the interpreter holds already (a
+    /// rebuild after resuming an ancestor's checkpoint re-runs the rest).
+    skip: usize,
+    /// Recent cells' outputs, values and images, for exports (bounded).
+    kept: export::KeptResults,
 }
 
 impl SessionState {
@@ -218,6 +228,9 @@ impl SessionState {
             path_cut: false,
             pending: None,
             tree: BTreeMap::new(),
+            checkpoints: checkpoints::Checkpoints::default(),
+            skip: 0,
+            kept: export::KeptResults::default(),
         }
     }
 }

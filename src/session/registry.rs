@@ -240,7 +240,12 @@ impl SessionManager {
         if let Some(info) = worker.ready_info() {
             tracing::info!(session = %sess.name, pid = info.pid, version = %info.python_version, "session interpreter started");
         }
-        sess.lock().worker = Some(worker.clone());
+        {
+            let mut st = sess.lock();
+            st.worker = Some(worker.clone());
+            // Copies belonged to the interpreter before.
+            st.checkpoints.clear();
+        }
         Ok(worker)
     }
 

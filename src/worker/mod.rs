@@ -51,6 +51,8 @@ const DRIVER_SOURCE: &str = driver_source!(
     "ferrepl_driver/display.py",
     "ferrepl_driver/cells.py",
     "ferrepl_driver/introspect.py",
+    "ferrepl_driver/control.py",
+    "ferrepl_driver/checkpoint.py",
     "ferrepl_driver/main.py",
 );
 
@@ -91,6 +93,9 @@ pub struct LaunchSpec {
     pub cell_log_bytes: u64,
     /// OS confinement; None or mode off runs the interpreter directly.
     pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
+    /// Fork checkpoints (Python): the driver keeps an anchor process and
+    /// answers checkpoint, switch and drop requests.
+    pub checkpoints: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +168,8 @@ pub struct Worker {
     ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
+    /// Frozen copies (checkpoints) share its memory: count it as PSS.
+    copies: std::sync::atomic::AtomicBool,
 }
 
 fn stream_index(stream: Stream) -> usize {
@@ -316,6 +323,9 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
     if std::env::var_os("MPLBACKEND").is_none() {
         env.push(("MPLBACKEND".into(), "Agg".into()));
     }
+    if spec.checkpoints && spec.language == Language::Python {
+        env.push(("FERREPL_CHECKPOINTS".into(), "1".into()));
+    }
     env.extend(spec.env.iter().cloned());
     env
 }
@@ -351,6 +361,7 @@ impl Worker {
                 kill_reason: None,
             }),
             changed,
+            copies: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -477,6 +488,17 @@ impl Worker {
         args: serde_json::Map<String, Value>,
         timeout: Duration,
     ) -> Result<Value, WorkerError> {
+        let (id, rx) = self.request(op, args)?;
+        self.reply(id, rx, timeout).await
+    }
+
+    /// Sends a request now (so it is ordered before any later one) and
+    /// gives what `reply` waits on.
+    pub fn request(
+        &self,
+        op: &str,
+        args: serde_json::Map<String, Value>,
+    ) -> Result<(u64, oneshot::Receiver<Value>), WorkerError> {
         let (tx, rx) = oneshot::channel();
         let id = {
             let mut st = self.lock();
@@ -492,7 +514,20 @@ impl Worker {
         msg.insert("op".into(), Value::from(op));
         msg.insert("id".into(), Value::from(id));
         let line = self.encode(&msg);
-        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)?;
+        if self.ctl.try_send(line).is_err() {
+            self.lock().inspect_waiters.remove(&id);
+            return Err(WorkerError::Gone);
+        }
+        Ok((id, rx))
+    }
+
+    /// The reply to request `id`, waited for at most `timeout`.
+    pub async fn reply(
+        &self,
+        id: u64,
+        rx: oneshot::Receiver<Value>,
+        timeout: Duration,
+    ) -> Result<Value, WorkerError> {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(_)) => Err(WorkerError::Gone),
@@ -500,6 +535,23 @@ impl Worker {
                 self.lock().inspect_waiters.remove(&id);
                 Err(WorkerError::Timeout(timeout.as_secs()))
             }
+        }
+    }
+
+    /// It has forked frozen copies of itself (checkpoints).
+    pub fn mark_copies(&self) {
+        self.copies
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn has_copies(&self) -> bool {
+        self.copies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// After a switch to a checkpoint: the interpreter is another process.
+    pub fn set_live_pid(&self, pid: u32) {
+        if let Some(ready) = self.lock().ready.as_mut() {
+            ready.pid = pid;
         }
     }
 
@@ -570,7 +622,11 @@ impl Worker {
     /// Resident memory of the worker's whole process tree in `snap` (the
     /// interpreter's own pid may be one of a private PID namespace).
     pub fn rss_bytes(&self, snap: &crate::sandbox::watch::Snapshot) -> Option<u64> {
-        let (rss, count) = snap.usage(self.process.pid());
+        let (rss, count) = if self.has_copies() {
+            snap.usage_pss(self.process.pid())
+        } else {
+            snap.usage(self.process.pid())
+        };
         (count > 0).then_some(rss)
     }
 }

@@ -23,9 +23,11 @@ mod support;
 
 mod arg_fuzz;
 mod branching;
+mod checkpoints;
 mod cli;
 mod durable;
 mod escape;
+mod export;
 mod files_and_packages;
 mod http_sessions;
 mod http_transport;

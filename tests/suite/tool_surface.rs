@@ -47,8 +47,9 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 /// Model-visible characters (tools plus instructions) of the default profile.
 const DEFAULT_VISIBLE_BUDGET: usize = 4000;
-/// Model-visible characters (tools plus instructions) of `--tools all`.
-const ALL_VISIBLE_BUDGET: usize = 8000;
+/// Model-visible characters (tools plus instructions) of `--tools all` (8,000
+/// until python_export and branching came, about 600 more).
+const ALL_VISIBLE_BUDGET: usize = 8500;
 /// The whole tools array of `--tools all` as compact JSON.
 const ALL_TOOLS_JSON_BUDGET: usize = 12000;
 /// What R's tools (and their line of instructions) add to the default
@@ -76,6 +77,7 @@ const ALL_ONLY_TOOLS: &[&str] = &[
     "python_run_file",
     "python_complete",
     "python_namespace",
+    "python_export",
     "shell_exec",
     "shell_wait",
     "shell_output",

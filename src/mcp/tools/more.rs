@@ -34,6 +34,25 @@ pub struct HistoryOutput {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+pub struct ExportParams {
+    pub path: PathArg,
+    pub format: crate::session::ExportFormat,
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Last cell (default: the current).
+    #[serde(default)]
+    pub cell: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExportOutput {
+    pub path: String,
+    pub cells: Vec<u64>,
+    /// Cells of the branch left out: they failed or were interrupted.
+    pub skipped: Vec<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunFileParams {
     pub path: PathArg,
     #[serde(default)]
@@ -154,6 +173,44 @@ impl FerreplServer {
             running: running.map(|(cell, code, secs)| serde_json::json!({"cell": cell, "code": code, "elapsed_s": secs})),
         };
         Ok(render::structured(text, &out))
+    }
+
+    #[tool(
+        description = "Write a session's branch (its cells that ran ok, root to cell) to a workspace file: a \
+notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\": \"ipynb\"}",
+        output_schema = schema_for_output::<ExportOutput>(),
+        annotations(title = "Export cells", destructive_hint = false, open_world_hint = false)
+    )]
+    async fn python_export(&self, Parameters(p): Parameters<ExportParams>) -> ToolResult {
+        let session = self.session_name(&p.session);
+        let export = self.manager.export(&session, p.cell, p.format)?;
+        let files = self.files.clone();
+        let path = p.path.as_str().to_string();
+        let bytes = export.text.into_bytes();
+        let shown = tokio::task::spawn_blocking(move || files.write(&path, &bytes, false))
+            .await
+            .map_err(|e| ToolError::new(format!("python_export failed: {e}")))??;
+        let mut message = format!(
+            "wrote cells {} of session '{session}' to {shown}",
+            crate::session::id_ranges(&export.cells)
+        );
+        if export.cells.is_empty() {
+            message = format!(
+                "wrote no cell of session '{session}' (its branch has none that ran ok) to {shown}"
+            );
+        }
+        if !export.skipped.is_empty() {
+            message.push_str(&format!(
+                "; left out cells {} (they failed or were interrupted)",
+                crate::session::id_ranges(&export.skipped)
+            ));
+        }
+        let out = ExportOutput {
+            path: shown,
+            cells: export.cells,
+            skipped: export.skipped,
+        };
+        Ok(render::structured(message, &out))
     }
 
     #[tool(

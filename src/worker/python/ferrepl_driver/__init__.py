@@ -5,7 +5,8 @@ IPython, pandas, PIL) are only used when the session imports them.
 
 Modules (each imports what it uses from the others explicitly):
 
-    main        start-up, the control reader thread, the loop that runs cells
+    main        start-up, routing requests, the loop that runs cells
+    control     the control reader thread, which can be stopped losslessly
     channel     the control socket (fd 3), events, fence markers on fds 1 and 2
     cells       running a cell: parse, run, value, errors, interrupts; the
                 session's namespace
@@ -14,6 +15,8 @@ Modules (each imports what it uses from the others explicitly):
                 matplotlib and IPython hooks
     introspect  requests answered on the control thread: inspect, complete,
                 namespace edits, import refresh
+    checkpoint  frozen copies of the state by fork(), resumed in place of the
+                live interpreter; the anchor process that stays behind
 
 How it is loaded: the package is embedded in the ferrepl binary
 (include_str! in src/worker/mod.rs; a new module must be listed there) and

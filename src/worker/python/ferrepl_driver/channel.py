@@ -8,8 +8,10 @@ sending such an event the driver writes a marker with that number on both
 output pipes, so the server can attribute every byte to the right cell.
 """
 
+import contextlib
 import json
 import os
+import socket
 import sys
 import threading
 
@@ -39,6 +41,48 @@ class _State:
 
 
 state = _State()
+
+
+@contextlib.contextmanager
+def quiet():
+    """Holds the channel's locks, so that no other thread holds one while
+    the process forks (the copy would inherit it held forever)."""
+    with _send_lock, _fence_lock:
+        yield
+
+
+def control_fd():
+    return _sock.fileno()
+
+
+def control_sock():
+    return _sock
+
+
+def release():
+    """Gives up the control socket and the private output descriptors (a
+    frozen copy, or the anchor, must not keep them open)."""
+    global _sock, _out_fd, _err_fd
+    if _sock is not None:
+        os.close(_sock.detach())
+        _sock = None
+    for fd in (_out_fd, _err_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _out_fd = _err_fd = -1
+
+
+def adopt(fd):
+    """Takes over a control socket handed over by the live interpreter (and
+    the output pipes already on fds 1 and 2)."""
+    global _out_fd, _err_fd
+    sock = socket.socket(fileno=fd)
+    connect(sock)
+    _out_fd = os.dup(1)
+    _err_fd = os.dup(2)
+    return sock
 
 
 def send(event):

@@ -8,48 +8,80 @@ import os
 import queue
 import signal
 import sys
-import threading
 
+from . import checkpoint
 from .cells import _on_sigint, namespace, prepare_namespace, run_cell
 from .channel import OrderedStream, connect, send, send_fenced, state
+from .control import ControlReader, drain
 from .display import install_display
 from .introspect import CONTROL_HANDLERS
 from .stdin import AgentStdin, _getpass, _input, input_replies
 
 _jobs = queue.SimpleQueue()
+# Run on the main thread between cells, like cells: fork only happens there.
+CHECKPOINT_OPS = ("checkpoint", "switch", "drop")
 
 
-def _read_control(reader):
-    """Runs on a daemon thread: routes requests; the main thread runs cells."""
-    while True:
+_control = {"reader": None}
+
+
+def _serve(sock, pending):
+    _control["reader"] = ControlReader(sock, pending, _route)
+
+
+def _stop_serving():
+    return _control["reader"].stop()
+
+
+def _checkpoint_op(msg):
+    op = msg.get("op")
+    try:
+        cell = int(msg.get("cell"))
+    except (TypeError, ValueError):
+        cell = -1
+    if op == "checkpoint":
+        result = checkpoint.take(cell)
+    elif op == "switch":
+        result = checkpoint.switch(dict(msg, cell=cell), _stop_serving, _serve)
+    else:
+        result = checkpoint.drop(cell)
+    if isinstance(result, tuple):
+        # This is a copy's ready child, resumed as the live interpreter (the
+        # copy keeps the state to come back to). What was queued when it was
+        # forked belongs to the interpreter it was copied from (a request
+        # read ahead of the fork): drop it. Then serve.
+        resumed = result[1]
+        for pending in (_jobs, input_replies):
+            while not pending.empty():
+                pending.get_nowait()
+        _serve(resumed["sock"], resumed["pending"])
+        send({"ev": "reply", "id": resumed["id"], "ok": True, "pid": os.getpid()})
+        return
+    result["ev"] = "reply"
+    result["id"] = msg.get("id")
+    send(result)
+
+
+def _route(line):
+    """On the control thread: cells and checkpoints go to the main thread;
+    the rest is answered here, so it works while a cell runs."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return
+    op = msg.get("op")
+    if op == "exec" or op in CHECKPOINT_OPS:
+        _jobs.put(msg)
+    elif op == "input":
+        input_replies.put(msg)
+    elif op in CONTROL_HANDLERS:
         try:
-            line = reader.readline()
-        except Exception:
-            line = b""
-        if not line:
-            # The server is gone: end this worker and everything it started.
-            try:
-                os.killpg(0, signal.SIGKILL)
-            finally:
-                os._exit(1)
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        op = msg.get("op")
-        if op == "exec":
-            _jobs.put(msg)
-        elif op == "input":
-            input_replies.put(msg)
-        elif op in CONTROL_HANDLERS:
-            # Answered here, on the control thread, so they work while a cell runs.
-            try:
-                reply = CONTROL_HANDLERS[op](msg)
-            except Exception as exc:  # never let the reader die
-                reply = {"ok": False, "message": "%s failed: %r" % (op, exc)}
-            reply["ev"] = "reply"
-            reply["id"] = msg.get("id")
-            send(reply)
+            reply = CONTROL_HANDLERS[op](msg)
+        except Exception as exc:  # never let the reader die
+            reply = {"ok": False, "message": "%s failed: %r" % (op, exc)}
+        reply["ev"] = "reply"
+        reply["id"] = msg.get("id")
+        send(reply)
 
 
 def _configure_streams():
@@ -67,6 +99,7 @@ def main(ctl):
     """Runs the worker until the server goes away; ctl is (socket, reader) on fd 3."""
     sock, reader = ctl
     connect(sock)
+    checkpoint.start_anchor()
     prepare_namespace()
     _configure_streams()
     sys.argv = [""]
@@ -75,7 +108,7 @@ def main(ctl):
     getpass.getpass = _getpass
     install_display()
     signal.signal(signal.SIGINT, _on_sigint)
-    threading.Thread(target=_read_control, args=(reader,), name="ferrepl-control", daemon=True).start()
+    _serve(sock, drain(reader, sock))
     send(
         {
             "ev": "ready",
@@ -88,6 +121,12 @@ def main(ctl):
         try:
             msg = _jobs.get()
         except KeyboardInterrupt:
+            continue
+        if msg.get("op") in CHECKPOINT_OPS:
+            try:
+                _checkpoint_op(msg)
+            except KeyboardInterrupt:
+                send({"ev": "reply", "id": msg.get("id"), "ok": False, "message": "interrupted"})
             continue
         try:
             run_cell(msg, namespace)

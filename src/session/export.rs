@@ -1,0 +1,217 @@
+//! Exporting a branch: the cells from the root to one cell, as a Jupyter
+//! notebook (nbformat 4.5, with the outputs, values and images the session
+//! still keeps) or as a script in the percent format (`# %%` cells). Only
+//! cells that ended ok are written, so the export runs top to bottom as
+//! the state was built.
+
+use std::collections::VecDeque;
+
+use serde_json::json;
+
+use super::report::CellStatus;
+use super::source::StoredSource;
+use super::*;
+
+/// What is kept of recent cells' results for exports (bounded per session).
+#[derive(Debug, Clone)]
+pub(super) struct KeptResult {
+    pub cell: u64,
+    pub stdout: String,
+    pub stderr: String,
+    pub value: Option<String>,
+    /// (mime, base64).
+    pub images: Vec<(String, String)>,
+}
+
+impl KeptResult {
+    fn size(&self) -> usize {
+        self.stdout.len()
+            + self.stderr.len()
+            + self.value.as_ref().map_or(0, String::len)
+            + self
+                .images
+                .iter()
+                .map(|(m, d)| m.len() + d.len())
+                .sum::<usize>()
+    }
+}
+
+/// Results kept for exports: at most this many bytes per session, the
+/// oldest dropped first (their cells are exported without outputs).
+const MAX_KEPT_BYTES: usize = 32 << 20;
+
+#[derive(Debug, Default)]
+pub(super) struct KeptResults {
+    items: VecDeque<KeptResult>,
+    bytes: usize,
+}
+
+impl KeptResults {
+    pub(super) fn keep(&mut self, report: &CellReport) {
+        let kept = KeptResult {
+            cell: report.cell,
+            stdout: report.output.stdout.clone(),
+            stderr: report.output.stderr.clone(),
+            value: report.value.clone(),
+            images: report
+                .images
+                .shown
+                .iter()
+                .map(|i| (i.mime.clone(), i.base64.clone()))
+                .collect(),
+        };
+        self.bytes += kept.size();
+        self.items.push_back(kept);
+        while self.bytes > MAX_KEPT_BYTES {
+            let Some(old) = self.items.pop_front() else {
+                break;
+            };
+            self.bytes -= old.size();
+        }
+    }
+
+    fn get(&self, cell: u64) -> Option<&KeptResult> {
+        self.items.iter().rev().find(|k| k.cell == cell)
+    }
+}
+
+/// The formats of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    Ipynb,
+    Py,
+}
+
+/// An export: the document, and what it holds.
+pub struct Export {
+    pub text: String,
+    pub cells: Vec<u64>,
+    /// Cells of the branch left out (failed, interrupted, crashed).
+    pub skipped: Vec<u64>,
+}
+
+impl SessionManager {
+    /// The branch from the root to `cell` (default: the current head) of
+    /// session `name`, as a document.
+    pub fn export(
+        &self,
+        name: &str,
+        cell: Option<u64>,
+        format: ExportFormat,
+    ) -> Result<Export, SessionError> {
+        let sess = self.existing(name)?;
+        let mut st = sess.lock();
+        self.refresh(&sess, &mut st);
+        let chain: Vec<durable::PathCell> = match cell {
+            Some(id) => st.chain_to(id).map(|(c, _)| c).ok_or_else(|| {
+                SessionError::Invalid(format!(
+                    "cell {id} is not a finished cell of session '{name}'; python_history lists its cells"
+                ))
+            })?,
+            None => st.path.clone(),
+        };
+        let (ok, skipped): (Vec<_>, Vec<_>) =
+            chain.into_iter().partition(|c| c.status == CellStatus::Ok);
+        let skipped = skipped.into_iter().map(|c| c.id).collect();
+        let cells: Vec<u64> = ok.iter().map(|c| c.id).collect();
+        let text = match format {
+            ExportFormat::Py => script(&sess, &ok),
+            ExportFormat::Ipynb => notebook(&sess, &ok, &st.kept),
+        };
+        Ok(Export {
+            text,
+            cells,
+            skipped,
+        })
+    }
+}
+
+/// The code a cell ran, as a cell of the document.
+fn source_text(source: &StoredSource) -> String {
+    match source {
+        StoredSource::Code { code } => code.clone(),
+        StoredSource::File { file, args } => {
+            let argv: Vec<String> = std::iter::once(file.clone())
+                .chain(args.iter().cloned())
+                .collect();
+            format!(
+                "# python_run_file {file}\nimport runpy, sys\nsys.argv = {}\nglobals().update(runpy.run_path({}, run_name=\"__main__\"))",
+                serde_json::to_string(&argv).unwrap_or_default(),
+                serde_json::to_string(file).unwrap_or_default()
+            )
+        }
+    }
+}
+
+fn script(sess: &Session, cells: &[durable::PathCell]) -> String {
+    let mut out = format!(
+        "# Exported by ferrepl from session '{}' ({}): cells {}.\n",
+        sess.name,
+        sess.language,
+        durable::ranges(&cells.iter().map(|c| c.id).collect::<Vec<_>>())
+    );
+    for c in cells {
+        out.push_str(&format!("\n# %% cell {}\n", c.id));
+        out.push_str(source_text(&c.source).trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Lines of a notebook string field (nbformat's multi-line form).
+fn lines(text: &str) -> Vec<String> {
+    text.split_inclusive('\n').map(str::to_string).collect()
+}
+
+fn notebook(sess: &Session, cells: &[durable::PathCell], kept: &KeptResults) -> String {
+    let mut out_cells = Vec::new();
+    for (n, c) in cells.iter().enumerate() {
+        let count = n + 1;
+        let mut outputs = Vec::new();
+        if let Some(k) = kept.get(c.id) {
+            for (name, text) in [("stdout", &k.stdout), ("stderr", &k.stderr)] {
+                if !text.is_empty() {
+                    outputs
+                        .push(json!({"output_type": "stream", "name": name, "text": lines(text)}));
+                }
+            }
+            for (mime, data) in &k.images {
+                outputs.push(
+                    json!({"output_type": "display_data", "data": {mime: data}, "metadata": {}}),
+                );
+            }
+            if let Some(value) = &k.value {
+                outputs.push(json!({
+                    "output_type": "execute_result",
+                    "execution_count": count,
+                    "data": {"text/plain": lines(value)},
+                    "metadata": {}
+                }));
+            }
+        }
+        out_cells.push(json!({
+            "cell_type": "code",
+            "id": format!("ferrepl-cell-{}", c.id),
+            "metadata": {"ferrepl": {"cell": c.id, "parent": c.parent}},
+            "execution_count": count,
+            "source": lines(&source_text(&c.source)),
+            "outputs": outputs,
+        }));
+    }
+    let (kernel, display, language) = match sess.language {
+        Language::Python => ("python3", "Python 3", "python"),
+        Language::R => ("ir", "R", "R"),
+    };
+    let doc = json!({
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": kernel, "display_name": display, "language": language},
+            "language_info": {"name": language},
+            "ferrepl": {"session": sess.name},
+        },
+        "cells": out_cells,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}

@@ -1,0 +1,115 @@
+//! python_export: the file stays inside the workspace whatever the path
+//! says, bad formats and cells are refused, a read-only workspace is not
+//! written, and an R session exports with its plots as images.
+
+use serde_json::{Value, json};
+
+use crate::support::StdioServer;
+
+async fn export(server: &StdioServer, args: Value) -> crate::support::ToolOutput {
+    server.call("python_export", args).await
+}
+
+#[tokio::test]
+async fn export_paths_formats_and_cells_are_checked() {
+    let server = StdioServer::start(&[]).await;
+    server.exec("x = 1").await.assert_ok();
+    let outside = tempfile::tempdir().expect("outside dir");
+    let link = server.workdir.path().join("link");
+    std::os::unix::fs::symlink(outside.path(), &link).expect("symlink");
+    let escapes = [
+        "../escaped.ipynb".to_string(),
+        format!("{}/escaped.ipynb", outside.path().display()),
+        "link/escaped.ipynb".to_string(),
+    ];
+    for path in &escapes {
+        let out = export(&server, json!({"path": path, "format": "ipynb"})).await;
+        assert!(out.is_error, "{path}: {out:#?}");
+    }
+    assert!(
+        std::fs::read_dir(outside.path())
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "a file was written outside the workspace"
+    );
+    assert!(
+        !server
+            .workdir
+            .path()
+            .parent()
+            .map(|p| p.join("escaped.ipynb").exists())
+            .unwrap_or(false)
+    );
+    for bad in [json!("html"), json!(1), json!(null)] {
+        let raw = server
+            .try_call("python_export", json!({"path": "a.ipynb", "format": bad}))
+            .await;
+        let refused = match &raw {
+            Err(_) => true,
+            Ok(r) => r.is_error == Some(true),
+        };
+        assert!(refused, "format {bad} was accepted: {raw:#?}");
+    }
+    let missing = export(&server, json!({"path": "a.py", "format": "py", "cell": 99})).await;
+    assert!(
+        missing.is_error && missing.text.contains("not a finished cell"),
+        "{missing:#?}"
+    );
+    let unknown = export(
+        &server,
+        json!({"path": "a.py", "format": "py", "session": "nope"}),
+    )
+    .await;
+    assert!(unknown.is_error, "{unknown:#?}");
+    let ok = export(&server, json!({"path": "fine.py", "format": "py"})).await;
+    assert!(!ok.is_error, "{ok:#?}");
+    let text = std::fs::read_to_string(server.workdir.path().join("fine.py")).expect("fine.py");
+    assert!(text.contains("# %% cell 1\nx = 1\n"), "{text}");
+}
+
+#[tokio::test]
+async fn a_read_only_workspace_is_not_written() {
+    let server = StdioServer::start(&["--sandbox", "read-only"]).await;
+    server.exec("x = 1").await.assert_ok();
+    let out = export(&server, json!({"path": "x.py", "format": "py"})).await;
+    assert!(out.is_error, "{out:#?}");
+    assert!(!server.workdir.path().join("x.py").exists());
+}
+
+#[tokio::test]
+async fn an_r_session_exports_with_its_plots() {
+    let server = StdioServer::start(&["--languages", "python,r"]).await;
+    for code in ["v <- c(3, 1, 2)", "plot(sort(v))", "print(sum(v))"] {
+        server
+            .call("r_exec", json!({"code": code, "wait_s": 30}))
+            .await
+            .assert_ok();
+    }
+    let out = export(
+        &server,
+        json!({"path": "r.ipynb", "format": "ipynb", "session": "r"}),
+    )
+    .await;
+    assert!(!out.is_error, "{out:#?}");
+    let nb: Value = serde_json::from_str(
+        &std::fs::read_to_string(server.workdir.path().join("r.ipynb")).expect("r.ipynb"),
+    )
+    .expect("notebook JSON");
+    assert_eq!(nb["nbformat"], 4);
+    assert_eq!(nb["metadata"]["kernelspec"]["name"], "ir");
+    let cells = nb["cells"].as_array().cloned().unwrap_or_default();
+    assert_eq!(cells.len(), 3, "{nb:#?}");
+    let plot = &cells[1]["outputs"];
+    let png = plot
+        .as_array()
+        .and_then(|o| o.iter().find(|o| o["output_type"] == "display_data"))
+        .and_then(|o| o["data"]["image/png"].as_str())
+        .unwrap_or_default();
+    assert!(png.starts_with("iVBORw0KGgo"), "no PNG in {plot:#?}");
+    let printed: String = cells[2]["outputs"][0]["text"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(printed, "[1] 6\n", "{cells:#?}");
+}
