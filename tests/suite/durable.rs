@@ -69,18 +69,6 @@ fn row<'a>(rows: &'a [Value], name: &str) -> Option<&'a Value> {
     rows.iter().find(|r| r["name"] == name)
 }
 
-fn notes(out: &ToolOutput) -> String {
-    out.structured["notes"]
-        .as_array()
-        .map(|n| {
-            n.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
 async fn stop(server: StdioServer) {
     let status = server.close_and_wait().await;
     assert!(status.success(), "the server exited with {status:?}");
@@ -111,7 +99,7 @@ async fn a_restarted_server_rebuilds_a_session_on_first_use() {
     let out = second.exec_in("data", "(x, y, round(math.pi, 2))").await;
     out.assert_ok();
     assert_eq!(out.value(), Some("(42, 84, 3.14)"), "{out:#?}");
-    let said = notes(&out);
+    let said = out.notes_text();
     assert!(said.contains("re-running cells 1, 3-4"), "{said}");
     assert!(said.contains("Cell 2 was skipped: it had failed"), "{said}");
     assert_eq!(
@@ -133,7 +121,7 @@ async fn a_restarted_server_rebuilds_a_session_on_first_use() {
     // Rebuilt once: the next call runs at once, with nothing to say.
     let again = second.exec_in("data", "x").await;
     again.assert_ok();
-    assert!(!notes(&again).contains("re-running"), "{again:#?}");
+    assert!(!again.notes_text().contains("re-running"), "{again:#?}");
     let rows = sessions(&second).await;
     assert_eq!(
         row(&rows, "data").map(|r| r["state"].clone()),
@@ -152,7 +140,7 @@ async fn a_rebuild_is_bounded_by_resume_max_cells() {
     let second = place.server(&["--resume-max-cells", "1"]).await;
     let out = second.exec("a").await;
     out.assert_raised("NameError");
-    let said = notes(&out);
+    let said = out.notes_text();
     assert!(
         said.contains("more than --resume-max-cells 1") && said.contains("fresh"),
         "{said}"
@@ -202,8 +190,8 @@ async fn a_second_server_on_the_workspace_does_not_share_the_store() {
     assert_eq!(out.value(), Some("'first'"), "{out:#?}");
 }
 
-#[tokio::test]
-async fn a_crashed_session_offers_a_rebuild() {
+/// A server whose session 'c' ran `kept = 5`, then crashed (SIGKILL).
+async fn crashed_after_one_cell() -> (StdioServer, ToolOutput) {
     let server = StdioServer::start(&[]).await;
     server.exec_in("c", "kept = 5").await.assert_ok();
     let crash = server
@@ -213,7 +201,13 @@ async fn a_crashed_session_offers_a_rebuild() {
         )
         .await;
     assert_eq!(crash.str_field("status"), "crashed", "{crash:#?}");
-    let said = notes(&crash);
+    (server, crash)
+}
+
+#[tokio::test]
+async fn a_crashed_session_offers_a_rebuild() {
+    let (server, crash) = crashed_after_one_cell().await;
+    let said = crash.notes_text();
     assert!(
         said.contains("python_sessions {action: \"restore\", session: \"c\"}")
             && said.contains("re-runs cells 1"),
@@ -244,15 +238,7 @@ async fn a_crashed_session_offers_a_rebuild() {
 
 #[tokio::test]
 async fn a_new_cell_after_a_crash_starts_a_new_path() {
-    let server = StdioServer::start(&[]).await;
-    server.exec_in("c", "kept = 5").await.assert_ok();
-    let crash = server
-        .exec_in(
-            "c",
-            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
-        )
-        .await;
-    assert_eq!(crash.str_field("status"), "crashed", "{crash:#?}");
+    let (server, _crash) = crashed_after_one_cell().await;
     server.exec_in("c", "fresh = 1").await.assert_ok();
     let late = server
         .call(
@@ -333,5 +319,5 @@ async fn an_r_session_is_rebuilt_too() {
         .await;
     out.assert_ok();
     assert!(out.text.contains("[1] 4"), "{out:#?}");
-    assert!(notes(&out).contains("re-running cells 1"), "{out:#?}");
+    assert!(out.notes_text().contains("re-running cells 1"), "{out:#?}");
 }

@@ -193,6 +193,15 @@ impl<H: ClientHandler> StdioServer<H> {
         self.call("python_exec", exec_args(session, code)).await
     }
 
+    /// python_exec in `session` on the state after cell `parent` (a branch).
+    pub async fn exec_after(&self, session: &str, parent: Value, code: &str) -> ToolOutput {
+        self.call(
+            "python_exec",
+            json!({"session": session, "code": code, "parent": parent, "wait_s": 30}),
+        )
+        .await
+    }
+
     /// Close the client side (the server sees EOF on stdin) and wait for the
     /// server to exit on its own, at most `timeout`. Returns its exit status.
     pub async fn close_and_wait_at_most(mut self, timeout: Duration) -> ExitStatus {
