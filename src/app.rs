@@ -120,6 +120,7 @@ fn open_store(cfg: &Config, workdir: &std::path::Path) -> anyhow::Result<session
         max_cells_per_session: cfg.state_max_cells.max(1),
         keep,
         max_sessions: cfg.max_sessions.max(1) * 4,
+        max_bytes: cfg.state_max_mb.max(1).saturating_mul(1 << 20),
     });
     match opened {
         Ok(Opened::Ready(store)) => {

@@ -313,6 +313,16 @@ pub struct Config {
     )]
     pub state_max_cells: usize,
 
+    /// Size bound of a workspace's session store, in MiB: the least recently used
+    /// sessions are removed first.
+    #[arg(
+        long,
+        env = "FERREPL_STATE_MAX_MB",
+        default_value_t = 512,
+        value_name = "MIB"
+    )]
+    pub state_max_mb: u64,
+
     /// Days a stored session that is not used is kept.
     #[arg(
         long,

@@ -166,19 +166,38 @@ impl SessionManager {
         chain: &[PathCell],
         target: u64,
     ) -> Option<usize> {
-        let (worker, idx, head) = {
+        let (worker, idx, copy, head) = {
             let mut st = sess.lock();
             self.settle_checkpoints(&mut st);
             if st.pending.is_some() || st.running.is_some() {
                 return None;
             }
             let worker = st.worker.clone().filter(|w| w.exit_info().is_none())?;
-            let idx = chain
+            // The copy of a cell of the chain, or of another cell that ran
+            // the same code on the same state (same hash).
+            let copy_of = |c: &PathCell| {
+                if st.checkpoints.held.contains_key(&c.id) {
+                    return Some(c.id);
+                }
+                st.checkpoints
+                    .held
+                    .keys()
+                    .find(|id| st.tree.get(id).is_some_and(|t| t.hash == c.hash))
+                    .copied()
+            };
+            let (idx, copy) = chain
                 .iter()
-                .rposition(|c| st.checkpoints.held.contains_key(&c.id))?;
-            (worker, idx, st.head())
+                .enumerate()
+                .rev()
+                .find_map(|(i, c)| copy_of(c).map(|copy| (i, copy)))?;
+            (worker, idx, copy, st.head())
         };
-        let cell = chain[idx].id;
+        let cell = copy;
+        let same = if cell == chain[idx].id {
+            String::new()
+        } else {
+            format!(" (cell {cell} ran the same code on the same state)")
+        };
         let started = Instant::now();
         let mut args = serde_json::Map::new();
         args.insert("cell".into(), Value::from(cell));
@@ -200,13 +219,16 @@ impl SessionManager {
                         .insert(h, now - Duration::from_millis(1));
                 }
                 let ms = started.elapsed().as_secs_f64() * 1000.0;
-                st.notes.push(if cell == target {
+                let reached = chain[idx].id;
+                st.notes.push(if reached == target {
                     format!(
-                        "Session '{}' switched to the state after cell {cell} by resuming its checkpoint in {ms:.1} ms; nothing was re-run.",
+                        "Session '{}' switched to the state after cell {target} by resuming its checkpoint{same} in {ms:.1} ms; nothing was re-run.",
                         sess.name
                     )
                 } else {
-                    format!("Resumed the checkpoint of cell {cell} (an ancestor) in {ms:.1} ms.")
+                    format!(
+                        "Resumed the checkpoint of cell {reached}{same} (an ancestor) in {ms:.1} ms."
+                    )
                 });
                 Some(idx + 1)
             }

@@ -49,6 +49,9 @@ const MAX_PATH_BYTES: usize = 16 << 20;
 pub(super) struct PathCell {
     pub id: u64,
     pub parent: Option<u64>,
+    /// Its code and its ancestors' (from a fresh interpreter): cells with
+    /// the same hash made the same state, so a copy of one serves the other.
+    pub hash: u64,
     pub source: Arc<StoredSource>,
     pub status: CellStatus,
     /// False when its code was too long for the store to keep whole.
@@ -96,6 +99,21 @@ impl SessionState {
             self.path_bytes -= old.source.size();
             self.path_cut = true;
         }
+    }
+
+    /// The hash of a cell running `source` on the state after `parent`; a
+    /// parent the tree no longer has makes it unique (its id).
+    pub(super) fn hash_of(&self, id: u64, parent: Option<u64>, source: &StoredSource) -> u64 {
+        let base = match parent {
+            None => 0,
+            Some(p) => match self.tree.get(&p) {
+                Some(cell) => cell.hash,
+                None => return crate::store::fnv1a(format!("cell {id}").as_bytes()),
+            },
+        };
+        let mut bytes = base.to_le_bytes().to_vec();
+        bytes.extend_from_slice(serde_json::to_string(source).unwrap_or_default().as_bytes());
+        crate::store::fnv1a(&bytes)
     }
 
     /// Adds a finished cell to the tree, which keeps at most `cap` cells:
@@ -266,6 +284,7 @@ impl SessionManager {
                 let node = PathCell {
                     id: cell.id,
                     parent: cell.parent,
+                    hash: st.hash_of(cell.id, cell.parent, &source),
                     source: Arc::new(source),
                     status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
                     replayable: cell.replayable,
@@ -343,6 +362,7 @@ impl SessionManager {
         let node = PathCell {
             id: run.number,
             parent: run.parent,
+            hash: st.hash_of(run.number, run.parent, &source),
             source: source.clone(),
             status: report.status,
             replayable,

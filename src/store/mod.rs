@@ -47,6 +47,10 @@ pub struct StoreConfig {
     pub keep: Duration,
     /// At most this many sessions are kept (the most recently updated).
     pub max_sessions: usize,
+    /// Retention: the store's live pages fit in this many bytes; the least
+    /// recently updated sessions go first (the last one left loses its oldest
+    /// cells instead).
+    pub max_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -140,6 +144,8 @@ const QUEUE: usize = 4096;
 const MAX_BATCH: usize = 4096;
 /// How long dropping the Store waits for queued writes to commit.
 const DROP_WAIT: Duration = Duration::from_secs(5);
+/// The store's size is checked against its bound after this many batches.
+const SIZE_CHECK_EVERY: usize = 32;
 
 pub struct Store {
     path: PathBuf,
@@ -195,6 +201,8 @@ impl Store {
             conn,
             path: path.clone(),
             cap: cfg.max_cells_per_session,
+            max_bytes: cfg.max_bytes,
+            since_size_check: 0,
             inserts: HashMap::new(),
         };
         let thread = std::thread::Builder::new()
@@ -323,6 +331,9 @@ struct Writer {
     conn: Connection,
     path: PathBuf,
     cap: usize,
+    max_bytes: u64,
+    /// Batches committed since the size was last checked.
+    since_size_check: usize,
     /// Cell writes per session since its cap was last enforced.
     inserts: HashMap<String, usize>,
 }
@@ -377,6 +388,18 @@ impl Writer {
                 "the session store {}: a batch of writes was lost: {e}",
                 self.path.display()
             );
+        }
+        self.since_size_check += 1;
+        if self.since_size_check >= SIZE_CHECK_EVERY {
+            self.since_size_check = 0;
+            match schema::fit_bytes(&self.conn, self.max_bytes) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    "the session store {} is over its size bound: {n} oldest session(s) or cell batch(es) removed",
+                    self.path.display()
+                ),
+                Err(e) => tracing::warn!("the session store {}: {e}", self.path.display()),
+            }
         }
         for waiter in waiters {
             let _ = waiter.send(result.is_ok());
@@ -506,7 +529,7 @@ fn create_private(path: &Path) -> Result<File, StoreError> {
 
 /// FNV-1a, 64-bit: stable across builds and platforms, unlike std's hasher,
 /// since it names files that must be found again after an upgrade.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })

@@ -190,8 +190,47 @@ pub(super) fn apply_retention(
     for name in &names {
         prune_cells(&tx, name, cfg.max_cells_per_session)?;
     }
+    fit_bytes(&tx, cfg.max_bytes)?;
     tx.commit()?;
     Ok(())
+}
+
+/// Removes the least recently updated sessions until the store's live
+/// pages fit in `max_bytes`; the last session left loses half its cells
+/// (the oldest, off its head's path first) at each step instead. Returns
+/// how many steps it took.
+pub(super) fn fit_bytes(conn: &Connection, max_bytes: u64) -> Result<usize, StoreError> {
+    let mut steps = 0;
+    while steps < 10_000 {
+        let used: i64 = conn.query_row(
+            "SELECT ((SELECT page_count FROM pragma_page_count()) - \
+             (SELECT freelist_count FROM pragma_freelist_count())) * \
+             (SELECT page_size FROM pragma_page_size())",
+            [],
+            |r| r.get(0),
+        )?;
+        if u64::try_from(used).unwrap_or(0) <= max_bytes {
+            break;
+        }
+        let oldest: Vec<(String, i64)> = conn
+            .prepare(
+                "SELECT name, (SELECT count(*) FROM cells WHERE session = name)
+                 FROM sessions ORDER BY updated, name LIMIT 2",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        match oldest.as_slice() {
+            [(name, _), _, ..] => {
+                conn.execute("DELETE FROM sessions WHERE name = ?1", [name])?;
+            }
+            [(name, cells)] if *cells > 1 => {
+                prune_cells(conn, name, usize::try_from(cells / 2).unwrap_or(0))?;
+            }
+            _ => break,
+        }
+        steps += 1;
+    }
+    Ok(steps)
 }
 
 /// Cuts `session` down to `cap` cells. The head's path is what a rebuild

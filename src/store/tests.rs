@@ -20,6 +20,7 @@ fn config(dir: &Path, workspace: &str) -> StoreConfig {
         max_cells_per_session: 1000,
         keep: Duration::from_secs(30 * 86_400),
         max_sessions: 100,
+        max_bytes: u64::MAX,
     }
 }
 
@@ -441,4 +442,34 @@ fn stores_of_other_workspaces_unused_past_keep_are_removed() {
     assert!(!old_path.exists(), "the unused store was kept");
     assert!(!with_suffix(&old_path, ".lock").exists());
     assert!(recent_path.exists(), "a store in use was removed");
+}
+
+#[test]
+fn the_store_keeps_to_its_size_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = config(tmp.path(), "/ws/size");
+    let big = |id| CellRecord {
+        source: json!({"code": "x".repeat(100_000 + id as usize)}),
+        ..cell(id, None)
+    };
+    {
+        let store = open(&cfg);
+        store.put_session(session("old"));
+        store.put_cell("old", big(1), true);
+        assert!(store.flush(WAIT));
+        store.put_session(session("new"));
+        store.put_cell("new", big(1), true);
+        store.put_cell("new", big(2), true);
+        assert!(store.flush(WAIT));
+    }
+    cfg.max_bytes = 150_000;
+    let store = open(&cfg);
+    let kept = store.load().unwrap();
+    let names: Vec<&str> = kept.iter().map(|s| s.record.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["new"],
+        "the least recently updated session goes first"
+    );
+    assert_eq!(ids(&kept[0]), [2], "then the last one's oldest cells");
 }

@@ -220,3 +220,31 @@ async fn copies_give_way_before_the_memory_limit() {
         "{back:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_copy_of_the_same_code_on_the_same_state_serves() {
+    let server = server(&["--checkpoints", "2"]).await;
+    server
+        .exec_in("k", &counted("one.txt", "a = 1"))
+        .await
+        .assert_ok();
+    // A fresh interpreter runs the same code again (cell 2): its copy is
+    // the state after cell 1 as well, once cell 1's own copy is gone.
+    server
+        .exec_after("k", json!(0), &counted("one.txt", "a = 1"))
+        .await
+        .assert_ok();
+    server.exec_in("k", "b = a + 1").await.assert_ok();
+    assert_eq!(runs(&server, "one.txt"), 2);
+    let back = server
+        .exec_after("k", json!(1), "('b' in globals(), a)")
+        .await;
+    back.assert_ok();
+    assert_eq!(back.value(), Some("(False, 1)"), "{back:#?}");
+    let said = back.notes_text();
+    assert!(
+        said.contains("resuming its checkpoint (cell 2 ran the same code on the same state)"),
+        "{said}"
+    );
+    assert_eq!(runs(&server, "one.txt"), 2, "cell 1 was re-run");
+}
