@@ -37,6 +37,9 @@ FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest 
 echo "== MCP conformance suite (HTTP)" >&2
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
 
+echo "== the Python wheel: built, installed with pip and run by uvx" >&2
+bash scripts/wheel-check.sh "$ENV_DIR"
+
 echo "== interop tests (official TypeScript SDK, Inspector CLI): results" >&2
 ts_status=0
 wait "$ts_pid" || ts_status=$?

@@ -19,6 +19,7 @@ pub mod output;
 pub mod process;
 pub mod sandbox;
 pub mod session;
+pub mod setup;
 pub mod startup;
 pub mod state;
 pub mod store;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use ferrepl::config::Config;
+use ferrepl::config::{Command, Config};
 use ferrepl::sandbox;
 
 fn main() -> ExitCode {
@@ -17,11 +17,21 @@ fn main() -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
-    let matches = <Config as clap::CommandFactory>::command().get_matches();
+    // The version with the git revision and the sandbox compiled in (made once).
+    let version: &'static str = Box::leak(ferrepl::setup::doctor::long_version().into_boxed_str());
+    let matches = <Config as clap::CommandFactory>::command()
+        .version(version)
+        .get_matches();
     let mut cfg = match <Config as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    match &cfg.command {
+        Some(Command::Install(args)) => return ferrepl::setup::run_install(args, false),
+        Some(Command::Uninstall(args)) => return ferrepl::setup::run_install(args, true),
+        Some(Command::Doctor(opts)) => return ferrepl::setup::doctor::run(opts),
+        None => {}
+    }
     let token_on_command_line =
         matches.value_source("auth_token") == Some(clap::parser::ValueSource::CommandLine);
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)

@@ -5,6 +5,19 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+/// What `ferrepl SUBCOMMAND` does instead of serving MCP.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Add ferrepl to agent clients' MCP configuration (claude-code, claude-desktop, codex,
+    /// cursor, vscode, gemini, all), keeping everything else in their files.
+    Install(crate::setup::InstallArgs),
+    /// Remove ferrepl from agent clients' MCP configuration.
+    Uninstall(crate::setup::InstallArgs),
+    /// Check this machine before connecting an agent: interpreters, sandbox layers, package
+    /// index reachability, configured clients. Exit code 1 when something required is missing.
+    Doctor(crate::setup::doctor::DoctorOptions),
+}
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "ferrepl",
@@ -15,6 +28,10 @@ which is how agent clients (Claude Code, Codex, Cursor...) launch it; with --htt
 Each named session is its own long-lived Python interpreter process. Logs go to stderr."
 )]
 pub struct Config {
+    /// Instead of serving: set ferrepl up in agent clients, or check this machine.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8000) at path /mcp instead of stdio.
     #[arg(long, env = "FERREPL_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,

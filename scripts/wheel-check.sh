@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The wheel as a user gets it: built by scripts/wheel.sh, installed into a
+# fresh venv (pip) and run by uvx from the file, each launched by the
+# official MCP Python SDK for a handshake and one python_exec
+# (tests/interop/wheel_check.py). Called by scripts/test.sh; needs the test
+# venv of scripts/test-env.sh (ENV_DIR as its first argument).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ENV_DIR="$1"
+
+wheel="$(bash scripts/wheel.sh)"
+check="$PWD/target/wheel-check"
+rm -rf "$check"
+python3 -m venv "$check/venv"
+"$check/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index "$wheel"
+"$check/venv/bin/ferrepl" --version
+tools="${FERREPL_WHEEL_TOOLS:-$PWD/target/wheel-tools}"
+export UV_CACHE_DIR="$check/uv-cache" UV_NO_CONFIG=1
+"$ENV_DIR/venv/bin/python" tests/interop/wheel_check.py \
+    --command "$check/venv/bin/ferrepl" \
+    --command "$tools/bin/uvx --offline --from $wheel ferrepl"

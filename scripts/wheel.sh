@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the Python wheel that carries the ferrepl binary (pyproject.toml:
+# maturin, bindings = "bin"), so that `pip install ferrepl`, `pipx run
+# ferrepl` and `uvx ferrepl` give a working `ferrepl` command. The version is
+# Cargo.toml's. Linked with zig for manylinux_2_17 (glibc 2.17 and later),
+# for this machine's architecture; a release machine builds the others with
+# `scripts/wheel.sh --target aarch64-unknown-linux-gnu` (after `rustup target
+# add` of it) and, on macOS, `scripts/wheel.sh` there (no zig needed).
+# Wheels go to target/wheels. Tools (maturin, ziglang from PyPI) are kept in
+# target/wheel-tools; a second run reuses them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLS="${FERREPL_WHEEL_TOOLS:-$PWD/target/wheel-tools}"
+REQS="maturin==1.9.4 ziglang==0.13.0 uv==0.13.9"
+if [[ ! -f "$TOOLS/.ferrepl-stamp" || "$(cat "$TOOLS/.ferrepl-stamp")" != "$REQS" ]]; then
+    echo "wheel: installing $REQS into $TOOLS" >&2
+    rm -rf "$TOOLS"
+    python3 -m venv "$TOOLS"
+    "$TOOLS/bin/python" -m pip install --quiet --disable-pip-version-check $REQS
+    echo "$REQS" > "$TOOLS/.ferrepl-stamp"
+fi
+
+zig=(--zig --compatibility manylinux_2_17)
+if [[ "$(uname -s)" != Linux ]]; then
+    zig=()
+fi
+# maturin finds zig as `python -m ziglang`: the tools' python first on PATH.
+PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/maturin" build --release "${zig[@]}" --out target/wheels "$@" >&2
+ls -t target/wheels/ferrepl-*.whl | head -1

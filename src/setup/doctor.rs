@@ -1,0 +1,572 @@
+//! `ferrepl doctor`: one screen telling a user, before an agent connects,
+//! whether sessions can start here and how well they are confined. It
+//! looks and changes nothing: the interpreters sessions would use (found
+//! the way the server finds them, run the way sessions run: in the
+//! sandbox), which protections this kernel gives (the server's own start-up
+//! probe), whether the package indexes answer, and which agent clients have
+//! ferrepl configured. Only what stops sessions from starting (no working
+//! Python, a server that would refuse to start) fails it with exit code 1;
+//! the rest are warnings. `--version`'s text (`long_version`) lives here too.
+//!
+//! Test hook: `FERREPL_DOCTOR_FAKE_PROBE=no-landlock` makes doctor report a
+//! kernel without Landlock, so that what a user of such a machine reads is
+//! tested anywhere. Only doctor reads it; it changes what doctor reports,
+//! never the server's sandbox.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::sandbox::SandboxConfig;
+use crate::setup::{clients, probe};
+use crate::startup::Prepared;
+use crate::state::StateDir;
+use crate::worker::python::PythonSource;
+use Status::{Good, Missing, Warn};
+
+/// The test hook (see the module header).
+pub const FAKE_PROBE_ENV: &str = "FERREPL_DOCTOR_FAKE_PROBE";
+/// How long Python may take to print its version.
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
+/// R's front end is a shell script starting R: slower on a cold cache.
+const R_TIMEOUT: Duration = Duration::from_secs(10);
+/// Name resolution and TCP connect to a package index, together.
+const REACH_TIMEOUT: Duration = Duration::from_secs(3);
+/// The oldest Python the driver supports.
+const MIN_PYTHON: (u32, u32) = (3, 9);
+const NO_LANDLOCK: &str = "this kernel has no Landlock (Linux < 5.13 or lsm= without landlock): files outside the workspace are protected only by namespaces and permissions";
+const LANDLOCK_OFF: &str = "Landlock is built in but not enabled (add landlock to the lsm= boot parameter): files outside the workspace are protected only by namespaces and permissions";
+const CGROUPS_WATCH: &str = "no writable cgroup v1 memory or pids hierarchy (v2 is not used): limits are enforced by ferrepl's watch of process trees, not by the kernel";
+const NO_R: &str = "not found (optional: apt-get install r-base-core / brew install r)";
+const NO_CLIENT: &str = "none — run `ferrepl install --client claude-code` (or codex, cursor, vscode, gemini, claude-desktop)";
+
+/// The version text clap prints after the program's name: `0.1.0 (git
+/// 67c198b1, linux: landlock seccomp namespaces cgroups)`: which build, and
+/// which confinement it can apply at all (the kernel decides the rest,
+/// which `doctor` reports).
+pub fn long_version() -> String {
+    let mut parts = Vec::new();
+    if let Some(rev) = option_env!("FERREPL_GIT_REV") {
+        parts.push(format!("git {rev}"));
+    }
+    parts.push(if cfg!(target_os = "linux") {
+        "linux: landlock seccomp namespaces cgroups".to_string()
+    } else {
+        format!("{}: no sandbox", std::env::consts::OS)
+    });
+    format!("{} ({})", env!("CARGO_PKG_VERSION"), parts.join(", "))
+}
+
+/// `ferrepl doctor`'s flags. The server's other settings come from its
+/// FERREPL_* variables, as they would when it starts.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DoctorOptions {
+    /// Print one JSON object (items with name, status, detail) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The Python to check (default: as the server picks it: FERREPL_PYTHON, the nearest .venv
+    /// upward from the workspace, python3 on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// The R to check (default: FERREPL_R, $R_HOME/bin/R, R on PATH).
+    #[arg(long = "r", value_name = "PATH")]
+    pub r: Option<PathBuf>,
+    /// The workspace sessions would use (default: FERREPL_WORKDIR, else the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+enum Status {
+    #[serde(rename = "ok")]
+    Good,
+    #[serde(rename = "warn")]
+    Warn,
+    #[serde(rename = "missing")]
+    Missing,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Item {
+    name: &'static str,
+    status: Status,
+    detail: String,
+}
+
+fn item(name: &'static str, status: Status, detail: impl Into<String>) -> Item {
+    let detail = detail.into();
+    Item {
+        name,
+        status,
+        detail,
+    }
+}
+
+/// What sessions cannot start without: missing, it fails doctor (the
+/// sandbox is missing only when the server would refuse to start).
+const REQUIRED: [&str; 3] = ["config", "python", "sandbox"];
+
+fn required(item: &Item) -> bool {
+    item.status == Missing && REQUIRED.contains(&item.name)
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    version: String,
+    workdir: Option<PathBuf>,
+    /// Whether sessions can start (no required item is missing).
+    ready: bool,
+    items: Vec<Item>,
+    /// The server's own description of its sandbox, when probed.
+    sandbox: Option<String>,
+}
+
+/// Checks everything and prints the report; exit code 1 when sessions
+/// could not start.
+pub fn run(opts: &DoctorOptions) -> ExitCode {
+    let report = check(opts);
+    let text = if opts.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    } else {
+        // https://no-color.org: a NO_COLOR that is set and not empty.
+        let no_colour = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let colour = std::io::stdout().is_terminal() && !no_colour;
+        render(&report, colour)
+    };
+    // A closed pipe (`ferrepl doctor | head`) is not worth a panic.
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+    if report.ready {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Every check, in the order a user reads them.
+fn check(opts: &DoctorOptions) -> Report {
+    let (version, items) = (long_version(), Vec::new());
+    let mut report = Report {
+        version,
+        workdir: None,
+        ready: false,
+        items,
+        sandbox: None,
+    };
+    let (cfg, workdir) = match settings(opts) {
+        Ok(found) => found,
+        Err(e) => {
+            report.items.push(item("config", Missing, e));
+            return report;
+        }
+    };
+    report.workdir = Some(workdir.clone());
+    // The indexes are asked first: they answer while the interpreters run.
+    let r = crate::worker::r::resolve(cfg.r.as_deref());
+    let mut reaches = vec![(
+        "pypi",
+        "python_install",
+        probe::reach("pypi.org".into(), 443, REACH_TIMEOUT),
+    )];
+    if r.as_ref().is_some_and(|r| r.is_file())
+        && let Some(host) = crate::installer::host_of(&cfg.cran)
+    {
+        let plain = cfg.cran.starts_with("http://").then_some(80);
+        let port = crate::installer::port_of(&cfg.cran)
+            .or(plain)
+            .unwrap_or(443);
+        reaches.push(("cran", "r_install", probe::reach(host, port, REACH_TIMEOUT)));
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => {
+            report.sandbox = rt.block_on(sessions(opts, &cfg, &workdir, r, &mut report.items))
+        }
+        Err(e) => report
+            .items
+            .push(item("sandbox", Missing, format!("no runtime: {e}"))),
+    }
+    for (name, tool, answer) in reaches {
+        let secs = REACH_TIMEOUT.as_secs();
+        let (status, detail) = match answer.recv_timeout(REACH_TIMEOUT + Duration::from_secs(1)) {
+            Ok(Ok(to)) => (Good, format!("{to} reachable")),
+            Ok(Err(e)) => (Warn, format!("unreachable: {e}; {tool} will fail")),
+            Err(_) => (Warn, format!("no answer within {secs} s; {tool} may fail")),
+        };
+        report.items.push(item(name, status, detail));
+    }
+    report.items.push(configured_clients(&workdir));
+    report.ready = !report.items.iter().any(required);
+    report
+}
+
+/// The server's settings from its FERREPL_* variables and doctor's flags,
+/// and its workspace, read as the server reads them.
+fn settings(opts: &DoctorOptions) -> Result<(Config, PathBuf), String> {
+    let mut args: Vec<OsString> = vec!["ferrepl".into()];
+    let flags = [
+        ("--workdir", &opts.workdir),
+        ("--python", &opts.python),
+        ("--r", &opts.r),
+    ];
+    for (flag, value) in flags {
+        if let Some(v) = value {
+            args.extend([flag.into(), v.into()]);
+        }
+    }
+    let cfg = <Config as clap::Parser>::try_parse_from(args).map_err(|e| e.to_string())?;
+    let settings = crate::config::settings::Settings::from_config(&cfg);
+    Ok((cfg, settings.map_err(|e| format!("{e:#}"))?.workdir))
+}
+
+/// The sandbox probe, then Python and R run as sessions run them; returns
+/// the server's description of its sandbox.
+async fn sessions(
+    opts: &DoctorOptions,
+    cfg: &Config,
+    workdir: &Path,
+    r: Option<PathBuf>,
+    items: &mut Vec<Item>,
+) -> Option<String> {
+    let (mut found, source) = crate::worker::python::resolve(cfg.python.as_deref(), workdir);
+    // A bare name (`--python python3.12`, or python3 when PATH has none) is
+    // looked up on PATH, never in the current directory.
+    if found.components().count() == 1
+        && let Some(on_path) = found.to_str().and_then(crate::worker::python::find_on_path)
+    {
+        found = on_path;
+    }
+    let exists = found.components().count() > 1 && found.is_file();
+    let source = match source {
+        PythonSource::Flag if opts.python.is_some() => "--python".to_string(),
+        PythonSource::Flag => "FERREPL_PYTHON".to_string(),
+        PythonSource::VenvFlag => "FERREPL_VENV".to_string(),
+        PythonSource::Venv => format!(".venv upward from {}", workdir.display()),
+        PythonSource::Path => "python3 on PATH".to_string(),
+    };
+    let ready = match StateDir::create() {
+        Ok(state) => prepare(cfg, workdir, &state, items).map(|p| (state, p)),
+        Err(e) => {
+            let why = format!("cannot create ferrepl's state directory: {e:#}");
+            items.push(item("sandbox", Missing, why));
+            None
+        }
+    };
+    let shown = match &ready {
+        Some((_, p)) if p.python != found => {
+            format!("{} ({source}: {})", p.python.display(), found.display())
+        }
+        _ => format!("{} ({source})", found.display()),
+    };
+    let (a, b) = MIN_PYTHON;
+    items.push(match &ready {
+        _ if !exists => {
+            let hint = format!("install Python {a}.{b}+ or pass --python PATH");
+            item("python", Missing, format!("{shown} does not exist; {hint}"))
+        }
+        // Never run outside the sandbox (sessions may have written it); the
+        // sandbox item says why there is none.
+        None => item("python", Warn, format!("{shown} not run: no sandbox")),
+        Some((state, p)) => {
+            let args = ["-I", "-c", "import sys; print(sys.version.split()[0])"];
+            match run_confined(&p.sandbox, state, &p.python, &args, PYTHON_TIMEOUT).await {
+                Ok(v) => python_item(v.trim(), &shown),
+                Err(e) => item("python", Missing, format!("{shown} does not run: {e}")),
+            }
+        }
+    });
+    let (status, detail) = match (r, &ready) {
+        (None, _) => (Missing, NO_R.to_string()),
+        (Some(r), _) if !r.is_file() => (Missing, format!("{} does not exist", r.display())),
+        (Some(r), None) => (Warn, format!("{} not run: no sandbox", r.display())),
+        (Some(r), Some((state, p))) => {
+            match run_confined(&p.sandbox, state, &r, &["--version"], R_TIMEOUT).await {
+                Ok(out) => (
+                    Good,
+                    format!("{}: {}", out.lines().next().unwrap_or(""), r.display()),
+                ),
+                Err(e) => (Warn, format!("{} does not run: {e}", r.display())),
+            }
+        }
+    };
+    items.push(item("r", status, detail));
+    let (_, prepared) = ready?;
+    let sb = &prepared.sandbox;
+    if !sb.enabled() {
+        items.push(item("sandbox", Warn, sb.active.clone()));
+        return Some(prepared.sandbox.active);
+    }
+    let cgroups = sb.cgroups.as_ref().map(|c| (c.has_memory(), c.has_pids()));
+    // The test hook: what a kernel without Landlock reports (module header).
+    let abi = match std::env::var(FAKE_PROBE_ENV) {
+        Ok(fake) if fake == "no-landlock" => Err(libc::ENOSYS),
+        _ => probe::landlock_abi(),
+    };
+    items.extend(sandbox_items(&sb.active, sb.namespaces, cgroups, abi));
+    Some(prepared.sandbox.active)
+}
+
+/// The server's start-up decisions (the probe included), made as the server
+/// makes them; a failure becomes an item, never a crash.
+fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) -> Option<Prepared> {
+    let mut cfg = cfg.clone();
+    // Doctor creates nothing: a --venv not made yet is made by the server
+    // at start, from the Python checked here instead.
+    let absent = |v: &PathBuf| {
+        !crate::sandbox::paths::normalize(v, dir)
+            .join("bin/python")
+            .is_file()
+    };
+    if let Some(venv) = cfg.venv.as_ref().filter(|v| absent(v)) {
+        let note = format!("FERREPL_VENV {}: made at start", venv.display());
+        items.push(item("venv", Warn, note));
+        cfg.venv = None;
+    }
+    match crate::startup::prepare(&cfg, dir, state, None) {
+        Ok(prepared) => Some(prepared),
+        Err(e) => {
+            let why = format!("the server would refuse to start: {e:#}");
+            items.push(item("sandbox", Missing, why));
+            // With --sandbox-require, probed again without it to say what is missing.
+            let retry = std::mem::replace(&mut cfg.sandbox_require, false);
+            retry.then(|| crate::startup::prepare(&cfg, dir, state, None).ok())?
+        }
+    }
+}
+
+fn python_item(version: &str, shown: &str) -> Item {
+    let mut numbers = version.split('.').map(|n| n.parse::<u32>().ok());
+    let (a, b) = MIN_PYTHON;
+    match (numbers.next().flatten(), numbers.next().flatten()) {
+        (Some(major), Some(minor)) if (major, minor) >= MIN_PYTHON => {
+            item("python", Good, format!("Python {version}: {shown}"))
+        }
+        _ => item(
+            "python",
+            Missing,
+            format!("Python {version}: {shown}: need {a}.{b}+"),
+        ),
+    }
+}
+
+/// Runs `program args` through the one spawn path, in the sandbox sessions
+/// get; its stdout, or why it failed.
+async fn run_confined(
+    sandbox: &SandboxConfig,
+    state: &StateDir,
+    program: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
+    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+    let name = program.file_name().unwrap_or_default().to_string_lossy();
+    let launch = crate::process::Launch {
+        program,
+        args: &args,
+        cwd: &sandbox.workspace,
+        env: &[],
+        sandbox: Some(sandbox),
+        inherit_env: false,
+        home: state.path().join(format!("doctor-{name}")),
+        label: "doctor",
+        egress: false,
+        stdio: crate::process::Stdio::Pipes {
+            stdin: false,
+            control: vec![],
+        },
+    };
+    let spawned = crate::process::spawn(launch).map_err(|e| format!("cannot start it: {e}"))?;
+    let (process, mut child) = (spawned.process, spawned.child);
+    let finished = tokio::time::timeout(limit, async {
+        let reads = spawned.outputs.into_iter().map(|(_, out)| async move {
+            let mut buf = Vec::new();
+            let _ = out.take(64 * 1024).read_to_end(&mut buf).await;
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        let texts = futures::future::join_all(reads).await;
+        (child.wait().await, texts)
+    })
+    .await;
+    let result = match finished {
+        Ok((status, mut texts)) => {
+            let exit = crate::process::ExitInfo::now(status);
+            texts.resize(2, String::new());
+            let last = texts[1]
+                .trim()
+                .lines()
+                .last()
+                .map(str::trim)
+                .unwrap_or("no message");
+            let failed = format!("{} ({last})", exit.describe());
+            (exit.code == Some(0))
+                .then(|| texts[0].clone())
+                .ok_or(failed)
+        }
+        Err(_) => {
+            // Its whole tree: the launcher and whatever the program started.
+            process.kill_all(true);
+            let _ = child.wait().await;
+            Err(format!("no answer within {} s", limit.as_secs()))
+        }
+    };
+    process.remove_home().await;
+    crate::process::release(process.take_cgroup()).await;
+    result
+}
+
+/// One item per protection, read from the parts of the probe's description
+/// `active` (`sandbox::probe` joins them with "; "), whether it found
+/// namespaces, the writable cgroup v1 hierarchies (memory, pids), and the
+/// kernel's Landlock ABI (or the errno of asking for it).
+fn sandbox_items(
+    active: &str,
+    namespaces: bool,
+    cgroups: Option<(bool, bool)>,
+    abi: Result<i64, i32>,
+) -> Vec<Item> {
+    let parts: Vec<&str> = active.split("; ").collect();
+    let part = |prefix: &str| parts.iter().copied().find(|s| s.starts_with(prefix));
+    let unknown = || (Warn, format!("not reported by the probe: {active}"));
+    let abi_n = abi.map_or("unknown".to_string(), |n| n.to_string());
+    let landlock = parts
+        .iter()
+        .find_map(|s| s.split_once("Landlock filesystem ").map(|p| p.1));
+    let landlock = match (landlock, abi) {
+        // No Landlock at all (the fake probe's case too): that alone is the reason.
+        (_, Err(libc::ENOSYS)) => (Missing, NO_LANDLOCK.to_string()),
+        (_, Err(libc::EOPNOTSUPP)) => (Missing, LANDLOCK_OFF.to_string()),
+        (Some(s), _) if s.starts_with("fully") => (Good, format!("{s} (kernel ABI {abi_n})")),
+        (Some(s), _) if s.starts_with("partially") => (Warn, format!("{s}: kernel ABI {abi_n}")),
+        (Some(s), _) => (Missing, format!("{s} (kernel ABI {abi_n})")),
+        (None, _) => unknown(),
+    };
+    let seccomp = match part("seccomp") {
+        Some("seccomp filter on") => (Good, "system-call filter on".to_string()),
+        Some(s) => (
+            Missing,
+            format!("{s}: any system call the kernel allows is open"),
+        ),
+        None => unknown(),
+    };
+    let namespaces = if namespaces {
+        (Good, part("private mount").unwrap_or("on").to_string())
+    } else {
+        // The launcher's error may itself hold "; ": cut at the sentence's end.
+        let end = "are not isolated";
+        let why = match (active.find("NO private namespaces"), active.find(end)) {
+            (Some(a), Some(b)) if a < b => &active[a..b + end.len()],
+            _ => part("no private namespaces").unwrap_or("no private namespaces"),
+        };
+        (Missing, why.to_string())
+    };
+    let cgroups = match cgroups {
+        Some((true, true)) => (
+            Good,
+            "v1 memory and pids: limits enforced by the kernel".into(),
+        ),
+        Some((memory, _)) => (
+            Warn,
+            CGROUPS_WATCH.replace("memory or pids", ["memory", "pids"][memory as usize]),
+        ),
+        None => (Warn, CGROUPS_WATCH.to_string()),
+    };
+    let privileges = match (part("all capabilities dropped"), part("no_new_privs on")) {
+        (Some(a), Some(b)) => (Good, format!("{a}, {b}")),
+        _ => {
+            let said = [part("capabilities"), part("no_new_privs")].map(Option::unwrap_or_default);
+            (Warn, said.join(", "))
+        }
+    };
+    let network = match part("network") {
+        Some(s) if s.starts_with("network off (") => {
+            let proxy = part("package installers")
+                .map(|i| format!("; {i}"))
+                .unwrap_or_default();
+            (Good, format!("cells and jobs reach no network{proxy}"))
+        }
+        Some("network on") => (Warn, "sessions reach every host (--network on)".into()),
+        Some(s) => (Missing, format!("{s}: sessions reach the network")),
+        None => unknown(),
+    };
+    let all = [
+        ("landlock", landlock),
+        ("seccomp", seccomp),
+        ("namespaces", namespaces),
+        ("cgroups", cgroups),
+        ("privileges", privileges),
+        ("network-isolation", network),
+    ];
+    all.map(|(name, (status, detail))| item(name, status, detail))
+        .to_vec()
+}
+
+/// Which agent clients name ferrepl in their configuration (user level,
+/// and project level in the workspace): the files `ferrepl install` writes.
+fn configured_clients(workdir: &Path) -> Item {
+    let platform = match clients::Platform::current() {
+        Ok(p) => p,
+        Err(e) => return item("clients", Warn, format!("cannot tell: {e}")),
+    };
+    let (mut found, mut seen): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
+    for client in clients::Client::ALL {
+        for scope in [clients::Scope::User, clients::Scope::Project] {
+            let Ok(target) = clients::target(client, scope, &platform, workdir) else {
+                continue;
+            };
+            // A substring tells configured from not, whatever the format.
+            let named = |t: Vec<u8>| memchr::memmem::find(&t, b"ferrepl").is_some();
+            if !seen.contains(&target.path) && std::fs::read(&target.path).is_ok_and(named) {
+                found.push(format!("{} ({})", client.name(), target.path.display()));
+            }
+            seen.push(target.path);
+        }
+    }
+    if found.is_empty() {
+        item("clients", Warn, NO_CLIENT)
+    } else {
+        item("clients", Good, found.join("; "))
+    }
+}
+
+/// The report as text: one line per item, the status coloured on a terminal.
+fn render(report: &Report, colour: bool) -> String {
+    let mut out = format!("ferrepl {}\n", report.version);
+    if let Some(dir) = &report.workdir {
+        out.push_str(&format!("workspace: {}\n", dir.display()));
+    }
+    out.push('\n');
+    for i in &report.items {
+        let (word, code) = match i.status {
+            Good => ("ok", 32),
+            Warn => ("warn", 33),
+            Missing => ("missing", 31),
+        };
+        let word = format!("{word:<7}");
+        let word = if colour {
+            format!("\x1b[{code}m{word}\x1b[0m")
+        } else {
+            word
+        };
+        out.push_str(&format!("{word}  {:<17} {}\n", i.name, i.detail));
+    }
+    let missing: Vec<&str> = report
+        .items
+        .iter()
+        .filter(|i| required(i))
+        .map(|i| i.name)
+        .collect();
+    if report.ready {
+        out.push_str("\nready: sessions can start here");
+    } else {
+        out.push_str(&format!("\nnot ready: {} missing", missing.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "doctor_tests.rs"]
+mod tests;

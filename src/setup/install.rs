@@ -1,0 +1,283 @@
+//! `ferrepl install` / `uninstall`: ferrepl's entry in a client's MCP
+//! configuration file, added, updated or removed in place. Everything else
+//! in the file stays as it was (other servers, key order, comments,
+//! formatting); a malformed file is refused and left untouched; the file is
+//! backed up before it changes, written atomically, and a second run
+//! changes nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstRootNode};
+
+use super::clients::{Format, Target};
+
+/// ferrepl's name in the clients' configuration.
+pub const NAME: &str = "ferrepl";
+
+/// How a client starts ferrepl.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub command: String,
+    pub args: Vec<String>,
+    /// Codex's per-call timeout, above ferrepl's own longest wait.
+    pub tool_timeout_sec: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Added,
+    Updated,
+    Unchanged,
+    Removed,
+    Absent,
+}
+
+impl Outcome {
+    pub fn changed(self) -> bool {
+        matches!(self, Outcome::Added | Outcome::Updated | Outcome::Removed)
+    }
+}
+
+/// What an install or uninstall did (or, with dry-run, would do).
+#[derive(Debug)]
+pub struct Change {
+    pub outcome: Outcome,
+    pub backup: Option<PathBuf>,
+}
+
+/// Adds or updates (`Some`) or removes (`None`) ferrepl's entry in `target`.
+pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Change, String> {
+    let path = &target.path;
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    if text.is_none() && entry.is_none() {
+        return Ok(Change {
+            outcome: Outcome::Absent,
+            backup: None,
+        });
+    }
+    let (outcome, new_text) = match target.format {
+        Format::Json { key, typed } => edit_json(path, text.as_deref(), key, typed, entry)?,
+        Format::Toml => edit_toml(path, text.as_deref(), entry)?,
+    };
+    if !outcome.changed() || dry_run {
+        return Ok(Change {
+            outcome,
+            backup: None,
+        });
+    }
+    let backup = match &text {
+        Some(old) => {
+            let backup = with_suffix(path, ".ferrepl-backup");
+            std::fs::write(&backup, old)
+                .map_err(|e| format!("cannot write the backup {}: {e}", backup.display()))?;
+            Some(backup)
+        }
+        None => None,
+    };
+    write_atomically(path, &new_text)?;
+    Ok(Change { outcome, backup })
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let tmp = with_suffix(path, ".ferrepl-tmp");
+    let mut file = std::fs::File::create(&tmp).map_err(fail)?;
+    file.write_all(text.as_bytes()).map_err(fail)?;
+    file.sync_all().map_err(fail)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    }
+    std::fs::rename(&tmp, path).map_err(fail)
+}
+
+fn malformed(path: &Path, why: impl std::fmt::Display) -> String {
+    format!(
+        "{} is not valid JSON ({why}); it was left untouched: fix it (or move it away) and run this again",
+        path.display()
+    )
+}
+
+fn json_entry(entry: &Entry, typed: bool) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    if typed {
+        map.insert("type".into(), "stdio".into());
+    }
+    map.insert("command".into(), entry.command.clone().into());
+    map.insert("args".into(), entry.args.clone().into());
+    serde_json::Value::Object(map)
+}
+
+fn to_cst(value: &serde_json::Value) -> CstInputValue {
+    match value {
+        serde_json::Value::Null => CstInputValue::Null,
+        serde_json::Value::Bool(b) => CstInputValue::Bool(*b),
+        serde_json::Value::Number(n) => CstInputValue::Number(n.to_string()),
+        serde_json::Value::String(s) => CstInputValue::String(s.clone()),
+        serde_json::Value::Array(items) => CstInputValue::Array(items.iter().map(to_cst).collect()),
+        serde_json::Value::Object(map) => {
+            CstInputValue::Object(map.iter().map(|(k, v)| (k.clone(), to_cst(v))).collect())
+        }
+    }
+}
+
+fn edit_json(
+    path: &Path,
+    text: Option<&str>,
+    key: &str,
+    typed: bool,
+    entry: Option<&Entry>,
+) -> Result<(Outcome, String), String> {
+    let text = text.filter(|t| !t.trim().is_empty()).unwrap_or("{}\n");
+    // Parsed once to refuse what is not an object, whatever the CST allows.
+    let plain = jsonc_parser::parse_to_serde_value(text, &ParseOptions::default())
+        .map_err(|e| malformed(path, e))?;
+    let servers_now = match &plain {
+        Some(serde_json::Value::Object(map)) => match map.get(key) {
+            None => None,
+            Some(serde_json::Value::Object(servers)) => Some(servers.clone()),
+            Some(_) => return Err(malformed(path, format!("\"{key}\" is not an object"))),
+        },
+        None => None,
+        Some(_) => return Err(malformed(path, "the top level is not an object")),
+    };
+    let root =
+        CstRootNode::parse(text, &ParseOptions::default()).map_err(|e| malformed(path, e))?;
+    let top = root.object_value_or_set();
+    let current = servers_now.as_ref().and_then(|s| s.get(NAME)).cloned();
+    let outcome = match (entry, current) {
+        (Some(e), Some(now)) if now == json_entry(e, typed) => Outcome::Unchanged,
+        (Some(e), now) => {
+            let servers = top.object_value_or_set(key);
+            // In the order people write it: type, command, args.
+            let mut fields = Vec::new();
+            if typed {
+                fields.push(("type".to_string(), CstInputValue::from("stdio")));
+            }
+            fields.push((
+                "command".to_string(),
+                CstInputValue::from(e.command.as_str()),
+            ));
+            fields.push(("args".to_string(), to_cst(&e.args.clone().into())));
+            let value = CstInputValue::Object(fields);
+            match servers.get(NAME) {
+                Some(prop) => prop.set_value(value),
+                None => {
+                    servers.append(NAME, value);
+                }
+            }
+            if now.is_some() {
+                Outcome::Updated
+            } else {
+                Outcome::Added
+            }
+        }
+        (None, Some(_)) => {
+            if let Some(prop) = top.object_value(key).and_then(|s| s.get(NAME)) {
+                prop.remove();
+            }
+            Outcome::Removed
+        }
+        (None, None) => Outcome::Absent,
+    };
+    let mut out = root.to_string();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok((outcome, out))
+}
+
+fn edit_toml(
+    path: &Path,
+    text: Option<&str>,
+    entry: Option<&Entry>,
+) -> Result<(Outcome, String), String> {
+    let mut doc: toml_edit::DocumentMut = text.unwrap_or("").parse().map_err(|e| {
+        format!(
+            "{} is not valid TOML ({e}); it was left untouched: fix it (or move it away) and run this again",
+            path.display()
+        )
+    })?;
+    let servers_ok = doc.get("mcp_servers").is_none_or(|s| s.is_table_like());
+    if !servers_ok {
+        return Err(format!(
+            "{}: mcp_servers is not a table; it was left untouched",
+            path.display()
+        ));
+    }
+    let current = doc
+        .get("mcp_servers")
+        .and_then(|s| s.get(NAME))
+        .and_then(|t| t.as_table_like())
+        .map(|t| {
+            let command = t
+                .get("command")
+                .and_then(|v| v.as_str())
+                .map(str::to_string);
+            let args: Option<Vec<String>> = t.get("args").and_then(|v| v.as_array()).map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            });
+            let timeout = t.get("tool_timeout_sec").and_then(|v| v.as_integer());
+            (command, args, timeout)
+        });
+    let outcome = match (entry, current) {
+        (Some(e), Some((Some(c), Some(a), Some(t))))
+            if c == e.command
+                && a == e.args
+                && u64::try_from(t).ok() == Some(e.tool_timeout_sec) =>
+        {
+            Outcome::Unchanged
+        }
+        (Some(e), now) => {
+            if doc.get("mcp_servers").is_none() {
+                let mut servers = toml_edit::Table::new();
+                servers.set_implicit(true);
+                doc.insert("mcp_servers", toml_edit::Item::Table(servers));
+            }
+            let mut table = toml_edit::Table::new();
+            table.insert("command", toml_edit::value(e.command.clone()));
+            let mut args = toml_edit::Array::new();
+            for a in &e.args {
+                args.push(a.as_str());
+            }
+            table.insert("args", toml_edit::value(args));
+            table.insert(
+                "tool_timeout_sec",
+                toml_edit::value(i64::try_from(e.tool_timeout_sec).unwrap_or(i64::MAX)),
+            );
+            doc["mcp_servers"][NAME] = toml_edit::Item::Table(table);
+            if now.is_some() {
+                Outcome::Updated
+            } else {
+                Outcome::Added
+            }
+        }
+        (None, Some(_)) => {
+            if let Some(servers) = doc
+                .get_mut("mcp_servers")
+                .and_then(|s| s.as_table_like_mut())
+            {
+                servers.remove(NAME);
+            }
+            Outcome::Removed
+        }
+        (None, None) => Outcome::Absent,
+    };
+    Ok((outcome, doc.to_string()))
+}

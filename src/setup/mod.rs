@@ -1,0 +1,156 @@
+//! Setting ferrepl up rather than serving: `install` / `uninstall` (its
+//! entry in agent clients' MCP configuration) and `doctor` (what this
+//! machine gives a session).
+
+pub mod clients;
+pub mod doctor;
+pub mod install;
+mod probe;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clients::{Client, Platform, Scope};
+use install::{Entry, Outcome};
+
+/// Arguments of `ferrepl install` and `ferrepl uninstall`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InstallArgs {
+    /// claude-code, claude-desktop, codex, cursor, vscode, gemini, or all (comma separated or repeated).
+    #[arg(long = "client", value_name = "CLIENT", required = true)]
+    pub clients: Vec<String>,
+    /// user: the client's own configuration; project: the files clients read in --workdir
+    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json).
+    #[arg(long, default_value = "user", value_parser = ["user", "project"])]
+    pub scope: String,
+    /// The workspace ferrepl serves (written as its --workdir); with --scope project, where the
+    /// project's files are (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Print what would change and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Arguments for the server, after `--` (e.g. -- --languages python,r).
+    #[arg(last = true, value_name = "SERVER ARGS")]
+    pub server_args: Vec<String>,
+}
+
+/// How clients start this ferrepl: this binary's absolute path, or `uvx
+/// ferrepl` when it runs from uv's cache.
+fn command() -> Result<(String, Vec<String>), String> {
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| format!("cannot tell where this ferrepl is: {e}"))?;
+    let shown = exe.display().to_string();
+    if shown.contains("/uv/") && (shown.contains("/archive-v") || shown.contains("/builds-v")) {
+        return Ok(("uvx".into(), vec!["ferrepl".into()]));
+    }
+    Ok((shown, Vec::new()))
+}
+
+/// `--max-wait` among the server arguments (ferrepl's default otherwise).
+fn max_wait(args: &[String]) -> f64 {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--max-wait=") {
+            return v.parse().unwrap_or(50.0);
+        }
+        if a == "--max-wait" {
+            return it.next().and_then(|v| v.parse().ok()).unwrap_or(50.0);
+        }
+    }
+    50.0
+}
+
+/// `ferrepl install` (remove = false) or `ferrepl uninstall`.
+pub fn run_install(args: &InstallArgs, remove: bool) -> ExitCode {
+    match install_all(args, remove) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("ferrepl: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
+    let clients = Client::parse_list(&args.clients)?;
+    let scope = if args.scope == "project" {
+        Scope::Project
+    } else {
+        Scope::User
+    };
+    let platform = Platform::current()?;
+    let workdir = match &args.workdir {
+        Some(dir) => Some(
+            dir.canonicalize()
+                .map_err(|e| format!("--workdir {}: {e}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let project = match &workdir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| format!("cannot read the current directory: {e}"))?,
+    };
+    let (program, mut server_args) = command()?;
+    if let Some(dir) = &workdir {
+        server_args.extend(["--workdir".to_string(), dir.display().to_string()]);
+    }
+    server_args.extend(args.server_args.iter().cloned());
+    let entry = Entry {
+        command: program,
+        tool_timeout_sec: max_wait(&args.server_args).ceil() as u64 + 30,
+        args: server_args,
+    };
+    let all = args
+        .clients
+        .iter()
+        .any(|c| c.split(',').any(|n| n.trim() == "all"));
+    let mut ok = true;
+    for client in clients {
+        let target = match clients::target(client, scope, &platform, &project) {
+            Ok(t) => t,
+            // With `all`, a client without such a file is skipped, saying so.
+            Err(why) => {
+                println!("{}: skipped: {why}", client.name());
+                ok &= all;
+                continue;
+            }
+        };
+        match install::apply(&target, (!remove).then_some(&entry), args.dry_run) {
+            Ok(change) => {
+                let verb = match (change.outcome, args.dry_run) {
+                    (Outcome::Added, false) => "added ferrepl to",
+                    (Outcome::Added, true) => "would add ferrepl to",
+                    (Outcome::Updated, false) => "updated ferrepl in",
+                    (Outcome::Updated, true) => "would update ferrepl in",
+                    (Outcome::Removed, false) => "removed ferrepl from",
+                    (Outcome::Removed, true) => "would remove ferrepl from",
+                    (Outcome::Unchanged, _) => "unchanged (ferrepl is already set up) in",
+                    (Outcome::Absent, _) => "nothing to remove in",
+                };
+                let mut line = format!("{}: {verb} {}", client.name(), target.path.display());
+                if let Some(b) = &change.backup {
+                    line.push_str(&format!(" (backup: {})", b.display()));
+                }
+                println!("{line}");
+                if !remove && change.outcome.changed() {
+                    println!(
+                        "  command: {}",
+                        std::iter::once(entry.command.as_str())
+                            .chain(entry.args.iter().map(String::as_str))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", client.name());
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}

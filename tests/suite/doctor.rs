@@ -1,0 +1,243 @@
+//! `ferrepl doctor` and `ferrepl --version`: the JSON report's shape, a
+//! working Python found (exit 0), a missing one failing (exit 1), plain
+//! text when piped, clients found in their configuration files, and a
+//! kernel without Landlock explained (through doctor's fake-probe hook).
+
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::server_command_plain;
+
+/// Doctor waits at most a few seconds for each interpreter and index.
+const DOCTOR_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A fresh home (no client configured) and workspace for one doctor run.
+struct Machine {
+    home: tempfile::TempDir,
+    workdir: tempfile::TempDir,
+}
+
+impl Machine {
+    fn new() -> Self {
+        Machine {
+            home: tempfile::tempdir().expect("home"),
+            workdir: tempfile::tempdir().expect("workdir"),
+        }
+    }
+
+    /// `ferrepl doctor --workdir <workdir> args...` with stdout piped.
+    async fn doctor(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        let mut cmd = server_command_plain();
+        cmd.arg("doctor")
+            .arg("--workdir")
+            .arg(self.workdir.path())
+            .args(args)
+            .env("HOME", self.home.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CODEX_HOME")
+            .envs(envs.iter().copied());
+        tokio::time::timeout(DOCTOR_TIMEOUT, cmd.output())
+            .await
+            .expect("doctor finishes in time")
+            .expect("run ferrepl doctor")
+    }
+
+    async fn json(&self, args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.doctor(&all, envs).await;
+        let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "doctor --json printed no JSON ({e}):\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, report)
+    }
+}
+
+/// The item `name` of a report: (status, detail).
+fn item(report: &Value, name: &str) -> (String, String) {
+    let items = report["items"].as_array().expect("items");
+    let found = items
+        .iter()
+        .find(|i| i["name"] == name)
+        .unwrap_or_else(|| panic!("no item {name} in {report:#}"));
+    (
+        found["status"].as_str().expect("status").to_string(),
+        found["detail"].as_str().expect("detail").to_string(),
+    )
+}
+
+#[tokio::test]
+async fn json_report_has_every_item_and_a_working_python() {
+    let machine = Machine::new();
+    let (out, report) = machine.json(&[], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    assert_eq!(report["ready"], true, "{report:#}");
+    let version = report["version"].as_str().expect("version");
+    assert!(version.starts_with(env!("CARGO_PKG_VERSION")), "{version}");
+    let workdir = machine.workdir.path().canonicalize().expect("canonical");
+    assert_eq!(report["workdir"].as_str(), workdir.to_str(), "{report:#}");
+    for i in report["items"].as_array().expect("items") {
+        let keys: Vec<&String> = i.as_object().expect("an object").keys().collect();
+        assert_eq!(keys, ["detail", "name", "status"], "{i}");
+        let status = i["status"].as_str().expect("status");
+        assert!(["ok", "warn", "missing"].contains(&status), "{i}");
+    }
+    let names = [
+        "python",
+        "r",
+        "landlock",
+        "seccomp",
+        "namespaces",
+        "cgroups",
+        "privileges",
+        "network-isolation",
+        "pypi",
+        "clients",
+    ];
+    for name in names {
+        item(&report, name);
+    }
+    let (status, detail) = item(&report, "python");
+    assert_eq!(status, "ok", "{detail}");
+    assert!(detail.starts_with("Python 3."), "{detail}");
+    assert!(detail.contains("python3 on PATH"), "{detail}");
+    let (status, detail) = item(&report, "clients");
+    assert_eq!(status, "warn", "{detail}");
+    assert!(
+        detail.contains("ferrepl install --client claude-code"),
+        "{detail}"
+    );
+    assert!(report["sandbox"].as_str().is_some(), "{report:#}");
+}
+
+#[tokio::test]
+async fn text_report_is_plain_when_piped() {
+    let machine = Machine::new();
+    // Piped stdout alone turns colour off: the harness's NO_COLOR=1 is
+    // removed, and the terminal type says colours would work.
+    let mut cmd = server_command_plain();
+    cmd.arg("doctor")
+        .arg("--workdir")
+        .arg(machine.workdir.path())
+        .env("HOME", machine.home.path())
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm-256color");
+    let out = tokio::time::timeout(DOCTOR_TIMEOUT, cmd.output())
+        .await
+        .expect("doctor finishes in time")
+        .expect("run ferrepl doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains('\x1b'), "ANSI escapes when piped:\n{text}");
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("ferrepl {} (", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("ok") && l.contains("python") && l.contains("Python 3.")),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("ready")),
+        "no verdict:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_python_fails_with_exit_code_1() {
+    let machine = Machine::new();
+    let (out, report) = machine
+        .json(&["--python", "/nonexistent/python"], &[])
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    assert_eq!(report["ready"], false, "{report:#}");
+    let (status, detail) = item(&report, "python");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("/nonexistent/python"), "{detail}");
+    assert!(detail.contains("--python"), "{detail}");
+    let text = machine
+        .doctor(&["--python", "/nonexistent/python"], &[])
+        .await;
+    assert_eq!(text.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("missing") && l.contains("python")),
+        "{text}"
+    );
+    assert!(text.contains("not ready"), "{text}");
+}
+
+#[tokio::test]
+async fn a_kernel_without_landlock_is_explained() {
+    let machine = Machine::new();
+    let (out, report) = machine
+        .json(&[], &[("FERREPL_DOCTOR_FAKE_PROBE", "no-landlock")])
+        .await;
+    // Landlock is a protection layer, not a requirement: still ready.
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let (status, detail) = item(&report, "landlock");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("this kernel has no Landlock"), "{detail}");
+    assert!(detail.contains("Linux < 5.13"), "{detail}");
+    assert!(
+        detail.contains("protected only by namespaces and permissions"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn configured_clients_are_named_with_their_files() {
+    let machine = Machine::new();
+    let entry = r#"{"mcpServers": {"ferrepl": {"command": "/x/ferrepl", "args": []}}}"#;
+    let user = machine.home.path().join(".claude.json");
+    std::fs::write(&user, entry).expect("write .claude.json");
+    let cursor = machine.workdir.path().join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&cursor, entry).expect("write .cursor/mcp.json");
+    // Another server only: not counted.
+    let other = machine.home.path().join(".gemini/settings.json");
+    std::fs::create_dir_all(other.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&other, r#"{"mcpServers": {"other": {}}}"#).expect("write");
+    let (_, report) = machine.json(&[], &[]).await;
+    let (status, detail) = item(&report, "clients");
+    assert_eq!(status, "ok", "{detail}");
+    assert!(detail.contains("claude-code"), "{detail}");
+    assert!(detail.contains(&user.display().to_string()), "{detail}");
+    assert!(detail.contains("cursor"), "{detail}");
+    assert!(detail.contains(".cursor/mcp.json"), "{detail}");
+    assert!(!detail.contains("gemini"), "{detail}");
+}
+
+#[tokio::test]
+async fn version_names_the_build_and_its_sandbox() {
+    let out = server_command_plain()
+        .arg("--version")
+        .output()
+        .await
+        .expect("run ferrepl --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let text = text.trim();
+    assert!(
+        text.starts_with(&format!("ferrepl {} (", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    if let Some(rev) = option_env!("FERREPL_GIT_REV") {
+        assert!(text.contains(&format!("git {rev}")), "{text}");
+    }
+    if cfg!(target_os = "linux") {
+        assert!(
+            text.ends_with("linux: landlock seccomp namespaces cgroups)"),
+            "{text}"
+        );
+    }
+}
