@@ -25,7 +25,13 @@ pub fn resolve(explicit: Option<&Path>, start: &Path) -> (PathBuf, PythonSource)
             return (candidate, PythonSource::Venv);
         }
     }
-    if let Some(found) = find_on_path("python3") {
+    // Under uvx or pipx, PATH starts with ferrepl's own throwaway tool
+    // environment: its python3 is not the user's.
+    let tool_env = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .filter(|bin| is_tool_env(bin));
+    if let Some(found) = find_on_path_where("python3", |p| p.parent() != tool_env.as_deref()) {
         return (found, PythonSource::Path);
     }
     (PathBuf::from("python3"), PythonSource::Path)
@@ -96,6 +102,13 @@ pub fn uv() -> Option<PathBuf> {
     find_on_path("uv")
 }
 
+/// A `bin` directory of an environment uv or pipx made to run a tool.
+fn is_tool_env(bin: &Path) -> bool {
+    let shown = bin.to_string_lossy();
+    (shown.contains("/uv/") && (shown.contains("/archive-v") || shown.contains("/tools/")))
+        || shown.contains("/pipx/venvs/")
+}
+
 pub fn find_on_path(name: &str) -> Option<PathBuf> {
     find_on_path_where(name, |_| true)
 }
@@ -105,6 +118,21 @@ use crate::executables::find_on_path_where;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_environments_are_recognised() {
+        assert!(is_tool_env(Path::new(
+            "/home/u/.cache/uv/archive-v0/Ab12/bin"
+        )));
+        assert!(is_tool_env(Path::new(
+            "/home/u/.local/share/uv/tools/ferrepl/bin"
+        )));
+        assert!(is_tool_env(Path::new(
+            "/home/u/.local/pipx/venvs/ferrepl/bin"
+        )));
+        assert!(!is_tool_env(Path::new("/home/u/project/.venv/bin")));
+        assert!(!is_tool_env(Path::new("/usr/local/bin")));
+    }
 
     #[test]
     fn explicit_choice_wins() {
