@@ -17,5 +17,6 @@ python3 -m venv "$check/venv"
 tools="${FERREPL_WHEEL_TOOLS:-$PWD/target/wheel-tools}"
 export UV_CACHE_DIR="$check/uv-cache" UV_NO_CONFIG=1
 "$ENV_DIR/venv/bin/python" tests/interop/wheel_check.py \
+    --install "$check/venv/bin/ferrepl" \
     --command "$check/venv/bin/ferrepl" \
     --command "$tools/bin/uvx --offline --from $wheel ferrepl"
