@@ -11,6 +11,7 @@ mod control;
 mod durable;
 mod export;
 mod limits;
+mod rebuild;
 mod registry;
 pub mod report;
 mod source;
