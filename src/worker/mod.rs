@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod python;
 pub mod r;
 mod readers;
+mod requests;
 
 pub use language::Language;
 
@@ -478,81 +479,6 @@ impl Worker {
 
     pub fn language(&self) -> Language {
         self.language
-    }
-
-    /// A request answered by the driver's control thread (it works while a
-    /// cell runs): `op` plus the fields of `args`.
-    pub async fn control(
-        &self,
-        op: &str,
-        args: serde_json::Map<String, Value>,
-        timeout: Duration,
-    ) -> Result<Value, WorkerError> {
-        let (id, rx) = self.request(op, args)?;
-        self.reply(id, rx, timeout).await
-    }
-
-    /// Sends a request now (so it is ordered before any later one) and
-    /// gives what `reply` waits on.
-    pub fn request(
-        &self,
-        op: &str,
-        args: serde_json::Map<String, Value>,
-    ) -> Result<(u64, oneshot::Receiver<Value>), WorkerError> {
-        let (tx, rx) = oneshot::channel();
-        let id = {
-            let mut st = self.lock();
-            if st.control_closed || st.exit.is_some() {
-                return Err(WorkerError::Gone);
-            }
-            let id = st.next_request_id;
-            st.next_request_id += 1;
-            st.inspect_waiters.insert(id, tx);
-            id
-        };
-        let mut msg = args;
-        msg.insert("op".into(), Value::from(op));
-        msg.insert("id".into(), Value::from(id));
-        let line = self.encode(&msg);
-        if self.ctl.try_send(line).is_err() {
-            self.lock().inspect_waiters.remove(&id);
-            return Err(WorkerError::Gone);
-        }
-        Ok((id, rx))
-    }
-
-    /// The reply to request `id`, waited for at most `timeout`.
-    pub async fn reply(
-        &self,
-        id: u64,
-        rx: oneshot::Receiver<Value>,
-        timeout: Duration,
-    ) -> Result<Value, WorkerError> {
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(_)) => Err(WorkerError::Gone),
-            Err(_) => {
-                self.lock().inspect_waiters.remove(&id);
-                Err(WorkerError::Timeout(timeout.as_secs()))
-            }
-        }
-    }
-
-    /// It has forked frozen copies of itself (checkpoints).
-    pub fn mark_copies(&self) {
-        self.copies
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    pub fn has_copies(&self) -> bool {
-        self.copies.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// After a switch to a checkpoint: the interpreter is another process.
-    pub fn set_live_pid(&self, pid: u32) {
-        if let Some(ready) = self.lock().ready.as_mut() {
-            ready.pid = pid;
-        }
     }
 
     pub fn pop_event(&self) -> Option<CellEvent> {
