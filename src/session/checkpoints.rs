@@ -66,6 +66,13 @@ impl Checkpoints {
     }
 }
 
+/// `{cell}`, the argument of the driver's checkpoint requests.
+fn cell_args(cell: u64) -> serde_json::Map<String, Value> {
+    let mut args = serde_json::Map::new();
+    args.insert("cell".into(), Value::from(cell));
+    args
+}
+
 impl SessionManager {
     /// After cell `cell` finished: a frozen copy of the state, if the cell
     /// was worth one (ok, long enough, a Python interpreter with copies on).
@@ -87,10 +94,8 @@ impl SessionManager {
         let Some(worker) = st.worker.clone() else {
             return;
         };
-        let mut args = serde_json::Map::new();
-        args.insert("cell".into(), Value::from(cell));
         // Sent now, so it comes before the next cell's request.
-        let Ok((_, rx)) = worker.request("checkpoint", args) else {
+        let Ok((_, rx)) = worker.request("checkpoint", cell_args(cell)) else {
             return;
         };
         worker.mark_copies();
@@ -114,9 +119,7 @@ impl SessionManager {
                 .map(|(cell, _)| *cell);
             let Some(victim) = victim else { break };
             st.checkpoints.held.remove(&victim);
-            let mut args = serde_json::Map::new();
-            args.insert("cell".into(), Value::from(victim));
-            let _ = worker.request("drop", args);
+            let _ = worker.request("drop", cell_args(victim));
         }
     }
 
@@ -142,9 +145,7 @@ impl SessionManager {
                 cell,
                 "it was dropped to keep the session under its memory limit".into(),
             );
-            let mut args = serde_json::Map::new();
-            args.insert("cell".into(), Value::from(cell));
-            let _ = worker.request("drop", args);
+            let _ = worker.request("drop", cell_args(cell));
             tracing::info!(session = %name, cell, "checkpoint dropped: the session nears its memory limit");
         }
     }
@@ -199,8 +200,7 @@ impl SessionManager {
             format!(" (cell {cell} ran the same code on the same state)")
         };
         let started = Instant::now();
-        let mut args = serde_json::Map::new();
-        args.insert("cell".into(), Value::from(cell));
+        let mut args = cell_args(cell);
         if let Some(h) = head.filter(|_| self.durable.checkpoints > 1) {
             args.insert("head".into(), Value::from(h));
         }

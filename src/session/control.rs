@@ -90,7 +90,8 @@ impl SessionManager {
                 return Err(super::cells::busy(&sess, run));
             }
         }
-        let worker = self.ensure_worker(&sess).await?;
+        // A dormant session is rebuilt first: inspecting it shows its state.
+        let worker = self.ready_worker(&sess).await?;
         let reply = worker
             .control(op, args, self.limits.inspect_timeout)
             .await

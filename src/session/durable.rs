@@ -373,12 +373,7 @@ impl SessionManager {
         self: &Arc<Self>,
         sess: &Arc<Session>,
     ) -> Result<Arc<Worker>, SessionError> {
-        if let Some(why) = &sess.refused {
-            return Err(SessionError::Invalid(format!(
-                "session '{}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again",
-                sess.name
-            )));
-        }
+        refused(sess)?;
         let worker = self.ensure_worker(sess).await?;
         if !sess.lock().pending.is_some_and(Pending::rebuilds_on_use) {
             return Ok(worker);
@@ -463,11 +458,7 @@ impl SessionManager {
             )));
         };
         let why = pending.why();
-        if let Some(why) = &sess.refused {
-            return Err(SessionError::Invalid(format!(
-                "session '{name}' was stored with settings the current policy refuses ({why}); delete it and create it again"
-            )));
-        }
+        refused(&sess)?;
         let worker = self.ensure_worker(&sess).await?;
         // The account replaces the note that a fresh interpreter started.
         sess.lock().notes.clear();
@@ -491,6 +482,17 @@ impl SessionManager {
             sess.name,
             ranges(&ids)
         ))
+    }
+}
+
+/// A stored session whose settings the current policy refuses cannot run.
+fn refused(sess: &Session) -> Result<(), SessionError> {
+    match &sess.refused {
+        Some(why) => Err(SessionError::Invalid(format!(
+            "session '{}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again",
+            sess.name
+        ))),
+        None => Ok(()),
     }
 }
 

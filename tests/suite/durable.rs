@@ -321,3 +321,22 @@ async fn an_r_session_is_rebuilt_too() {
     assert!(out.text.contains("[1] 4"), "{out:#?}");
     assert!(out.notes_text().contains("re-running cells 1"), "{out:#?}");
 }
+
+#[tokio::test]
+async fn inspecting_a_dormant_session_rebuilds_it_first() {
+    let place = Place::new();
+    let first = place.server(&[]).await;
+    first.exec_in("data", "kept_value = 41").await.assert_ok();
+    stop(first).await;
+    let second = place.server(&[]).await;
+    let out = second
+        .call("python_inspect", json!({"session": "data"}))
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    assert!(out.text.contains("kept_value"), "{out:#?}");
+    let rows = sessions(&second).await;
+    assert_eq!(
+        row(&rows, "data").map(|r| r["state"].clone()),
+        Some(json!("idle"))
+    );
+}
