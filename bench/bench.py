@@ -73,7 +73,13 @@ class Ferrepl:
         if workdir:
             args += ["--workdir", workdir]
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        # A fresh store per server: a reused one would make ferrepl rebuild
+        # the previous run's sessions at the first call.
+        self._state = tempfile.TemporaryDirectory(prefix="ferrepl-bench-state-")
+        env = dict(os.environ, FERREPL_STATE_DIR=self._state.name)
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+        )
         self._ids = 0
 
     def _fail(self, why):
@@ -145,6 +151,7 @@ class Ferrepl:
             self.proc.kill()
             self.proc.wait()
         self._stderr.close()
+        self._state.cleanup()
 
 
 class FloorWorker:

@@ -275,6 +275,18 @@ pub struct Config {
     )]
     pub session_ttl: f64,
 
+    /// Python interpreters kept started and sandboxed ahead of need, so a new session or a
+    /// reset takes one at once (each holds an idle interpreter's memory); 0 starts each on
+    /// demand. At most 64.
+    #[arg(
+        long,
+        env = "FERREPL_WARM_POOL",
+        default_value_t = 1,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(0..=64)
+    )]
+    pub warm_pool: u16,
+
     /// Where sessions are kept across restarts (one SQLite file per workspace; private to
     /// the user). Default: $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
     #[arg(long, env = "FERREPL_STATE_DIR", value_name = "DIR")]

@@ -64,6 +64,7 @@ impl Settings {
             max_images: cfg.max_images,
             keep_cells: cfg.output_keep_cells.max(1),
             session_ttl: optional(Some(cfg.session_ttl), "--session-ttl")?,
+            warm_pool: usize::from(cfg.warm_pool),
             cell_log_bytes: cfg.output_log_bytes,
             max_cell: optional(cfg.max_cell_seconds, "--max-cell-seconds")?,
         };

@@ -13,6 +13,8 @@ pub struct StatusSnapshot {
     pub workdir: String,
     pub limits: BTreeMap<String, Value>,
     pub sandbox: String,
+    /// Pooled interpreters ready now, and how many the pool keeps.
+    pub warm_pool: (usize, usize),
 }
 
 impl SessionManager {
@@ -190,6 +192,7 @@ impl SessionManager {
         );
         limits.insert("interrupt-grace".into(), secs(l.interrupt_grace));
         limits.insert("start-timeout".into(), secs(l.start_timeout));
+        limits.insert("warm-pool".into(), Value::from(l.warm_pool));
         limits.insert("max-images".into(), Value::from(l.max_images));
         limits.insert(
             "max-image-bytes".into(),
@@ -220,6 +223,7 @@ impl SessionManager {
                 .as_ref()
                 .map(|s| s.active.clone())
                 .unwrap_or_else(|| "OFF".to_string()),
+            warm_pool: (self.pool.len(), self.pool.target()),
         }
     }
 

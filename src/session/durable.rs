@@ -123,12 +123,14 @@ impl SessionState {
         if self.tree.len() <= cap.max(1) {
             return;
         }
-        let on_path: std::collections::HashSet<u64> = self.path.iter().map(|c| c.id).collect();
+        // A child runs after its parent, so the path's ids ascend: a binary
+        // search answers "on the path?" without building a set per cell.
+        let on_path = |id: &u64| self.path.binary_search_by_key(id, |c| c.id).is_ok();
         while self.tree.len() > cap.max(1) {
             let victim = self
                 .tree
                 .keys()
-                .find(|id| !on_path.contains(id))
+                .find(|id| !on_path(id))
                 .or_else(|| self.tree.keys().next())
                 .copied();
             match victim {

@@ -11,6 +11,7 @@ mod control;
 mod durable;
 mod export;
 mod limits;
+mod pool;
 mod rebuild;
 mod registry;
 pub mod report;
@@ -91,6 +92,8 @@ pub struct Limits {
     pub cell_log_bytes: u64,
     /// Sessions idle longer than this are ended (--session-ttl); none when zero.
     pub session_ttl: Option<Duration>,
+    /// Python workers kept started ahead of need (--warm-pool).
+    pub warm_pool: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -314,15 +317,16 @@ impl Session {
 pub struct SessionManager {
     spec: LaunchSpec,
     /// False when --languages leaves Python out: no Python session (and no
-    /// spare worker) is ever started.
+    /// pooled worker) is ever started.
     python_on: bool,
     /// How R sessions start; None when R is not enabled (--languages).
     r_spec: Option<LaunchSpec>,
     limits: Limits,
     durable: Durability,
     sessions: Mutex<BTreeMap<String, Arc<Session>>>,
-    spare: Mutex<Option<Arc<Worker>>>,
-    /// While the default sessions start: no spare yet (warm_up starts it).
+    pool: Arc<pool::WarmPool>,
+    /// While the default sessions start: the pool is not filled yet
+    /// (warm_up starts it).
     warming: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
@@ -344,6 +348,7 @@ impl SessionManager {
         limits: Limits,
         durable: Durability,
     ) -> Arc<Self> {
+        let pool = Arc::new(pool::WarmPool::new(limits.warm_pool, limits.start_timeout));
         let manager = Self {
             spec,
             python_on,
@@ -351,7 +356,7 @@ impl SessionManager {
             limits,
             durable,
             sessions: Mutex::new(BTreeMap::new()),
-            spare: Mutex::new(None),
+            pool,
             warming: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),

@@ -49,7 +49,7 @@ impl SessionManager {
             futures::future::join_all(starts).await;
             this.warming.store(false, Ordering::SeqCst);
             if this.python_on {
-                this.refill_spare();
+                this.refill_pool();
             }
         });
     }
@@ -113,7 +113,7 @@ impl SessionManager {
         }
     }
 
-    /// A ready worker: the spare if there is one, else a fresh launch.
+    /// A ready worker: a pooled one if there is one, else a fresh launch.
     pub(super) async fn acquire_worker(
         self: &Arc<Self>,
         custom: Option<&LaunchSpec>,
@@ -122,7 +122,7 @@ impl SessionManager {
         let custom = match (custom, lang) {
             (Some(spec), _) => Some(spec),
             (None, Language::Python) if self.python_on => None,
-            // Only Python keeps a spare worker.
+            // Only Python keeps a warm pool.
             (None, lang) => Some(self.spec_for(lang).ok_or(SessionError::LanguageOff(lang))?),
         };
         self.start_worker(custom)
@@ -139,14 +139,13 @@ impl SessionManager {
     ) -> Result<Arc<Worker>, WorkerError> {
         let timeout = self.limits.start_timeout;
         if let Some(spec) = custom {
-            // Own settings: no spare can match them.
+            // Own settings: no pooled worker can match them.
             let fresh = worker::launch(spec).await?;
             fresh.wait_ready(timeout).await?;
             return Ok(fresh);
         }
-        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let worker = match spare {
-            Some(w) if w.exit_info().is_none() => match w.wait_ready(timeout).await {
+        let worker = match self.pool.take() {
+            Some(w) => match w.wait_ready(timeout).await {
                 Ok(_) => w,
                 Err(_) => {
                     let fresh = worker::launch(&self.spec).await?;
@@ -154,40 +153,24 @@ impl SessionManager {
                     fresh
                 }
             },
-            _ => {
+            None => {
                 let fresh = worker::launch(&self.spec).await?;
                 fresh.wait_ready(timeout).await?;
                 fresh
             }
         };
         if !self.warming.load(Ordering::SeqCst) {
-            self.refill_spare();
+            self.refill_pool();
         }
         Ok(worker)
     }
 
-    pub(super) fn refill_spare(self: &Arc<Self>) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            if this.shutting_down.load(Ordering::SeqCst) {
-                return;
-            }
-            match worker::launch(&this.spec).await {
-                Ok(w) => {
-                    let old = this
-                        .spare
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .replace(w.clone());
-                    if let Some(old) = old {
-                        old.kill();
-                    }
-                    if this.shutting_down.load(Ordering::SeqCst) {
-                        w.kill();
-                    }
-                }
-                Err(e) => tracing::debug!("spare worker not started: {e}"),
-            }
+    /// Tops the warm pool up in the background (--warm-pool).
+    pub(super) fn refill_pool(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        self.pool.refill(self.spec.clone(), move || {
+            this.upgrade()
+                .is_none_or(|m| m.shutting_down.load(Ordering::SeqCst))
         });
     }
 
@@ -332,9 +315,7 @@ impl SessionManager {
             .values()
             .filter_map(|s| s.lock().worker.clone())
             .collect();
-        if let Some(spare) = self.spare.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            workers.push(spare);
-        }
+        workers.extend(self.pool.drain());
         for w in &workers {
             w.kill();
         }

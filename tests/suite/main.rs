@@ -47,4 +47,5 @@ mod stdio_protocol;
 mod stdio_sessions;
 mod surface_args;
 mod tool_surface;
+mod warm_pool;
 mod workspace;

@@ -171,6 +171,10 @@ impl FerreplServer {
             text.push_str(&format!(" {k}={v}"));
         }
         text.push('\n');
+        let (ready, target) = status.warm_pool;
+        if target > 0 {
+            text.push_str(&format!("warm pool: {ready} ready\n"));
+        }
         text.push_str(&sessions_table(&sessions));
         let running = out
             .jobs

@@ -1,0 +1,125 @@
+//! The warm pool: Python workers started ahead of need (--warm-pool N), each
+//! launched exactly like a session's (its own sandbox, namespaces, temp dir
+//! and limits), so that creating or resetting a session takes a ready
+//! interpreter instead of waiting for one to start. Refilled in the
+//! background, one launch at a time so refills do not crowd the cells that
+//! run meanwhile.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::worker::{self, LaunchSpec, Worker};
+
+pub(super) struct WarmPool {
+    target: usize,
+    /// --start-timeout: how long a pooled worker may take to become ready.
+    start_timeout: Duration,
+    ready: Mutex<VecDeque<Arc<Worker>>>,
+    /// A refill task is running (at most one).
+    refilling: AtomicBool,
+}
+
+impl WarmPool {
+    pub(super) fn new(target: usize, start_timeout: Duration) -> Self {
+        Self {
+            target,
+            start_timeout,
+            ready: Mutex::new(VecDeque::new()),
+            refilling: AtomicBool::new(false),
+        }
+    }
+
+    fn ready(&self) -> MutexGuard<'_, VecDeque<Arc<Worker>>> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The oldest pooled worker still alive; dead ones are dropped.
+    pub(super) fn take(&self) -> Option<Arc<Worker>> {
+        let mut ready = self.ready();
+        while let Some(w) = ready.pop_front() {
+            if w.exit_info().is_none() {
+                return Some(w);
+            }
+        }
+        None
+    }
+
+    /// How many ready workers are pooled now.
+    pub(super) fn len(&self) -> usize {
+        self.ready().len()
+    }
+
+    pub(super) fn target(&self) -> usize {
+        self.target
+    }
+
+    /// Starts workers in the background until the pool is full; `stop`
+    /// is checked before each launch (the server shutting down).
+    pub(super) fn refill(
+        self: &Arc<Self>,
+        spec: LaunchSpec,
+        stop: impl Fn() -> bool + Send + 'static,
+    ) {
+        if self.target == 0 || self.refilling.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let mut failed = false;
+            loop {
+                let missing = {
+                    let mut ready = pool.ready();
+                    ready.retain(|w| w.exit_info().is_none());
+                    pool.target.saturating_sub(ready.len())
+                };
+                if missing == 0 || stop() {
+                    break;
+                }
+                // One start at a time, and only ready workers in the pool:
+                // a take never waits on a start the pool began.
+                let started = match worker::launch(&spec).await {
+                    Ok(w) => match w.wait_ready(pool.start_timeout).await {
+                        Ok(_) => Ok(w),
+                        Err(e) => {
+                            w.kill();
+                            Err(e)
+                        }
+                    },
+                    Err(e) => Err(e),
+                };
+                match started {
+                    Ok(w) => {
+                        if stop() {
+                            w.kill();
+                            break;
+                        }
+                        pool.ready().push_back(w);
+                    }
+                    Err(e) => {
+                        // Whatever stops a launch here (the interpreter is
+                        // gone, a limit) would stop the next one too; the
+                        // next take falls back to a fresh launch, which
+                        // reports the error to the agent.
+                        tracing::debug!("warm pool: worker not started: {e}");
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            pool.refilling.store(false, Ordering::SeqCst);
+            // A take that came while this task was finishing saw `refilling`
+            // set and started nothing: look once more.
+            let short = pool.ready().len() < pool.target;
+            if short && !failed && !stop() {
+                pool.refill(spec, stop);
+            }
+        });
+    }
+
+    /// Empties the pool (shutdown); the caller ends the workers.
+    pub(super) fn drain(&self) -> Vec<Arc<Worker>> {
+        self.ready().drain(..).collect()
+    }
+}
