@@ -10,6 +10,7 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
         return Vec::new();
     };
     let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
     for entry in dir.filter_map(Result::ok) {
         let Some(pid) = entry
             .file_name()
@@ -18,11 +19,18 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // One read into a fixed buffer (a stat line is a few hundred bytes):
+        // this runs for every process ten times a second.
+        let Some(stat) = read_small(&format!("/proc/{pid}/stat"), &mut buf) else {
             continue;
         };
-        // The command name may contain spaces and parentheses: parse after the last ')'.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        // The command name is the process's to choose (spaces, parentheses,
+        // bytes that are not UTF-8): parse only what follows the last ')'.
+        let Some(rest) = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|i| std::str::from_utf8(&stat[i + 1..]).ok())
+        else {
             continue;
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -33,6 +41,13 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
         out.push((pid, ppid, if zombie { 0 } else { rss }, zombie));
     }
     out
+}
+
+/// A small /proc file, read with one read(2) into `buf`.
+fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    use std::io::Read;
+    let n = std::fs::File::open(path).ok()?.read(buf).ok()?;
+    buf.get(..n)
 }
 
 /// A process's proportional set size, from /proc/PID/smaps_rollup.

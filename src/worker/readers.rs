@@ -16,6 +16,12 @@ use crate::process;
 /// Largest control-channel line accepted from a driver (values are capped far below).
 const MAX_EVENT_BYTES: u64 = 16 * 1024 * 1024;
 
+/// A pipe's read buffer while its output is small (an idle session's
+/// readers cost this much each), and once a read fills it (large output
+/// moves in big reads).
+const PIPE_BUF_SMALL: usize = 4 * 1024;
+const PIPE_BUF_LARGE: usize = 64 * 1024;
+
 pub(super) async fn read_pipe(
     mut pipe: impl AsyncRead + Unpin,
     stream: Stream,
@@ -24,7 +30,7 @@ pub(super) async fn read_pipe(
 ) {
     let idx = stream_index(stream);
     let mut scanner = MarkerScanner::new(&nonce);
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; PIPE_BUF_SMALL];
     let mut segments = Vec::new();
     // The last fence passed whose barrier has not been checked yet. Bytes
     // after a fence may not enter the capture until the other pipe has passed
@@ -39,6 +45,12 @@ pub(super) async fn read_pipe(
         };
         segments.clear();
         scanner.feed(&buf[..n], &mut segments);
+        if n == buf.len() && n < PIPE_BUF_LARGE {
+            buf = vec![0u8; PIPE_BUF_LARGE];
+        } else if n < PIPE_BUF_SMALL && buf.len() > PIPE_BUF_SMALL {
+            // The burst is over: give the large buffer back.
+            buf = vec![0u8; PIPE_BUF_SMALL];
+        }
         for seg in segments.drain(..) {
             match seg {
                 Segment::Data(bytes) => {

@@ -319,6 +319,31 @@ async fn sessions_lists_default_and_used_sessions() {
     );
 }
 
+/// A process names itself (prctl PR_SET_NAME) and may choose bytes that are
+/// not UTF-8, with parentheses: its memory still counts for its session.
+#[tokio::test]
+async fn memory_of_a_process_with_a_hostile_name_still_counts() {
+    let server = StdioServer::start(&[]).await;
+    let code = "import subprocess, sys\n\
+        child = subprocess.Popen([sys.executable, '-c', \"import ctypes, sys\\n\
+        ctypes.CDLL(None).prctl(15, b'\\\\xff(x) \\\\xfe)', 0, 0, 0)\\n\
+        hold = bytearray(b'x') * (96 << 20)\\n\
+        print('ready', flush=True)\\n\
+        sys.stdin.read()\"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n\
+        child.stdout.readline().decode().strip()";
+    let out = server.exec_in("named", code).await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("'ready'"), "{out:#?}");
+    let listing = server.call("python_sessions", json!({})).await;
+    let row = find_session(&listing.structured, "named")
+        .unwrap_or_else(|| panic!("not listed: {}", listing.structured));
+    let bytes = row["memory_bytes"].as_u64().unwrap_or(0);
+    assert!(
+        bytes >= 96 << 20,
+        "the 96 MiB child with a non-UTF-8 name was not counted: {row}"
+    );
+}
+
 async fn assert_missing_interpreter_reported(server: &mut StdioServer, path: &str) {
     let out = match server
         .try_call("python_exec", json!({ "code": "1 + 1" }))
