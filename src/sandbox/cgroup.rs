@@ -37,7 +37,9 @@ fn identity(pid: &str) -> Option<String> {
         .chars()
         .filter(char::is_ascii_digit)
         .collect();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Bytes, not text: a process may name itself with bytes that are not UTF-8.
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let stat = String::from_utf8_lossy(&stat);
     let start = stat
         .rsplit(')')
         .next()?

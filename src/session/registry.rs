@@ -249,7 +249,7 @@ impl SessionManager {
             (st.worker.take(), stopped)
         };
         if let Some(old) = old {
-            old.kill();
+            old.kill_in_background();
         }
         self.persist_head(&sess, None);
         let worker = self.ensure_worker(&sess).await?;

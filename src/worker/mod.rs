@@ -540,6 +540,17 @@ impl Worker {
         self.process.kill_all(running);
     }
 
+    /// Like `kill`, on a blocking thread, for a caller that need not wait
+    /// for the tree to be gone (a reset: killing walks /proc several times).
+    pub fn kill_in_background(self: Arc<Self>) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || self.kill());
+            }
+            Err(_) => self.kill(),
+        }
+    }
+
     /// A kernel limit (memory, processes) the worker's cgroup reached.
     pub fn cgroup_limit_hit(&self) -> Option<String> {
         self.process.limit_hit()
