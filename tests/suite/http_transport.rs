@@ -197,3 +197,139 @@ async fn http_session_delete_answers_no_content() {
     assert_eq!(status, 404, "a request in the ended session: {head}");
     server.assert_alive();
 }
+
+/// One keep-alive HTTP/1.1 connection, as an SDK client holds it.
+struct KeepAlive {
+    stream: tokio::io::BufReader<tokio::net::TcpStream>,
+    port: u16,
+    session: Option<String>,
+}
+
+impl KeepAlive {
+    async fn post(&mut self, body: serde_json::Value) -> (String, String) {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let body = body.to_string();
+        let mut req = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+            self.port,
+            body.len()
+        );
+        if let Some(id) = &self.session {
+            req.push_str(&format!(
+                "Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-06-18\r\n"
+            ));
+        }
+        req.push_str("\r\n");
+        req.push_str(&body);
+        let exchange = async {
+            self.stream.get_mut().write_all(req.as_bytes()).await?;
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if self.stream.read_line(&mut line).await? == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            let header = |name: &str| {
+                head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                })
+            };
+            let mut content = Vec::new();
+            if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+                content.resize(len, 0);
+                self.stream.read_exact(&mut content).await?;
+            } else if header("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+                loop {
+                    let mut size = String::new();
+                    self.stream.read_line(&mut size).await?;
+                    let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                    let mut chunk = vec![0; size + 2];
+                    self.stream.read_exact(&mut chunk).await?;
+                    if size == 0 {
+                        break;
+                    }
+                    content.extend_from_slice(&chunk[..size]);
+                }
+            }
+            Ok::<_, std::io::Error>((head, String::from_utf8_lossy(&content).into_owned()))
+        };
+        tokio::time::timeout(crate::support::CALL_TIMEOUT, exchange)
+            .await
+            .expect("HTTP exchange timed out")
+            .expect("HTTP exchange failed")
+    }
+}
+
+fn content_type(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// Quick calls are answered with plain JSON (so a client that stops reading
+/// at its reply keeps its connection); a call that outlasts the reply window
+/// still gets the event stream, with its result in it.
+#[tokio::test]
+async fn quick_calls_get_json_replies_and_long_ones_an_event_stream() {
+    let server = HttpServer::start(&[], &[]).await;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .expect("connect");
+    let mut conn = KeepAlive {
+        stream: tokio::io::BufReader::new(tcp),
+        port: server.port,
+        session: None,
+    };
+    let init: serde_json::Value =
+        serde_json::from_str(&crate::support::initialize_body()).expect("initialize body");
+    let (head, body) = conn.post(init).await;
+    assert!(
+        content_type(&head).starts_with("application/json"),
+        "{head}"
+    );
+    assert!(body.contains("\"protocolVersion\""), "{body}");
+    conn.session = Some(mcp_session_id(&head));
+    let (head, _) = conn
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+
+    let call = |id: u64, code: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "python_exec", "arguments": {"code": code, "wait_s": 20}}})
+    };
+    let (head, body) = conn.post(call(2, "40 + 2")).await;
+    assert!(
+        content_type(&head).starts_with("application/json"),
+        "{head}"
+    );
+    let reply: serde_json::Value = serde_json::from_str(&body).expect("a JSON reply");
+    assert_eq!(reply["id"], 2, "{reply}");
+    assert!(
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("42\n")),
+        "{reply}"
+    );
+
+    // Same connection: longer than the window, so an event stream.
+    let (head, body) = conn
+        .post(call(3, "import time; time.sleep(1.5); 'slept'"))
+        .await;
+    assert!(
+        content_type(&head).starts_with("text/event-stream"),
+        "{head}"
+    );
+    assert!(
+        body.contains("\"id\":3") && body.contains("'slept'"),
+        "{body}"
+    );
+}

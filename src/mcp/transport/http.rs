@@ -61,6 +61,7 @@ pub async fn serve(
     );
     let router = Router::new()
         .nest_service("/mcp", service)
+        .layer(middleware::from_fn(super::json_reply::prefer_json_replies))
         .layer(middleware::from_fn_with_state(
             transport_sessions,
             session_delete_answers_no_content,

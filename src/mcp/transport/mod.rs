@@ -2,4 +2,5 @@
 //! or streamable HTTP.
 
 pub mod http;
+mod json_reply;
 pub mod stdio;
