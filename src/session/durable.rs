@@ -123,16 +123,20 @@ impl SessionState {
         if self.tree.len() <= cap.max(1) {
             return;
         }
-        // A child runs after its parent, so the path's ids ascend: a binary
-        // search answers "on the path?" without building a set per cell.
-        let on_path = |id: &u64| self.path.binary_search_by_key(id, |c| c.id).is_ok();
+        // A child runs after its parent, so the path's ids ascend like the
+        // tree's keys: one merge walk finds the oldest cell off the path.
         while self.tree.len() > cap.max(1) {
-            let victim = self
-                .tree
-                .keys()
-                .find(|id| !on_path(id))
-                .or_else(|| self.tree.keys().next())
-                .copied();
+            let mut path = self.path.iter().map(|c| c.id).peekable();
+            let mut victim = None;
+            for &id in self.tree.keys() {
+                while path.next_if(|&p| p < id).is_some() {}
+                if path.peek() != Some(&id) {
+                    victim = Some(id);
+                    break;
+                }
+            }
+            // Every cell kept is on the path: its oldest goes.
+            let victim = victim.or_else(|| self.tree.keys().next().copied());
             match victim {
                 Some(id) => {
                     self.tree.remove(&id);
@@ -510,7 +514,40 @@ impl SessionOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::ranges;
+    use super::*;
+
+    fn cell(id: u64, parent: Option<u64>) -> PathCell {
+        PathCell {
+            id,
+            parent,
+            hash: id,
+            source: Arc::new(StoredSource::Code {
+                code: format!("c{id}"),
+            }),
+            status: CellStatus::Ok,
+            replayable: true,
+        }
+    }
+
+    fn add(st: &mut SessionState, id: u64, parent: Option<u64>) {
+        st.extend_path(cell(id, parent));
+        st.add_to_tree(cell(id, parent), 4);
+    }
+
+    #[test]
+    fn the_tree_drops_cells_off_the_path_first_then_the_oldest() {
+        let mut st = SessionState::fresh();
+        add(&mut st, 1, None);
+        add(&mut st, 2, Some(1));
+        add(&mut st, 3, Some(2));
+        // Back to the state after 2: cell 3 leaves the path.
+        st.path.truncate(2);
+        add(&mut st, 4, Some(2));
+        add(&mut st, 5, Some(4));
+        assert_eq!(st.tree.keys().copied().collect::<Vec<_>>(), [1, 2, 4, 5]);
+        add(&mut st, 6, Some(5));
+        assert_eq!(st.tree.keys().copied().collect::<Vec<_>>(), [2, 4, 5, 6]);
+    }
 
     #[test]
     fn ranges_join_runs() {

@@ -142,6 +142,8 @@ pub struct StoredSession {
 const QUEUE: usize = 4096;
 /// Bounds one transaction when producers keep the queue full.
 const MAX_BATCH: usize = 4096;
+/// How long the writer gathers writes into one transaction.
+const GROUP_WINDOW: Duration = Duration::from_millis(20);
 /// How long dropping the Store waits for queued writes to commit.
 const DROP_WAIT: Duration = Duration::from_secs(5);
 /// The store's size is checked against its bound after this many batches.
@@ -341,10 +343,19 @@ struct Writer {
 impl Writer {
     fn run(mut self, rx: Receiver<Op>) {
         while let Ok(first) = rx.recv() {
+            // Group commit: writes that come within a short window share one
+            // transaction (a call's cell and head writes arrive a few
+            // hundred microseconds apart). A flush ends the window at once.
+            let deadline = Instant::now() + GROUP_WINDOW;
+            let mut flush = matches!(first, Op::Flush(_));
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(op) => batch.push(op),
+            while batch.len() < MAX_BATCH && !flush {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match rx.recv_timeout(left) {
+                    Ok(op) => {
+                        flush = matches!(op, Op::Flush(_));
+                        batch.push(op);
+                    }
                     Err(_) => break,
                 }
             }
@@ -352,31 +363,45 @@ impl Writer {
         }
     }
 
-    /// One transaction for the batch; each write in its own savepoint so
-    /// that a bad one (an id SQLite cannot hold) loses only itself.
+    /// One transaction for the batch. If a write fails (an id SQLite cannot
+    /// hold), the batch is done again with each write in its own savepoint,
+    /// so that the bad one loses only itself.
     fn commit(&mut self, batch: Vec<Op>) {
-        let mut waiters = Vec::new();
+        let waiters: Vec<_> = batch
+            .iter()
+            .filter_map(|op| match op {
+                Op::Flush(reply) => Some(reply.clone()),
+                _ => None,
+            })
+            .collect();
         let mut failed = 0usize;
         let mut first_error = None;
-        let result = (|| -> Result<(), StoreError> {
-            let mut tx = self.conn.transaction()?;
-            for op in batch {
-                if let Op::Flush(reply) = op {
-                    waiters.push(reply);
-                    continue;
-                }
-                let sp = tx.savepoint()?;
-                match schema::apply(&sp, op, &mut self.inserts, self.cap) {
-                    Ok(()) => sp.commit()?,
-                    Err(e) => {
-                        failed += 1;
-                        first_error.get_or_insert(e);
-                    }
-                }
+        let whole = (|| -> Result<(), StoreError> {
+            let tx = self.conn.transaction()?;
+            for op in &batch {
+                schema::apply(&tx, op, &mut self.inserts, self.cap)?;
             }
             tx.commit()?;
             Ok(())
         })();
+        let result = match whole {
+            Ok(()) => Ok(()),
+            Err(_) => (|| -> Result<(), StoreError> {
+                let mut tx = self.conn.transaction()?;
+                for op in &batch {
+                    let sp = tx.savepoint()?;
+                    match schema::apply(&sp, op, &mut self.inserts, self.cap) {
+                        Ok(()) => sp.commit()?,
+                        Err(e) => {
+                            failed += 1;
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                tx.commit()?;
+                Ok(())
+            })(),
+        };
         if let Some(e) = first_error {
             tracing::warn!(
                 "the session store {}: {failed} write(s) not saved: {e}",

@@ -67,26 +67,26 @@ pub(super) enum Op {
 /// was last enforced.
 pub(super) fn apply(
     conn: &Connection,
-    op: Op,
+    op: &Op,
     inserts: &mut HashMap<String, usize>,
     cap: usize,
 ) -> Result<(), StoreError> {
     match op {
-        Op::Session(record, now) => upsert_session(conn, &record, now),
+        Op::Session(record, now) => upsert_session(conn, record, *now),
         Op::Cell(session, cell, advance_head, now) => {
-            upsert_cell(conn, &session, &cell, advance_head, now)?;
+            upsert_cell(conn, session, cell, *advance_head, *now)?;
             let count = inserts.entry(session.clone()).or_default();
             *count += 1;
             if *count >= PRUNE_EVERY {
                 *count = 0;
-                prune_cells(conn, &session, cap)?;
+                prune_cells(conn, session, cap)?;
             }
             Ok(())
         }
-        Op::Head(session, head, now) => update_head(conn, &session, head, now),
+        Op::Head(session, head, now) => update_head(conn, session, *head, *now),
         Op::Delete(session) => {
-            inserts.remove(&session);
-            delete_session(conn, &session)
+            inserts.remove(session);
+            delete_session(conn, session)
         }
         Op::Flush(_) => Ok(()),
     }

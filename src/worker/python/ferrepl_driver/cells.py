@@ -10,6 +10,12 @@ import time
 import traceback
 
 from .channel import send_fenced, state
+
+try:
+    # signal.getsignal maps the handler through an enum on every call.
+    from _signal import getsignal as _getsignal
+except ImportError:  # not CPython
+    _getsignal = signal.getsignal
 from .display import flush_figures
 from .stdin import input_replies
 
@@ -113,7 +119,7 @@ def run_cell(msg, namespace):
     state.value = None
     # A handler left behind (pdb installs one on 'continue') would turn
     # python_interrupt into a debugger prompt; each cell starts with ours.
-    if signal.getsignal(signal.SIGINT) is not _on_sigint:
+    if _getsignal(signal.SIGINT) is not _on_sigint:
         signal.signal(signal.SIGINT, _on_sigint)
     while not input_replies.empty():
         input_replies.get_nowait()

@@ -85,8 +85,12 @@ def adopt(fd):
     return sock
 
 
+# One encoder for every event: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def send(event):
-    data = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+    data = (_encode(event) + "\n").encode("utf-8", "surrogatepass")
     with _send_lock:
         _sock.sendall(data)
 
