@@ -117,32 +117,34 @@ impl SessionState {
     }
 
     /// Adds a finished cell to the tree, which keeps at most `cap` cells:
-    /// the oldest off the current path go first.
+    /// the oldest off the current path go first, then the oldest on it.
+    /// Past the cap it sheds a sixteenth at once, so the walk that finds
+    /// them is not made for every cell.
     pub(super) fn add_to_tree(&mut self, cell: PathCell, cap: usize) {
+        let cap = cap.max(1);
         self.tree.insert(cell.id, cell);
-        if self.tree.len() <= cap.max(1) {
+        if self.tree.len() <= cap {
             return;
         }
+        let excess = self.tree.len() - (cap - cap / 16);
         // A child runs after its parent, so the path's ids ascend like the
-        // tree's keys: one merge walk finds the oldest cell off the path.
-        while self.tree.len() > cap.max(1) {
-            let mut path = self.path.iter().map(|c| c.id).peekable();
-            let mut victim = None;
-            for &id in self.tree.keys() {
-                while path.next_if(|&p| p < id).is_some() {}
-                if path.peek() != Some(&id) {
-                    victim = Some(id);
+        // tree's keys: one merge walk finds the cells off the path.
+        let mut path = self.path.iter().map(|c| c.id).peekable();
+        let mut victims = Vec::with_capacity(excess);
+        for &id in self.tree.keys() {
+            while path.next_if(|&p| p < id).is_some() {}
+            if path.peek() != Some(&id) {
+                victims.push(id);
+                if victims.len() == excess {
                     break;
                 }
             }
-            // Every cell kept is on the path: its oldest goes.
-            let victim = victim.or_else(|| self.tree.keys().next().copied());
-            match victim {
-                Some(id) => {
-                    self.tree.remove(&id);
-                }
-                None => break,
-            }
+        }
+        for id in victims {
+            self.tree.remove(&id);
+        }
+        while self.tree.len() > cap - cap / 16 {
+            self.tree.pop_first();
         }
     }
 
@@ -547,6 +549,20 @@ mod tests {
         assert_eq!(st.tree.keys().copied().collect::<Vec<_>>(), [1, 2, 4, 5]);
         add(&mut st, 6, Some(5));
         assert_eq!(st.tree.keys().copied().collect::<Vec<_>>(), [2, 4, 5, 6]);
+    }
+
+    #[test]
+    fn a_long_path_keeps_its_newest_cells_within_the_cap() {
+        let mut st = SessionState::fresh();
+        for id in 1..=100 {
+            st.extend_path(cell(id, (id > 1).then(|| id - 1)));
+            st.add_to_tree(cell(id, (id > 1).then(|| id - 1)), 32);
+            assert!(st.tree.len() <= 32, "{} cells kept", st.tree.len());
+        }
+        assert!(st.tree.len() >= 30);
+        assert_eq!(st.tree.keys().next_back(), Some(&100));
+        let oldest = *st.tree.keys().next().unwrap_or(&0);
+        assert_eq!(oldest, 101 - st.tree.len() as u64, "not the newest run");
     }
 
     #[test]
