@@ -19,6 +19,15 @@ notifications/initialized, tools/call), so it needs only the standard library.
 * R (when R is installed; --no-r skips it): cold start of an R session
   (spawn -> result of the first r_exec `cat(1)`), warm r_exec `x <- x + 1`
   against the same loop over a raw pipe to a bare R process.
+* sessions (bench/scale.py): a new session and a reset with the warm pool,
+  and once it runs dry; the server's memory and each session's with 32 idle
+  sessions; 32 cells of time.sleep(1) at once.
+* clients (bench/clients.py): the official SDKs and raw clients, stdio and
+  HTTP, against ferrepl and a trivial MCP server in the same run.
+* load (examples/loadgen.rs): 32 HTTP clients, 10 calls a second each.
+
+At the end, every goal with its target and MET or MISSED; --json FILE
+writes all the numbers.
 """
 
 import argparse
@@ -33,7 +42,7 @@ import tempfile
 import time
 
 COLD_TARGET_MS = 100.0
-OVERHEAD_TARGET_MS = 0.3
+OVERHEAD_TARGET_MS = 0.1
 R_COLD_TARGET_MS = 300.0
 R_OVERHEAD_TARGET_MS = 0.3
 
@@ -333,6 +342,24 @@ def verdict(ok):
     return "MET" if ok else "MISSED"
 
 
+class Goals:
+    """Every goal measured in this run, for the summary and the JSON file."""
+
+    def __init__(self):
+        self.rows = []
+        self.data = {}
+
+    def add(self, name, shown, target, met):
+        self.rows.append({"goal": name, "measured": shown, "target": target, "met": met})
+
+    def print(self):
+        width = max((len(r["goal"]) for r in self.rows), default=10)
+        print("\nsummary")
+        for r in self.rows:
+            v = "reported" if r["met"] is None else verdict(r["met"])
+            print(f"  {r['goal']:<{width}}  {r['measured']:>18}  {r['target']:>14}  {v}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default="target/release/ferrepl", help="the ferrepl binary (default: %(default)s)")
@@ -340,47 +367,26 @@ def main():
     parser.add_argument("--calls", type=int, default=1000, help="timed calls in each warm loop (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=50, help="untimed calls before each warm loop (default: %(default)s)")
     parser.add_argument("--cold-runs", type=int, default=5, help="server starts for the cold median (default: %(default)s)")
-    parser.add_argument("--no-large", action="store_true", help="skip the large-output measurements")
-    parser.add_argument("--no-r", action="store_true", help="skip the R measurements")
+    parser.add_argument("--client-calls", type=int, default=300, help="timed calls per client in the matrix (default: %(default)s)")
+    parser.add_argument("--pool", type=int, default=4, help="--warm-pool for the session measurements (default: %(default)s)")
+    parser.add_argument("--load-seconds", type=int, default=10, help="length of the HTTP load run (default: %(default)s)")
+    parser.add_argument("--json", help="write every number to this file")
+    for part in ("large", "r", "sessions", "clients", "load"):
+        parser.add_argument(f"--no-{part}", action="store_true", help=f"skip the {part} measurements")
     args = parser.parse_args()
 
     if not (os.path.isfile(args.bin) and os.access(args.bin, os.X_OK)):
         sys.exit(f"bench: no ferrepl binary at {args.bin} (cargo build --release, or pass --bin)")
 
+    goals = Goals()
     with tempfile.TemporaryDirectory(prefix="ferrepl-bench-") as workdir:
         print(f"ferrepl: {args.bin}")
-        cold = bench_cold(args, workdir)
-        warm, python = bench_warm(args, workdir)
-        print(f"session interpreter (also runs the floor): {python}")
-        floor = bench_floor(args, python)
-        cold_floor = bench_cold_floor(args, python)
-
-        cold_med = statistics.median(cold)
-        warm_med, warm_p99 = statistics.median(warm), p99(warm)
-        floor_med, floor_p99 = statistics.median(floor), p99(floor)
-        overhead = warm_med - floor_med
-
-        print()
-        print(
-            f"cold start (spawn -> result of print(1)), median of {len(cold)}: {cold_med:.1f} ms"
-            f"  (runs: {', '.join(f'{t:.1f}' for t in cold)})"
-            f"   target < {COLD_TARGET_MS:.0f} ms: {verdict(cold_med < COLD_TARGET_MS)}"
-        )
-        print(f"  for context, spawn -> first answer of the bare Python worker: median {statistics.median(cold_floor):.1f} ms")
-        print(f"warm python_exec 'x = x + 1' over MCP stdio ({len(warm)} calls): median {warm_med:.3f} ms, p99 {warm_p99:.3f} ms")
-        print(f"floor, raw pipe to a bare Python exec() loop ({len(floor)} calls): median {floor_med:.3f} ms, p99 {floor_p99:.3f} ms")
-        print(
-            f"overhead over the floor: median {overhead:+.3f} ms (ratio {warm_med / floor_med:.2f}x), "
-            f"p99 {warm_p99 - floor_p99:+.3f} ms"
-            f"   target within {OVERHEAD_TARGET_MS} ms: {verdict(overhead <= OVERHEAD_TARGET_MS)}"
-        )
-
+        report_stdio(args, workdir, goals)
         if not args.no_r:
             if shutil.which("R"):
                 report_r(args, workdir)
             else:
                 print("\nR: not installed, R measurements skipped (apt-get install r-base-core)")
-
         if not args.no_large:
             print()
             for label, elapsed, before, peak, size in bench_large(args, workdir):
@@ -388,6 +394,84 @@ def main():
                     f"large output, {label}: result in {elapsed:.0f} ms ({size} characters of text); "
                     f"server peak RSS {peak / 1024:.1f} MiB (+{(peak - before) / 1024:.1f} MiB during the cell)"
                 )
+        if not args.no_sessions:
+            import scale
+
+            scale.report(args, workdir, goals)
+        if not args.no_clients:
+            report_clients(args, workdir, goals)
+        if not args.no_load:
+            report_load(args, workdir, goals)
+    goals.print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"goals": goals.rows, "data": goals.data}, f, indent=1)
+        print(f"\nwritten: {args.json}")
+
+
+def report_stdio(args, workdir, goals):
+    cold = bench_cold(args, workdir)
+    warm, python = bench_warm(args, workdir)
+    print(f"session interpreter (also runs the floor): {python}")
+    floor = bench_floor(args, python)
+    cold_floor = bench_cold_floor(args, python)
+    cold_med = statistics.median(cold)
+    warm_med, warm_p99 = statistics.median(warm), p99(warm)
+    floor_med, floor_p99 = statistics.median(floor), p99(floor)
+    overhead = warm_med - floor_med
+    print()
+    print(f"cold start (spawn -> result of print(1)), median of {len(cold)}: {cold_med:.1f} ms  (runs: {', '.join(f'{t:.1f}' for t in cold)})")
+    print(f"  for context, spawn -> first answer of the bare Python worker: median {statistics.median(cold_floor):.1f} ms")
+    print(f"warm python_exec 'x = x + 1' over MCP stdio ({len(warm)} calls): median {warm_med:.3f} ms, p99 {warm_p99:.3f} ms")
+    print(f"floor, raw pipe to a bare Python exec() loop ({len(floor)} calls): median {floor_med:.3f} ms, p99 {floor_p99:.3f} ms")
+    print(f"overhead over the floor: median {overhead:+.3f} ms (ratio {warm_med / floor_med:.2f}x), p99 {warm_p99 - floor_p99:+.3f} ms")
+    goals.data["stdio"] = {"cold_ms": cold, "warm_median_ms": warm_med, "warm_p99_ms": warm_p99,
+                           "floor_median_ms": floor_med, "floor_p99_ms": floor_p99,
+                           "cold_floor_ms": statistics.median(cold_floor)}
+    goals.add("cold start, raw stdio", f"{cold_med:.1f} ms", f"< {COLD_TARGET_MS:.0f} ms", cold_med < COLD_TARGET_MS)
+    goals.add("raw stdio overhead over the floor", f"{overhead:+.3f} ms", f"<= +{OVERHEAD_TARGET_MS} ms", overhead <= OVERHEAD_TARGET_MS)
+
+
+def report_clients(args, workdir, goals):
+    try:
+        import clients
+    except ImportError as e:
+        print(f"\nclients: skipped ({e})")
+        return
+    cmd = [args.bin, "--workdir", workdir] + (["--python", args.python] if args.python else [])
+    state = tempfile.mkdtemp(prefix="ferrepl-bench-state-")
+    rows = clients.run_matrix(cmd, dict(os.environ, FERREPL_STATE_DIR=state), args.client_calls, 30)
+    shutil.rmtree(state, ignore_errors=True)
+    goals.data["clients"] = rows
+    print("\nclients (median / p99 ms; ratio of medians)")
+    for r in rows:
+        label = f"{r['client']}, {r['transport']}"
+        if r.get("skipped"):
+            print(f"  {label}: skipped ({r['skipped']})")
+            continue
+        t, f = r["trivial"], r["ferrepl"]
+        print(f"  {label:<22} trivial {t['median_ms']:.3f} / {t['p99_ms']:.3f}   ferrepl {f['median_ms']:.3f} / {f['p99_ms']:.3f}   {r['ratio']:.2f}x")
+        goals.add(f"{label} vs trivial server", f"{r['ratio']:.2f}x", "<= 1.2x", r["ratio"] <= 1.2)
+        if "connect_ms" in t and "connect_ms" in f and r["transport"] == "stdio":
+            cold_ratio = f["connect_ms"] / t["connect_ms"]
+            goals.add(f"cold start, {r['client']} stdio, vs trivial", f"{cold_ratio:.2f}x", "<= 1.0x", cold_ratio <= 1.0)
+
+
+def report_load(args, workdir, goals):
+    loadgen = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.bin))), "release", "examples", "loadgen")
+    if not os.path.exists(loadgen):
+        loadgen = os.path.join("target", "release", "examples", "loadgen")
+    if not os.path.exists(loadgen):
+        print("\nload: skipped (cargo build --release --example loadgen)")
+        return
+    import scale
+
+    result = scale.run_load(args, workdir, loadgen, clients=32, rate=10)
+    goals.data["load"] = result
+    p = result["latency_ms"]["p99"]
+    print(f"\nload: 32 HTTP clients x 10 calls/s for {result['seconds']} s: {result['calls']} calls, "
+          f"{result['errors']} errors; latency p50 {result['latency_ms']['p50']:.2f} ms, p99 {p:.2f} ms, max {result['latency_ms']['max']:.2f} ms")
+    goals.add("32 HTTP clients x 10/s, p99", f"{p:.2f} ms", "<= 20 ms", p <= 20.0 and result["errors"] == 0)
 
 
 if __name__ == "__main__":
