@@ -282,13 +282,97 @@ pub fn real_executable(python: &Path) -> Option<PathBuf> {
     if !needs_asking(python) {
         return python.canonicalize().ok();
     }
+    if let Some(exe) = pyenv_shim_target(python) {
+        return Some(exe);
+    }
     let exe = inspect(python)?.executable;
     (exe.is_absolute() && exe.is_file()).then_some(exe)
+}
+
+/// The binary a pyenv shim runs from `/`, read from pyenv's own files
+/// instead of running the shim (pyenv takes ~90 ms to start, on every
+/// server start): `PYENV_VERSION`, else the root's `version` file. None,
+/// and the shim is asked, when anything is unusual (a `/.python-version`,
+/// `system`, a version without that command, a shim of another kind).
+fn pyenv_shim_target(shim: &Path) -> Option<PathBuf> {
+    let shims = shim.parent()?;
+    if shims.file_name()? != "shims" {
+        return None;
+    }
+    let root = shims.parent()?;
+    let name = shim.file_name()?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::open(shim).ok()?, 4096),
+        &mut text,
+    )
+    .ok()?;
+    let marker = format!("export PYENV_ROOT=\"{}\"", root.display());
+    if !text.starts_with("#!") || !text.contains(&marker) || !text.contains("libexec/pyenv") {
+        return None;
+    }
+    if Path::new("/.python-version").exists() {
+        return None;
+    }
+    let versions = match std::env::var("PYENV_VERSION") {
+        Ok(v) if !v.trim().is_empty() => v.replace(':', " "),
+        _ => std::fs::read_to_string(root.join("version")).ok()?,
+    };
+    let versions = versions
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .flat_map(str::split_whitespace);
+    for version in versions {
+        if version == "system" || version.contains('/') || version.starts_with('.') {
+            return None;
+        }
+        let candidate = root.join("versions").join(version).join("bin").join(name);
+        if candidate.is_file() {
+            let real = candidate.canonicalize().ok()?;
+            return (!needs_asking(&real) && crate::executables::is_executable(&real))
+                .then_some(real);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pyenv_shim_resolves_to_the_version_its_root_names() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let r = root.path();
+        let bin = r.join("versions/3.99.1/bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        std::fs::create_dir_all(r.join("shims")).expect("mkdir");
+        // An ELF-looking file: not a script.
+        std::fs::write(bin.join("python3"), b"\x7fELF").expect("write");
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(bin.join("python3"), mode).expect("chmod");
+        let shim = r.join("shims/python3");
+        std::fs::write(
+            &shim,
+            format!(
+                "#!/usr/bin/env bash\nexport PYENV_ROOT=\"{}\"\nexec \"{}/libexec/pyenv\" exec \"$program\" \"$@\"\n",
+                r.display(),
+                r.display()
+            ),
+        )
+        .expect("write");
+        std::fs::write(r.join("version"), "3.99.1\n").expect("write");
+        if std::env::var_os("PYENV_VERSION").is_none() {
+            assert_eq!(
+                pyenv_shim_target(&shim),
+                bin.join("python3").canonicalize().ok()
+            );
+        }
+        std::fs::write(r.join("version"), "system\n").expect("write");
+        assert_eq!(pyenv_shim_target(&shim), None, "system is left to the shim");
+        std::fs::write(r.join("version"), "../../etc\n").expect("write");
+        assert_eq!(pyenv_shim_target(&shim), None, "a path is not a version");
+    }
 
     #[test]
     fn normalize_folds_dots() {
