@@ -328,9 +328,11 @@ fn pyenv_shim_target(shim: &Path) -> Option<PathBuf> {
         }
         let candidate = root.join("versions").join(version).join("bin").join(name);
         if candidate.is_file() {
+            // The path the shim execs (what the interpreter then reports as
+            // sys.executable), once it is known to be a real binary.
             let real = candidate.canonicalize().ok()?;
             return (!needs_asking(&real) && crate::executables::is_executable(&real))
-                .then_some(real);
+                .then_some(candidate);
         }
     }
     None
@@ -363,10 +365,7 @@ mod tests {
         .expect("write");
         std::fs::write(r.join("version"), "3.99.1\n").expect("write");
         if std::env::var_os("PYENV_VERSION").is_none() {
-            assert_eq!(
-                pyenv_shim_target(&shim),
-                bin.join("python3").canonicalize().ok()
-            );
+            assert_eq!(pyenv_shim_target(&shim), Some(bin.join("python3")));
         }
         std::fs::write(r.join("version"), "system\n").expect("write");
         assert_eq!(pyenv_shim_target(&shim), None, "system is left to the shim");
