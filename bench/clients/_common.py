@@ -5,6 +5,7 @@ import json
 import math
 import statistics
 import sys
+import time
 
 FIRST, LOOP = "x = 0", "x = x + 1"
 
@@ -38,3 +39,18 @@ def report(client, args, connect_s, times_s):
         "calls": len(ms),
         "connect_ms": round(connect_s * 1000, 3),
     }), flush=True)
+
+
+async def time_calls(call, args, start):
+    """The first call (its end is the connect time, from `start`), the
+    warm-up, then the timed calls: (connect_s, [seconds per call])."""
+    await call(FIRST)
+    connect = time.perf_counter() - start
+    for _ in range(args.warmup):
+        await call(LOOP)
+    times = []
+    for _ in range(args.calls):
+        t = time.perf_counter()
+        await call(LOOP)
+        times.append(time.perf_counter() - t)
+    return connect, times

@@ -10,7 +10,7 @@ import asyncio
 import os
 import time
 
-from _common import FIRST, LOOP, fail, parse_args, report
+from _common import fail, parse_args, report, time_calls
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 
@@ -30,15 +30,7 @@ async def run(args):
     else:
         transport = StdioTransport(command=args.cmd[0], args=args.cmd[1:], env=dict(os.environ))
     async with Client(transport) as client:
-        await call(client, FIRST)
-        connect = time.perf_counter() - start
-        for _ in range(args.warmup):
-            await call(client, LOOP)
-        times = []
-        for _ in range(args.calls):
-            t = time.perf_counter()
-            await call(client, LOOP)
-            times.append(time.perf_counter() - t)
+        connect, times = await time_calls(lambda code: call(client, code), args, start)
     report("fastmcp", args, connect, times)
 
 

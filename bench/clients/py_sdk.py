@@ -9,7 +9,7 @@ import asyncio
 import os
 import time
 
-from _common import FIRST, LOOP, fail, parse_args, report
+from _common import fail, parse_args, report, time_calls
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -32,15 +32,7 @@ async def run(args):
         transport = stdio_client(params)
     async with transport as (read, write), ClientSession(read, write) as session:
         await session.initialize()
-        await call(session, FIRST)
-        connect = time.perf_counter() - start
-        for _ in range(args.warmup):
-            await call(session, LOOP)
-        times = []
-        for _ in range(args.calls):
-            t = time.perf_counter()
-            await call(session, LOOP)
-            times.append(time.perf_counter() - t)
+        connect, times = await time_calls(lambda code: call(session, code), args, start)
     report("py_sdk", args, connect, times)
 
 
