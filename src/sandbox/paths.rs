@@ -311,7 +311,8 @@ fn pyenv_shim_target(shim: &Path) -> Option<PathBuf> {
     if !text.starts_with("#!") || !text.contains(&marker) || !text.contains("libexec/pyenv") {
         return None;
     }
-    if Path::new("/.python-version").exists() {
+    // PYENV_DIR moves where pyenv looks for a .python-version.
+    if Path::new("/.python-version").exists() || std::env::var_os("PYENV_DIR").is_some() {
         return None;
     }
     let versions = match std::env::var("PYENV_VERSION") {
@@ -324,6 +325,10 @@ fn pyenv_shim_target(shim: &Path) -> Option<PathBuf> {
         .flat_map(str::split_whitespace);
     for version in versions {
         if version == "system" || version.contains('/') || version.starts_with('.') {
+            return None;
+        }
+        // A prefix ("3.12") or a decorated name pyenv would resolve itself.
+        if !root.join("versions").join(version).is_dir() {
             return None;
         }
         let candidate = root.join("versions").join(version).join("bin").join(name);
@@ -369,6 +374,12 @@ mod tests {
         }
         std::fs::write(r.join("version"), "system\n").expect("write");
         assert_eq!(pyenv_shim_target(&shim), None, "system is left to the shim");
+        std::fs::write(r.join("version"), "3.99\n3.99.1\n").expect("write");
+        assert_eq!(
+            pyenv_shim_target(&shim),
+            None,
+            "a prefix is left to the shim"
+        );
         std::fs::write(r.join("version"), "../../etc\n").expect("write");
         assert_eq!(pyenv_shim_target(&shim), None, "a path is not a version");
     }

@@ -28,16 +28,9 @@ impl SessionManager {
         let Some(sandbox) = self.spec.sandbox.clone().filter(|s| s.enabled()) else {
             return;
         };
-        // Where the kernel enforces both limits (cgroups), the watch only
-        // reports and sheds checkpoints: it can look less often.
-        let kernel_enforced = sandbox
-            .cgroups
-            .as_ref()
-            .is_some_and(|c| c.has_memory() && c.has_pids());
-        let every = Duration::from_millis(if kernel_enforced { 500 } else { 100 });
         let this = Arc::downgrade(self);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;

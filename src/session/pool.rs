@@ -46,9 +46,12 @@ impl WarmPool {
         None
     }
 
-    /// How many ready workers are pooled now.
+    /// How many ready workers are pooled now (dead ones not counted).
     pub(super) fn len(&self) -> usize {
-        self.ready().len()
+        self.ready()
+            .iter()
+            .filter(|w| w.exit_info().is_none())
+            .count()
     }
 
     pub(super) fn target(&self) -> usize {
@@ -68,6 +71,9 @@ impl WarmPool {
         let pool = self.clone();
         tokio::spawn(async move {
             let mut failed = false;
+            // Workers that die while pooled are replaced, but not forever:
+            // a run launches at most twice the pool's size.
+            let mut launches = pool.target * 2;
             loop {
                 let missing = {
                     let mut ready = pool.ready();
@@ -77,13 +83,21 @@ impl WarmPool {
                 if missing == 0 || stop() {
                     break;
                 }
+                if launches == 0 {
+                    tracing::warn!(
+                        "warm pool: its workers keep dying; not refilled until the next session starts"
+                    );
+                    failed = true;
+                    break;
+                }
+                launches -= 1;
                 // One start at a time, and only ready workers in the pool:
                 // a take never waits on a start the pool began.
                 let started = match worker::launch(&spec).await {
                     Ok(w) => match w.wait_ready(pool.start_timeout).await {
                         Ok(_) => Ok(w),
                         Err(e) => {
-                            w.kill();
+                            w.kill_in_background();
                             Err(e)
                         }
                     },
@@ -91,11 +105,15 @@ impl WarmPool {
                 };
                 match started {
                     Ok(w) => {
+                        // Checked under the lock shutdown drains with, so a
+                        // worker is never added after the drain.
+                        let mut ready = pool.ready();
                         if stop() {
-                            w.kill();
+                            drop(ready);
+                            w.kill_in_background();
                             break;
                         }
-                        pool.ready().push_back(w);
+                        ready.push_back(w);
                     }
                     Err(e) => {
                         // Whatever stops a launch here (the interpreter is
@@ -111,7 +129,7 @@ impl WarmPool {
             pool.refilling.store(false, Ordering::SeqCst);
             // A take that came while this task was finishing saw `refilling`
             // set and started nothing: look once more.
-            let short = pool.ready().len() < pool.target;
+            let short = pool.len() < pool.target;
             if short && !failed && !stop() {
                 pool.refill(spec, stop);
             }

@@ -376,6 +376,8 @@ impl Writer {
             .collect();
         let mut failed = 0usize;
         let mut first_error = None;
+        // The counts a failed attempt changed are put back before the retry.
+        let counts = self.inserts.clone();
         let whole = (|| -> Result<(), StoreError> {
             let tx = self.conn.transaction()?;
             for op in &batch {
@@ -387,6 +389,7 @@ impl Writer {
         let result = match whole {
             Ok(()) => Ok(()),
             Err(_) => (|| -> Result<(), StoreError> {
+                self.inserts = counts;
                 let mut tx = self.conn.transaction()?;
                 for op in &batch {
                     let sp = tx.savepoint()?;

@@ -540,9 +540,13 @@ impl Worker {
         self.process.kill_all(running);
     }
 
-    /// Like `kill`, on a blocking thread, for a caller that need not wait
-    /// for the tree to be gone (a reset: killing walks /proc several times).
+    /// Like `kill`, for a caller that need not wait for the tree to be gone
+    /// (a reset): the process group is killed at once, the walk of /proc
+    /// for whatever left the group runs on a blocking thread.
     pub fn kill_in_background(self: Arc<Self>) {
+        if self.lock().exit.is_none() {
+            self.signal_group(Signal::SIGKILL);
+        }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn_blocking(move || self.kill());

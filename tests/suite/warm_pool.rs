@@ -141,12 +141,20 @@ async fn without_a_pool_each_interpreter_starts_when_asked_for() {
 
 #[tokio::test]
 async fn shutdown_ends_the_pooled_interpreters() {
+    // What a server without a pool runs (the default session), to tell the
+    // pooled workers' processes apart from it.
+    let plain = StdioServer::start(&["--warm-pool", "0"]).await;
+    plain.exec("1").await.assert_ok();
+    let without_pool = descendants(plain.pid()).len();
+    plain.close_and_wait().await;
+
     let server = StdioServer::start(&["--warm-pool", "3"]).await;
+    server.exec("1").await.assert_ok();
     wait_pool_full(&server, 3).await;
     let before = descendants(server.pid());
     assert!(
-        before.len() >= 3,
-        "expected the pooled interpreters among the server's descendants: {before:?}"
+        before.len() >= without_pool + 3,
+        "expected three pooled interpreters besides the default session's {without_pool} processes: {before:?}"
     );
     server.close_and_wait().await;
     for pid in before {

@@ -23,8 +23,8 @@ use futures::StreamExt;
 const JSON_REPLY_WINDOW: Duration = Duration::from_secs(1);
 
 /// Most bytes held while looking for the reply; past this the stream is
-/// passed on (results are bounded far below it).
-const MAX_HELD_BYTES: usize = 32 << 20;
+/// passed on as the stream it is (a result with large images may be).
+const MAX_HELD_BYTES: usize = 8 << 20;
 
 pub async fn prefer_json_replies(req: Request, next: Next) -> Response {
     let post = req.method() == Method::POST;
@@ -152,6 +152,16 @@ mod tests {
         assert_eq!(
             s.feed(b"\"result\":{}}\nid: 1\n\n"),
             First::Reply(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}".to_vec())
+        );
+    }
+
+    #[test]
+    fn an_event_end_split_across_chunks_is_found() {
+        let mut s = EventScanner::default();
+        assert_eq!(s.feed(b"data: {\"id\":1,\"result\":{}}\n"), First::Pending);
+        assert_eq!(
+            s.feed(b"\n"),
+            First::Reply(b"{\"id\":1,\"result\":{}}".to_vec())
         );
     }
 
