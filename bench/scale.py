@@ -52,17 +52,22 @@ def bench_session_start(args, workdir, pool):
     return {"from_pool_ms": fresh[:pool], "pool_dry_ms": fresh[pool:], "reset_ms": resets}
 
 
-def _tree(pid):
-    """pid and its descendants."""
+def _children():
+    """{ppid: [pid, ...]} of every process now."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _tree(pid, children):
+    """pid and its descendants."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -94,17 +99,14 @@ def bench_memory_and_parallel(args, workdir):
     try:
         for i in range(SESSIONS):
             server.exec("x = 1", session=f"m{i}")
-        server_tree = set(_tree(server.proc.pid))
         own = _rollup(server.proc.pid)
         per_session = []
+        children = _children()
         # Each session's tree hangs off the server (launcher -> interpreter).
-        sessions = [p for p in server_tree if p != server.proc.pid and _parent(p) == server.proc.pid]
-        for top in sessions:
-            tree = _tree(top)
-            rss = sum(_rollup(p)[0] for p in tree)
-            pss = sum(_rollup(p)[1] for p in tree)
-            uss = sum(_rollup(p)[2] for p in tree)
-            per_session.append((rss, pss, uss, len(tree)))
+        for top in children.get(server.proc.pid, []):
+            tree = _tree(top, children)
+            rolls = [_rollup(p) for p in tree]
+            per_session.append((sum(r[0] for r in rolls), sum(r[1] for r in rolls), sum(r[2] for r in rolls), len(tree)))
         parallel = _sleep_at_once(server)
     finally:
         server.close()
@@ -119,14 +121,6 @@ def bench_memory_and_parallel(args, workdir):
         "session_processes": med(3),
         "parallel_sleep_ms": parallel,
     }
-
-
-def _parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _sleep_at_once(server):

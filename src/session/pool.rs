@@ -93,16 +93,7 @@ impl WarmPool {
                 launches -= 1;
                 // One start at a time, and only ready workers in the pool:
                 // a take never waits on a start the pool began.
-                let started = match worker::launch(&spec).await {
-                    Ok(w) => match w.wait_ready(pool.start_timeout).await {
-                        Ok(_) => Ok(w),
-                        Err(e) => {
-                            w.kill_in_background();
-                            Err(e)
-                        }
-                    },
-                    Err(e) => Err(e),
-                };
+                let started = worker::launch_ready(&spec, pool.start_timeout).await;
                 match started {
                     Ok(w) => {
                         // Checked under the lock shutdown drains with, so a

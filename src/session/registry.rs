@@ -140,24 +140,12 @@ impl SessionManager {
         let timeout = self.limits.start_timeout;
         if let Some(spec) = custom {
             // Own settings: no pooled worker can match them.
-            let fresh = worker::launch(spec).await?;
-            fresh.wait_ready(timeout).await?;
-            return Ok(fresh);
+            return worker::launch_ready(spec, timeout).await;
         }
+        // Pooled workers are ready already; one that died since is replaced.
         let worker = match self.pool.take() {
-            Some(w) => match w.wait_ready(timeout).await {
-                Ok(_) => w,
-                Err(_) => {
-                    let fresh = worker::launch(&self.spec).await?;
-                    fresh.wait_ready(timeout).await?;
-                    fresh
-                }
-            },
-            None => {
-                let fresh = worker::launch(&self.spec).await?;
-                fresh.wait_ready(timeout).await?;
-                fresh
-            }
+            Some(w) if w.wait_ready(timeout).await.is_ok() => w,
+            _ => worker::launch_ready(&self.spec, timeout).await?,
         };
         if !self.warming.load(Ordering::SeqCst) {
             self.refill_pool();

@@ -197,6 +197,22 @@ fn random_hex() -> String {
     out
 }
 
+/// Starts a worker and waits (up to `timeout`) until it is ready; one that
+/// does not get there is killed.
+pub async fn launch_ready(
+    spec: &LaunchSpec,
+    timeout: Duration,
+) -> Result<Arc<Worker>, WorkerError> {
+    let worker = launch(spec).await?;
+    match worker.wait_ready(timeout).await {
+        Ok(_) => Ok(worker),
+        Err(e) => {
+            worker.kill_in_background();
+            Err(e)
+        }
+    }
+}
+
 /// Starts a worker process.
 pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     let spawn_err = |source| WorkerError::Spawn {

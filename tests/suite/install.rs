@@ -89,14 +89,18 @@ fn install_keeps_everything_else_and_is_idempotent() {
     home.write(".claude.json", CLAUDE);
     home.write(".codex/config.toml", CODEX);
     home.write("proj/.vscode/mcp.json", VSCODE);
-    let out = home.run(&[
-        "install",
-        "--client",
-        "claude-code,codex",
-        "--",
-        "--languages",
-        "python,r",
-    ]);
+    // The same command twice: the second run must change nothing.
+    let install = || {
+        home.run(&[
+            "install",
+            "--client",
+            "claude-code,codex",
+            "--",
+            "--languages",
+            "python,r",
+        ])
+    };
+    let out = install();
     assert!(out.status.success(), "{}", said(&out));
     let project = home.run(&[
         "install",
@@ -151,14 +155,7 @@ fn install_keeps_everything_else_and_is_idempotent() {
     );
 
     let before = (home.read(".claude.json"), home.read(".codex/config.toml"));
-    let again = home.run(&[
-        "install",
-        "--client",
-        "claude-code,codex",
-        "--",
-        "--languages",
-        "python,r",
-    ]);
+    let again = install();
     assert!(again.status.success(), "{}", said(&again));
     assert_eq!(
         stdout(&again).matches("unchanged").count(),

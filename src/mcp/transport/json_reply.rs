@@ -93,7 +93,7 @@ impl EventScanner {
 
     fn feed(&mut self, chunk: &[u8]) -> First {
         self.pending.extend_from_slice(chunk);
-        while let Some(end) = find(&self.pending[self.scanned..], b"\n\n") {
+        while let Some(end) = memchr::memmem::find(&self.pending[self.scanned..], b"\n\n") {
             let end = self.scanned + end;
             self.scanned = 0;
             let event: Vec<u8> = self.pending.drain(..end + 2).collect();
@@ -131,10 +131,6 @@ fn event_data(event: &[u8]) -> Vec<u8> {
         }
     }
     data
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
