@@ -5,11 +5,14 @@ use anyhow::Context;
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::Arc;
+
 use crate::config::Config;
 use crate::config::settings::Settings;
-use crate::session::SessionManager;
+use crate::session::gate::Gate;
+use crate::tenants::{self, Tenant, TokenTable};
 use crate::worker::Language;
-use crate::{files, jobs, mcp, session, startup, state};
+use crate::{mcp, session, startup, state};
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
@@ -17,146 +20,94 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let languages = parse_languages(&cfg.languages)?;
     let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
+    let tokens = read_tokens(&cfg)?;
+    if tokens.has_tenants() && cfg.http.is_none() {
+        anyhow::bail!(
+            "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
+        );
+    }
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
-    let durable = open_store(&cfg, &settings.workdir)?;
-    let kept_in = durable
-        .store
-        .as_ref()
-        .and_then(|s| s.path().parent().map(std::path::Path::to_path_buf));
+    let kept_in = tenants::store::dir(&cfg);
     let startup::Prepared {
         python,
         sandbox,
         installer,
-    } = startup::prepare(&cfg, &settings.workdir, &state_dir, kept_in.as_deref())?;
-    let sandbox = std::sync::Arc::new(sandbox);
-    let jobs = jobs::JobManager::new(settings.job_config(&log_dir, sandbox.clone(), installer));
-    let workspace = files::Workspace::new(&settings.workdir)
-        .with_context(|| format!("workspace root {}", settings.workdir.display()))?
-        .read_only(cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
-    let spec = settings.launch_spec(Language::Python, python, &log_dir, sandbox.clone());
-    let r_spec = languages.contains(&Language::R).then(|| {
-        let r = crate::worker::r::resolve(cfg.r.as_deref());
-        if r.is_none() {
-            tracing::warn!(
-                "R sessions are enabled but no R was found: {}",
-                crate::worker::r::INSTALL_HINT
-            );
-        }
-        let r = r.unwrap_or_else(|| "R".into());
-        let mut spec = settings.launch_spec(Language::R, r, &log_dir, sandbox.clone());
-        let library = settings.workdir.join(crate::worker::r::LIBRARY);
-        spec.env
-            .push(("R_LIBS_USER".into(), library.display().to_string()));
-        spec
-    });
-    let manager = SessionManager::new(
-        spec,
-        languages.contains(&Language::Python),
-        r_spec,
-        settings.limits.clone(),
-        durable,
-    );
-    manager.warm_up();
-    manager.spawn_reaper();
-    manager.spawn_resource_watch();
+    } = startup::prepare(
+        &cfg,
+        &settings.workdir,
+        &state_dir,
+        kept_in.as_deref(),
+        tokens.has_tenants(),
+    )?;
+    let gate = Gate::new(cfg.max_sessions);
+    let base = tenants::Base {
+        tenant_disk: parse_size(cfg.tenant_disk.as_deref(), "--tenant-disk")?,
+        tenant_memory: parse_size(cfg.tenant_memory.as_deref(), "--tenant-memory")?,
+        cfg: cfg.clone(),
+        settings,
+        languages,
+        groups,
+        python,
+        sandbox,
+        installer,
+        log_dir,
+        gate,
+    };
+    let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());
+    if !instance.tokens().has_tenants() {
+        // The sole tenant starts at once: its default session warms up
+        // while the client connects.
+        instance.tenant(&Tenant::Sole)?;
+    }
 
     let shutdown = CancellationToken::new();
-    spawn_signal_watch(shutdown.clone());
+    let drain = match cfg.http {
+        Some(_) => Some(crate::units::seconds(cfg.drain_seconds, "--drain-seconds")?),
+        None => None,
+    };
+    spawn_signal_watch(instance.clone(), shutdown.clone(), drain);
     {
         // End the workers as soon as shutdown starts, so calls in flight
         // finish at once instead of holding the transport open.
-        let (manager, jobs, shutdown) = (manager.clone(), jobs.clone(), shutdown.clone());
+        let (instance, shutdown) = (instance.clone(), shutdown.clone());
         tokio::spawn(async move {
             shutdown.cancelled().await;
-            jobs.shutdown();
-            manager.shutdown().await;
+            instance.shutdown().await;
         });
     }
-    let app = mcp::server::AppParts::new(
-        manager.clone(),
-        jobs.clone(),
-        workspace,
-        groups,
-        settings.structured,
-    );
     let result = match cfg.http {
-        Some(addr) => mcp::transport::http::serve(addr, &cfg, app, shutdown.clone()).await,
-        None => serve_stdio(app, cfg.max_request_bytes, shutdown.clone()).await,
+        Some(addr) => {
+            mcp::transport::http::serve(addr, &cfg, instance.clone(), shutdown.clone()).await
+        }
+        None => {
+            let app = instance.tenant(&Tenant::Sole)?;
+            serve_stdio(&app.parts, cfg.max_request_bytes, shutdown.clone()).await
+        }
     };
-    jobs.shutdown();
-    manager.shutdown().await;
+    instance.shutdown().await;
+    drop(instance);
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
 }
 
-/// The store that keeps sessions across restarts (--state-dir, --resume).
-/// Sessions work without it: a store that cannot be used is a warning,
-/// unless the operator named its directory.
-fn open_store(cfg: &Config, workdir: &std::path::Path) -> anyhow::Result<session::Durability> {
-    use crate::store::{Opened, Store, StoreConfig};
-    let mut durable = session::Durability::off();
-    durable.max_cells = cfg.resume_max_cells.max(1);
-    durable.max_tree = cfg.state_max_cells.max(1);
-    durable.checkpoints = cfg.checkpoints;
-    durable.checkpoint_min =
-        std::time::Duration::from_secs_f64(cfg.checkpoint_min_ms.clamp(0.0, 86_400_000.0) / 1000.0);
-    durable.max_time = crate::units::seconds(cfg.resume_max_seconds, "--resume-max-seconds")?;
-    if cfg.resume == "off" {
-        return Ok(durable);
+/// The bearer tokens: --auth-token-file, else --auth-token, else none.
+fn read_tokens(cfg: &Config) -> anyhow::Result<TokenTable> {
+    if let Some(file) = &cfg.auth_token_file {
+        return TokenTable::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
     }
-    let Some(dir) = cfg.state_dir.clone().or_else(default_state_dir) else {
-        tracing::warn!(
-            "sessions are not kept across restarts: no HOME or XDG_STATE_HOME; pass --state-dir"
-        );
-        return Ok(durable);
-    };
-    let keep = crate::units::seconds(cfg.state_keep_days * 86400.0, "--state-keep-days")?;
-    let opened = Store::open(&StoreConfig {
-        dir,
-        workspace: workdir.to_path_buf(),
-        principal: "local".into(),
-        max_cells_per_session: cfg.state_max_cells.max(1),
-        keep,
-        max_sessions: cfg.max_sessions.max(1) * 4,
-        max_bytes: cfg.state_max_mb.max(1).saturating_mul(1 << 20),
-    });
-    match opened {
-        Ok(Opened::Ready(store)) => {
-            tracing::info!(
-                "sessions are kept across restarts in {}",
-                store.path().display()
-            );
-            durable.store = Some(store);
-        }
-        Ok(Opened::Locked { path, holder_pid }) => tracing::warn!(
-            "another ferrepl ({}) keeps this workspace's sessions in {}; this server's sessions are not kept across restarts",
-            holder_pid.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}")),
-            path.display()
-        ),
-        Err(e) if cfg.state_dir.is_some() => {
-            return Err(anyhow::anyhow!("--state-dir: {e}"));
-        }
-        Err(e) => tracing::warn!("sessions are not kept across restarts: {e}"),
-    }
-    Ok(durable)
+    Ok(match cfg.auth_token.as_deref().map(str::trim) {
+        Some(t) if !t.is_empty() => TokenTable::single(t),
+        _ => TokenTable::open(),
+    })
 }
 
-/// $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
-fn default_state_dir() -> Option<std::path::PathBuf> {
-    let absolute = |v: std::ffi::OsString| {
-        let p = std::path::PathBuf::from(v);
-        p.is_absolute().then_some(p)
-    };
-    std::env::var_os("XDG_STATE_HOME")
-        .and_then(absolute)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .and_then(absolute)
-                .map(|h| h.join(".local/state"))
-        })
-        .map(|d| d.join("ferrepl"))
+fn parse_size(value: Option<&str>, flag: &str) -> anyhow::Result<Option<u64>> {
+    match value {
+        Some(v) => crate::units::parse_bytes(v).with_context(|| flag.to_string()),
+        None => Ok(None),
+    }
 }
 
 /// `--languages`: each named once, at least one.
@@ -180,11 +131,11 @@ fn parse_languages(names: &[String]) -> anyhow::Result<Vec<Language>> {
 }
 
 async fn serve_stdio(
-    app: mcp::server::AppParts,
+    app: &mcp::server::AppParts,
     max_request_bytes: usize,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let server = mcp::server::FerreplServer::new(&app, session::DEFAULT_SESSION.to_string());
+    let server = mcp::server::FerreplServer::new(app, session::DEFAULT_SESSION.to_string());
     // Stdin's end cancels `shutdown`: rmcp drains in-flight calls for a while
     // after EOF, and ending the workers at once makes those calls finish
     // (crashed) and the process exit promptly.
@@ -221,18 +172,57 @@ async fn serve_stdio(
 /// How long answers to calls in flight may delay the exit after shutdown.
 const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn spawn_signal_watch(shutdown: CancellationToken) {
+/// SIGINT ends the server at once. SIGTERM too over stdio; over HTTP it
+/// drains first (`drain`: readiness off, new work refused, running cells
+/// given time to finish and be collected), and a second SIGTERM ends the
+/// drain at once. SIGHUP reloads the token file.
+fn spawn_signal_watch(
+    instance: Arc<tenants::Instance>,
+    shutdown: CancellationToken,
+    drain: Option<std::time::Duration>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
-        let (Ok(mut term), Ok(mut int)) = (
+        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
         ) else {
-            tracing::warn!("cannot watch SIGTERM/SIGINT");
+            tracing::warn!("cannot watch SIGTERM/SIGINT/SIGHUP");
             return;
         };
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => {
+                    tracing::info!("SIGINT: shutting down");
+                    shutdown.cancel();
+                    return;
+                }
+                _ = hup.recv() => match instance.reload_tokens() {
+                    Ok(done) => tracing::info!("SIGHUP: {done}"),
+                    Err(e) => tracing::error!("SIGHUP: the tokens were not reloaded: {e}"),
+                },
+            }
+        }
+        let Some(grace) = drain else {
+            tracing::info!("SIGTERM: shutting down");
+            shutdown.cancel();
+            return;
+        };
+        tracing::info!(
+            "SIGTERM: draining (up to {:.0} s; a second SIGTERM exits at once)",
+            grace.as_secs_f64()
+        );
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            left = instance.drain(grace) => {
+                if left == 0 {
+                    tracing::info!("drained: every cell finished and its result was collected");
+                } else {
+                    tracing::warn!("drain time is up: {left} cells were unfinished or uncollected");
+                }
+            }
+            _ = term.recv() => tracing::info!("second SIGTERM: shutting down at once"),
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
         shutdown.cancel();

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     let matches = <Config as clap::CommandFactory>::command()
         .version(version)
         .get_matches();
-    let mut cfg = match <Config as clap::FromArgMatches>::from_arg_matches(&matches) {
+    let cfg = match <Config as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
@@ -36,11 +36,14 @@ fn main() -> ExitCode {
         matches.value_source("auth_token") == Some(clap::parser::ValueSource::CommandLine);
     let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match cfg.log_format {
+        ferrepl::config::LogFormat::Text => logs.init(),
+        ferrepl::config::LogFormat::Json => logs.json().init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,15 +58,6 @@ fn main() -> ExitCode {
         tracing::warn!(
             "--auth-token on the command line is visible to every local process (ps, /proc); use --auth-token-file FILE or FERREPL_AUTH_TOKEN"
         );
-    }
-    if let Some(file) = &cfg.auth_token_file {
-        match std::fs::read_to_string(file) {
-            Ok(text) => cfg.auth_token = text.lines().next().map(|l| l.trim().to_string()),
-            Err(e) => {
-                tracing::error!("--auth-token-file {}: {e}", file.display());
-                return ExitCode::FAILURE;
-            }
-        }
     }
     let code = match runtime.block_on(ferrepl::app::run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,

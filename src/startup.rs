@@ -23,6 +23,7 @@ pub fn prepare(
     workdir: &Path,
     state_dir: &state::StateDir,
     kept_in: Option<&Path>,
+    tenants: bool,
 ) -> anyhow::Result<Prepared> {
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
     // What sessions can write: nothing there is trusted or run by the
@@ -71,7 +72,7 @@ pub fn prepare(
     let mut sandbox_cfg = sandbox_settings(
         cfg,
         workdir,
-        (state_dir, kept_in),
+        (state_dir, kept_in, tenants),
         (&python, &base_python),
         &venvs,
         &writable,
@@ -95,7 +96,7 @@ pub fn prepare(
 fn sandbox_settings(
     cfg: &Config,
     workdir: &Path,
-    (state_dir, kept_in): (&state::StateDir, Option<&Path>),
+    (state_dir, kept_in, tenants): (&state::StateDir, Option<&Path>, bool),
     pythons: (&Path, &Path),
     venvs: &[PathBuf],
     writable: &sandbox::paths::Writable,
@@ -113,6 +114,10 @@ fn sandbox_settings(
         && !hidden.iter().any(|h| dir.starts_with(h))
     {
         hidden.push(dir);
+    }
+    if tenants {
+        // Each tenant's session sees its own <workdir>/<tenant> only.
+        hidden.push(workdir.to_path_buf());
     }
     check_workspace(cfg, workdir, &hidden)?;
     let mut sandbox_cfg = sandbox::SandboxConfig {

@@ -46,10 +46,43 @@ pub struct Config {
     )]
     pub auth_token: Option<String>,
 
-    /// Read the bearer token from FILE (first line) instead of the command line, where every
-    /// local process can see it.
+    /// Read bearer tokens from FILE instead of the command line, where every local process can
+    /// see them: one bare token, or lines "TOKEN TENANT" giving each tenant its own sessions,
+    /// jobs and workspace (<workdir>/<tenant>). Reloaded on SIGHUP.
     #[arg(long, env = "FERREPL_AUTH_TOKEN_FILE", value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
+
+    /// Serve /healthz, /readyz and /metrics on ADDR too, without auth or Host checks (for
+    /// probes and Prometheus).
+    #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// HTTP mode: on SIGTERM, seconds running cells get to finish and their results to be
+    /// collected before the exit (a second SIGTERM exits at once).
+    #[arg(
+        long,
+        env = "FERREPL_DRAIN_SECONDS",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
+    pub drain_seconds: f64,
+
+    /// Most sessions of one tenant (default: --max-sessions, which bounds the whole instance).
+    #[arg(long, env = "FERREPL_TENANT_MAX_SESSIONS", value_name = "N")]
+    pub tenant_max_sessions: Option<usize>,
+
+    /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
+    #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]
+    pub tenant_memory: Option<String>,
+
+    /// CPU weight of each tenant against the others (1-10000, cgroup), default 100.
+    #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
+    pub tenant_cpu_weight: u64,
+
+    /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
+    /// until files are deleted (checked every few seconds).
+    #[arg(long, env = "FERREPL_TENANT_DISK", value_name = "BYTES")]
+    pub tenant_disk: Option<String>,
 
     /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
     #[arg(
@@ -403,7 +436,7 @@ pub struct Config {
     )]
     pub job_ttl: f64,
 
-    /// Most sessions that may exist at once.
+    /// Most sessions that may exist at once (over all tenants).
     #[arg(
         long,
         env = "FERREPL_MAX_SESSIONS",
@@ -493,6 +526,16 @@ pub struct Config {
         value_name = "FILTER"
     )]
     pub log_level: String,
+
+    /// Log line format on stderr: text, or json for log collectors.
+    #[arg(long, env = "FERREPL_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 pub use crate::sandbox::Network;

@@ -128,6 +128,7 @@ impl Settings {
             drain_grace: Duration::from_millis(500),
             sandbox: Some(sandbox),
             installer: Arc::new(installer),
+            gate: None,
         }
     }
 }

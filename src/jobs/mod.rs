@@ -42,6 +42,8 @@ pub struct JobConfig {
     pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
     /// How package installers run (python_install).
     pub installer: Arc<crate::installer::InstallerSettings>,
+    /// Draining and the workspace quota (none: always admitted).
+    pub gate: Option<Arc<crate::session::gate::TenantGate>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,8 @@ pub enum JobError {
     Write { job: String, error: String },
     #[error("unknown signal '{0}'; use a name such as TERM, KILL, INT, HUP or a number")]
     BadSignal(String),
+    #[error(transparent)]
+    Refused(#[from] crate::session::gate::Refusal),
 }
 
 pub fn parse_signal(s: &str) -> Result<Signal, JobError> {
@@ -152,6 +156,9 @@ impl JobManager {
     }
 
     pub fn start(&self, spec: JobSpec) -> Result<Arc<Job>, JobError> {
+        if let Some(gate) = &self.cfg.gate {
+            gate.admit_work()?;
+        }
         self.prune();
         let running = self
             .jobs()

@@ -14,6 +14,26 @@ use std::path::{Path, PathBuf};
 pub struct CgroupRoot {
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
+    /// The cpu hierarchy's directory: where tenant groups get their weight.
+    cpu: Option<PathBuf>,
+    /// A tenant's groups: every session gets a memory group under it (so
+    /// the tenant's budget counts it) and joins its cpu group.
+    tenant: bool,
+}
+
+/// A tenant's groups (memory budget, CPU weight; session groups nest
+/// inside). Dropping it removes them once their sessions are gone.
+#[derive(Debug)]
+pub struct TenantCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for TenantCgroup {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            empty_and_remove(dir);
+        }
+    }
 }
 
 /// One session's (or job's) groups. Dropping it kills whatever is still in
@@ -22,6 +42,8 @@ pub struct CgroupRoot {
 pub struct Cgroup {
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
+    /// The tenant's cpu group, joined but not owned.
+    cpu: Option<PathBuf>,
     memory_limit: Option<u64>,
     max_tasks: u64,
 }
@@ -78,6 +100,8 @@ impl CgroupRoot {
         let root = Self {
             memory: dir_of("memory"),
             pids: dir_of("pids"),
+            cpu: dir_of("cpu"),
+            tenant: false,
         };
         if root.memory.is_none() && root.pids.is_none() {
             return None;
@@ -129,6 +153,7 @@ impl CgroupRoot {
                     ("memory.memsw.limit_in_bytes", limit.to_string()),
                 ],
             ),
+            None if self.tenant => make(&self.memory, &[]),
             None => None,
         };
         let tasks = task_ceiling(max_processes);
@@ -136,14 +161,64 @@ impl CgroupRoot {
         Cgroup {
             memory,
             pids,
+            cpu: self.cpu.clone().filter(|_| self.tenant),
             memory_limit,
             max_tasks: tasks,
         }
     }
 
+    /// Groups for tenant `name` under ours, with its memory budget (memory
+    /// and swap of all its sessions and jobs together) and CPU weight
+    /// (1-10000, 100 the default share): the root its sessions' groups go in.
+    pub fn tenant(
+        &self,
+        name: &str,
+        memory: Option<u64>,
+        cpu_weight: u64,
+    ) -> (CgroupRoot, TenantCgroup) {
+        let dir_name = format!("{PREFIX}{}-tenant-{name}", own_identity());
+        let mut made = Vec::new();
+        let mut make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| {
+            let dir = parent.as_ref()?.join(&dir_name);
+            if dir.exists() {
+                empty_and_remove(&dir);
+            }
+            if let Err(e) = std::fs::create_dir(&dir) {
+                tracing::warn!("cannot create cgroup {}: {e}", dir.display());
+                return None;
+            }
+            made.push(dir.clone());
+            for (file, value) in limits {
+                if let Err(e) = std::fs::write(dir.join(file), value)
+                    && !file.contains("memsw")
+                {
+                    tracing::warn!("cannot set {file} of {}: {e}", dir.display());
+                }
+            }
+            Some(dir)
+        };
+        let memory_limits: Vec<(&str, String)> = memory
+            .map(|m| {
+                vec![
+                    ("memory.limit_in_bytes", m.to_string()),
+                    ("memory.memsw.limit_in_bytes", m.to_string()),
+                ]
+            })
+            .unwrap_or_default();
+        // cgroup v1 shares: 1024 is the default weight of 100.
+        let shares = (cpu_weight.clamp(1, 10_000) * 1024 / 100).max(2);
+        let root = CgroupRoot {
+            memory: make(&self.memory, &memory_limits),
+            pids: make(&self.pids, &[]),
+            cpu: make(&self.cpu, &[("cpu.shares", shares.to_string())]),
+            tenant: true,
+        };
+        (root, TenantCgroup { dirs: made })
+    }
+
     /// Groups left by a ferrepl that died without cleaning up.
     fn remove_stale(&self) {
-        for parent in [&self.memory, &self.pids].into_iter().flatten() {
+        for parent in [&self.memory, &self.pids, &self.cpu].into_iter().flatten() {
             let Ok(entries) = std::fs::read_dir(parent) else {
                 continue;
             };
@@ -193,6 +268,7 @@ impl Cgroup {
     /// The `cgroup.procs` files the launcher writes itself into.
     pub fn procs_files(&self) -> Vec<String> {
         self.dirs()
+            .chain(&self.cpu)
             .map(|d| d.join("cgroup.procs").display().to_string())
             .collect()
     }
@@ -287,6 +363,14 @@ fn kill_members(dir: &Path) {
 }
 
 fn empty_and_remove(dir: &Path) {
+    // A tenant's group holds its sessions' groups: those go first.
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for child in children.filter_map(Result::ok) {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                empty_and_remove(&child.path());
+            }
+        }
+    }
     kill_members(dir);
     // A killed process leaves the group only once it is reaped; its parent
     // (our launcher or the server) may take a moment.

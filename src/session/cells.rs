@@ -275,6 +275,7 @@ impl SessionManager {
         parent: Option<u64>,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
+        self.gate.admit_work()?;
         let sess = self.get_or_create(name, lang)?;
         if let Some(target) = parent {
             self.branch_to(&sess, target).await?;

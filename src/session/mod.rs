@@ -10,6 +10,7 @@ mod checkpoints;
 mod control;
 mod durable;
 mod export;
+pub mod gate;
 mod limits;
 mod pool;
 mod rebuild;
@@ -171,6 +172,8 @@ pub enum SessionError {
     },
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error(transparent)]
+    Refused(#[from] gate::Refusal),
 }
 
 struct SessionState {
@@ -330,6 +333,8 @@ pub struct SessionManager {
     warming: AtomicBool,
     shutting_down: AtomicBool,
     started: Instant,
+    /// Draining, the instance's session budget, the workspace quota.
+    gate: Arc<gate::TenantGate>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -347,6 +352,7 @@ impl SessionManager {
         r_spec: Option<LaunchSpec>,
         limits: Limits,
         durable: Durability,
+        gate: Arc<gate::TenantGate>,
     ) -> Arc<Self> {
         let pool = Arc::new(pool::WarmPool::new(limits.warm_pool, limits.start_timeout));
         let manager = Self {
@@ -360,9 +366,12 @@ impl SessionManager {
             warming: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
+            gate,
         };
         manager.load_stored();
-        Arc::new(manager)
+        let manager = Arc::new(manager);
+        manager.gate.instance.register(&manager);
+        manager
     }
 
     fn sessions(&self) -> MutexGuard<'_, BTreeMap<String, Arc<Session>>> {

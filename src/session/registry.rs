@@ -77,22 +77,50 @@ impl SessionManager {
         if !valid_name(name) {
             return Err(SessionError::BadName(name.to_string()));
         }
-        let mut map = self.sessions();
-        if let Some(s) = map.get(name) {
+        if let Some(s) = self.sessions().get(name) {
             s.lock().last_used = Instant::now();
             return Ok(s.clone());
         }
-        if map.len() >= self.limits.max_sessions {
-            return Err(SessionError::TooMany {
-                name: name.to_string(),
-                limit: self.limits.max_sessions,
-            });
+        // Counted over every tenant of the instance, then over this one.
+        let added = self.gate.instance.admit_session(name, || {
+            let mut map = self.sessions();
+            if let Some(s) = map.get(name) {
+                return Ok((s.clone(), false));
+            }
+            if map.len() >= self.limits.max_sessions {
+                return Err(SessionError::TooMany {
+                    name: name.to_string(),
+                    limit: self.limits.max_sessions,
+                });
+            }
+            let sess = Arc::new(Session::new(name, lang, spec, options));
+            map.insert(name.to_string(), sess.clone());
+            Ok((sess, true))
+        });
+        let (sess, new) = added??;
+        if new {
+            self.persist_session(&sess);
         }
-        let sess = Arc::new(Session::new(name, lang, spec, options));
-        map.insert(name.to_string(), sess.clone());
-        drop(map);
-        self.persist_session(&sess);
         Ok(sess)
+    }
+
+    /// Cells still running and results no call has collected yet: what a
+    /// drain waits for.
+    pub fn unfinished(&self) -> usize {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        sessions
+            .iter()
+            .filter(|sess| {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                st.running.is_some() || st.completed.is_some()
+            })
+            .count()
+    }
+
+    /// Sessions of this tenant, dormant ones included.
+    pub fn session_count(&self) -> usize {
+        self.sessions().len()
     }
 
     pub(super) fn existing(&self, name: &str) -> Result<Arc<Session>, SessionError> {

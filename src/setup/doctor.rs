@@ -325,14 +325,14 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
         items.push(item("venv", Warn, note));
         cfg.venv = None;
     }
-    match crate::startup::prepare(&cfg, dir, state, None) {
+    match crate::startup::prepare(&cfg, dir, state, None, false) {
         Ok(prepared) => Some(prepared),
         Err(e) => {
             let why = format!("the server would refuse to start: {e:#}");
             items.push(item("sandbox", Missing, why));
             // With --sandbox-require, probed again without it to say what is missing.
             let retry = std::mem::replace(&mut cfg.sandbox_require, false);
-            retry.then(|| crate::startup::prepare(&cfg, dir, state, None).ok())?
+            retry.then(|| crate::startup::prepare(&cfg, dir, state, None, false).ok())?
         }
     }
 }

@@ -46,6 +46,7 @@ mod stdio_exec;
 mod stdio_protocol;
 mod stdio_sessions;
 mod surface_args;
+mod tenants;
 mod tool_surface;
 mod warm_pool;
 mod workspace;

@@ -1,16 +1,22 @@
-//! Streamable HTTP transport at /mcp: loopback by default, Host and Origin
-//! validated, optional bearer token, TCP_NODELAY on every connection.
+//! Streamable HTTP transport: loopback by default, Host and Origin
+//! validated, bearer tokens deciding the tenant, TCP_NODELAY on every
+//! connection. `/mcp` serves the token's tenant, `/t/<tenant>/mcp` the same
+//! when the path names it (a router hashes on the path); `/healthz`,
+//! `/readyz` and `/metrics` follow the same rules here, and are served
+//! without them on `--metrics-addr`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
 use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
@@ -18,18 +24,37 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use super::probes;
 use crate::config::{Config, DefaultSession};
 use crate::mcp::server::FerreplServer;
 use crate::session::DEFAULT_SESSION;
+use crate::tenants::{Instance, Tenant};
+
+type McpService = StreamableHttpService<FerreplServer, LocalSessionManager>;
+
+/// A tenant's MCP endpoint and its transport sessions (a tenant's
+/// `Mcp-Session-Id` means nothing to another tenant's endpoint).
+#[derive(Clone)]
+struct Endpoint {
+    service: McpService,
+    sessions: Arc<LocalSessionManager>,
+}
+
+pub(super) struct HttpState {
+    pub(super) instance: Arc<Instance>,
+    endpoints: Mutex<HashMap<Tenant, Endpoint>>,
+    config: StreamableHttpServerConfig,
+    per_client: bool,
+    pub(super) origin_rules: probes::OriginRules,
+}
 
 pub async fn serve(
     addr: SocketAddr,
     cfg: &Config,
-    app: crate::mcp::server::AppParts,
+    instance: Arc<Instance>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let token = cfg.auth_token.clone().filter(|t| !t.is_empty());
-    if !addr.ip().is_loopback() && token.is_none() {
+    if !addr.ip().is_loopback() && !instance.needs_token() {
         anyhow::bail!(
             "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token-file FILE (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
         );
@@ -38,38 +63,58 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
+    let metrics_listener = match cfg.metrics_addr {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("--metrics-addr: cannot listen on {a}"))?,
+        ),
+        None => None,
+    };
 
-    let config = transport_config(cfg, &shutdown);
-    let transport_sessions = Arc::new(LocalSessionManager::default());
-    let per_client = cfg.default_session == DefaultSession::PerClient;
-    let clients = AtomicU64::new(0);
-    let service = StreamableHttpService::new(
-        move || {
-            // Sessions belong to whoever holds the token, not to the
-            // connection: a client that reconnects finds its sessions. With
-            // per-client, each connection's omitted `session` is its own.
-            let default = if per_client {
-                let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
-                format!("{DEFAULT_SESSION}-{n}")
-            } else {
-                DEFAULT_SESSION.to_string()
-            };
-            Ok(FerreplServer::new(&app, default))
-        },
-        transport_sessions.clone(),
+    let origin_rules = probes::OriginRules::new(cfg);
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(origin_rules.hosts.clone())
+        .with_allowed_origins(origin_rules.origins.clone())
+        .with_max_request_body_bytes(cfg.max_request_bytes)
+        .with_cancellation_token(shutdown.child_token());
+    let state = Arc::new(HttpState {
+        instance: instance.clone(),
+        endpoints: Mutex::new(HashMap::new()),
         config,
-    );
+        per_client: cfg.default_session == DefaultSession::PerClient,
+        origin_rules,
+    });
     let router = Router::new()
-        .nest_service("/mcp", service)
+        .route("/mcp", any(mcp_of_token))
+        .route("/t/{tenant}/mcp", any(mcp_of_path))
+        .route("/healthz", get(probes::healthz))
+        .route("/readyz", get(probes::readyz))
+        .route("/metrics", get(probes::metrics))
         .layer(middleware::from_fn(super::json_reply::prefer_json_replies))
         .layer(middleware::from_fn_with_state(
-            transport_sessions,
-            session_delete_answers_no_content,
+            state.clone(),
+            probes::check_host_and_origin,
         ))
-        .layer(middleware::from_fn_with_state(
-            token.map(Arc::new),
-            require_token,
-        ));
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state.clone());
+
+    if let Some(listener) = metrics_listener {
+        let open = probes::open_router(state.clone());
+        tracing::info!(
+            "health and metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, open)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+            if let Err(e) = served {
+                tracing::error!("--metrics-addr listener failed: {e}");
+            }
+        });
+    }
 
     tracing::info!("listening on http://{local}/mcp");
     let server = axum::serve(
@@ -92,48 +137,67 @@ pub async fn serve(
     }
 }
 
-/// Loopback names for Host and Origin plus the operator's additions, the
-/// request size limit, and shutdown.
-fn transport_config(cfg: &Config, shutdown: &CancellationToken) -> StreamableHttpServerConfig {
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
-        .map(String::from)
-        .to_vec();
-    hosts.extend(cfg.allow_hosts.iter().cloned());
-    let mut origins: Vec<String> = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
-        .map(String::from)
-        .to_vec();
-    origins.extend(cfg.allow_origins.iter().cloned());
-    StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .with_max_request_body_bytes(cfg.max_request_bytes)
-        .with_cancellation_token(shutdown.child_token())
-}
-
 /// How long open HTTP connections (SSE streams) may delay the exit.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
-async fn require_token(
-    State(token): State<Option<Arc<String>>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = token else {
-        return next.run(req).await;
+impl HttpState {
+    /// The tenant's endpoint, made (and the tenant started) on first use.
+    fn endpoint(&self, tenant: &Tenant) -> Result<Endpoint, String> {
+        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = endpoints.get(tenant) {
+            return Ok(e.clone());
+        }
+        let app = self.instance.tenant(tenant).map_err(|e| format!("{e:#}"))?;
+        let sessions = Arc::new(LocalSessionManager::default());
+        let per_client = self.per_client;
+        let clients = AtomicU64::new(0);
+        let service = StreamableHttpService::new(
+            move || {
+                // Sessions belong to the tenant, not to the connection: a
+                // client that reconnects finds its sessions. With
+                // per-client, each connection's omitted `session` is its own.
+                let default = if per_client {
+                    let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
+                    format!("{DEFAULT_SESSION}-{n}")
+                } else {
+                    DEFAULT_SESSION.to_string()
+                };
+                Ok(FerreplServer::new(&app.parts, default))
+            },
+            sessions.clone(),
+            self.config.clone(),
+        );
+        let endpoint = Endpoint { service, sessions };
+        endpoints.insert(tenant.clone(), endpoint.clone());
+        Ok(endpoint)
+    }
+}
+
+async fn mcp_of_token(State(state): State<Arc<HttpState>>, req: Request) -> Response {
+    let Some(tenant) = req.extensions().get::<Tenant>().cloned() else {
+        return text(StatusCode::UNAUTHORIZED, "no tenant for this request\n");
     };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => next.run(req).await,
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token ferrepl was started with (--auth-token)\n",
-        )
-            .into_response(),
+    serve_mcp(&state, &tenant, req).await
+}
+
+async fn mcp_of_path(
+    State(state): State<Arc<HttpState>>,
+    Path(named): Path<String>,
+    req: Request,
+) -> Response {
+    let Some(tenant) = req.extensions().get::<Tenant>().cloned() else {
+        return text(StatusCode::UNAUTHORIZED, "no tenant for this request\n");
+    };
+    match &tenant {
+        Tenant::Named(n) if *n == named => serve_mcp(&state, &tenant, req).await,
+        Tenant::Named(n) => text(
+            StatusCode::FORBIDDEN,
+            &format!("this token belongs to tenant '{n}', not '{named}'; use /t/{n}/mcp or /mcp\n"),
+        ),
+        Tenant::Sole => text(
+            StatusCode::NOT_FOUND,
+            "this server has no tenants (its tokens name none); use /mcp\n",
+        ),
     }
 }
 
@@ -141,11 +205,19 @@ async fn require_token(
 /// was) gets 404, as the protocol says, so a client knows to start over;
 /// rmcp would accept it. A successful DELETE gets 204: rmcp answers 202, which
 /// clients (the official Python SDK among them) log as a failed termination.
-async fn session_delete_answers_no_content(
-    State(sessions): State<Arc<LocalSessionManager>>,
-    req: Request,
-    next: Next,
-) -> Response {
+async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response {
+    let endpoint = match state.endpoint(tenant) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(tenant = tenant.name(), "cannot start the tenant: {e}");
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "cannot start this tenant's sessions: {e}; retry later or tell the operator\n"
+                ),
+            );
+        }
+    };
     let is_delete = req.method() == axum::http::Method::DELETE;
     if is_delete
         && let Some(id) = req
@@ -153,19 +225,19 @@ async fn session_delete_answers_no_content(
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
     {
-        let known = sessions
+        let known = endpoint
+            .sessions
             .has_session(&SessionId::from(id.to_string()))
             .await
             .unwrap_or(false);
         if !known {
-            return (
+            return text(
                 StatusCode::NOT_FOUND,
                 "no such MCP session (it ended or never existed); initialize a new one\n",
-            )
-                .into_response();
+            );
         }
     }
-    let mut response = next.run(req).await;
+    let mut response = endpoint.service.handle(req).await.into_response();
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
         *response.body_mut() = axum::body::Body::empty();
@@ -173,9 +245,42 @@ async fn session_delete_answers_no_content(
     response
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Finds the request's tenant from its bearer token (every request of a
+/// server with tokens must have one) and hands it on.
+async fn require_token(
+    State(state): State<Arc<HttpState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let tokens = state.instance.tokens();
+    if tokens.is_empty() {
+        req.extensions_mut().insert(Tenant::Sole);
+        return next.run(req).await;
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given.and_then(|g| tokens.tenant_of(g.as_bytes())) {
+        Some(tenant) => {
+            req.extensions_mut().insert(tenant.clone());
+            next.run(req).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>' with a token the server was given (--auth-token-file)\n",
+        )
+            .into_response(),
+    }
+}
+
+pub(super) fn text(status: StatusCode, body: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
 }

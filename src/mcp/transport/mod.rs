@@ -3,4 +3,5 @@
 
 pub mod http;
 mod json_reply;
+mod probes;
 pub mod stdio;

@@ -78,12 +78,13 @@ impl HttpServer {
         }
     }
 
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
     pub fn stderr_log(&self) -> String {
         self.stderr.text()
+    }
+
+    /// Waits (bounded) until the server has logged `needle`.
+    pub async fn wait_log(&self, needle: &str, timeout: std::time::Duration) -> bool {
+        self.stderr.wait_contains(needle, timeout).await
     }
 
     /// Connect an rmcp streamable-HTTP client with `handler`, optionally
@@ -93,7 +94,19 @@ impl HttpServer {
         handler: H,
         token: Option<&str>,
     ) -> anyhow::Result<Client<H>> {
-        let mut config = StreamableHttpClientTransportConfig::with_uri(self.url());
+        self.try_connect_at("/mcp", handler, token).await
+    }
+
+    /// Like `try_connect_with`, to the MCP endpoint at `path` (e.g. a
+    /// tenant's `/t/<tenant>/mcp`).
+    pub async fn try_connect_at<H: ClientHandler>(
+        &self,
+        path: &str,
+        handler: H,
+        token: Option<&str>,
+    ) -> anyhow::Result<Client<H>> {
+        let url = format!("http://127.0.0.1:{}{path}", self.port);
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url);
         if let Some(token) = token {
             config = config.auth_header(token);
         }

@@ -1,0 +1,177 @@
+//! One tenant's components (sessions, jobs, files, store, cgroups), built
+//! from what start-up decided once for the instance.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::tokens::Tenant;
+use crate::config::Config;
+use crate::config::settings::Settings;
+use crate::installer::InstallerSettings;
+use crate::jobs::JobManager;
+use crate::mcp::groups::ToolGroups;
+use crate::mcp::server::AppParts;
+use crate::sandbox::SandboxConfig;
+use crate::session::SessionManager;
+use crate::session::gate::{Gate, TenantGate, WorkspaceQuota};
+use crate::worker::Language;
+use crate::{files, worker};
+
+/// What every tenant is built from.
+pub struct Base {
+    pub cfg: Config,
+    pub settings: Settings,
+    pub languages: Vec<Language>,
+    pub groups: ToolGroups,
+    pub python: PathBuf,
+    pub sandbox: SandboxConfig,
+    pub installer: InstallerSettings,
+    pub log_dir: PathBuf,
+    pub gate: Arc<Gate>,
+    /// Each tenant's workspace quota (--tenant-disk) and memory budget
+    /// (--tenant-memory).
+    pub tenant_disk: Option<u64>,
+    pub tenant_memory: Option<u64>,
+}
+
+/// One tenant's running parts.
+pub struct TenantApp {
+    pub tenant: Tenant,
+    pub parts: AppParts,
+    pub manager: Arc<SessionManager>,
+    pub jobs: Arc<JobManager>,
+    /// Removed once the sessions are gone (the fields drop in order).
+    _cgroup: Option<crate::sandbox::cgroup::TenantCgroup>,
+}
+
+impl Base {
+    /// The workspace of `tenant`: the workspace itself for the sole tenant,
+    /// `<workdir>/<tenant>` for a named one (created, never a symbolic link).
+    fn workspace_of(&self, tenant: &Tenant) -> anyhow::Result<PathBuf> {
+        let root = &self.settings.workdir;
+        let Tenant::Named(name) = tenant else {
+            return Ok(root.clone());
+        };
+        let dir = root.join(name);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => anyhow::bail!(
+                "{} exists and is not a directory; remove it so tenant '{name}' gets its workspace",
+                dir.display()
+            ),
+            Err(_) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Builds and starts a tenant's parts (its default sessions warm up
+    /// in the background).
+    pub fn build(&self, tenant: &Tenant) -> anyhow::Result<TenantApp> {
+        let workdir = self.workspace_of(tenant)?;
+        let mut settings = self.settings.clone();
+        settings.workdir = workdir.clone();
+        let mut sandbox = self.sandbox.clone();
+        sandbox.workspace = workdir.clone();
+        let mut cgroup = None;
+        if let (Tenant::Named(name), Some(root)) = (tenant, &self.sandbox.cgroups) {
+            let (tenant_root, group) =
+                root.tenant(name, self.tenant_memory, self.cfg.tenant_cpu_weight);
+            sandbox.cgroups = Some(tenant_root);
+            cgroup = Some(group);
+        }
+        if let Tenant::Named(_) = tenant {
+            settings.limits.max_sessions = self
+                .cfg
+                .tenant_max_sessions
+                .unwrap_or(self.cfg.max_sessions)
+                .max(1);
+        }
+        let sandbox = Arc::new(sandbox);
+        let quota = match (tenant, self.tenant_disk) {
+            (Tenant::Named(_), Some(limit)) => Some(WorkspaceQuota::watch(workdir.clone(), limit)),
+            _ => None,
+        };
+        let gate = TenantGate::new(self.gate.clone(), quota);
+        let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
+
+        let mut job_config =
+            settings.job_config(&self.log_dir, sandbox.clone(), self.installer.clone());
+        job_config.gate = Some(gate.clone());
+        let jobs = JobManager::new(job_config);
+        let workspace = files::Workspace::new(&workdir)
+            .with_context(|| format!("workspace root {}", workdir.display()))?
+            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
+        let spec = settings.launch_spec(
+            Language::Python,
+            self.python.clone(),
+            &self.log_dir,
+            sandbox.clone(),
+        );
+        let r_spec = self
+            .languages
+            .contains(&Language::R)
+            .then(|| self.r_spec(&settings, &workdir, sandbox.clone()));
+        let manager = SessionManager::new(
+            spec,
+            self.languages.contains(&Language::Python),
+            r_spec,
+            settings.limits.clone(),
+            durable,
+            gate,
+        );
+        manager.warm_up();
+        manager.spawn_reaper();
+        manager.spawn_resource_watch();
+        let parts = AppParts::new(
+            manager.clone(),
+            jobs.clone(),
+            workspace,
+            self.groups.clone(),
+            settings.structured,
+        );
+        Ok(TenantApp {
+            tenant: tenant.clone(),
+            parts,
+            manager,
+            jobs,
+            _cgroup: cgroup,
+        })
+    }
+
+    fn r_spec(
+        &self,
+        settings: &Settings,
+        workdir: &Path,
+        sandbox: Arc<SandboxConfig>,
+    ) -> worker::LaunchSpec {
+        let r = worker::r::resolve(self.cfg.r.as_deref());
+        if r.is_none() {
+            tracing::warn!(
+                "R sessions are enabled but no R was found: {}",
+                worker::r::INSTALL_HINT
+            );
+        }
+        let r = r.unwrap_or_else(|| "R".into());
+        let mut spec = settings.launch_spec(Language::R, r, &self.log_dir, sandbox);
+        let library = workdir.join(worker::r::LIBRARY);
+        spec.env
+            .push(("R_LIBS_USER".into(), library.display().to_string()));
+        spec
+    }
+}
+
+impl TenantApp {
+    /// Ends its jobs and workers and flushes its store.
+    pub async fn shutdown(&self) {
+        self.jobs.shutdown();
+        self.manager.shutdown().await;
+    }
+}

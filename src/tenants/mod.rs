@@ -1,0 +1,138 @@
+//! Tenants: who a request belongs to (its bearer token decides), and each
+//! tenant's own sessions, jobs, workspace (`<workdir>/<tenant>`), store and
+//! limits, built on its first request. A server without tenant tokens has
+//! one, the sole tenant, which is the workspace itself.
+
+pub mod build;
+pub mod store;
+pub mod tokens;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+pub use build::{Base, TenantApp};
+pub use tokens::{Tenant, TokenTable};
+
+/// The tenants of one server process.
+pub struct Instance {
+    base: Base,
+    tokens: RwLock<Arc<TokenTable>>,
+    /// Where the tokens came from (reloaded on SIGHUP).
+    token_file: Option<PathBuf>,
+    live: Mutex<HashMap<Tenant, Arc<TenantApp>>>,
+    started: Instant,
+}
+
+impl Instance {
+    pub fn new(base: Base, tokens: TokenTable, token_file: Option<PathBuf>) -> Arc<Self> {
+        Arc::new(Self {
+            base,
+            tokens: RwLock::new(Arc::new(tokens)),
+            token_file,
+            live: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        })
+    }
+
+    pub fn tokens(&self) -> Arc<TokenTable> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether requests must present a token.
+    pub fn needs_token(&self) -> bool {
+        !self.tokens().is_empty()
+    }
+
+    /// Re-reads the token file. A file that cannot be read or parsed, or
+    /// that would switch between one tenant and named tenants, leaves the
+    /// tokens as they were. Tenants whose tokens are gone keep their
+    /// sessions until they expire, unreachable.
+    pub fn reload_tokens(&self) -> Result<String, String> {
+        let Some(path) = &self.token_file else {
+            return Err("no --auth-token-file to reload".into());
+        };
+        let table = TokenTable::read(path)?;
+        let current = self.tokens();
+        if table.has_tenants() != current.has_tenants() {
+            return Err(
+                "the file switches between one tenant and named tenants; restart ferrepl for that"
+                    .into(),
+            );
+        }
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        Ok(format!("tokens reloaded from {}", path.display()))
+    }
+
+    pub fn base(&self) -> &Base {
+        &self.base
+    }
+
+    /// The parts of `tenant`, built on first use.
+    pub fn tenant(&self, tenant: &Tenant) -> anyhow::Result<Arc<TenantApp>> {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(app) = live.get(tenant) {
+            return Ok(app.clone());
+        }
+        let app = Arc::new(self.base.build(tenant)?);
+        tracing::info!(tenant = tenant.name(), "tenant started");
+        live.insert(tenant.clone(), app.clone());
+        Ok(app)
+    }
+
+    /// Every tenant built so far.
+    pub fn live(&self) -> Vec<Arc<TenantApp>> {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        let mut apps: Vec<Arc<TenantApp>> = live.values().cloned().collect();
+        apps.sort_by(|a, b| a.tenant.name().cmp(b.tenant.name()));
+        apps
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.base.gate.is_draining()
+    }
+
+    /// Ready for new work: not draining, and a worker could start (the
+    /// interpreter is still there).
+    pub fn is_ready(&self) -> Result<(), String> {
+        if self.is_draining() {
+            return Err("draining".into());
+        }
+        if !crate::executables::is_executable(&self.base.python) {
+            return Err(format!(
+                "the interpreter {} is gone",
+                self.base.python.display()
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Refuses new sessions, cells and jobs, then waits up to `grace` for
+    /// running cells to finish and their results to be collected.
+    /// Returns what was still unfinished.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        self.base.gate.start_draining();
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let unfinished: usize = self.live().iter().map(|t| t.manager.unfinished()).sum();
+            if unfinished == 0 || tokio::time::Instant::now() >= deadline {
+                return unfinished;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Ends every tenant's jobs and workers and flushes their stores.
+    pub async fn shutdown(&self) {
+        let apps = self.live();
+        futures::future::join_all(apps.iter().map(|a| a.shutdown())).await;
+    }
+}

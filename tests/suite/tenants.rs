@@ -1,0 +1,497 @@
+//! Serving many agents from one HTTP instance: tokens naming tenants, each
+//! tenant's sessions, workspace and transport sessions invisible to the
+//! others; the token file reloaded on SIGHUP; health, readiness and
+//! metrics; the instance's session budget; draining on SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::{
+    Client, HttpServer, Launch, ToolOutput, call, free_port, path_str, py_path, raw_http,
+};
+
+const ALPHA: &str = "alpha-token-0123456789abcdef";
+const BETA: &str = "beta-token-0123456789abcdef0";
+const GAMMA: &str = "gamma-token-0123456789abcdef";
+
+fn tokens_file(dir: &Path, lines: &str) -> PathBuf {
+    let path = dir.join("tokens");
+    std::fs::write(&path, lines).expect("write the tokens file");
+    path
+}
+
+async fn start(tokens: &Path, extra: &[&str]) -> HttpServer {
+    let mut args = vec!["--auth-token-file", path_str(tokens), "--warm-pool", "0"];
+    args.extend_from_slice(extra);
+    HttpServer::start(&args, &[]).await
+}
+
+async fn connect(server: &HttpServer, path: &str, token: &str) -> Client {
+    match server.try_connect_at(path, (), Some(token)).await {
+        Ok(c) => c,
+        Err(e) => panic!("connect {path}: {e:#}\nstderr:\n{}", server.stderr_log()),
+    }
+}
+
+async fn exec(client: &Client, code: &str) -> ToolOutput {
+    call(client.peer(), "python_exec", json!({ "code": code })).await
+}
+
+/// GET `path` with `headers`; the status and the whole body.
+async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let mut request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut response))
+        .await
+        .expect("the response within 30 s")
+        .expect("read");
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(
+        dir.path(),
+        &format!("# two teams\n{ALPHA} alpha\n{BETA} beta\n"),
+    );
+    let mut server = start(&tokens, &[]).await;
+    let root = server.workdir.path().canonicalize().unwrap();
+
+    let alpha = connect(&server, "/t/alpha/mcp", ALPHA).await;
+    let out = exec(
+        &alpha,
+        "import os\nsecret = 'alpha-only'\nopen('mine.txt', 'w').write('alpha data')\nos.getcwd()",
+    )
+    .await;
+    assert!(!out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains(&format!("{}/alpha", root.display())),
+        "alpha works in <workdir>/alpha: {}",
+        out.text
+    );
+
+    // Beta, on the plain /mcp path (its token decides), shares a session
+    // name with alpha but not the session.
+    let beta = connect(&server, "/mcp", BETA).await;
+    let out = exec(&beta, "secret").await;
+    assert!(out.is_error && out.text.contains("NameError"), "{out:#?}");
+    let alpha_file = root.join("alpha/mine.txt");
+    let probe = format!(
+        "import os\nfor p in [{}, {}]:\n    try:\n        print(p, 'READ', open(p).read() if os.path.isfile(p) else os.listdir(p))\n    except Exception as e:\n        print(p, 'DENIED', type(e).__name__)\nprint(sorted(os.listdir('.')))",
+        py_path(&alpha_file),
+        py_path(&root),
+    );
+    let out = exec(&beta, &probe).await;
+    assert!(!out.is_error, "{out:#?}");
+    assert!(
+        !out.text.contains("alpha data") && !out.text.contains("'alpha'"),
+        "beta must neither read alpha's files nor list the tenants: {}",
+        out.text
+    );
+    let listed = call(beta.peer(), "python_sessions", json!({ "action": "list" })).await;
+    assert!(!listed.text.contains("alpha"), "{}", listed.text);
+
+    // A token used on another tenant's path is refused; so is a path for a
+    // tenant that does not exist, and no token at all.
+    let host = format!("127.0.0.1:{}", server.port);
+    let body = crate::support::initialize_body();
+    let post = |path: &'static str, token: &'static str| {
+        let host = host.clone();
+        let body = body.clone();
+        async move {
+            let auth = format!("Bearer {token}");
+            let mut headers = vec![
+                ("Host", host.as_str()),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+            ];
+            if !token.is_empty() {
+                headers.push(("Authorization", auth.as_str()));
+            }
+            raw_http(server.port, "POST", path, &headers, &body).await
+        }
+    };
+    let (code, head) = post("/t/alpha/mcp", BETA).await;
+    assert_eq!(code, 403, "beta's token on alpha's path: {head}");
+    let (code, head) = post("/t/nobody/mcp", BETA).await;
+    assert_eq!(
+        code, 403,
+        "beta's token on an unknown tenant's path: {head}"
+    );
+    let (code, _) = post("/t/alpha/mcp", "").await;
+    assert_eq!(code, 401);
+
+    // Alpha's transport session id means nothing at beta's endpoint.
+    let (code, head) = post("/t/alpha/mcp", ALPHA).await;
+    assert_eq!(code, 200, "{head}");
+    let alpha_session = crate::support::mcp_session_id(&head);
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let beta_auth = format!("Bearer {BETA}");
+    let (code, head) = raw_http(
+        server.port,
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Authorization", &beta_auth),
+            ("Mcp-Session-Id", &alpha_session),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ],
+        list,
+    )
+    .await;
+    assert_eq!(
+        code, 404,
+        "alpha's transport session with beta's token: {head}"
+    );
+
+    // Alpha still has its variable.
+    let out = exec(&alpha, "secret").await;
+    assert!(out.text.contains("alpha-only"), "{out:#?}");
+    server.assert_alive();
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let mut server = start(&tokens, &[]).await;
+    assert!(
+        server
+            .try_connect_at("/mcp", (), Some(GAMMA))
+            .await
+            .is_err()
+    );
+
+    let pid = server.child.id().expect("pid") as i32;
+    let hup = || {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+    };
+    std::fs::write(&tokens, format!("{GAMMA} gamma\n")).unwrap();
+    hup().unwrap();
+    assert!(
+        server
+            .wait_log("tokens reloaded", Duration::from_secs(20))
+            .await,
+        "{}",
+        server.stderr_log()
+    );
+    let gamma = connect(&server, "/t/gamma/mcp", GAMMA).await;
+    assert!(!exec(&gamma, "1 + 1").await.is_error);
+    assert!(
+        server
+            .try_connect_at("/mcp", (), Some(ALPHA))
+            .await
+            .is_err(),
+        "a token removed from the file must stop working"
+    );
+
+    // A file that does not parse changes nothing.
+    std::fs::write(&tokens, "short gamma\n").unwrap();
+    hup().unwrap();
+    assert!(
+        server
+            .wait_log("the tokens were not reloaded", Duration::from_secs(20))
+            .await,
+        "{}",
+        server.stderr_log()
+    );
+    let again = connect(&server, "/mcp", GAMMA).await;
+    assert!(!exec(&again, "2").await.is_error);
+    server.assert_alive();
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_follow_the_listeners_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let server = start(&tokens, &["--metrics-addr", &metrics_addr]).await;
+    let host = format!("127.0.0.1:{}", server.port);
+    let auth = format!("Bearer {ALPHA}");
+    let main = [("Host", host.as_str()), ("Authorization", auth.as_str())];
+
+    let (code, body) = get(server.port, "/healthz", &main).await;
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let (code, body) = get(server.port, "/readyz", &main).await;
+    assert_eq!((code, body.as_str()), (200, "ready\n"));
+    // The main listener wants the token and a known Host.
+    let (code, _) = get(server.port, "/metrics", &[("Host", &host)]).await;
+    assert_eq!(code, 401);
+    let (code, body) = get(
+        server.port,
+        "/metrics",
+        &[("Host", "10.1.2.3:8000"), ("Authorization", &auth)],
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    // The metrics listener wants neither (a kubelet sends the pod's IP).
+    let (code, body) = get(metrics_port, "/readyz", &[("Host", "10.1.2.3:9100")]).await;
+    assert_eq!((code, body.as_str()), (200, "ready\n"));
+
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    for i in 0..3 {
+        assert!(!exec(&alpha, &format!("{i} + 1")).await.is_error);
+    }
+    let (code, body) = get(metrics_port, "/metrics", &[]).await;
+    assert_eq!(code, 200);
+    assert!(body.contains("ferrepl_up 1"), "{body}");
+    assert!(body.contains("tenant=\"alpha\""), "{body}");
+    assert!(
+        metric_sum(&body, "ferrepl_tool_calls_total") >= 3.0,
+        "three python_exec calls must be counted:\n{body}"
+    );
+    assert!(metric_sum(&body, "ferrepl_cells_total") >= 3.0, "{body}");
+}
+
+/// The sum of every sample of `family` (any labels).
+fn metric_sum(body: &str, family: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn the_instance_session_budget_counts_every_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
+    let server = start(
+        &tokens,
+        &["--max-sessions", "2", "--tenant-max-sessions", "2"],
+    )
+    .await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let beta = connect(&server, "/mcp", BETA).await;
+    // Each tenant's default session takes one of the two.
+    assert!(!exec(&alpha, "1").await.is_error);
+    assert!(!exec(&beta, "1").await.is_error);
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": "2", "session": "second" }),
+    )
+    .await;
+    assert!(out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains("--max-sessions") && out.text.contains("over all tenants"),
+        "{}",
+        out.text
+    );
+}
+
+#[tokio::test]
+async fn a_tenant_runs_in_its_own_memory_and_cpu_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let server = start(
+        &tokens,
+        &["--tenant-memory", "3G", "--tenant-cpu-weight", "50"],
+    )
+    .await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    assert!(!exec(&alpha, "1").await.is_error);
+    let pid = crate::support::session_pid(alpha.peer(), "default").await;
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let dir_of = |controller: &str| -> PathBuf {
+        let line = groups
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == controller))
+            })
+            .unwrap_or_else(|| panic!("no {controller} line in {groups}"));
+        Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(line.rsplit(':').next().unwrap().trim_start_matches('/'))
+    };
+    let memory = dir_of("memory");
+    let tenant_memory = memory.parent().unwrap();
+    assert!(
+        path_str(tenant_memory).ends_with("-tenant-alpha"),
+        "the session's memory group sits in the tenant's: {}",
+        memory.display()
+    );
+    let budget = std::fs::read_to_string(tenant_memory.join("memory.limit_in_bytes")).unwrap();
+    assert_eq!(budget.trim(), (3u64 << 30).to_string());
+    let cpu = dir_of("cpu");
+    assert!(
+        path_str(&cpu).ends_with("-tenant-alpha"),
+        "{}",
+        cpu.display()
+    );
+    let shares = std::fs::read_to_string(cpu.join("cpu.shares")).unwrap();
+    assert_eq!(shares.trim(), "512");
+}
+
+#[tokio::test]
+async fn a_workspace_over_its_quota_refuses_new_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let server = start(&tokens, &["--tenant-disk", "1M"]).await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let out = exec(&alpha, "open('big.bin', 'wb').write(b'x' * 3_000_000)").await;
+    assert!(!out.is_error, "{out:#?}");
+    // Measured in the background: poll until it is seen (bounded).
+    let mut refused = None;
+    for _ in 0..100 {
+        let out = exec(&alpha, "1").await;
+        if out.is_error {
+            refused = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = refused.expect("a workspace of 3 MB over a 1 MB quota must refuse cells");
+    assert!(out.text.contains("--tenant-disk"), "{}", out.text);
+    let job = call(alpha.peer(), "shell_exec", json!({ "command": "true" })).await;
+    assert!(
+        job.is_error && job.text.contains("--tenant-disk"),
+        "{job:#?}"
+    );
+}
+
+/// SIGTERM: not ready at once, new sessions refused (retryable), the
+/// running cell finishes and its result is collected, then the exit.
+#[tokio::test]
+async fn sigterm_drains_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let mut server = start(
+        &tokens,
+        &["--metrics-addr", &metrics_addr, "--drain-seconds", "60"],
+    )
+    .await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let gate = server.workdir.path().join("alpha/gate");
+    let code = format!(
+        "import os, time\nwhile not os.path.exists({}):\n    time.sleep(0.02)\n'finished'",
+        py_path(&gate)
+    );
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": code, "wait_s": 0 }),
+    )
+    .await;
+    assert!(out.text.contains("running"), "{out:#?}");
+
+    let pid = server.child.id().expect("pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(
+        server
+            .wait_log("SIGTERM: draining", Duration::from_secs(20))
+            .await
+    );
+    let (code, body) = get(metrics_port, "/readyz", &[]).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("draining"), "{body}");
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": "1", "session": "another" }),
+    )
+    .await;
+    assert!(
+        out.is_error && out.text.contains("draining") && out.text.contains("retry"),
+        "{out:#?}"
+    );
+
+    // The cell is let finish and its result collected.
+    std::fs::write(&gate, "").unwrap();
+    let out = call(alpha.peer(), "python_wait", json!({ "wait_s": 60 })).await;
+    assert!(out.text.contains("finished"), "{out:#?}");
+    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+        .await
+        .expect("the drained server exits by itself")
+        .expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        server.stderr_log().contains("drained"),
+        "{}",
+        server.stderr_log()
+    );
+}
+
+#[tokio::test]
+async fn a_second_sigterm_ends_the_drain_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let mut server = start(&tokens, &["--drain-seconds", "600"]).await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": "import time; time.sleep(3600)", "wait_s": 0 }),
+    )
+    .await;
+    assert!(out.text.contains("running"), "{out:#?}");
+    let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(
+        server
+            .wait_log("SIGTERM: draining", Duration::from_secs(20))
+            .await
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // Well inside the 600 s drain.
+    let status = tokio::time::timeout(Duration::from_secs(60), server.child.wait())
+        .await
+        .expect("a second SIGTERM must end the server")
+        .expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(server.stderr_log().contains("second SIGTERM"));
+}
+
+#[tokio::test]
+async fn tenant_tokens_need_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let mut spawned = Launch::new(&["--auth-token-file", path_str(&tokens)]).spawn_stdio();
+    let status = tokio::time::timeout(Duration::from_secs(30), spawned.child.wait())
+        .await
+        .expect("the server refuses at once")
+        .expect("wait");
+    assert!(!status.success());
+    spawned.stderr.wait_closed(Duration::from_secs(10)).await;
+    let err = spawned.stderr.text();
+    assert!(err.contains("--http"), "{err}");
+}
