@@ -42,14 +42,29 @@ async fn exec(client: &Client, code: &str) -> ToolOutput {
 
 /// GET `path` with `headers`; the status and the whole body.
 async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    exchange(port, "GET", path, headers, "").await
+}
+
+/// One HTTP/1.1 request; the status and the whole body.
+async fn exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
-    let mut request = format!("GET {path} HTTP/1.1\r\nConnection: close\r\n");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await.expect("write");
     let mut response = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut response))
@@ -173,6 +188,103 @@ async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
     let out = exec(&alpha, "secret").await;
     assert!(out.text.contains("alpha-only"), "{out:#?}");
     server.assert_alive();
+}
+
+/// Clients of the stateless protocol (no initialize, no Mcp-Session-Id)
+/// reach their tenant's sessions the same way.
+#[tokio::test]
+async fn stateless_requests_reach_the_tenant_of_their_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
+    let server = start(&tokens, &[]).await;
+    let host = format!("127.0.0.1:{}", server.port);
+    let stateless = |token: &'static str, id: u32, code: &str| {
+        let host = host.clone();
+        let body = json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {
+                "name": "python_exec",
+                "arguments": { "code": code },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
+                    "io.modelcontextprotocol/clientCapabilities": {}
+                }
+            }
+        })
+        .to_string();
+        async move {
+            let auth = format!("Bearer {token}");
+            exchange(
+                server.port,
+                "POST",
+                "/mcp",
+                &[
+                    ("Host", &host),
+                    ("Content-Type", "application/json"),
+                    ("Accept", "application/json, text/event-stream"),
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                    ("Mcp-Method", "tools/call"),
+                    ("Mcp-Name", "python_exec"),
+                    ("Authorization", &auth),
+                ],
+                &body,
+            )
+            .await
+        }
+    };
+    let (code, body) = stateless(ALPHA, 1, "kept = 'alpha-stateless'").await;
+    assert_eq!(code, 200, "{body}");
+    let (_, body) = stateless(ALPHA, 2, "kept").await;
+    assert!(body.contains("alpha-stateless"), "{body}");
+    let (_, body) = stateless(BETA, 3, "kept").await;
+    assert!(
+        body.contains("NameError") && !body.contains("alpha-stateless"),
+        "{body}"
+    );
+}
+
+/// A drained instance restarted on the same state directory gives each
+/// tenant its sessions back.
+#[tokio::test]
+async fn a_restarted_instance_resumes_each_tenants_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
+    let work = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let launch = || {
+        let args = [
+            "--workdir".to_string(),
+            path_str(work.path()).into(),
+            "--state-dir".into(),
+            path_str(&state).into(),
+            "--auth-token-file".into(),
+            path_str(&tokens).into(),
+            "--warm-pool".into(),
+            "0".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Launch::new(&args).without_workdir_flag()
+    };
+    let mut first = HttpServer::launch(launch()).await;
+    let alpha = connect(&first, "/mcp", ALPHA).await;
+    let beta = connect(&first, "/mcp", BETA).await;
+    assert!(!exec(&alpha, "team = 'alpha'; n = 41").await.is_error);
+    assert!(!exec(&beta, "team = 'beta'").await.is_error);
+    let pid = nix::unistd::Pid::from_raw(first.child.id().expect("pid") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), first.child.wait())
+        .await
+        .expect("the drained server exits")
+        .expect("wait");
+
+    let second = HttpServer::launch(launch()).await;
+    let alpha = connect(&second, "/mcp", ALPHA).await;
+    let out = exec(&alpha, "team, n + 1").await;
+    assert!(out.text.contains("('alpha', 42)"), "{out:#?}");
+    let beta = connect(&second, "/mcp", BETA).await;
+    let out = exec(&beta, "team").await;
+    assert!(out.text.contains("'beta'"), "{out:#?}");
 }
 
 #[tokio::test]
@@ -494,4 +606,21 @@ async fn tenant_tokens_need_http() {
     spawned.stderr.wait_closed(Duration::from_secs(10)).await;
     let err = spawned.stderr.text();
     assert!(err.contains("--http"), "{err}");
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_per_line() {
+    let mut server = HttpServer::start(&["--log-format", "json", "--warm-pool", "0"], &[]).await;
+    let client = server.connect(None).await;
+    assert!(!exec(&client, "1").await.is_error);
+    let log = server.stderr_log();
+    let mut lines = 0;
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+        lines += 1;
+    }
+    assert!(lines >= 2, "{log}");
+    server.assert_alive();
 }
