@@ -5,7 +5,8 @@
 //! its control channel and output) → `process` (how every process is
 //! started, watched and ended) → `sandbox` (how it is confined); `egress`
 //! and `installer` serve package installs, `files` the file tools. `app`
-//! assembles them from `config`.
+//! assembles them from `config`; `metrics` counts what happens in all of
+//! them for Prometheus.
 
 pub mod app;
 pub mod config;

@@ -1,30 +1,614 @@
-//! TEMPORARY stub until the metrics branch is merged.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+//! Prometheus metrics: one process-wide registry, recorded from anywhere
+//! (tool dispatch, cells, worker launches, limits, refusals, egress, jobs)
+//! and rendered on demand in the OpenMetrics text format, with the gauges
+//! only the caller can count (sessions and jobs per tenant) added at
+//! scrape time.
+//!
+//! Recording is an atomic add (plus, for a labelled family, a hash and a
+//! read lock); the tool-call path, which is benchmarked, uses per-tool
+//! handles created once so it does not even hash. Every label value is a
+//! `&'static str` from a fixed set (the enums below, the tool table,
+//! `Language`, `CellStatus`), so the number of series is bounded whatever
+//! agents send.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::session::report::CellStatus;
+use crate::worker::Language;
+
+/// The Content-Type of what [`render`] returns.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Tool call durations: from a fast inspect (~0.25 ms of overhead) to a
+/// wait at its longest window.
+const CALL_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// The tool label of a name missing from the tool table: a client may send
+/// any name, and each must not become a series of its own.
+pub const UNKNOWN_TOOL: &str = "unknown";
+
+type Label = [(&'static str, &'static str); 1];
+type Labels = [(&'static str, &'static str); 2];
+type HistogramFamily = Family<Label, Histogram, fn() -> Histogram>;
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolOutcome {
+    Ok,
+    /// A result with `isError` (what the agent reads as an error).
+    Error,
+    /// A JSON-RPC error: unknown tool, arguments that do not parse.
+    ProtocolError,
+}
+
+impl ToolOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolOutcome::Ok => "ok",
+            ToolOutcome::Error => "error",
+            ToolOutcome::ProtocolError => "protocol_error",
+        }
+    }
+}
+
+/// A limit ferrepl enforced by stopping a session's processes or its cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// --memory-limit, seen by the watch (resident memory) or the kernel's
+    /// memory cgroup.
+    Memory,
+    /// --max-processes.
+    Processes,
+    /// --max-cell-seconds (the cell is interrupted, then killed if need be).
+    CellTime,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Memory => "memory",
+            Limit::Processes => "processes",
+            Limit::CellTime => "cell_time",
+        }
+    }
+}
+
+/// A request the server refuses on policy grounds (not a mistake such as a
+/// missing file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxRefusal {
+    /// A file tool's path that is absolute, climbs with `..` or leads out
+    /// of the workspace through a symlink.
+    FilePath,
+    /// A write or delete in a read-only workspace.
+    ReadOnly,
+    /// A session's or job's working directory outside the workspace.
+    Cwd,
+    /// A python/venv outside the workspace the operator did not allow.
+    Interpreter,
+    /// An environment variable agents may not set (loader paths, FERREPL_*).
+    Env,
+}
+
+impl SandboxRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxRefusal::FilePath => "file_path",
+            SandboxRefusal::ReadOnly => "read_only",
+            SandboxRefusal::Cwd => "cwd",
+            SandboxRefusal::Interpreter => "interpreter",
+            SandboxRefusal::Env => "env",
+        }
+    }
+}
+
+/// Why the egress proxy refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressRefusal {
+    /// A host not on the allow-list.
+    Host,
+    /// A port not on the allow-list.
+    Port,
+    /// An allowed name that resolves to a private or loopback address.
+    PrivateAddress,
+    /// A request the proxy cannot or will not parse (malformed, too large,
+    /// too slow, chunked).
+    BadRequest,
+    /// The destination could not be resolved or reached.
+    Upstream,
+    /// Too many connections at once.
+    Busy,
+}
+
+impl EgressRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressRefusal::Host => "host",
+            EgressRefusal::Port => "port",
+            EgressRefusal::PrivateAddress => "private_address",
+            EgressRefusal::BadRequest => "bad_request",
+            EgressRefusal::Upstream => "upstream",
+            EgressRefusal::Busy => "busy",
+        }
+    }
+}
+
+/// What kind of job was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    Shell,
+    /// A package install (python_install, r_install).
+    Install,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Shell => "shell",
+            JobKind::Install => "install",
+        }
+    }
+}
+
+/// The statuses a cell can end with.
+const FINAL_STATUSES: [CellStatus; 4] = [
+    CellStatus::Ok,
+    CellStatus::Error,
+    CellStatus::Interrupted,
+    CellStatus::Crashed,
+];
+
+const SANDBOX_REFUSALS: [SandboxRefusal; 5] = [
+    SandboxRefusal::FilePath,
+    SandboxRefusal::ReadOnly,
+    SandboxRefusal::Cwd,
+    SandboxRefusal::Interpreter,
+    SandboxRefusal::Env,
+];
+
+const EGRESS_REFUSALS: [EgressRefusal; 6] = [
+    EgressRefusal::Host,
+    EgressRefusal::Port,
+    EgressRefusal::PrivateAddress,
+    EgressRefusal::BadRequest,
+    EgressRefusal::Upstream,
+    EgressRefusal::Busy,
+];
+
+/// One tool's series, created on its first call.
+struct ToolSeries {
+    outcomes: [Counter; 3],
+    seconds: Histogram,
+}
+
+struct Metrics {
+    registry: Registry,
+    tool_calls: Family<Labels, Counter>,
+    tool_seconds: HistogramFamily,
+    /// Indexed like `crate::mcp::groups::tool_names()`, then "unknown".
+    tools: Vec<(&'static str, OnceLock<ToolSeries>)>,
+    cells: Family<Labels, Counter>,
+    worker_starts: Family<Labels, Counter>,
+    oom_kills: Counter,
+    limit_kills: Family<Label, Counter>,
+    sandbox_refusals: Family<Label, Counter>,
+    egress_refusals: Family<Label, Counter>,
+    jobs_started: Family<Label, Counter>,
+}
+
+fn call_histogram() -> Histogram {
+    Histogram::new(CALL_BUCKETS)
+}
+
+fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("ferrepl");
+        let tool_calls = Family::<Labels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "Tool calls by tool and outcome (ok, error: an isError result, protocol_error: a JSON-RPC error)",
+            tool_calls.clone(),
+        );
+        let tool_seconds: HistogramFamily = Family::new_with_constructor(call_histogram);
+        registry.register_with_unit(
+            "tool_call",
+            "Time from a tool call's dispatch to its result",
+            Unit::Seconds,
+            tool_seconds.clone(),
+        );
+        let cells = Family::<Labels, Counter>::default();
+        registry.register(
+            "cells",
+            "Cells finished, by language and final status (re-runs of a rebuild not counted)",
+            cells.clone(),
+        );
+        let worker_starts = Family::<Labels, Counter>::default();
+        registry.register(
+            "worker_starts",
+            "Interpreter launches (sessions and the warm pool) by language and outcome (started: ready; failed)",
+            worker_starts.clone(),
+        );
+        let oom_kills = Counter::default();
+        registry.register(
+            "oom_kills",
+            "Processes the kernel's memory cgroup killed in sessions and jobs",
+            oom_kills.clone(),
+        );
+        let limit_kills = Family::<Label, Counter>::default();
+        registry.register(
+            "limit_kills",
+            "Sessions or cells ferrepl stopped for going over a limit (memory, processes, cell_time)",
+            limit_kills.clone(),
+        );
+        let sandbox_refusals = Family::<Label, Counter>::default();
+        registry.register(
+            "sandbox_refusals",
+            "Requests refused on policy grounds (paths outside the workspace, interpreters, environment variables)",
+            sandbox_refusals.clone(),
+        );
+        let egress_refusals = Family::<Label, Counter>::default();
+        registry.register(
+            "egress_refusals",
+            "Connections the installers' egress proxy refused, by reason",
+            egress_refusals.clone(),
+        );
+        let jobs_started = Family::<Label, Counter>::default();
+        registry.register(
+            "jobs_started",
+            "Jobs started (shell, install)",
+            jobs_started.clone(),
+        );
+        // The small fixed families start at zero, so each series exists
+        // (and rates work) from the first scrape; the per-tool series,
+        // two dozen tools with a histogram each, appear on first use.
+        for language in Language::ALL {
+            for status in FINAL_STATUSES {
+                cells.get_or_create_owned(&[
+                    ("language", language.key()),
+                    ("status", status.as_str()),
+                ]);
+            }
+            for outcome in ["started", "failed"] {
+                worker_starts
+                    .get_or_create_owned(&[("language", language.key()), ("outcome", outcome)]);
+            }
+        }
+        for limit in [Limit::Memory, Limit::Processes, Limit::CellTime] {
+            limit_kills.get_or_create_owned(&[("limit", limit.as_str())]);
+        }
+        for kind in SANDBOX_REFUSALS {
+            sandbox_refusals.get_or_create_owned(&[("kind", kind.as_str())]);
+        }
+        for reason in EGRESS_REFUSALS {
+            egress_refusals.get_or_create_owned(&[("reason", reason.as_str())]);
+        }
+        for kind in [JobKind::Shell, JobKind::Install] {
+            jobs_started.get_or_create_owned(&[("kind", kind.as_str())]);
+        }
+        let tools = crate::mcp::groups::tool_names()
+            .chain(std::iter::once(UNKNOWN_TOOL))
+            .map(|name| (name, OnceLock::new()))
+            .collect();
+        Metrics {
+            registry,
+            tool_calls,
+            tool_seconds,
+            tools,
+            cells,
+            worker_starts,
+            oom_kills,
+            limit_kills,
+            sandbox_refusals,
+            egress_refusals,
+            jobs_started,
+        }
+    }
+
+    fn tool(&self, name: &str) -> &ToolSeries {
+        let slot = self
+            .tools
+            .iter()
+            .find(|(known, _)| *known == name)
+            .or_else(|| self.tools.last());
+        let Some((label, series)) = slot else {
+            unreachable!("the tool list always ends with 'unknown'")
+        };
+        series.get_or_init(|| {
+            let counter = |outcome: ToolOutcome| {
+                self.tool_calls
+                    .get_or_create_owned(&[("tool", *label), ("outcome", outcome.as_str())])
+            };
+            ToolSeries {
+                outcomes: [
+                    counter(ToolOutcome::Ok),
+                    counter(ToolOutcome::Error),
+                    counter(ToolOutcome::ProtocolError),
+                ],
+                seconds: self.tool_seconds.get_or_create_owned(&[("tool", *label)]),
+            }
+        })
+    }
+}
+
+/// The tool label a tool name is counted under: its own when it is one of
+/// ferrepl's tools, "unknown" otherwise.
+pub fn tool_label(name: &str) -> &'static str {
+    crate::mcp::groups::tool_names()
+        .find(|known| *known == name)
+        .unwrap_or(UNKNOWN_TOOL)
+}
+
+/// A finished tool call.
+pub fn tool_call(tool: &str, outcome: ToolOutcome, took: Duration) {
+    let series = metrics().tool(tool);
+    let index = match outcome {
+        ToolOutcome::Ok => 0,
+        ToolOutcome::Error => 1,
+        ToolOutcome::ProtocolError => 2,
+    };
+    series.outcomes[index].inc();
+    series.seconds.observe(took.as_secs_f64());
+}
+
+/// A cell that reached its final status.
+pub fn cell_finished(language: Language, status: CellStatus) {
+    metrics()
+        .cells
+        .get_or_create(&[("language", language.key()), ("status", status.as_str())])
+        .inc();
+}
+
+/// An interpreter launch: ready (`started`) or not.
+pub fn worker_start(language: Language, started: bool) {
+    let outcome = if started { "started" } else { "failed" };
+    metrics()
+        .worker_starts
+        .get_or_create(&[("language", language.key()), ("outcome", outcome)])
+        .inc();
+}
+
+/// Processes the kernel's OOM killer ended in one cgroup.
+pub fn oom_kills(count: u64) {
+    if count > 0 {
+        metrics().oom_kills.inc_by(count);
+    }
+}
+
+/// ferrepl stopped a session or cell for going over `limit`.
+pub fn limit_kill(limit: Limit) {
+    metrics()
+        .limit_kills
+        .get_or_create(&[("limit", limit.as_str())])
+        .inc();
+}
+
+/// The server refused a request on policy grounds.
+pub fn sandbox_refusal(kind: SandboxRefusal) {
+    metrics()
+        .sandbox_refusals
+        .get_or_create(&[("kind", kind.as_str())])
+        .inc();
+}
+
+/// The egress proxy refused a connection.
+pub fn egress_refusal(reason: EgressRefusal) {
+    metrics()
+        .egress_refusals
+        .get_or_create(&[("reason", reason.as_str())])
+        .inc();
+}
+
+/// A job was started.
+pub fn job_started(kind: JobKind) {
+    metrics()
+        .jobs_started
+        .get_or_create(&[("kind", kind.as_str())])
+        .inc();
+}
+
+/// What the caller counts for one tenant at scrape time (a tenant is
+/// whatever shares a session manager: the stdio server, or one principal
+/// over HTTP).
+#[derive(Debug, Clone, Default)]
 pub struct TenantCounts {
     pub tenant: String,
     pub sessions_by_state: Vec<(&'static str, u64)>,
     pub jobs_by_state: Vec<(&'static str, u64)>,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TenantState {
+    tenant: String,
+    state: &'static str,
+}
+
+fn gauge_value(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The whole exposition: every recorded metric, then `ferrepl_sessions`,
+/// `ferrepl_jobs`, `ferrepl_draining` and `ferrepl_up`, ending with
+/// `# EOF`. Serve it with [`CONTENT_TYPE`].
 pub fn render(tenants: &[TenantCounts], draining: bool) -> String {
-    let mut s = format!("ferrepl_up 1\nferrepl_draining {}\n", u8::from(draining));
+    let mut scrape = Registry::with_prefix("ferrepl");
+    let sessions = Family::<TenantState, Gauge>::default();
+    let jobs = Family::<TenantState, Gauge>::default();
     for t in tenants {
-        for (k, v) in &t.sessions_by_state {
-            s.push_str(&format!(
-                "ferrepl_sessions{{tenant=\"{}\",state=\"{k}\"}} {v}\n",
-                t.tenant
-            ));
+        for (family, counts) in [(&sessions, &t.sessions_by_state), (&jobs, &t.jobs_by_state)] {
+            for (state, n) in counts {
+                let labels = TenantState {
+                    tenant: t.tenant.clone(),
+                    state,
+                };
+                family.get_or_create(&labels).set(gauge_value(*n));
+            }
         }
-        let _ = &t.jobs_by_state;
     }
-    s
+    scrape.register("sessions", "Sessions by tenant and state", sessions);
+    scrape.register("jobs", "Jobs by tenant and state", jobs);
+    let flag = |on: bool| {
+        let g = Gauge::<i64>::default();
+        g.set(i64::from(on));
+        g
+    };
+    scrape.register(
+        "draining",
+        "1 while the server is draining (finishing work, taking no new sessions)",
+        flag(draining),
+    );
+    scrape.register("up", "1: the server answers", flag(true));
+
+    let mut out = String::with_capacity(8192);
+    // Writing into a String cannot fail; an encoder error would only cut
+    // the text short, and the EOF marker below still closes it.
+    let _ = text::encode_registry(&mut out, &metrics().registry);
+    let _ = text::encode_registry(&mut out, &scrape);
+    let _ = text::encode_eof(&mut out);
+    out
 }
-impl crate::session::SessionManager {
-    pub fn state_counts(&self) -> Vec<(&'static str, u64)> {
-        vec![("all", self.session_count() as u64)]
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample whose line starts with `prefix` (name and
+    /// labels), or 0 when there is none yet.
+    fn sample(text: &str, prefix: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
     }
-}
-impl crate::jobs::JobManager {
-    pub fn state_counts(&self) -> Vec<(&'static str, u64)> {
-        vec![("all", self.list().len() as u64)]
+
+    #[test]
+    fn render_has_every_family_and_ends_with_eof() {
+        let tenants = [TenantCounts {
+            tenant: "alice".into(),
+            sessions_by_state: vec![("idle", 2), ("busy", 1)],
+            jobs_by_state: vec![("running", 3)],
+        }];
+        // Per-tool series appear with a tool's first call.
+        tool_call("file_list", ToolOutcome::Ok, Duration::ZERO);
+        let text = render(&tenants, true);
+        for family in [
+            "ferrepl_tool_calls",
+            "ferrepl_tool_call_seconds",
+            "ferrepl_cells",
+            "ferrepl_worker_starts",
+            "ferrepl_oom_kills",
+            "ferrepl_limit_kills",
+            "ferrepl_sandbox_refusals",
+            "ferrepl_egress_refusals",
+            "ferrepl_jobs_started",
+            "ferrepl_sessions",
+            "ferrepl_jobs",
+            "ferrepl_draining",
+            "ferrepl_up",
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {family} ")),
+                "{family} missing:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert_eq!(
+            sample(&text, r#"ferrepl_sessions{tenant="alice",state="idle"}"#),
+            2.0
+        );
+        assert_eq!(
+            sample(&text, r#"ferrepl_jobs{tenant="alice",state="running"}"#),
+            3.0
+        );
+        assert_eq!(sample(&text, "ferrepl_draining"), 1.0);
+        assert_eq!(sample(&text, "ferrepl_up"), 1.0);
+        // Zero from the start, before anything is recorded.
+        assert!(text.contains(r#"ferrepl_limit_kills_total{limit="cell_time"} "#));
+        assert_eq!(sample(&render(&[], false), "ferrepl_draining"), 0.0);
+    }
+
+    #[test]
+    fn tool_calls_are_counted_and_timed() {
+        let ok = r#"ferrepl_tool_calls_total{tool="python_inspect",outcome="ok"}"#;
+        let err = r#"ferrepl_tool_calls_total{tool="python_inspect",outcome="error"}"#;
+        let count = r#"ferrepl_tool_call_seconds_count{tool="python_inspect"}"#;
+        let before = render(&[], false);
+        tool_call(
+            "python_inspect",
+            ToolOutcome::Ok,
+            Duration::from_micros(300),
+        );
+        tool_call("python_inspect", ToolOutcome::Ok, Duration::from_secs(2));
+        tool_call("python_inspect", ToolOutcome::Error, Duration::ZERO);
+        let after = render(&[], false);
+        assert_eq!(sample(&after, ok) - sample(&before, ok), 2.0);
+        assert_eq!(sample(&after, err) - sample(&before, err), 1.0);
+        assert_eq!(sample(&after, count) - sample(&before, count), 3.0);
+        let fast = r#"ferrepl_tool_call_seconds_bucket{le="0.0005",tool="python_inspect"}"#;
+        assert!(sample(&after, fast) >= 2.0, "{after}");
+    }
+
+    #[test]
+    fn unknown_tools_share_one_label() {
+        assert_eq!(tool_label("python_exec"), "python_exec");
+        assert_eq!(tool_label("no_such_tool"), UNKNOWN_TOOL);
+        let unknown = r#"ferrepl_tool_calls_total{tool="unknown",outcome="protocol_error"}"#;
+        let before = render(&[], false);
+        tool_call("no_such_tool", ToolOutcome::ProtocolError, Duration::ZERO);
+        tool_call("another one", ToolOutcome::ProtocolError, Duration::ZERO);
+        let after = render(&[], false);
+        assert_eq!(sample(&after, unknown) - sample(&before, unknown), 2.0);
+        assert!(!after.contains("no_such_tool") && !after.contains("another one"));
+    }
+
+    #[test]
+    fn other_counters_move() {
+        // Other tests of the crate may record too: only "at least one more".
+        let cases: [(&str, fn()); 7] = [
+            (
+                r#"ferrepl_cells_total{language="python",status="interrupted"}"#,
+                || cell_finished(Language::Python, CellStatus::Interrupted),
+            ),
+            (
+                r#"ferrepl_worker_starts_total{language="r",outcome="failed"}"#,
+                || worker_start(Language::R, false),
+            ),
+            ("ferrepl_oom_kills_total", || oom_kills(1)),
+            (r#"ferrepl_limit_kills_total{limit="processes"}"#, || {
+                limit_kill(Limit::Processes)
+            }),
+            (r#"ferrepl_sandbox_refusals_total{kind="env"}"#, || {
+                sandbox_refusal(SandboxRefusal::Env)
+            }),
+            (
+                r#"ferrepl_egress_refusals_total{reason="private_address"}"#,
+                || egress_refusal(EgressRefusal::PrivateAddress),
+            ),
+            (r#"ferrepl_jobs_started_total{kind="install"}"#, || {
+                job_started(JobKind::Install)
+            }),
+        ];
+        for (series, record) in cases {
+            let before = sample(&render(&[], false), series);
+            record();
+            let after = sample(&render(&[], false), series);
+            assert!(after - before >= 1.0, "{series}: {before} -> {after}");
+        }
     }
 }

@@ -97,6 +97,31 @@ impl FileError {
     }
 }
 
+impl FileError {
+    /// The policy refusal this error is, if it is one (not a mistake such
+    /// as a missing file).
+    pub fn refusal(&self) -> Option<crate::metrics::SandboxRefusal> {
+        use crate::metrics::SandboxRefusal;
+        match self {
+            FileError::Absolute(_) | FileError::ParentDir(_) | FileError::Escapes(_) => {
+                Some(SandboxRefusal::FilePath)
+            }
+            FileError::ReadOnly => Some(SandboxRefusal::ReadOnly),
+            _ => None,
+        }
+    }
+}
+
+/// A file operation's result, its refusal counted.
+fn counted<T>(result: Result<T, FileError>) -> Result<T, FileError> {
+    if let Err(e) = &result
+        && let Some(kind) = e.refusal()
+    {
+        crate::metrics::sandbox_refusal(kind);
+    }
+    result
+}
+
 /// Refuses a read of `size` bytes over `limit`.
 fn within_limit(rel: &str, size: u64, limit: u64) -> Result<(), FileError> {
     if size > limit {
@@ -315,6 +340,10 @@ impl Workspace {
     /// Reads a regular file, at most `limit` bytes (a larger or growing file
     /// is refused, never read past the limit).
     pub fn read(&self, rel: &str, limit: u64) -> Result<FileData, FileError> {
+        counted(self.read_beneath(rel, limit))
+    }
+
+    fn read_beneath(&self, rel: &str, limit: u64) -> Result<FileData, FileError> {
         let path = lexical(rel)?;
         #[cfg(target_os = "linux")]
         let data = linux::read(&self.dir, rel, &path, limit)?;
@@ -329,6 +358,10 @@ impl Workspace {
     /// Writes (or appends to) a regular file, creating its parent
     /// directories; returns the path as shown.
     pub fn write(&self, rel: &str, data: &[u8], append: bool) -> Result<String, FileError> {
+        counted(self.write_beneath(rel, data, append))
+    }
+
+    fn write_beneath(&self, rel: &str, data: &[u8], append: bool) -> Result<String, FileError> {
         if self.read_only {
             return Err(FileError::ReadOnly);
         }
@@ -346,6 +379,10 @@ impl Workspace {
     /// Deletes an entry (a symlink itself, never what it points to); a
     /// directory with everything in it when `recursive`.
     pub fn delete(&self, rel: &str, recursive: bool) -> Result<String, FileError> {
+        counted(self.delete_beneath(rel, recursive))
+    }
+
+    fn delete_beneath(&self, rel: &str, recursive: bool) -> Result<String, FileError> {
         if self.read_only {
             return Err(FileError::ReadOnly);
         }
@@ -363,6 +400,15 @@ impl Workspace {
     /// Lists a directory `depth` levels deep (symlinks are listed, never
     /// followed), at most `max_entries` entries.
     pub fn list(&self, rel: &str, depth: usize, max_entries: usize) -> Result<Listing, FileError> {
+        counted(self.list_beneath(rel, depth, max_entries))
+    }
+
+    fn list_beneath(
+        &self,
+        rel: &str,
+        depth: usize,
+        max_entries: usize,
+    ) -> Result<Listing, FileError> {
         let path = lexical(rel)?;
         let mut listing = Listing {
             shown: path.shown(),

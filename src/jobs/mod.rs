@@ -186,6 +186,13 @@ impl JobManager {
         let command = spec.shown.clone().unwrap_or_else(|| spec.command.clone());
         let job = Job::follow(n, command, spec.pty, capture, spawned, spec.stdin);
         self.jobs().insert(n, job.clone());
+        // Installers are the only jobs that get the egress proxy.
+        let kind = if spec.egress {
+            crate::metrics::JobKind::Install
+        } else {
+            crate::metrics::JobKind::Shell
+        };
+        crate::metrics::job_started(kind);
         Ok(job)
     }
 
@@ -203,6 +210,9 @@ impl JobManager {
             ))
         })?;
         if !real.is_dir() || !real.starts_with(&self.cfg.workdir) {
+            if !real.starts_with(&self.cfg.workdir) {
+                crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Cwd);
+            }
             return Err(JobError::Invalid(format!(
                 "cwd '{}' is not a directory inside the workspace {}; jobs start only there",
                 cwd.display(),
@@ -331,6 +341,15 @@ impl JobManager {
             report = report.merge(more);
         }
         Ok(report)
+    }
+
+    /// How many jobs are running and how many have exited (kept for
+    /// reading), for the metrics: no reports built, nothing pruned.
+    pub fn state_counts(&self) -> Vec<(&'static str, u64)> {
+        let jobs = self.jobs();
+        let running = jobs.values().filter(|j| j.lock().exit.is_none()).count() as u64;
+        let total = jobs.len() as u64;
+        vec![("running", running), ("exited", total - running)]
     }
 
     pub fn list(&self) -> Vec<JobInfo> {

@@ -36,6 +36,12 @@ const TOOLS: &[(&str, &str, Option<Language>)] = &[
     ("file_delete", "files", None),
 ];
 
+/// Every tool's name, exposed or not (the metrics' fixed set of tool
+/// labels).
+pub fn tool_names() -> impl Iterator<Item = &'static str> {
+    TOOLS.iter().map(|(name, _, _)| *name)
+}
+
 /// The groups a user can pick; `all` is every group.
 pub const GROUPS: &[&str] = &["python", "packages", "more", "shell", "files"];
 const DEFAULT_GROUPS: &[&str] = &["python", "packages"];

@@ -276,9 +276,24 @@ impl ServerHandler for FerreplServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let started = std::time::Instant::now();
+        // The label is resolved before the request moves into the router:
+        // a `&'static str`, so nothing is allocated per call.
+        let tool = crate::metrics::tool_label(&request.name);
         let tcc = ToolCallContext::new(self, request, context);
-        let mut response = self.tool_router.call(tcc).await?;
+        let mut response = match self.tool_router.call(tcc).await {
+            Ok(response) => response,
+            Err(e) => {
+                let outcome = crate::metrics::ToolOutcome::ProtocolError;
+                crate::metrics::tool_call(tool, outcome, started.elapsed());
+                return Err(e);
+            }
+        };
+        let mut outcome = crate::metrics::ToolOutcome::Ok;
         if let CallToolResponse::Complete(result) = &mut response {
+            if result.is_error == Some(true) {
+                outcome = crate::metrics::ToolOutcome::Error;
+            }
             if !self.structured {
                 result.structured_content = None;
             } else if let Some(value) = &mut result.structured_content {
@@ -288,6 +303,7 @@ impl ServerHandler for FerreplServer {
             }
             args::plain_argument_error(result);
         }
+        crate::metrics::tool_call(tool, outcome, started.elapsed());
         Ok(response)
     }
 

@@ -78,6 +78,12 @@ impl Process {
 /// threads: members may take a moment to be reaped.
 pub async fn release(cgroup: Option<Arc<Cgroup>>) {
     if let Some(group) = cgroup {
-        let _ = tokio::task::spawn_blocking(move || drop(group)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            // Counted as the group ends, so each of its kills once, whether
+            // or not the watch saw it while the process ran.
+            crate::metrics::oom_kills(group.oom_kills());
+            drop(group)
+        })
+        .await;
     }
 }

@@ -79,7 +79,11 @@ pub fn check_name(name: &str) -> Result<(), EnvError> {
 /// Checks an agent-given environment (names and values).
 pub fn check(env: &BTreeMap<String, String>) -> Result<(), EnvError> {
     for (k, v) in env {
-        check_name(k)?;
+        check_name(k).inspect_err(|e| {
+            if matches!(e, EnvError::Server(_) | EnvError::Loader(_)) {
+                crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Env);
+            }
+        })?;
         if v.contains('\0') {
             return Err(EnvError::NulValue(k.clone()));
         }

@@ -56,28 +56,33 @@ impl SessionManager {
                         } else {
                             snap.usage(w.root_pid())
                         };
+                        use crate::metrics::Limit;
                         let reason = if let Some(hit) = w.cgroup_limit_hit() {
-                            Some(format!(
+                            Some((Limit::Memory, format!(
                                 "Session '{name}' {hit}, so all of its processes were killed."
-                            ))
+                            )))
                         } else if count as u64 > sandbox.max_processes {
-                            Some(format!(
+                            Some((Limit::Processes, format!(
                                 "Session '{name}' went over its limit of {} processes (--max-processes; a fork bomb?), so all of them were killed.",
                                 sandbox.max_processes
-                            ))
+                            )))
                         } else {
                             match sandbox.memory_limit {
-                                Some(limit) if rss > limit => Some(format!(
+                                Some(limit) if rss > limit => Some((Limit::Memory, format!(
                                     "Session '{name}' went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
                                     crate::units::human_bytes(limit),
                                     rss / (1024 * 1024)
-                                )),
+                                ))),
                                 _ => None,
                             }
                         };
-                        if let Some(reason) = reason {
-                            tracing::warn!("{reason}");
-                            w.set_kill_reason(reason);
+                        if let Some((limit, reason)) = reason {
+                            // The watch sees a dying tree again on the next
+                            // tick: counted once, with the first reason.
+                            if w.set_kill_reason(reason.clone()) {
+                                tracing::warn!("{reason}");
+                                crate::metrics::limit_kill(limit);
+                            }
                             w.kill();
                         } else if w.has_copies()
                             && sandbox.memory_limit.is_some_and(|limit| rss > limit / 4 * 3)
@@ -240,6 +245,7 @@ impl SessionManager {
             if this.wait_cell_gone(&sess, &worker, cell, limit).await {
                 return;
             }
+            crate::metrics::limit_kill(crate::metrics::Limit::CellTime);
             let reason = format!(
                 "Cell {cell} ran past the time limit of {:.0} s (--max-cell-seconds) and was interrupted.",
                 limit.as_secs_f64()

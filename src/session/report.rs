@@ -177,3 +177,51 @@ impl CellReport {
         text
     }
 }
+
+/// The states `python_sessions` lists, in its words.
+pub const SESSION_STATES: [&str; 6] = [
+    "idle",
+    "busy",
+    "waiting_input",
+    "starting",
+    "dead",
+    "dormant",
+];
+
+/// A session's state as `python_sessions` lists it; `SessionManager::list`
+/// derives the same (kept beside it there; this one serves the metrics,
+/// which must not take a /proc snapshot per scrape).
+pub(super) fn session_state(st: &super::SessionState) -> &'static str {
+    let worker = st.worker.as_ref();
+    let dead = worker.is_some_and(|w| w.exit_info().is_some());
+    match (worker, &st.running) {
+        (_, None) if st.pending == Some(super::durable::Pending::Dormant) => "dormant",
+        (None, _) => "starting",
+        _ if dead => "dead",
+        (_, Some(r)) if r.prompt.is_some() => "waiting_input",
+        (_, Some(_)) => "busy",
+        _ => "idle",
+    }
+}
+
+impl super::SessionManager {
+    /// How many sessions are in each of [`SESSION_STATES`] (every state
+    /// listed, zeros included), for the metrics. Pending worker events are
+    /// applied first, as `list` does, so a cell that has finished is not
+    /// counted busy.
+    pub fn state_counts(&self) -> Vec<(&'static str, u64)> {
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        let mut counts: Vec<(&'static str, u64)> = SESSION_STATES.iter().map(|s| (*s, 0)).collect();
+        for sess in &sessions {
+            let state = {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                session_state(&st)
+            };
+            if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state) {
+                slot.1 += 1;
+            }
+        }
+        counts
+    }
+}

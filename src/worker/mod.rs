@@ -203,8 +203,16 @@ pub async fn launch_ready(
     spec: &LaunchSpec,
     timeout: Duration,
 ) -> Result<Arc<Worker>, WorkerError> {
-    let worker = launch(spec).await?;
-    match worker.wait_ready(timeout).await {
+    let worker = match launch(spec).await {
+        Ok(worker) => worker,
+        Err(e) => {
+            crate::metrics::worker_start(spec.language, false);
+            return Err(e);
+        }
+    };
+    let ready = worker.wait_ready(timeout).await;
+    crate::metrics::worker_start(spec.language, ready.is_ok());
+    match ready {
         Ok(_) => Ok(worker),
         Err(e) => {
             worker.kill_in_background();
@@ -402,12 +410,15 @@ impl Worker {
         self.process.pid()
     }
 
-    /// Records why ferrepl is about to kill this worker.
-    pub fn set_kill_reason(&self, reason: String) {
+    /// Records why ferrepl is about to kill this worker; false when a
+    /// reason was recorded already (the first one stands).
+    pub fn set_kill_reason(&self, reason: String) -> bool {
         let mut st = self.lock();
-        if st.kill_reason.is_none() {
-            st.kill_reason = Some(reason);
+        if st.kill_reason.is_some() {
+            return false;
         }
+        st.kill_reason = Some(reason);
+        true
     }
 
     /// Why ferrepl killed this worker; given out once, for one report.

@@ -7,6 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::timeout;
 
 use crate::egress::Host;
+use crate::metrics::EgressRefusal;
 
 /// Time allowed to write a refusal to the client.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -22,18 +23,41 @@ const REFUSAL_DRAIN_BYTES: usize = 256 * 1024;
 pub(super) struct Refusal {
     status: u16,
     message: String,
+    /// For the metrics; from the status unless a policy check says which.
+    reason: EgressRefusal,
 }
 
 impl Refusal {
     pub(super) fn new(status: u16, message: String) -> Self {
-        Refusal { status, message }
+        let reason = match status {
+            502 => EgressRefusal::Upstream,
+            503 => EgressRefusal::Busy,
+            403 => EgressRefusal::Host,
+            _ => EgressRefusal::BadRequest,
+        };
+        Refusal {
+            status,
+            message,
+            reason,
+        }
+    }
+
+    /// A policy refusal (403) for `reason`.
+    pub(super) fn forbidden(reason: EgressRefusal, message: String) -> Self {
+        Refusal {
+            status: 403,
+            message,
+            reason,
+        }
     }
 
     pub(super) fn bad_request(what: impl std::fmt::Display) -> Self {
         Refusal::new(400, format!("ferrepl: malformed proxy request: {what}"))
     }
 
+    /// Logs and counts the refusal (every refusal is logged once).
     pub(super) fn log(&self, host: Option<&Host>, peer: &str) {
+        crate::metrics::egress_refusal(self.reason);
         let host = host.map_or_else(|| "-".to_string(), Host::to_string);
         tracing::warn!(
             host = %host,

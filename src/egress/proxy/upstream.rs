@@ -8,11 +8,12 @@ use tokio::time::timeout_at;
 use super::deadline_after;
 use super::refusal::Refusal;
 use crate::egress::{EgressConfig, Host, forbidden_ip};
+use crate::metrics::EgressRefusal;
 
 pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
     if !cfg.allows(host) {
-        return Err(Refusal::new(
-            403,
+        return Err(Refusal::forbidden(
+            EgressRefusal::Host,
             format!(
                 "ferrepl: egress to {host} is not allowed; allowed: {}; the operator can add hosts with --allow-host-egress",
                 cfg.hosts_list()
@@ -20,8 +21,8 @@ pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<()
         ));
     }
     if !cfg.allows_port(port) {
-        return Err(Refusal::new(
-            403,
+        return Err(Refusal::forbidden(
+            EgressRefusal::Port,
             format!(
                 "ferrepl: egress to {host} port {port} is not allowed; allowed ports: {}",
                 cfg.ports_list()
@@ -69,8 +70,8 @@ pub(super) async fn connect(
     if !cfg.allow_private
         && let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip()))
     {
-        return Err(Refusal::new(
-            403,
+        return Err(Refusal::forbidden(
+            EgressRefusal::PrivateAddress,
             format!(
                 "ferrepl: egress to {host} is not allowed: it resolves to a private or loopback address ({})",
                 bad.ip()
