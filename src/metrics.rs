@@ -541,6 +541,17 @@ mod tests {
         // Zero from the start, before anything is recorded.
         assert!(text.contains(r#"ferrepl_limit_kills_total{limit="cell_time"} "#));
         assert_eq!(sample(&render(&[], false), "ferrepl_draining"), 0.0);
+        // A tenant is the caller's string: quoted, never breaking a line.
+        let odd = [TenantCounts {
+            tenant: "a\"b\nc".into(),
+            sessions_by_state: vec![("idle", 1)],
+            jobs_by_state: Vec::new(),
+        }];
+        let text = render(&odd, false);
+        assert!(
+            text.contains(r#"ferrepl_sessions{tenant="a\"b\nc",state="idle"} 1"#),
+            "{text}"
+        );
     }
 
     #[test]

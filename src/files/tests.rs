@@ -126,3 +126,19 @@ fn write_append_symlink_inside_and_delete() {
     assert!(!root.path().join("a").exists());
     assert!(matches!(ws.delete("a", true), Err(FileError::NotFound(_))));
 }
+
+#[test]
+fn policy_refusals_are_told_from_mistakes() {
+    use crate::metrics::SandboxRefusal;
+    let refusal = |e: FileError| e.refusal();
+    assert_eq!(
+        refusal(FileError::ParentDir("../x".into())),
+        Some(SandboxRefusal::FilePath)
+    );
+    assert_eq!(
+        refusal(FileError::Escapes("link".into())),
+        Some(SandboxRefusal::FilePath)
+    );
+    assert_eq!(refusal(FileError::ReadOnly), Some(SandboxRefusal::ReadOnly));
+    assert_eq!(refusal(FileError::NotFound("x".into())), None);
+}

@@ -464,4 +464,62 @@ mod tests {
         assert_eq!(parse_signal("2").ok(), Some(Signal::SIGINT));
         assert!(parse_signal("NOPE").is_err());
     }
+
+    fn manager(dir: &Path) -> Arc<JobManager> {
+        JobManager::new(JobConfig {
+            workdir: dir.to_path_buf(),
+            output_head_bytes: 4096,
+            output_tail_bytes: 4096,
+            log_dir: dir.join("logs"),
+            log_bytes: 1 << 20,
+            max_running: 4,
+            keep_finished: Duration::from_secs(60),
+            max_kept: 10,
+            drain_grace: Duration::from_millis(100),
+            sandbox: None,
+            installer: Arc::new(crate::installer::InstallerSettings {
+                index_url: String::new(),
+                extra_index_urls: Vec::new(),
+                cert: None,
+                allowed_hosts: Vec::new(),
+                source_builds: false,
+                mode: crate::sandbox::Network::Off,
+                cran: String::new(),
+            }),
+            gate: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn state_counts_running_and_exited() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().canonicalize().expect("canonical tempdir");
+        let jobs = manager(&dir);
+        assert_eq!(jobs.state_counts(), vec![("running", 0), ("exited", 0)]);
+        let quick = jobs
+            .start(JobSpec {
+                command: "exit 0".into(),
+                ..JobSpec::default()
+            })
+            .expect("start");
+        let slow = jobs
+            .start(JobSpec {
+                command: "sleep 30".into(),
+                ..JobSpec::default()
+            })
+            .expect("start");
+        jobs.wait(&quick, Duration::from_secs(10)).await;
+        assert_eq!(jobs.state_counts(), vec![("running", 1), ("exited", 1)]);
+        let outside = jobs.start(JobSpec {
+            command: "true".into(),
+            cwd: Some("/".into()),
+            ..JobSpec::default()
+        });
+        assert!(outside.is_err());
+        jobs.kill(&slow.id, Signal::SIGKILL).await.expect("kill");
+        assert_eq!(jobs.state_counts(), vec![("running", 0), ("exited", 2)]);
+        let text = crate::metrics::render(&[], false);
+        assert!(text.contains(r#"ferrepl_jobs_started_total{kind="shell"} "#));
+        assert!(!text.contains(r#"ferrepl_sandbox_refusals_total{kind="cwd"} 0"#));
+    }
 }
