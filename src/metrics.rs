@@ -204,6 +204,7 @@ struct Metrics {
     limit_kills: Family<Label, Counter>,
     sandbox_refusals: Family<Label, Counter>,
     egress_refusals: Family<Label, Counter>,
+    admission_refusals: Family<Label, Counter>,
     jobs_started: Family<Label, Counter>,
 }
 
@@ -268,6 +269,12 @@ impl Metrics {
             "Connections the installers' egress proxy refused, by reason",
             egress_refusals.clone(),
         );
+        let admission_refusals = Family::<Label, Counter>::default();
+        registry.register(
+            "admission_refusals",
+            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, disk_full: --tenant-disk)",
+            admission_refusals.clone(),
+        );
         let jobs_started = Family::<Label, Counter>::default();
         registry.register(
             "jobs_started",
@@ -298,6 +305,9 @@ impl Metrics {
         for reason in EGRESS_REFUSALS {
             egress_refusals.get_or_create_owned(&[("reason", reason.as_str())]);
         }
+        for reason in ["draining", "instance_full", "disk_full"] {
+            admission_refusals.get_or_create_owned(&[("reason", reason)]);
+        }
         for kind in [JobKind::Shell, JobKind::Install] {
             jobs_started.get_or_create_owned(&[("kind", kind.as_str())]);
         }
@@ -316,6 +326,7 @@ impl Metrics {
             limit_kills,
             sandbox_refusals,
             egress_refusals,
+            admission_refusals,
             jobs_started,
         }
     }
@@ -411,6 +422,14 @@ pub fn egress_refusal(reason: EgressRefusal) {
     metrics()
         .egress_refusals
         .get_or_create(&[("reason", reason.as_str())])
+        .inc();
+}
+
+/// New work was refused at the gate (`reason`: draining, instance_full, disk_full).
+pub fn admission_refusal(reason: &'static str) {
+    metrics()
+        .admission_refusals
+        .get_or_create(&[("reason", reason)])
         .inc();
 }
 

@@ -28,6 +28,18 @@ pub enum Refusal {
     DiskFull { used: u64, limit: u64 },
 }
 
+impl Refusal {
+    /// Counted as it is made.
+    fn counted(self) -> Self {
+        crate::metrics::admission_refusal(match self {
+            Refusal::Draining => "draining",
+            Refusal::InstanceFull { .. } => "instance_full",
+            Refusal::DiskFull { .. } => "disk_full",
+        });
+        self
+    }
+}
+
 /// The instance: shared by every tenant.
 pub struct Gate {
     draining: AtomicBool,
@@ -77,7 +89,7 @@ impl Gate {
         add: impl FnOnce() -> T,
     ) -> Result<T, Refusal> {
         if self.is_draining() {
-            return Err(Refusal::Draining);
+            return Err(Refusal::Draining.counted());
         }
         let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
         let live: usize = self.managers().iter().map(|m| m.session_count()).sum();
@@ -85,7 +97,8 @@ impl Gate {
             return Err(Refusal::InstanceFull {
                 name: name.to_string(),
                 limit: self.max_sessions,
-            });
+            }
+            .counted());
         }
         Ok(add())
     }
@@ -114,10 +127,10 @@ impl TenantGate {
     /// Whether a new cell or job may start now.
     pub fn admit_work(&self) -> Result<(), Refusal> {
         if self.instance.is_draining() {
-            return Err(Refusal::Draining);
+            return Err(Refusal::Draining.counted());
         }
         if let Some(q) = &self.quota {
-            q.check()?;
+            q.check().map_err(Refusal::counted)?;
         }
         Ok(())
     }

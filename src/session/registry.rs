@@ -438,6 +438,9 @@ impl SessionManager {
             ))
         })?;
         if !real.starts_with(workspace) || !real.is_dir() {
+            if !real.starts_with(workspace) {
+                crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Cwd);
+            }
             return Err(SessionError::Invalid(format!(
                 "workdir '{}' is not a directory inside the workspace {}; sessions may only start there",
                 dir.display(),
@@ -475,6 +478,7 @@ impl SessionManager {
         if inside || by_operator {
             return Ok(abs);
         }
+        crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Interpreter);
         Err(SessionError::Invalid(format!(
             "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv .venv), or ask the operator to start ferrepl with --allow-python {}",
             path.display(),

@@ -546,6 +546,12 @@ async fn sigterm_drains_then_exits() {
         out.is_error && out.text.contains("draining") && out.text.contains("retry"),
         "{out:#?}"
     );
+    let (_, metrics) = get(metrics_port, "/metrics", &[]).await;
+    assert!(
+        metrics.contains("ferrepl_draining 1")
+            && metrics.contains(r#"ferrepl_admission_refusals_total{reason="draining"} 1"#),
+        "{metrics}"
+    );
 
     // The cell is let finish and its result collected.
     std::fs::write(&gate, "").unwrap();
