@@ -294,14 +294,7 @@ impl SessionManager {
                 self.refresh(sess, &mut st);
                 let worker = st.worker.clone();
                 let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
-                let state = match (&worker, &st.running) {
-                    (_, None) if st.pending == Some(durable::Pending::Dormant) => "dormant",
-                    (None, _) => "starting",
-                    _ if dead => "dead",
-                    (_, Some(r)) if r.prompt.is_some() => "waiting_input",
-                    (_, Some(_)) => "busy",
-                    _ => "idle",
-                };
+                let state = report::session_state(&st);
                 SessionInfo {
                     name: sess.name.clone(),
                     state: state.to_string(),

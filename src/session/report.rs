@@ -188,9 +188,7 @@ pub const SESSION_STATES: [&str; 6] = [
     "dormant",
 ];
 
-/// A session's state as `python_sessions` lists it; `SessionManager::list`
-/// derives the same (kept beside it there; this one serves the metrics,
-/// which must not take a /proc snapshot per scrape).
+/// A session's state as `python_sessions` lists it and the metrics count it.
 pub(super) fn session_state(st: &super::SessionState) -> &'static str {
     let worker = st.worker.as_ref();
     let dead = worker.is_some_and(|w| w.exit_info().is_some());
