@@ -435,12 +435,17 @@ impl Writer {
     }
 }
 
-fn check_principal(principal: &str) -> Result<(), StoreError> {
-    let ok = (1..=64).contains(&principal.len())
+/// 1-64 of A-Z, a-z, 0-9, '_' and '-': a principal names a file (tenants
+/// are principals, and name their workspace directory too).
+pub fn is_valid_principal(principal: &str) -> bool {
+    (1..=64).contains(&principal.len())
         && principal
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn check_principal(principal: &str) -> Result<(), StoreError> {
+    if is_valid_principal(principal) {
         Ok(())
     } else {
         Err(StoreError::Invalid(format!(

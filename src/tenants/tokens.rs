@@ -122,14 +122,9 @@ impl TokenTable {
     }
 }
 
-/// Tenant names become directory and file names: nothing but
-/// letters, digits, '_' and '-'.
+/// Tenant names become directory and file names (the store's principal).
 pub fn check_tenant_name(name: &str) -> Result<(), String> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if crate::store::is_valid_principal(name) {
         Ok(())
     } else {
         Err(format!(

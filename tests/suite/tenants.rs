@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{
-    Client, HttpServer, Launch, ToolOutput, call, free_port, path_str, py_path, raw_http,
+    Client, HttpServer, Launch, ToolOutput, call, free_port, http_exchange, path_str, py_path,
+    raw_http,
 };
 
 const ALPHA: &str = "alpha-token-0123456789abcdef";
@@ -42,46 +42,7 @@ async fn exec(client: &Client, code: &str) -> ToolOutput {
 
 /// GET `path` with `headers`; the status and the whole body.
 async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-    exchange(port, "GET", path, headers, "").await
-}
-
-/// One HTTP/1.1 request; the status and the whole body.
-async fn exchange(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect");
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut response))
-        .await
-        .expect("the response within 30 s")
-        .expect("read");
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    http_exchange(port, "GET", path, headers, "").await
 }
 
 #[tokio::test]
@@ -215,7 +176,7 @@ async fn stateless_requests_reach_the_tenant_of_their_token() {
         .to_string();
         async move {
             let auth = format!("Bearer {token}");
-            exchange(
+            http_exchange(
                 server.port,
                 "POST",
                 "/mcp",
@@ -299,22 +260,17 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
             .is_err()
     );
 
-    let pid = server.child.id().expect("pid") as i32;
-    let hup = || {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGHUP,
-        )
+    let reload = async |contents: String, logged: &str| {
+        std::fs::write(&tokens, contents).unwrap();
+        let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        assert!(
+            server.wait_log(logged, Duration::from_secs(20)).await,
+            "{}",
+            server.stderr_log()
+        );
     };
-    std::fs::write(&tokens, format!("{GAMMA} gamma\n")).unwrap();
-    hup().unwrap();
-    assert!(
-        server
-            .wait_log("tokens reloaded", Duration::from_secs(20))
-            .await,
-        "{}",
-        server.stderr_log()
-    );
+    reload(format!("{GAMMA} gamma\n"), "tokens reloaded").await;
     let gamma = connect(&server, "/t/gamma/mcp", GAMMA).await;
     assert!(!exec(&gamma, "1 + 1").await.is_error);
     assert!(
@@ -326,15 +282,7 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
     );
 
     // A file that does not parse changes nothing.
-    std::fs::write(&tokens, "short gamma\n").unwrap();
-    hup().unwrap();
-    assert!(
-        server
-            .wait_log("the tokens were not reloaded", Duration::from_secs(20))
-            .await,
-        "{}",
-        server.stderr_log()
-    );
+    reload("short gamma\n".into(), "the tokens were not reloaded").await;
     let again = connect(&server, "/mcp", GAMMA).await;
     assert!(!exec(&again, "2").await.is_error);
     server.assert_alive();

@@ -169,6 +169,65 @@ pub fn initialize_body() -> String {
     .to_string()
 }
 
+/// Connects to 127.0.0.1:`port` and sends one HTTP/1.1 request: `headers`
+/// as given, then Content-Length and `Connection: close`.
+async fn send_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect to the HTTP server");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("write the HTTP request");
+    stream
+}
+
+/// Like `raw_http`, reading the whole response: its status and body.
+pub async fn http_exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let exchange = async {
+        let mut stream = send_request(port, method, path, headers, body).await;
+        let mut response = Vec::new();
+        stream
+            .read_to_end(&mut response)
+            .await
+            .expect("read the HTTP response");
+        let response = String::from_utf8_lossy(&response).into_owned();
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no HTTP status line in response: {response:?}"));
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    };
+    tokio::time::timeout(CALL_TIMEOUT, exchange)
+        .await
+        .expect("HTTP exchange timed out")
+}
+
 /// Send one HTTP/1.1 request by hand to 127.0.0.1:`port` and return the
 /// response's status code and head. `headers` must include Host when wanted:
 /// nothing is added but Content-Length and `Connection: close`.
@@ -180,21 +239,7 @@ pub async fn raw_http(
     body: &str,
 ) -> (u16, String) {
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect to the HTTP server");
-        let mut request = format!("{method} {path} HTTP/1.1\r\n");
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str(&format!(
-            "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ));
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("write the HTTP request");
+        let mut stream = send_request(port, method, path, headers, body).await;
         // Read the response head only; the body may be a stream.
         let mut head = Vec::new();
         let mut buf = [0u8; 4096];
