@@ -123,36 +123,11 @@ impl CgroupRoot {
     /// `max_processes` (which the process-tree watch enforces exactly).
     pub fn create(&self, label: &str, memory_limit: Option<u64>, max_processes: u64) -> Cgroup {
         let name = format!("{PREFIX}{}-{label}", own_identity());
-        let make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| -> Option<PathBuf> {
-            let dir = parent.as_ref()?.join(&name);
-            if dir.exists() {
-                // Left over (its counters would be stale): start afresh.
-                empty_and_remove(&dir);
-            }
-            if let Err(e) = std::fs::create_dir(&dir) {
-                tracing::warn!("cannot create cgroup {}: {e}", dir.display());
-                return None;
-            }
-            for (file, value) in limits {
-                // memsw (memory + swap) exists only with swap accounting.
-                if let Err(e) = std::fs::write(dir.join(file), value)
-                    && !file.contains("memsw")
-                {
-                    tracing::warn!("cannot set {file} of {}: {e}", dir.display());
-                    let _ = std::fs::remove_dir(&dir);
-                    return None;
-                }
-            }
-            Some(dir)
+        let make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| {
+            make_group(parent.as_deref()?, &name, limits)
         };
         let memory = match memory_limit {
-            Some(limit) => make(
-                &self.memory,
-                &[
-                    ("memory.limit_in_bytes", limit.to_string()),
-                    ("memory.memsw.limit_in_bytes", limit.to_string()),
-                ],
-            ),
+            Some(limit) => make(&self.memory, &memory_limits(Some(limit))),
             None if self.tenant => make(&self.memory, &[]),
             None => None,
         };
@@ -179,36 +154,14 @@ impl CgroupRoot {
         let dir_name = format!("{PREFIX}{}-tenant-{name}", own_identity());
         let mut made = Vec::new();
         let mut make = |parent: &Option<PathBuf>, limits: &[(&str, String)]| {
-            let dir = parent.as_ref()?.join(&dir_name);
-            if dir.exists() {
-                empty_and_remove(&dir);
-            }
-            if let Err(e) = std::fs::create_dir(&dir) {
-                tracing::warn!("cannot create cgroup {}: {e}", dir.display());
-                return None;
-            }
+            let dir = make_group(parent.as_deref()?, &dir_name, limits)?;
             made.push(dir.clone());
-            for (file, value) in limits {
-                if let Err(e) = std::fs::write(dir.join(file), value)
-                    && !file.contains("memsw")
-                {
-                    tracing::warn!("cannot set {file} of {}: {e}", dir.display());
-                }
-            }
             Some(dir)
         };
-        let memory_limits: Vec<(&str, String)> = memory
-            .map(|m| {
-                vec![
-                    ("memory.limit_in_bytes", m.to_string()),
-                    ("memory.memsw.limit_in_bytes", m.to_string()),
-                ]
-            })
-            .unwrap_or_default();
         // cgroup v1 shares: 1024 is the default weight of 100.
         let shares = (cpu_weight.clamp(1, 10_000) * 1024 / 100).max(2);
         let root = CgroupRoot {
-            memory: make(&self.memory, &memory_limits),
+            memory: make(&self.memory, &memory_limits(memory)),
             pids: make(&self.pids, &[]),
             cpu: make(&self.cpu, &[("cpu.shares", shares.to_string())]),
             tenant: true,
@@ -245,6 +198,42 @@ impl CgroupRoot {
             }
         }
     }
+}
+
+/// `parent/name`, made afresh (a leftover's counters would be stale), with
+/// `limits` written; None (and no group) when a limit cannot be set.
+fn make_group(parent: &Path, name: &str, limits: &[(&str, String)]) -> Option<PathBuf> {
+    let dir = parent.join(name);
+    if dir.exists() {
+        empty_and_remove(&dir);
+    }
+    if let Err(e) = std::fs::create_dir(&dir) {
+        tracing::warn!("cannot create cgroup {}: {e}", dir.display());
+        return None;
+    }
+    for (file, value) in limits {
+        // memsw (memory + swap) exists only with swap accounting.
+        if let Err(e) = std::fs::write(dir.join(file), value)
+            && !file.contains("memsw")
+        {
+            tracing::warn!("cannot set {file} of {}: {e}", dir.display());
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+    }
+    Some(dir)
+}
+
+/// The memory (and memory + swap) limit files for `limit`.
+fn memory_limits(limit: Option<u64>) -> Vec<(&'static str, String)> {
+    limit
+        .map(|m| {
+            vec![
+                ("memory.limit_in_bytes", m.to_string()),
+                ("memory.memsw.limit_in_bytes", m.to_string()),
+            ]
+        })
+        .unwrap_or_default()
 }
 
 /// Threads count against `pids.max`: numeric libraries start one per core.

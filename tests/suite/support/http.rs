@@ -196,6 +196,15 @@ async fn send_request(
     stream
 }
 
+/// The status code of a response; panics without a status line.
+fn status_of(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .unwrap_or_else(|| panic!("no HTTP status line in response: {response:?}"))
+}
+
 /// Like `raw_http`, reading the whole response: its status and body.
 pub async fn http_exchange(
     port: u16,
@@ -212,11 +221,7 @@ pub async fn http_exchange(
             .await
             .expect("read the HTTP response");
         let response = String::from_utf8_lossy(&response).into_owned();
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse::<u16>().ok())
-            .unwrap_or_else(|| panic!("no HTTP status line in response: {response:?}"));
+        let status = status_of(&response);
         let body = response
             .split_once("\r\n\r\n")
             .map(|(_, b)| b.to_string())
@@ -251,12 +256,7 @@ pub async fn raw_http(
             head.extend_from_slice(&buf[..n]);
         }
         let head = String::from_utf8_lossy(&head).into_owned();
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse::<u16>().ok())
-            .unwrap_or_else(|| panic!("no HTTP status line in response: {head:?}"));
-        (status, head)
+        (status_of(&head), head)
     };
     tokio::time::timeout(CALL_TIMEOUT, exchange)
         .await
