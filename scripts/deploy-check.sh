@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Validates the deployment files:
+#   1. deploy/k8s/*.yaml against the Kubernetes API schemas (kubernetes-validate
+#      from PyPI, --strict: unknown fields are errors), in a venv under
+#      target/test-env/deploy-venv (made once, reused);
+#   2. the manifests against ferrepl's own flags (grace period > drain,
+#      probes on the metrics port, memory limit >= sessions x per-session
+#      limit, the security context the sandbox needs, replicas = router
+#      servers);
+#   3. deploy/nginx/ferrepl.conf is exactly render.py --k8s (the template);
+#   4. `nginx -t` on the template rendered for loopback (what
+#      scripts/cluster-sim.py runs) and on ferrepl.conf (pod names mapped to
+#      loopback; `resolve` dropped when this nginx predates 1.27.3); nginx is
+#      installed from the Debian package when missing (service not started);
+#   5. where possible (root, unshare, setpriv, a built ferrepl), the pod's
+#      security context emulated on this host (deploy/k8s/emulate-pod-
+#      security.sh): with /proc unmasked ferrepl must get its namespaces;
+#      with the runtime's default mask it must not (why procMount: Unmasked).
+#
+# Usage: bash scripts/deploy-check.sh     (DEPLOY_CHECK_EMULATE=0 skips 5)
+# Ends with "N passed, M failed"; exit 1 when something failed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=target/test-env/deploy-venv
+k8s_version=${K8S_VERSION:-1.33.0}
+kv_version=${KUBERNETES_VALIDATE_VERSION:-1.37.0}
+passed=0
+failed=0
+ok() { echo "PASS $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL $*"; failed=$((failed + 1)); }
+skip() { echo "SKIP $*"; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# --- 1. kubernetes-validate ------------------------------------------------
+if ! "$venv/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+  echo "deploy-check: installing kubernetes-validate $kv_version into $venv"
+  mkdir -p "$(dirname "$venv")"
+  python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check \
+    "kubernetes-validate==$kv_version" || { bad "could not install kubernetes-validate"; }
+fi
+if "$venv/bin/kubernetes-validate" --strict --quiet -k "$k8s_version" deploy/k8s/*.yaml; then
+  ok "kubernetes-validate --strict (Kubernetes $k8s_version): $(ls deploy/k8s/*.yaml | wc -l) manifests"
+else
+  bad "kubernetes-validate --strict (Kubernetes $k8s_version)"
+fi
+
+# --- 2. manifests vs. ferrepl's flags ----------------------------------------
+if "$venv/bin/python" - <<'PY'
+import re, sys, yaml
+
+def load(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+def size(v):  # Kubernetes quantities and ferrepl sizes (K/M/G are binary in ferrepl)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?)?", str(v))
+    if not m:
+        raise ValueError(v)
+    mult = {None: 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
+            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}[m.group(2)]
+    return float(m.group(1)) * mult
+
+problems = []
+def check(cond, msg):
+    if not cond:
+        problems.append(msg)
+
+cm = load("deploy/k8s/configmap.yaml")[0]["data"]
+sts = load("deploy/k8s/statefulset.yaml")[0]
+svc = load("deploy/k8s/service.yaml")[0]
+pod = sts["spec"]["template"]["spec"]
+c = [x for x in pod["containers"] if x["name"] == "ferrepl"][0]
+ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+
+check(int(pod["terminationGracePeriodSeconds"]) >= int(cm["FERREPL_DRAIN_SECONDS"]) + 10,
+      "terminationGracePeriodSeconds must exceed FERREPL_DRAIN_SECONDS by >= 10 s (drain + flush)")
+check(cm["FERREPL_HTTP"].rsplit(":", 1)[1] == str(ports["mcp"]), "FERREPL_HTTP port != containerPort mcp")
+check(cm["FERREPL_METRICS_ADDR"].rsplit(":", 1)[1] == str(ports["metrics"]),
+      "FERREPL_METRICS_ADDR port != containerPort metrics")
+for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+    g = c[probe]["httpGet"]
+    check(g["path"] == path and g["port"] in ("metrics", ports["metrics"]),
+          f"{probe} must GET {path} on the metrics port (no auth there)")
+need = int(cm["FERREPL_MAX_SESSIONS"]) * size(cm["FERREPL_MEMORY_LIMIT"]) + 512 * 2**20
+have = size(c["resources"]["limits"]["memory"])
+check(have >= need, f"limits.memory {have/2**30:.1f} GiB < max-sessions x memory-limit + 0.5 GiB = {need/2**30:.1f} GiB")
+check(size(c["resources"]["requests"]["memory"]) <= have, "requests.memory > limits.memory")
+check(int(cm["FERREPL_TENANT_MAX_SESSIONS"]) < int(cm["FERREPL_MAX_SESSIONS"]),
+      "FERREPL_TENANT_MAX_SESSIONS should be below FERREPL_MAX_SESSIONS (one tenant must not take every slot)")
+psc, csc = pod["securityContext"], c["securityContext"]
+check(psc.get("runAsNonRoot") is True and int(psc.get("runAsUser", 0)) != 0,
+      "runAsNonRoot/runAsUser: ferrepl needs a non-root user for its user namespaces")
+check(csc.get("capabilities", {}).get("drop") == ["ALL"] and not csc.get("capabilities", {}).get("add"),
+      "capabilities: drop ALL, add none")
+check(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+check(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem: true")
+check(not csc.get("privileged"), "privileged must not be set")
+if csc.get("procMount") == "Unmasked":
+    check(pod.get("hostUsers") is False, "procMount: Unmasked requires hostUsers: false")
+mounts = {m["mountPath"] for m in c["volumeMounts"]}
+check({"/data", "/tmp"} <= mounts, "/data and /tmp must be mounted writable (read-only root)")
+env = {e["name"]: e.get("value") for e in c.get("env", [])}
+for key, val in (("FERREPL_WORKDIR", cm["FERREPL_WORKDIR"]), ("FERREPL_STATE_DIR", cm["FERREPL_STATE_DIR"]),
+                 ("TMPDIR", env.get("TMPDIR", "/tmp"))):
+    check(val.startswith("/data/") or val.startswith("/tmp"), f"{key}={val} is not on a writable volume")
+check(svc["spec"].get("clusterIP") == "None" and svc["spec"].get("publishNotReadyAddresses") is True,
+      "the Service must be headless with publishNotReadyAddresses")
+check(sts["spec"]["serviceName"] == svc["metadata"]["name"], "serviceName != the headless Service")
+conf = open("deploy/nginx/ferrepl.conf").read()
+servers = re.findall(r"^\s*server\s+(ferrepl-(\d+)\.ferrepl\.[a-z0-9-]+\.svc\.cluster\.local:(\d+))", conf, re.M)
+check(sorted(int(s[1]) for s in servers) == list(range(int(sts["spec"]["replicas"]))),
+      "deploy/nginx/ferrepl.conf must list ferrepl-0..replicas-1")
+check(all(s[2] == str(ports["mcp"]) for s in servers), "router servers must use the mcp port")
+if problems:
+    print("\n".join("  - " + p for p in problems))
+    sys.exit(1)
+PY
+then ok "manifests agree with ferrepl's flags (drain, ports, probes, memory, security context, router)"
+else bad "manifests vs. ferrepl's flags"; fi
+
+# --- 3. ferrepl.conf is the rendered template --------------------------------
+if python3 deploy/nginx/render.py --k8s | diff -u deploy/nginx/ferrepl.conf - >"$tmp/diff"; then
+  ok "deploy/nginx/ferrepl.conf = render.py --k8s (template)"
+else
+  cat "$tmp/diff"; bad "deploy/nginx/ferrepl.conf differs from the template: python3 deploy/nginx/render.py --k8s > deploy/nginx/ferrepl.conf"
+fi
+
+# --- 4. nginx -t ---------------------------------------------------------------
+if ! command -v nginx >/dev/null && [ -x /usr/sbin/nginx ]; then PATH=$PATH:/usr/sbin; fi
+if ! command -v nginx >/dev/null; then
+  echo "deploy-check: installing nginx (Debian package; its service is not started)"
+  made_policy=
+  if [ "$(id -u)" = 0 ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
+  fi
+  sudo_=; [ "$(id -u)" = 0 ] || sudo_=sudo
+  { $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq \
+      --no-install-recommends nginx-light >/dev/null; } || bad "apt-get install nginx-light"
+  [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
+  PATH=$PATH:/usr/sbin
+fi
+if command -v nginx >/dev/null; then
+  ver=$(nginx -v 2>&1 | sed -n 's|.*nginx/\([0-9.]*\).*|\1|p')
+  nginx_test() { # id label conf-file
+    local d="$tmp/nginx-$1"
+    mkdir -p "$d/logs"
+    cp "$3" "$d/ferrepl.conf"
+    cat >"$d/nginx.conf" <<CONF
+pid $d/nginx.pid;
+error_log $d/logs/error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $d/body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+    include $d/ferrepl.conf;
+}
+CONF
+    if nginx -t -q -p "$d" -e "$d/logs/error.log" -c "$d/nginx.conf" 2>"$d/out"; then
+      ok "nginx $ver -t: $2"
+    else
+      cat "$d/out"; bad "nginx $ver -t: $2"
+    fi
+  }
+  python3 deploy/nginx/render.py --listen 127.0.0.1:18080 --server 127.0.0.1:18001 \
+    --server 127.0.0.1:18002 --server 127.0.0.1:18003 >"$tmp/sim.conf"
+  nginx_test sim "template rendered for loopback (cluster-sim)" "$tmp/sim.conf"
+  # The Kubernetes form: pod names do not resolve here, kube-dns neither.
+  strip_resolve=1   # unless this nginx is >= 1.27.3
+  [ "$(printf '%s\n%s\n' 1.27.3 "$ver" | sort -V | head -1)" = 1.27.3 ] && strip_resolve=0
+  sed -E -e 's/ferrepl-([0-9]+)\.ferrepl\.[a-z0-9-]+\.svc\.cluster\.local:8000/127.0.0.1:1810\1/' \
+      -e 's/resolver kube-dns\.kube-system\.svc\.cluster\.local/resolver 127.0.0.1/' \
+      deploy/nginx/ferrepl.conf >"$tmp/k8s.conf"
+  note=""
+  if [ "$strip_resolve" = 1 ]; then
+    sed -i -E 's/ max_fails=0 resolve;/ max_fails=0;/' "$tmp/k8s.conf"; note=", 'resolve' dropped: needs nginx >= 1.27.3"
+  fi
+  nginx_test k8s "deploy/nginx/ferrepl.conf (pod names as loopback$note)" "$tmp/k8s.conf"
+else
+  bad "nginx not available"
+fi
+
+# --- 5. security context emulated on this host ---------------------------------
+if [ "${DEPLOY_CHECK_EMULATE:-1}" = 0 ]; then
+  skip "pod security emulation (DEPLOY_CHECK_EMULATE=0)"
+else
+  out0=$(MASK=0 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc0=$?
+  if [ $rc0 = 2 ]; then
+    skip "pod security emulation: $(echo "$out0" | tail -1)"
+  else
+    if [ $rc0 = 0 ] && echo "$out0" | tail -1 | grep -q "NAMESPACES: yes"; then
+      ok "emulated pod (uid 10001, caps dropped, no_new_privs, read-only root, /proc unmasked): ferrepl has its namespaces"
+    else
+      echo "$out0" | tail -5; bad "emulated pod with /proc unmasked: no namespaces"
+    fi
+    out1=$(MASK=1 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc1=$?
+    if [ $rc1 = 0 ] && echo "$out1" | tail -1 | grep -q "NAMESPACES: no"; then
+      ok "emulated pod with the runtime's default /proc mask: no namespaces, as expected ($(echo "$out1" | tail -1 | grep -o 'mount on /proc[^)]*)' | head -1))"
+    else
+      echo "$out1" | tail -5; bad "emulated pod with masked /proc: expected ferrepl to lose its namespaces"
+    fi
+  fi
+fi
+
+echo "deploy-check: $passed passed, $failed failed"
+[ "$failed" = 0 ]
