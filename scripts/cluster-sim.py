@@ -410,7 +410,9 @@ def start_nginx(nginx, base, instances):
     sys.path.insert(0, os.path.join(ROOT, "deploy", "nginx"))
     import render  # deploy/nginx/render.py: the same template as ferrepl.conf
 
-    conf = render.render(f"127.0.0.1:{port}", [f"127.0.0.1:{i.port}" for i in instances])
+    # SIM_TEMPLATE: another template, e.g. one with failover, to see the run fail.
+    conf = render.render(f"127.0.0.1:{port}", [f"127.0.0.1:{i.port}" for i in instances],
+                         template=os.environ.get("SIM_TEMPLATE", TEMPLATE))
     with open(os.path.join(d, "ferrepl.conf"), "w") as f:
         f.write(conf)
     main = os.path.join(d, "nginx.conf")
