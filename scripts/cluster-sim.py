@@ -84,12 +84,13 @@ def check(cond, msg):
 
 
 def kill_children():
+    # Each child leads its own process group (start_new_session): kill the
+    # whole group, so nginx's workers and ferrepl's launchers go too.
     for p in CHILDREN:
-        if p.poll() is None:
-            try:
-                p.kill()
-            except OSError:
-                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
     for p in CHILDREN:
         try:
             p.wait(timeout=5)
