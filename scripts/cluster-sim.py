@@ -382,24 +382,6 @@ def find_nginx():
     for p in (shutil.which("nginx"), "/usr/sbin/nginx"):
         if p and os.access(p, os.X_OK):
             return p
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        log("nginx is missing: installing the Debian package nginx-light (its service is not started)")
-        made = not os.path.exists("/usr/sbin/policy-rc.d")
-        if made:
-            with open("/usr/sbin/policy-rc.d", "w") as f:
-                f.write("#!/bin/sh\nexit 101\n")
-            os.chmod("/usr/sbin/policy-rc.d", 0o755)
-        try:
-            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-            subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, timeout=300,
-                           stdout=subprocess.DEVNULL)
-            subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx-light"],
-                           env=env, check=True, timeout=300, stdout=subprocess.DEVNULL)
-        finally:
-            if made:
-                os.remove("/usr/sbin/policy-rc.d")
-        if os.access("/usr/sbin/nginx", os.X_OK):
-            return "/usr/sbin/nginx"
     return None
 
 
@@ -501,7 +483,7 @@ def main():
         return 2
     nginx = find_nginx()
     if not nginx:
-        print("cluster-sim: nginx is not installed (apt-get install nginx-light, or run scripts/deploy-check.sh)")
+        print("cluster-sim: nginx is not installed (bash scripts/test-env.sh installs it)")
         return 2
     keep = os.environ.get("SIM_KEEP") == "1"
     base = tempfile.mkdtemp(prefix="ferrepl-sim-")

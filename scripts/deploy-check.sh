@@ -2,7 +2,7 @@
 # Validates the deployment files:
 #   1. deploy/k8s/*.yaml against the Kubernetes API schemas (kubernetes-validate
 #      from PyPI, --strict: unknown fields are errors), in a venv under
-#      target/test-env/deploy-venv (made once, reused);
+#      target/test-env/deploy-venv (scripts/test-env.sh makes it);
 #   2. the manifests against ferrepl's own flags (grace period > drain,
 #      probes on the metrics port, memory limit >= sessions x per-session
 #      limit, the security context the sandbox needs, replicas = router
@@ -10,8 +10,8 @@
 #   3. deploy/nginx/ferrepl.conf is exactly render.py --k8s (the template);
 #   4. `nginx -t` on the template rendered for loopback (what
 #      scripts/cluster-sim.py runs) and on ferrepl.conf (pod names mapped to
-#      loopback; `resolve` dropped when this nginx predates 1.27.3); nginx is
-#      installed from the Debian package when missing (service not started);
+#      loopback; `resolve` dropped when this nginx predates 1.27.3); nginx
+#      comes from scripts/test-env.sh (Debian's nginx-light);
 #   5. where possible (root, unshare, setpriv, a built ferrepl), the pod's
 #      security context emulated on this host (deploy/k8s/emulate-pod-
 #      security.sh): with /proc unmasked ferrepl must get its namespaces;
@@ -22,7 +22,9 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-venv=target/test-env/deploy-venv
+# kubernetes-validate's venv and nginx come from the project's test set-up.
+env_dir=${FERREPL_TEST_ENV:-$(bash scripts/test-env.sh)}
+venv=$env_dir/deploy-venv
 k8s_version=${K8S_VERSION:-1.33.0}
 kv_version=${KUBERNETES_VALIDATE_VERSION:-1.37.0}
 passed=0
@@ -35,12 +37,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # --- 1. kubernetes-validate ------------------------------------------------
-if ! "$venv/bin/kubernetes-validate" --version >/dev/null 2>&1; then
-  echo "deploy-check: installing kubernetes-validate $kv_version into $venv"
-  mkdir -p "$(dirname "$venv")"
-  python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check \
-    "kubernetes-validate==$kv_version" || { bad "could not install kubernetes-validate"; }
-fi
 if "$venv/bin/kubernetes-validate" --strict --quiet -k "$k8s_version" deploy/k8s/*.yaml; then
   ok "kubernetes-validate --strict (Kubernetes $k8s_version): $(ls deploy/k8s/*.yaml | wc -l) manifests"
 else
@@ -130,18 +126,7 @@ fi
 
 # --- 4. nginx -t ---------------------------------------------------------------
 if ! command -v nginx >/dev/null && [ -x /usr/sbin/nginx ]; then PATH=$PATH:/usr/sbin; fi
-if ! command -v nginx >/dev/null; then
-  echo "deploy-check: installing nginx (Debian package; its service is not started)"
-  made_policy=
-  if [ "$(id -u)" = 0 ] && [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && made_policy=1
-  fi
-  sudo_=; [ "$(id -u)" = 0 ] || sudo_=sudo
-  { $sudo_ apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq \
-      --no-install-recommends nginx-light >/dev/null; } || bad "apt-get install nginx-light"
-  [ -n "$made_policy" ] && rm -f /usr/sbin/policy-rc.d
-  PATH=$PATH:/usr/sbin
-fi
+command -v nginx >/dev/null || bad "nginx is not installed (bash scripts/test-env.sh installs it)"
 if command -v nginx >/dev/null; then
   ver=$(nginx -v 2>&1 | sed -n 's|.*nginx/\([0-9.]*\).*|\1|p')
   nginx_test() { # id label conf-file

