@@ -25,6 +25,9 @@ pub fn prepare(
     kept_in: Option<&Path>,
     tenants: bool,
 ) -> anyhow::Result<Prepared> {
+    if tenants {
+        check_shared_places(cfg, workdir, kept_in)?;
+    }
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
     // What sessions can write: nothing there is trusted or run by the
     // server outside the sandbox.
@@ -66,6 +69,12 @@ pub fn prepare(
     if let Some(dir) = cfg.venv.as_ref().map(abs) {
         python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
         source = worker::python::PythonSource::VenvFlag;
+    }
+    if tenants && python.starts_with(workdir) {
+        anyhow::bail!(
+            "the interpreter {} is inside --workdir, which holds the tenants' workspaces and is hidden from their sessions; give --python outside it",
+            python.display()
+        );
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
@@ -210,6 +219,33 @@ impl Access {
             allowed_python,
         }
     }
+}
+
+/// With tenants, nothing writable may be shared between them (one tenant
+/// could change what another runs or reads), and the stores must not lie
+/// in a tenant's workspace.
+fn check_shared_places(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> anyhow::Result<()> {
+    let shared_venv = cfg.allow_python.iter().any(|p| {
+        sandbox::paths::normalize(p, workdir)
+            .join("pyvenv.cfg")
+            .is_file()
+    });
+    if cfg.venv.is_some() || !cfg.allow_write.is_empty() || shared_venv {
+        anyhow::bail!(
+            "--venv, --allow-write and venvs in --allow-python would be writable by every tenant (one could change what another runs); with tenants, each keeps its venvs in its own workspace (python_install, python_sessions create venv=...), and shared interpreters are given read-only with --python or --allow-python DIR"
+        );
+    }
+    if let Some(stores) = kept_in.and_then(|d| d.canonicalize().ok())
+        && stores.starts_with(workdir)
+    {
+        // <workdir>/<name> would be tenant <name>'s workspace.
+        anyhow::bail!(
+            "--state-dir {} is inside --workdir {}, where a tenant's workspace could be it; put the stores outside the workspaces",
+            stores.display(),
+            workdir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a workspace that holds a hidden place, and --allow-read or

@@ -547,18 +547,24 @@ async fn a_second_sigterm_ends_the_drain_at_once() {
     assert!(server.stderr_log().contains("second SIGTERM"));
 }
 
-#[tokio::test]
-async fn tenant_tokens_need_http() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let mut spawned = Launch::new(&["--auth-token-file", path_str(&tokens)]).spawn_stdio();
+/// Starts `launch`, which must exit at once with a failure; its stderr.
+async fn refused_start(launch: Launch) -> String {
+    let mut spawned = launch.spawn_stdio();
     let status = tokio::time::timeout(Duration::from_secs(30), spawned.child.wait())
         .await
         .expect("the server refuses at once")
         .expect("wait");
-    assert!(!status.success());
     spawned.stderr.wait_closed(Duration::from_secs(10)).await;
     let err = spawned.stderr.text();
+    assert!(!status.success(), "the server started: {err}");
+    err
+}
+
+#[tokio::test]
+async fn tenant_tokens_need_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let err = refused_start(Launch::new(&["--auth-token-file", path_str(&tokens)])).await;
     assert!(err.contains("--http"), "{err}");
 }
 
@@ -577,4 +583,36 @@ async fn json_logs_are_one_object_per_line() {
     }
     assert!(lines >= 2, "{log}");
     server.assert_alive();
+}
+
+/// Nothing writable may be shared between tenants, and their stores may not
+/// sit where a tenant's workspace could be.
+#[tokio::test]
+async fn tenants_refuse_shared_writable_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let shared = dir.path().join("shared");
+    let venv = shared.join("venv");
+    let work = dir.path().join("work");
+    let inside = work.join("state");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    let refusals: [(&[&str], &str); 3] = [
+        (&["--allow-write", path_str(&shared)], "--allow-write"),
+        (&["--venv", path_str(&venv)], "--venv"),
+        (&["--state-dir", path_str(&inside)], "--state-dir"),
+    ];
+    for (extra, flag) in refusals {
+        let mut args = vec![
+            "--http",
+            "127.0.0.1:0",
+            "--workdir",
+            path_str(&work),
+            "--auth-token-file",
+            path_str(&tokens),
+        ];
+        args.extend_from_slice(extra);
+        let err = refused_start(Launch::new(&args).without_workdir_flag()).await;
+        assert!(err.contains(flag), "{extra:?}: {err}");
+    }
 }
