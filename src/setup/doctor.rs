@@ -278,21 +278,7 @@ async fn sessions(
             }
         }
     });
-    let (status, detail) = match (r, &ready) {
-        (None, _) => (Missing, NO_R.to_string()),
-        (Some(r), _) if !r.is_file() => (Missing, format!("{} does not exist", r.display())),
-        (Some(r), None) => (Warn, format!("{} not run: no sandbox", r.display())),
-        (Some(r), Some((state, p))) => {
-            match run_confined(&p.sandbox, state, &r, &["--version"], R_TIMEOUT).await {
-                Ok(out) => (
-                    Good,
-                    format!("{}: {}", out.lines().next().unwrap_or(""), r.display()),
-                ),
-                Err(e) => (Warn, format!("{} does not run: {e}", r.display())),
-            }
-        }
-    };
-    items.push(item("r", status, detail));
+    items.push(r_item(r, ready.as_ref().map(|(state, p)| (state, &p.sandbox))).await);
     let (_, prepared) = ready?;
     let sb = &prepared.sandbox;
     if !sb.enabled() {
@@ -307,6 +293,25 @@ async fn sessions(
     };
     items.extend(sandbox_items(&sb.active, sb.namespaces, cgroups, abi));
     Some(prepared.sandbox.active)
+}
+
+/// R: found, and its version when it runs in the sandbox.
+async fn r_item(r: Option<PathBuf>, sandbox: Option<(&StateDir, &SandboxConfig)>) -> Item {
+    let (status, detail) = match (r, sandbox) {
+        (None, _) => (Missing, NO_R.to_string()),
+        (Some(r), _) if !r.is_file() => (Missing, format!("{} does not exist", r.display())),
+        (Some(r), None) => (Warn, format!("{} not run: no sandbox", r.display())),
+        (Some(r), Some((state, sandbox))) => {
+            match run_confined(sandbox, state, &r, &["--version"], R_TIMEOUT).await {
+                Ok(out) => (
+                    Good,
+                    format!("{}: {}", out.lines().next().unwrap_or(""), r.display()),
+                ),
+                Err(e) => (Warn, format!("{} does not run: {e}", r.display())),
+            }
+        }
+    };
+    item("r", status, detail)
 }
 
 /// The server's start-up decisions (the probe included), made as the server
@@ -431,19 +436,7 @@ fn sandbox_items(
     let parts: Vec<&str> = active.split("; ").collect();
     let part = |prefix: &str| parts.iter().copied().find(|s| s.starts_with(prefix));
     let unknown = || (Warn, format!("not reported by the probe: {active}"));
-    let abi_n = abi.map_or("unknown".to_string(), |n| n.to_string());
-    let landlock = parts
-        .iter()
-        .find_map(|s| s.split_once("Landlock filesystem ").map(|p| p.1));
-    let landlock = match (landlock, abi) {
-        // No Landlock at all (the fake probe's case too): that alone is the reason.
-        (_, Err(libc::ENOSYS)) => (Missing, NO_LANDLOCK.to_string()),
-        (_, Err(libc::EOPNOTSUPP)) => (Missing, LANDLOCK_OFF.to_string()),
-        (Some(s), _) if s.starts_with("fully") => (Good, format!("{s} (kernel ABI {abi_n})")),
-        (Some(s), _) if s.starts_with("partially") => (Warn, format!("{s}: kernel ABI {abi_n}")),
-        (Some(s), _) => (Missing, format!("{s} (kernel ABI {abi_n})")),
-        (None, _) => unknown(),
-    };
+    let landlock = landlock_status(&parts, abi).unwrap_or_else(unknown);
     let seccomp = match part("seccomp") {
         Some("seccomp filter on") => (Good, "system-call filter on".to_string()),
         Some(s) => (
@@ -502,6 +495,23 @@ fn sandbox_items(
     ];
     all.map(|(name, (status, detail))| item(name, status, detail))
         .to_vec()
+}
+
+/// Landlock as the probe reported it (None: not reported), with the ABI.
+fn landlock_status(parts: &[&str], abi: Result<i64, i32>) -> Option<(Status, String)> {
+    let abi_n = abi.map_or("unknown".to_string(), |n| n.to_string());
+    let landlock = parts
+        .iter()
+        .find_map(|s| s.split_once("Landlock filesystem ").map(|p| p.1));
+    Some(match (landlock, abi) {
+        // No Landlock at all (the fake probe's case too): that alone is the reason.
+        (_, Err(libc::ENOSYS)) => (Missing, NO_LANDLOCK.to_string()),
+        (_, Err(libc::EOPNOTSUPP)) => (Missing, LANDLOCK_OFF.to_string()),
+        (Some(s), _) if s.starts_with("fully") => (Good, format!("{s} (kernel ABI {abi_n})")),
+        (Some(s), _) if s.starts_with("partially") => (Warn, format!("{s}: kernel ABI {abi_n}")),
+        (Some(s), _) => (Missing, format!("{s} (kernel ABI {abi_n})")),
+        (None, _) => return None,
+    })
 }
 
 /// Which agent clients name ferrepl in their configuration (user level,

@@ -63,15 +63,6 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let metrics_listener = match cfg.metrics_addr {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("--metrics-addr: cannot listen on {a}"))?,
-        ),
-        None => None,
-    };
-
     let origin_rules = probes::OriginRules::new(cfg);
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(origin_rules.hosts.clone())
@@ -99,21 +90,8 @@ pub async fn serve(
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state.clone());
 
-    if let Some(listener) = metrics_listener {
-        let open = probes::open_router(state.clone());
-        tracing::info!(
-            "health and metrics on http://{}/metrics",
-            listener.local_addr()?
-        );
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let served = axum::serve(listener, open)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await;
-            if let Err(e) = served {
-                tracing::error!("--metrics-addr listener failed: {e}");
-            }
-        });
+    if let Some(addr) = cfg.metrics_addr {
+        serve_open_probes(addr, state.clone(), shutdown.clone()).await?;
     }
 
     tracing::info!("listening on http://{local}/mcp");
@@ -135,6 +113,31 @@ pub async fn serve(
             Ok(())
         }
     }
+}
+
+/// `/healthz`, `/readyz` and `/metrics` on `addr` without token or Host
+/// checks (--metrics-addr), until shutdown.
+async fn serve_open_probes(
+    addr: SocketAddr,
+    state: Arc<HttpState>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--metrics-addr: cannot listen on {addr}"))?;
+    tracing::info!(
+        "health and metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    tokio::spawn(async move {
+        let served = axum::serve(listener, probes::open_router(state))
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(e) = served {
+            tracing::error!("--metrics-addr listener failed: {e}");
+        }
+    });
+    Ok(())
 }
 
 /// How long open HTTP connections (SSE streams) may delay the exit.

@@ -217,106 +217,83 @@ fn metrics() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
+/// Registers `metric` under `name` and hands it back.
+fn register<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// Creates the series `key=value` of a one-label family for each value, so
+/// it is exported (as zero) before anything is counted.
+fn preset(family: &Family<Label, Counter>, key: &'static str, values: &[&'static str]) {
+    for value in values {
+        family.get_or_create_owned(&[(key, *value)]);
+    }
+}
+
 impl Metrics {
     fn new() -> Self {
-        let mut registry = Registry::with_prefix("ferrepl");
-        let tool_calls = Family::<Labels, Counter>::default();
-        registry.register(
+        let mut r = Registry::with_prefix("ferrepl");
+        let tool_calls = register(
+            &mut r,
             "tool_calls",
             "Tool calls by tool and outcome (ok, error: an isError result, protocol_error: a JSON-RPC error)",
-            tool_calls.clone(),
+            Family::<Labels, Counter>::default(),
         );
         let tool_seconds: HistogramFamily = Family::new_with_constructor(call_histogram);
-        registry.register_with_unit(
+        r.register_with_unit(
             "tool_call",
             "Time from a tool call's dispatch to its result",
             Unit::Seconds,
             tool_seconds.clone(),
         );
-        let cells = Family::<Labels, Counter>::default();
-        registry.register(
+        let cells = register(
+            &mut r,
             "cells",
             "Cells finished, by language and final status (re-runs of a rebuild not counted)",
-            cells.clone(),
+            Family::<Labels, Counter>::default(),
         );
-        let worker_starts = Family::<Labels, Counter>::default();
-        registry.register(
+        let worker_starts = register(
+            &mut r,
             "worker_starts",
             "Interpreter launches (sessions and the warm pool) by language and outcome (started: ready; failed)",
-            worker_starts.clone(),
+            Family::<Labels, Counter>::default(),
         );
-        let oom_kills = Counter::default();
-        registry.register(
+        let oom_kills = register(
+            &mut r,
             "oom_kills",
             "Processes the kernel's memory cgroup killed in sessions and jobs",
-            oom_kills.clone(),
+            Counter::default(),
         );
-        let limit_kills = Family::<Label, Counter>::default();
-        registry.register(
+        let mut family = |name: &str, help: &str| register(&mut r, name, help, Family::default());
+        let limit_kills = family(
             "limit_kills",
             "Sessions or cells ferrepl stopped for going over a limit (memory, processes, cell_time)",
-            limit_kills.clone(),
         );
-        let sandbox_refusals = Family::<Label, Counter>::default();
-        registry.register(
+        let sandbox_refusals = family(
             "sandbox_refusals",
             "Requests refused on policy grounds (paths outside the workspace, interpreters, environment variables)",
-            sandbox_refusals.clone(),
         );
-        let egress_refusals = Family::<Label, Counter>::default();
-        registry.register(
+        let egress_refusals = family(
             "egress_refusals",
             "Connections the installers' egress proxy refused, by reason",
-            egress_refusals.clone(),
         );
-        let admission_refusals = Family::<Label, Counter>::default();
-        registry.register(
+        let admission_refusals = family(
             "admission_refusals",
             "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, disk_full: --tenant-disk)",
-            admission_refusals.clone(),
         );
-        let jobs_started = Family::<Label, Counter>::default();
-        registry.register(
-            "jobs_started",
-            "Jobs started (shell, install)",
-            jobs_started.clone(),
-        );
-        // The small fixed families start at zero, so each series exists
-        // (and rates work) from the first scrape; the per-tool series,
-        // two dozen tools with a histogram each, appear on first use.
-        for language in Language::ALL {
-            for status in FINAL_STATUSES {
-                cells.get_or_create_owned(&[
-                    ("language", language.key()),
-                    ("status", status.as_str()),
-                ]);
-            }
-            for outcome in ["started", "failed"] {
-                worker_starts
-                    .get_or_create_owned(&[("language", language.key()), ("outcome", outcome)]);
-            }
-        }
-        for limit in [Limit::Memory, Limit::Processes, Limit::CellTime] {
-            limit_kills.get_or_create_owned(&[("limit", limit.as_str())]);
-        }
-        for kind in SANDBOX_REFUSALS {
-            sandbox_refusals.get_or_create_owned(&[("kind", kind.as_str())]);
-        }
-        for reason in EGRESS_REFUSALS {
-            egress_refusals.get_or_create_owned(&[("reason", reason.as_str())]);
-        }
-        for reason in ["draining", "instance_full", "disk_full"] {
-            admission_refusals.get_or_create_owned(&[("reason", reason)]);
-        }
-        for kind in [JobKind::Shell, JobKind::Install] {
-            jobs_started.get_or_create_owned(&[("kind", kind.as_str())]);
-        }
+        let jobs_started = family("jobs_started", "Jobs started (shell, install)");
         let tools = crate::mcp::groups::tool_names()
             .chain(std::iter::once(UNKNOWN_TOOL))
             .map(|name| (name, OnceLock::new()))
             .collect();
-        Metrics {
-            registry,
+        let metrics = Metrics {
+            registry: r,
             tool_calls,
             tool_seconds,
             tools,
@@ -328,7 +305,52 @@ impl Metrics {
             egress_refusals,
             admission_refusals,
             jobs_started,
+        };
+        metrics.preset_zeros();
+        metrics
+    }
+
+    /// The small fixed families start at zero, so each series exists (and
+    /// rates work) from the first scrape; the per-tool series, two dozen
+    /// tools with a histogram each, appear on first use.
+    fn preset_zeros(&self) {
+        for language in Language::ALL {
+            for status in FINAL_STATUSES {
+                self.cells.get_or_create_owned(&[
+                    ("language", language.key()),
+                    ("status", status.as_str()),
+                ]);
+            }
+            for outcome in ["started", "failed"] {
+                self.worker_starts
+                    .get_or_create_owned(&[("language", language.key()), ("outcome", outcome)]);
+            }
         }
+        preset(
+            &self.limit_kills,
+            "limit",
+            &[Limit::Memory, Limit::Processes, Limit::CellTime].map(Limit::as_str),
+        );
+        preset(
+            &self.sandbox_refusals,
+            "kind",
+            &SANDBOX_REFUSALS.map(SandboxRefusal::as_str),
+        );
+        preset(
+            &self.egress_refusals,
+            "reason",
+            &EGRESS_REFUSALS.map(EgressRefusal::as_str),
+        );
+        preset(
+            &self.admission_refusals,
+            "reason",
+            &["draining", "instance_full", "disk_full"],
+        );
+        preset(
+            &self.jobs_started,
+            "kind",
+            &[JobKind::Shell, JobKind::Install].map(JobKind::as_str),
+        );
     }
 
     fn tool(&self, name: &str) -> &ToolSeries {
@@ -503,142 +525,4 @@ pub fn render(tenants: &[TenantCounts], draining: bool) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The value of the sample whose line starts with `prefix` (name and
-    /// labels), or 0 when there is none yet.
-    fn sample(text: &str, prefix: &str) -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    }
-
-    #[test]
-    fn render_has_every_family_and_ends_with_eof() {
-        let tenants = [TenantCounts {
-            tenant: "alice".into(),
-            sessions_by_state: vec![("idle", 2), ("busy", 1)],
-            jobs_by_state: vec![("running", 3)],
-        }];
-        // Per-tool series appear with a tool's first call.
-        tool_call("file_list", ToolOutcome::Ok, Duration::ZERO);
-        let text = render(&tenants, true);
-        for family in [
-            "ferrepl_tool_calls",
-            "ferrepl_tool_call_seconds",
-            "ferrepl_cells",
-            "ferrepl_worker_starts",
-            "ferrepl_oom_kills",
-            "ferrepl_limit_kills",
-            "ferrepl_sandbox_refusals",
-            "ferrepl_egress_refusals",
-            "ferrepl_jobs_started",
-            "ferrepl_sessions",
-            "ferrepl_jobs",
-            "ferrepl_draining",
-            "ferrepl_up",
-        ] {
-            assert!(
-                text.contains(&format!("# HELP {family} ")),
-                "{family} missing:\n{text}"
-            );
-        }
-        assert!(text.ends_with("# EOF\n"));
-        assert_eq!(text.matches("# EOF").count(), 1);
-        assert_eq!(
-            sample(&text, r#"ferrepl_sessions{tenant="alice",state="idle"}"#),
-            2.0
-        );
-        assert_eq!(
-            sample(&text, r#"ferrepl_jobs{tenant="alice",state="running"}"#),
-            3.0
-        );
-        assert_eq!(sample(&text, "ferrepl_draining"), 1.0);
-        assert_eq!(sample(&text, "ferrepl_up"), 1.0);
-        // Zero from the start, before anything is recorded.
-        assert!(text.contains(r#"ferrepl_limit_kills_total{limit="cell_time"} "#));
-        assert_eq!(sample(&render(&[], false), "ferrepl_draining"), 0.0);
-        // A tenant is the caller's string: quoted, never breaking a line.
-        let odd = [TenantCounts {
-            tenant: "a\"b\nc".into(),
-            sessions_by_state: vec![("idle", 1)],
-            jobs_by_state: Vec::new(),
-        }];
-        let text = render(&odd, false);
-        assert!(
-            text.contains(r#"ferrepl_sessions{tenant="a\"b\nc",state="idle"} 1"#),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn tool_calls_are_counted_and_timed() {
-        let ok = r#"ferrepl_tool_calls_total{tool="python_inspect",outcome="ok"}"#;
-        let err = r#"ferrepl_tool_calls_total{tool="python_inspect",outcome="error"}"#;
-        let count = r#"ferrepl_tool_call_seconds_count{tool="python_inspect"}"#;
-        let before = render(&[], false);
-        tool_call(
-            "python_inspect",
-            ToolOutcome::Ok,
-            Duration::from_micros(300),
-        );
-        tool_call("python_inspect", ToolOutcome::Ok, Duration::from_secs(2));
-        tool_call("python_inspect", ToolOutcome::Error, Duration::ZERO);
-        let after = render(&[], false);
-        assert_eq!(sample(&after, ok) - sample(&before, ok), 2.0);
-        assert_eq!(sample(&after, err) - sample(&before, err), 1.0);
-        assert_eq!(sample(&after, count) - sample(&before, count), 3.0);
-        let fast = r#"ferrepl_tool_call_seconds_bucket{le="0.0005",tool="python_inspect"}"#;
-        assert!(sample(&after, fast) >= 2.0, "{after}");
-    }
-
-    #[test]
-    fn unknown_tools_share_one_label() {
-        assert_eq!(tool_label("python_exec"), "python_exec");
-        assert_eq!(tool_label("no_such_tool"), UNKNOWN_TOOL);
-        let unknown = r#"ferrepl_tool_calls_total{tool="unknown",outcome="protocol_error"}"#;
-        let before = render(&[], false);
-        tool_call("no_such_tool", ToolOutcome::ProtocolError, Duration::ZERO);
-        tool_call("another one", ToolOutcome::ProtocolError, Duration::ZERO);
-        let after = render(&[], false);
-        assert_eq!(sample(&after, unknown) - sample(&before, unknown), 2.0);
-        assert!(!after.contains("no_such_tool") && !after.contains("another one"));
-    }
-
-    #[test]
-    fn other_counters_move() {
-        // Other tests of the crate may record too: only "at least one more".
-        let cases: [(&str, fn()); 7] = [
-            (
-                r#"ferrepl_cells_total{language="python",status="interrupted"}"#,
-                || cell_finished(Language::Python, CellStatus::Interrupted),
-            ),
-            (
-                r#"ferrepl_worker_starts_total{language="r",outcome="failed"}"#,
-                || worker_start(Language::R, false),
-            ),
-            ("ferrepl_oom_kills_total", || oom_kills(1)),
-            (r#"ferrepl_limit_kills_total{limit="processes"}"#, || {
-                limit_kill(Limit::Processes)
-            }),
-            (r#"ferrepl_sandbox_refusals_total{kind="env"}"#, || {
-                sandbox_refusal(SandboxRefusal::Env)
-            }),
-            (
-                r#"ferrepl_egress_refusals_total{reason="private_address"}"#,
-                || egress_refusal(EgressRefusal::PrivateAddress),
-            ),
-            (r#"ferrepl_jobs_started_total{kind="install"}"#, || {
-                job_started(JobKind::Install)
-            }),
-        ];
-        for (series, record) in cases {
-            let before = sample(&render(&[], false), series);
-            record();
-            let after = sample(&render(&[], false), series);
-            assert!(after - before >= 1.0, "{series}: {before} -> {after}");
-        }
-    }
-}
+mod tests;
