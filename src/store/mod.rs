@@ -270,7 +270,10 @@ impl Store {
         let mut op = Op::Flush(reply);
         loop {
             match tx.try_send(op) {
-                Ok(()) => break,
+                Ok(()) => {
+                    self.wake_writer();
+                    break;
+                }
                 // The queue drains at disk speed: a short wait for room is
                 // what the caller asked for.
                 Err(TrySendError::Full(back)) if Instant::now() < deadline => {
@@ -283,6 +286,14 @@ impl Store {
         answer
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .unwrap_or(false)
+    }
+
+    /// Ends the writer's gathering window at once (a flush is waiting).
+    fn wake_writer(&self) {
+        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((thread, _)) = writer.as_ref() {
+            thread.thread().unpark();
+        }
     }
 
     fn send(&self, op: Op) {
@@ -307,6 +318,7 @@ impl Drop for Store {
     fn drop(&mut self) {
         // Closing the queue ends the writer once it has committed the rest.
         drop(self.tx.take());
+        self.wake_writer();
         let writer = self
             .writer
             .get_mut()
@@ -345,19 +357,23 @@ impl Writer {
         while let Ok(first) = rx.recv() {
             // Group commit: writes that come within a short window share one
             // transaction (a call's cell and head writes arrive a few
-            // hundred microseconds apart). A flush ends the window at once.
+            // hundred microseconds apart). They wait in the queue without
+            // waking this thread (a wake per write costs every call a
+            // context switch); a flush unparks it and ends the window.
             let deadline = Instant::now() + GROUP_WINDOW;
             let mut flush = matches!(first, Op::Flush(_));
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH && !flush {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok(op) => {
-                        flush = matches!(op, Op::Flush(_));
-                        batch.push(op);
-                    }
-                    Err(_) => break,
+            loop {
+                while batch.len() < MAX_BATCH && !flush {
+                    let Ok(op) = rx.try_recv() else { break };
+                    flush = matches!(op, Op::Flush(_));
+                    batch.push(op);
                 }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if flush || batch.len() >= MAX_BATCH || left.is_zero() {
+                    break;
+                }
+                std::thread::park_timeout(left);
             }
             self.commit(batch);
         }

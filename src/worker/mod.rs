@@ -6,6 +6,7 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
+mod control_writer;
 mod events;
 mod language;
 pub mod protocol;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use crate::output::{self, Capture, Stream};
 pub use crate::process::ExitInfo;
@@ -166,7 +167,7 @@ pub struct Worker {
     process: Process,
     language: Language,
     program: PathBuf,
-    ctl: mpsc::Sender<Vec<u8>>,
+    ctl: Arc<control_writer::ControlWriter>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     /// Frozen copies (checkpoints) share its memory: count it as PSS.
@@ -272,8 +273,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     })
     .map_err(spawn_err)?;
 
-    let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
-    let worker = Arc::new(Worker::new(spec, spawned.process, ctl_tx));
+    let ctl = control_writer::ControlWriter::start(channel.writer);
     let first = match spec.language {
         Language::Python => {
             let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
@@ -282,7 +282,9 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         }
         Language::R => r::driver_message(),
     };
-    tokio::spawn(readers::write_control(channel.writer, first, ctl_rx));
+    // Queued first (the channel is empty): requests go out behind it.
+    let _ = ctl.send(first);
+    let worker = Arc::new(Worker::new(spec, spawned.process, ctl));
     for (stream, pipe) in spawned.outputs {
         tokio::spawn(readers::read_pipe(
             pipe,
@@ -299,7 +301,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
 /// The server's ends of a worker's control channel, and the child's.
 struct Channel {
     reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    writer: control_writer::ControlEnd,
     child: Vec<OwnedFd>,
 }
 
@@ -315,7 +317,7 @@ impl Channel {
                 let (read, write) = UnixStream::from_std(parent)?.into_split();
                 Ok(Channel {
                     reader: Box::new(read),
-                    writer: Box::new(write),
+                    writer: control_writer::ControlEnd::Socket(write),
                     child: vec![OwnedFd::from(child)],
                 })
             }
@@ -324,7 +326,7 @@ impl Channel {
                 let (ev_write, ev_read) = tokio::net::unix::pipe::pipe()?;
                 Ok(Channel {
                     reader: Box::new(ev_read),
-                    writer: Box::new(req_write),
+                    writer: control_writer::ControlEnd::Pipe(req_write),
                     child: vec![req_read.into_blocking_fd()?, ev_write.into_blocking_fd()?],
                 })
             }
@@ -356,7 +358,11 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
 }
 
 impl Worker {
-    fn new(spec: &LaunchSpec, process: Process, ctl: mpsc::Sender<Vec<u8>>) -> Self {
+    fn new(
+        spec: &LaunchSpec,
+        process: Process,
+        ctl: Arc<control_writer::ControlWriter>,
+    ) -> Self {
         let log = output::LogSink {
             dir: Arc::new(spec.log_dir.join(format!("worker-{}", process.pid()))),
             budget: spec.cell_log_bytes,
@@ -489,7 +495,7 @@ impl Worker {
             Ok(Value::Object(map)) => self.encode(&map),
             _ => return Err(WorkerError::Gone),
         };
-        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
+        self.ctl.send(line).map_err(|_| WorkerError::Gone)
     }
 
     /// One request line in the driver's format.
