@@ -45,6 +45,16 @@ impl Outcome {
 pub struct Change {
     pub outcome: Outcome,
     pub backup: Option<PathBuf>,
+    /// The command ferrepl's entry ran before an update or removal.
+    pub previous: Option<String>,
+}
+
+/// A command line as the entry holds it, for showing.
+fn command_line(command: &str, args: &[String]) -> String {
+    std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Adds or updates (`Some`) or removes (`None`) ferrepl's entry in `target`.
@@ -59,9 +69,10 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
         return Ok(Change {
             outcome: Outcome::Absent,
             backup: None,
+            previous: None,
         });
     }
-    let (outcome, new_text) = match target.format {
+    let (outcome, new_text, previous) = match target.format {
         Format::Json { key, typed } => edit_json(path, text.as_deref(), key, typed, entry)?,
         Format::Toml => edit_toml(path, text.as_deref(), entry)?,
     };
@@ -69,6 +80,7 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
         return Ok(Change {
             outcome,
             backup: None,
+            previous,
         });
     }
     let backup = match &text {
@@ -81,7 +93,11 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
         None => None,
     };
     write_atomically(path, &new_text)?;
-    Ok(Change { outcome, backup })
+    Ok(Change {
+        outcome,
+        backup,
+        previous,
+    })
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -141,7 +157,7 @@ fn edit_json(
     key: &str,
     typed: bool,
     entry: Option<&Entry>,
-) -> Result<(Outcome, String), String> {
+) -> Result<(Outcome, String, Option<String>), String> {
     let text = text.filter(|t| !t.trim().is_empty()).unwrap_or("{}\n");
     // Parsed once to refuse what is not an object, whatever the CST allows.
     let plain = jsonc_parser::parse_to_serde_value(text, &ParseOptions::default())
@@ -159,6 +175,22 @@ fn edit_json(
         CstRootNode::parse(text, &ParseOptions::default()).map_err(|e| malformed(path, e))?;
     let top = root.object_value_or_set();
     let current = servers_now.as_ref().and_then(|s| s.get(NAME)).cloned();
+    let previous = current.as_ref().map(|now| {
+        let command = now.get("command").and_then(|c| c.as_str());
+        let args: Vec<String> = now
+            .get("args")
+            .and_then(|a| a.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        match command {
+            Some(c) => command_line(c, &args),
+            None => now.to_string(),
+        }
+    });
     let outcome = match (entry, current) {
         (Some(e), Some(now)) if now == json_entry(e, typed) => Outcome::Unchanged,
         (Some(e), now) => {
@@ -198,14 +230,14 @@ fn edit_json(
     if !out.ends_with('\n') {
         out.push('\n');
     }
-    Ok((outcome, out))
+    Ok((outcome, out, previous))
 }
 
 fn edit_toml(
     path: &Path,
     text: Option<&str>,
     entry: Option<&Entry>,
-) -> Result<(Outcome, String), String> {
+) -> Result<(Outcome, String, Option<String>), String> {
     let mut doc: toml_edit::DocumentMut = text.unwrap_or("").parse().map_err(|e| {
         format!(
             "{} is not valid TOML ({e}); it was left untouched: fix it (or move it away) and run this again",
@@ -236,6 +268,12 @@ fn edit_toml(
             let timeout = t.get("tool_timeout_sec").and_then(|v| v.as_integer());
             (command, args, timeout)
         });
+    let previous = current.as_ref().map(|(command, args, _)| {
+        command_line(
+            command.as_deref().unwrap_or("(no command)"),
+            args.as_deref().unwrap_or_default(),
+        )
+    });
     let outcome = match (entry, current) {
         (Some(e), Some((Some(c), Some(a), Some(t))))
             if c == e.command
@@ -279,5 +317,5 @@ fn edit_toml(
         }
         (None, None) => Outcome::Absent,
     };
-    Ok((outcome, doc.to_string()))
+    Ok((outcome, doc.to_string(), previous))
 }

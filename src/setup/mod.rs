@@ -136,9 +136,14 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
                     line.push_str(&format!(" (backup: {})", b.display()));
                 }
                 println!("{line}");
+                if change.outcome == Outcome::Updated || change.outcome == Outcome::Removed {
+                    if let Some(previous) = &change.previous {
+                        println!("  was: {previous}");
+                    }
+                }
                 if !remove && change.outcome.changed() {
                     println!(
-                        "  command: {}",
+                        "  now: {}",
                         std::iter::once(entry.command.as_str())
                             .chain(entry.args.iter().map(String::as_str))
                             .collect::<Vec<_>>()

@@ -358,11 +358,7 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
 }
 
 impl Worker {
-    fn new(
-        spec: &LaunchSpec,
-        process: Process,
-        ctl: Arc<control_writer::ControlWriter>,
-    ) -> Self {
+    fn new(spec: &LaunchSpec, process: Process, ctl: Arc<control_writer::ControlWriter>) -> Self {
         let log = output::LogSink {
             dir: Arc::new(spec.log_dir.join(format!("worker-{}", process.pid()))),
             budget: spec.cell_log_bytes,

@@ -246,3 +246,36 @@ fn malformed_files_and_bad_arguments_are_refused_untouched() {
         said(&scope)
     );
 }
+
+/// An update says what the entry ran before and what it runs now, for JSON
+/// and TOML files alike; an uninstall what it removed.
+#[test]
+fn an_update_shows_the_command_before_and_after() {
+    let home = Home::new();
+    let first = home.run(&["install", "--client", "cursor,codex"]);
+    assert!(first.status.success(), "{}", said(&first));
+    let out = home.run(&[
+        "install",
+        "--client",
+        "cursor,codex",
+        "--",
+        "--max-sessions",
+        "4",
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    let text = stdout(&out);
+    let was: Vec<&str> = text.lines().filter(|l| l.starts_with("  was: ")).collect();
+    let now: Vec<&str> = text.lines().filter(|l| l.starts_with("  now: ")).collect();
+    assert_eq!((was.len(), now.len()), (2, 2), "{text}");
+    assert!(
+        was.iter().all(|l| !l.contains("--max-sessions"))
+            && now.iter().all(|l| l.ends_with("--max-sessions 4")),
+        "{text}"
+    );
+    let removed = home.run(&["uninstall", "--client", "cursor"]);
+    assert!(
+        stdout(&removed).contains("  was: ") && stdout(&removed).contains("--max-sessions 4"),
+        "{}",
+        said(&removed)
+    );
+}
