@@ -136,10 +136,10 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
                     line.push_str(&format!(" (backup: {})", b.display()));
                 }
                 println!("{line}");
-                if change.outcome == Outcome::Updated || change.outcome == Outcome::Removed {
-                    if let Some(previous) = &change.previous {
-                        println!("  was: {previous}");
-                    }
+                if matches!(change.outcome, Outcome::Updated | Outcome::Removed)
+                    && let Some(previous) = &change.previous
+                {
+                    println!("  was: {previous}");
                 }
                 if !remove && change.outcome.changed() {
                     println!(
