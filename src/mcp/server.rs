@@ -277,6 +277,7 @@ impl ServerHandler for FerreplServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let started = std::time::Instant::now();
+        let _in_flight = self.manager.call_started();
         // The label is resolved before the request moves into the router:
         // a `&'static str`, so nothing is allocated per call.
         let tool = crate::metrics::tool_label(&request.name);

@@ -3,7 +3,7 @@
 //! session managers and job managers of every tenant.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -43,6 +43,9 @@ impl Refusal {
 /// The instance: shared by every tenant.
 pub struct Gate {
     draining: AtomicBool,
+    /// Tool calls being served: a drain ends only once their answers are
+    /// made (a finished cell's result may still be on its way back).
+    calls: Arc<AtomicUsize>,
     max_sessions: usize,
     managers: Mutex<Vec<Weak<SessionManager>>>,
     /// Held while a session is counted and added, so that tenants creating
@@ -54,6 +57,7 @@ impl Gate {
     pub fn new(max_sessions: usize) -> Arc<Self> {
         Arc::new(Self {
             draining: AtomicBool::new(false),
+            calls: Arc::new(AtomicUsize::new(0)),
             max_sessions: max_sessions.max(1),
             managers: Mutex::new(Vec::new()),
             creating: Mutex::new(()),
@@ -66,6 +70,17 @@ impl Gate {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Counts a tool call until the guard is dropped.
+    pub fn call_started(&self) -> CallGuard {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        CallGuard(self.calls.clone())
+    }
+
+    /// Tool calls being served now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
     }
 
     pub(super) fn register(&self, manager: &Arc<SessionManager>) {
@@ -101,6 +116,15 @@ impl Gate {
             .counted());
         }
         Ok(add())
+    }
+}
+
+/// A tool call in flight (see [`Gate::call_started`]).
+pub struct CallGuard(Arc<AtomicUsize>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

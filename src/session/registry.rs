@@ -118,6 +118,11 @@ impl SessionManager {
             .count()
     }
 
+    /// Counts a tool call in flight on the instance (see `Instance::drain`).
+    pub fn call_started(&self) -> gate::CallGuard {
+        self.gate.instance.call_started()
+    }
+
     /// Sessions of this tenant, dormant ones included.
     pub fn session_count(&self) -> usize {
         self.sessions().len()

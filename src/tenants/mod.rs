@@ -96,6 +96,11 @@ impl Instance {
         self.base.gate.is_draining()
     }
 
+    /// Tool calls being served now (over every tenant).
+    pub fn calls_in_flight(&self) -> usize {
+        self.base.gate.calls_in_flight()
+    }
+
     /// Ready for new work: not draining, and a worker could start (the
     /// interpreter is still there).
     pub fn is_ready(&self) -> Result<(), String> {
@@ -116,14 +121,15 @@ impl Instance {
     }
 
     /// Refuses new sessions, cells and jobs, then waits up to `grace` for
-    /// running cells to finish and their results to be collected.
-    /// Returns what was still unfinished.
+    /// running cells to finish, their results to be collected and every
+    /// call in flight to be answered. Returns what was still unfinished.
     pub async fn drain(&self, grace: Duration) -> usize {
         self.base.gate.start_draining();
         let deadline = tokio::time::Instant::now() + grace;
         loop {
             let unfinished: usize = self.live().iter().map(|t| t.manager.unfinished()).sum();
-            if unfinished == 0 || tokio::time::Instant::now() >= deadline {
+            let calls = self.base.gate.calls_in_flight();
+            if unfinished + calls == 0 || tokio::time::Instant::now() >= deadline {
                 return unfinished;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

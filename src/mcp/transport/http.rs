@@ -68,7 +68,7 @@ pub async fn serve(
         .with_allowed_hosts(origin_rules.hosts.clone())
         .with_allowed_origins(origin_rules.origins.clone())
         .with_max_request_body_bytes(cfg.max_request_bytes)
-        .with_cancellation_token(shutdown.child_token());
+        .with_cancellation_token(transport_stop(&instance, &shutdown));
     let state = Arc::new(HttpState {
         instance: instance.clone(),
         endpoints: Mutex::new(HashMap::new()),
@@ -139,6 +139,29 @@ async fn serve_open_probes(
     });
     Ok(())
 }
+
+/// The token that ends rmcp's transport sessions: cancelled once shutdown
+/// has begun and every tool call has been answered (bounded), and a moment
+/// later, so that an answer on its way out (a drained cell's result) is
+/// written before its stream is closed. Until then the listener only stops
+/// taking connections.
+fn transport_stop(instance: &Arc<Instance>, shutdown: &CancellationToken) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let (instance, shutdown, token) = (instance.clone(), shutdown.clone(), stop.clone());
+    tokio::spawn(async move {
+        shutdown.cancelled().await;
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while instance.calls_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(ANSWER_FLUSH).await;
+        token.cancel();
+    });
+    stop
+}
+
+/// Time for an answer already made to be written before streams close.
+const ANSWER_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long open HTTP connections (SSE streams) may delay the exit.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
