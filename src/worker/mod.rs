@@ -6,7 +6,6 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
-mod control_writer;
 mod events;
 mod language;
 pub mod protocol;
@@ -28,7 +27,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::net::UnixStream;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::output::{self, Capture, Stream};
 pub use crate::process::ExitInfo;
@@ -167,7 +166,7 @@ pub struct Worker {
     process: Process,
     language: Language,
     program: PathBuf,
-    ctl: Arc<control_writer::ControlWriter>,
+    ctl: mpsc::Sender<Vec<u8>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     /// Frozen copies (checkpoints) share its memory: count it as PSS.
@@ -273,7 +272,8 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     })
     .map_err(spawn_err)?;
 
-    let ctl = control_writer::ControlWriter::start(channel.writer);
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
+    let worker = Arc::new(Worker::new(spec, spawned.process, ctl_tx));
     let first = match spec.language {
         Language::Python => {
             let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
@@ -282,9 +282,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         }
         Language::R => r::driver_message(),
     };
-    // Queued first (the channel is empty): requests go out behind it.
-    let _ = ctl.send(first);
-    let worker = Arc::new(Worker::new(spec, spawned.process, ctl));
+    tokio::spawn(readers::write_control(channel.writer, first, ctl_rx));
     for (stream, pipe) in spawned.outputs {
         tokio::spawn(readers::read_pipe(
             pipe,
@@ -301,7 +299,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
 /// The server's ends of a worker's control channel, and the child's.
 struct Channel {
     reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    writer: control_writer::ControlEnd,
+    writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
     child: Vec<OwnedFd>,
 }
 
@@ -317,7 +315,7 @@ impl Channel {
                 let (read, write) = UnixStream::from_std(parent)?.into_split();
                 Ok(Channel {
                     reader: Box::new(read),
-                    writer: control_writer::ControlEnd::Socket(write),
+                    writer: Box::new(write),
                     child: vec![OwnedFd::from(child)],
                 })
             }
@@ -326,7 +324,7 @@ impl Channel {
                 let (ev_write, ev_read) = tokio::net::unix::pipe::pipe()?;
                 Ok(Channel {
                     reader: Box::new(ev_read),
-                    writer: control_writer::ControlEnd::Pipe(req_write),
+                    writer: Box::new(req_write),
                     child: vec![req_read.into_blocking_fd()?, ev_write.into_blocking_fd()?],
                 })
             }
@@ -358,7 +356,7 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
 }
 
 impl Worker {
-    fn new(spec: &LaunchSpec, process: Process, ctl: Arc<control_writer::ControlWriter>) -> Self {
+    fn new(spec: &LaunchSpec, process: Process, ctl: mpsc::Sender<Vec<u8>>) -> Self {
         let log = output::LogSink {
             dir: Arc::new(spec.log_dir.join(format!("worker-{}", process.pid()))),
             budget: spec.cell_log_bytes,
@@ -491,7 +489,7 @@ impl Worker {
             Ok(Value::Object(map)) => self.encode(&map),
             _ => return Err(WorkerError::Gone),
         };
-        self.ctl.send(line).map_err(|_| WorkerError::Gone)
+        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
     }
 
     /// One request line in the driver's format.

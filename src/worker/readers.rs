@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
 
 use super::protocol::Event;
 use super::{ExitInfo, FENCE_GRACE, Worker, stream_index};
@@ -159,6 +160,22 @@ async fn read_line(
         .take(MAX_EVENT_BYTES)
         .read_until(b'\n', line)
         .await
+}
+
+/// Sends `first` (the driver), then each request, until the worker is gone.
+pub(super) async fn write_control(
+    mut socket: impl tokio::io::AsyncWrite + Unpin,
+    first: Vec<u8>,
+    mut requests: mpsc::Receiver<Vec<u8>>,
+) {
+    if socket.write_all(&first).await.is_err() {
+        return;
+    }
+    while let Some(msg) = requests.recv().await {
+        if socket.write_all(&msg).await.is_err() {
+            break;
+        }
+    }
 }
 
 pub(super) async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {

@@ -43,7 +43,7 @@ impl Worker {
         msg.insert("op".into(), Value::from(op));
         msg.insert("id".into(), Value::from(id));
         let line = self.encode(&msg);
-        if self.ctl.send(line).is_err() {
+        if self.ctl.try_send(line).is_err() {
             self.lock().inspect_waiters.remove(&id);
             return Err(WorkerError::Gone);
         }
