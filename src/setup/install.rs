@@ -50,7 +50,7 @@ pub struct Change {
 }
 
 /// A command line as the entry holds it, for showing.
-fn command_line(command: &str, args: &[String]) -> String {
+pub fn command_line(command: &str, args: &[String]) -> String {
     std::iter::once(command)
         .chain(args.iter().map(String::as_str))
         .collect::<Vec<_>>()
@@ -175,22 +175,7 @@ fn edit_json(
         CstRootNode::parse(text, &ParseOptions::default()).map_err(|e| malformed(path, e))?;
     let top = root.object_value_or_set();
     let current = servers_now.as_ref().and_then(|s| s.get(NAME)).cloned();
-    let previous = current.as_ref().map(|now| {
-        let command = now.get("command").and_then(|c| c.as_str());
-        let args: Vec<String> = now
-            .get("args")
-            .and_then(|a| a.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        match command {
-            Some(c) => command_line(c, &args),
-            None => now.to_string(),
-        }
-    });
+    let previous = current.as_ref().map(json_command_line);
     let outcome = match (entry, current) {
         (Some(e), Some(now)) if now == json_entry(e, typed) => Outcome::Unchanged,
         (Some(e), now) => {
@@ -233,6 +218,45 @@ fn edit_json(
     Ok((outcome, out, previous))
 }
 
+/// The command a JSON entry runs (the entry itself when it has none).
+fn json_command_line(entry: &serde_json::Value) -> String {
+    let args: Vec<String> = entry
+        .get("args")
+        .and_then(|a| a.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    match entry.get("command").and_then(|c| c.as_str()) {
+        Some(c) => command_line(c, &args),
+        None => entry.to_string(),
+    }
+}
+
+/// ferrepl's entry in a Codex config as (command, args, tool_timeout_sec),
+/// each None when missing or of another type.
+type TomlEntry = (Option<String>, Option<Vec<String>>, Option<i64>);
+
+fn toml_entry(doc: &toml_edit::DocumentMut) -> Option<TomlEntry> {
+    let t = doc
+        .get("mcp_servers")
+        .and_then(|s| s.get(NAME))
+        .and_then(|t| t.as_table_like())?;
+    let command = t
+        .get("command")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    let args = t.get("args").and_then(|v| v.as_array()).map(|a| {
+        a.iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    });
+    let timeout = t.get("tool_timeout_sec").and_then(|v| v.as_integer());
+    Some((command, args, timeout))
+}
+
 fn edit_toml(
     path: &Path,
     text: Option<&str>,
@@ -251,23 +275,7 @@ fn edit_toml(
             path.display()
         ));
     }
-    let current = doc
-        .get("mcp_servers")
-        .and_then(|s| s.get(NAME))
-        .and_then(|t| t.as_table_like())
-        .map(|t| {
-            let command = t
-                .get("command")
-                .and_then(|v| v.as_str())
-                .map(str::to_string);
-            let args: Option<Vec<String>> = t.get("args").and_then(|v| v.as_array()).map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_string))
-                    .collect()
-            });
-            let timeout = t.get("tool_timeout_sec").and_then(|v| v.as_integer());
-            (command, args, timeout)
-        });
+    let current = toml_entry(&doc);
     let previous = current.as_ref().map(|(command, args, _)| {
         command_line(
             command.as_deref().unwrap_or("(no command)"),

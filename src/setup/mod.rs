@@ -120,37 +120,7 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
             }
         };
         match install::apply(&target, (!remove).then_some(&entry), args.dry_run) {
-            Ok(change) => {
-                let verb = match (change.outcome, args.dry_run) {
-                    (Outcome::Added, false) => "added ferrepl to",
-                    (Outcome::Added, true) => "would add ferrepl to",
-                    (Outcome::Updated, false) => "updated ferrepl in",
-                    (Outcome::Updated, true) => "would update ferrepl in",
-                    (Outcome::Removed, false) => "removed ferrepl from",
-                    (Outcome::Removed, true) => "would remove ferrepl from",
-                    (Outcome::Unchanged, _) => "unchanged (ferrepl is already set up) in",
-                    (Outcome::Absent, _) => "nothing to remove in",
-                };
-                let mut line = format!("{}: {verb} {}", client.name(), target.path.display());
-                if let Some(b) = &change.backup {
-                    line.push_str(&format!(" (backup: {})", b.display()));
-                }
-                println!("{line}");
-                if matches!(change.outcome, Outcome::Updated | Outcome::Removed)
-                    && let Some(previous) = &change.previous
-                {
-                    println!("  was: {previous}");
-                }
-                if !remove && change.outcome.changed() {
-                    println!(
-                        "  now: {}",
-                        std::iter::once(entry.command.as_str())
-                            .chain(entry.args.iter().map(String::as_str))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    );
-                }
-            }
+            Ok(change) => print_change(client.name(), &target.path, &change, &entry, args.dry_run),
             Err(e) => {
                 eprintln!("{}: {e}", client.name());
                 ok = false;
@@ -158,4 +128,41 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
         }
     }
     Ok(ok)
+}
+
+/// What an install or uninstall did to one client's file, with the
+/// command the entry ran before (an update or removal) and runs now.
+fn print_change(
+    client: &str,
+    path: &std::path::Path,
+    change: &install::Change,
+    entry: &Entry,
+    dry_run: bool,
+) {
+    let verb = match (change.outcome, dry_run) {
+        (Outcome::Added, false) => "added ferrepl to",
+        (Outcome::Added, true) => "would add ferrepl to",
+        (Outcome::Updated, false) => "updated ferrepl in",
+        (Outcome::Updated, true) => "would update ferrepl in",
+        (Outcome::Removed, false) => "removed ferrepl from",
+        (Outcome::Removed, true) => "would remove ferrepl from",
+        (Outcome::Unchanged, _) => "unchanged (ferrepl is already set up) in",
+        (Outcome::Absent, _) => "nothing to remove in",
+    };
+    let mut line = format!("{client}: {verb} {}", path.display());
+    if let Some(b) = &change.backup {
+        line.push_str(&format!(" (backup: {})", b.display()));
+    }
+    println!("{line}");
+    if matches!(change.outcome, Outcome::Updated | Outcome::Removed)
+        && let Some(previous) = &change.previous
+    {
+        println!("  was: {previous}");
+    }
+    if matches!(change.outcome, Outcome::Added | Outcome::Updated) {
+        println!(
+            "  now: {}",
+            install::command_line(&entry.command, &entry.args)
+        );
+    }
 }

@@ -23,6 +23,15 @@ fn tokens_file(dir: &Path, lines: &str) -> PathBuf {
     path
 }
 
+/// A server with a tokens file holding `lines`; the directory holding the
+/// file lives as long as the returned guard.
+async fn serve(lines: &str, extra: &[&str]) -> (tempfile::TempDir, HttpServer) {
+    let dir = tempfile::tempdir().expect("a directory for the tokens file");
+    let tokens = tokens_file(dir.path(), lines);
+    let server = start(&tokens, extra).await;
+    (dir, server)
+}
+
 async fn start(tokens: &Path, extra: &[&str]) -> HttpServer {
     let mut args = vec!["--auth-token-file", path_str(tokens), "--warm-pool", "0"];
     args.extend_from_slice(extra);
@@ -47,12 +56,8 @@ async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
 
 #[tokio::test]
 async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(
-        dir.path(),
-        &format!("# two teams\n{ALPHA} alpha\n{BETA} beta\n"),
-    );
-    let mut server = start(&tokens, &[]).await;
+    let (_dir, mut server) =
+        serve(&format!("# two teams\n{ALPHA} alpha\n{BETA} beta\n"), &[]).await;
     let root = server.workdir.path().canonicalize().unwrap();
 
     let alpha = connect(&server, "/t/alpha/mcp", ALPHA).await;
@@ -155,9 +160,7 @@ async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
 /// reach their tenant's sessions the same way.
 #[tokio::test]
 async fn stateless_requests_reach_the_tenant_of_their_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
-    let server = start(&tokens, &[]).await;
+    let (_dir, server) = serve(&format!("{ALPHA} alpha\n{BETA} beta\n"), &[]).await;
     let host = format!("127.0.0.1:{}", server.port);
     let stateless = |token: &'static str, id: u32, code: &str| {
         let host = host.clone();
@@ -250,9 +253,8 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
 
 #[tokio::test]
 async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let mut server = start(&tokens, &[]).await;
+    let (dir, mut server) = serve(&format!("{ALPHA} alpha\n"), &[]).await;
+    let tokens = dir.path().join("tokens");
     assert!(
         server
             .try_connect_at("/mcp", (), Some(GAMMA))
@@ -345,10 +347,8 @@ fn metric_sum(body: &str, family: &str) -> f64 {
 
 #[tokio::test]
 async fn the_instance_session_budget_counts_every_tenant() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
-    let server = start(
-        &tokens,
+    let (_dir, server) = serve(
+        &format!("{ALPHA} alpha\n{BETA} beta\n"),
         &["--max-sessions", "2", "--tenant-max-sessions", "2"],
     )
     .await;
@@ -373,10 +373,8 @@ async fn the_instance_session_budget_counts_every_tenant() {
 
 #[tokio::test]
 async fn a_tenant_runs_in_its_own_memory_and_cpu_groups() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let server = start(
-        &tokens,
+    let (_dir, server) = serve(
+        &format!("{ALPHA} alpha\n"),
         &["--tenant-memory", "3G", "--tenant-cpu-weight", "50"],
     )
     .await;
@@ -418,9 +416,7 @@ async fn a_tenant_runs_in_its_own_memory_and_cpu_groups() {
 
 #[tokio::test]
 async fn a_workspace_over_its_quota_refuses_new_cells() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let server = start(&tokens, &["--tenant-disk", "1M"]).await;
+    let (_dir, server) = serve(&format!("{ALPHA} alpha\n"), &["--tenant-disk", "1M"]).await;
     let alpha = connect(&server, "/mcp", ALPHA).await;
     let out = exec(&alpha, "open('big.bin', 'wb').write(b'x' * 3_000_000)").await;
     assert!(!out.is_error, "{out:#?}");
@@ -519,9 +515,7 @@ async fn sigterm_drains_then_exits() {
 
 #[tokio::test]
 async fn a_second_sigterm_ends_the_drain_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let mut server = start(&tokens, &["--drain-seconds", "600"]).await;
+    let (_dir, mut server) = serve(&format!("{ALPHA} alpha\n"), &["--drain-seconds", "600"]).await;
     let alpha = connect(&server, "/mcp", ALPHA).await;
     let out = call(
         alpha.peer(),
