@@ -4,7 +4,7 @@
 #      from PyPI, --strict: unknown fields are errors), in a venv under
 #      target/test-env/deploy-venv (scripts/test-env.sh makes it);
 #   2. the manifests against ferrepl's own flags (grace period > drain,
-#      probes on the metrics port, memory limit >= sessions x per-session
+#      probes on the metrics port, memory limit >= (sessions + jobs) x per-session
 #      limit, the security context the sandbox needs, replicas = router
 #      servers);
 #   3. deploy/nginx/ferrepl.conf is exactly render.py --k8s (the template);
@@ -80,9 +80,9 @@ for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")
     g = c[probe]["httpGet"]
     check(g["path"] == path and g["port"] in ("metrics", ports["metrics"]),
           f"{probe} must GET {path} on the metrics port (no auth there)")
-need = int(cm["FERREPL_MAX_SESSIONS"]) * size(cm["FERREPL_MEMORY_LIMIT"]) + 512 * 2**20
+need = (int(cm["FERREPL_MAX_SESSIONS"]) + int(cm["FERREPL_MAX_JOBS"])) * size(cm["FERREPL_MEMORY_LIMIT"]) + 512 * 2**20
 have = size(c["resources"]["limits"]["memory"])
-check(have >= need, f"limits.memory {have/2**30:.1f} GiB < max-sessions x memory-limit + 0.5 GiB = {need/2**30:.1f} GiB")
+check(have >= need, f"limits.memory {have/2**30:.1f} GiB < (max-sessions + max-jobs) x memory-limit + 0.5 GiB = {need/2**30:.1f} GiB")
 check(size(c["resources"]["requests"]["memory"]) <= have, "requests.memory > limits.memory")
 check(int(cm["FERREPL_TENANT_MAX_SESSIONS"]) < int(cm["FERREPL_MAX_SESSIONS"]),
       "FERREPL_TENANT_MAX_SESSIONS should be below FERREPL_MAX_SESSIONS (one tenant must not take every slot)")

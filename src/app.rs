@@ -40,7 +40,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         kept_in.as_deref(),
         tokens.has_tenants(),
     )?;
-    let gate = Gate::new(cfg.max_sessions);
+    let gate = Gate::new(cfg.max_sessions, cfg.max_jobs);
     let base = tenants::Base {
         tenant_disk: parse_size(cfg.tenant_disk.as_deref(), "--tenant-disk")?,
         tenant_memory: parse_size(cfg.tenant_memory.as_deref(), "--tenant-memory")?,
@@ -199,10 +199,7 @@ fn spawn_signal_watch(
                     shutdown.cancel();
                     return;
                 }
-                _ = hup.recv() => match instance.reload_tokens() {
-                    Ok(done) => tracing::info!("SIGHUP: {done}"),
-                    Err(e) => tracing::error!("SIGHUP: the tokens were not reloaded: {e}"),
-                },
+                _ = hup.recv() => reload_tokens(&instance),
             }
         }
         let Some(grace) = drain else {
@@ -214,17 +211,37 @@ fn spawn_signal_watch(
             "SIGTERM: draining (up to {:.0} s; a second SIGTERM exits at once)",
             grace.as_secs_f64()
         );
-        tokio::select! {
-            left = instance.drain(grace) => {
-                if left == 0 {
-                    tracing::info!("drained: every cell finished and its result was collected");
-                } else {
-                    tracing::warn!("drain time is up: {left} cells were unfinished or uncollected");
+        let drained = instance.drain(grace);
+        tokio::pin!(drained);
+        loop {
+            tokio::select! {
+                left = &mut drained => {
+                    if left == 0 {
+                        tracing::info!("drained: every cell finished and its result was collected");
+                    } else {
+                        tracing::warn!("drain time is up: {left} cells were unfinished or uncollected");
+                    }
+                    break;
                 }
+                _ = term.recv() => {
+                    tracing::info!("second SIGTERM: shutting down at once");
+                    break;
+                }
+                _ = int.recv() => {
+                    tracing::info!("SIGINT: shutting down");
+                    break;
+                }
+                // A revoked token stops working during a drain too.
+                _ = hup.recv() => reload_tokens(&instance),
             }
-            _ = term.recv() => tracing::info!("second SIGTERM: shutting down at once"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
         shutdown.cancel();
     });
+}
+
+fn reload_tokens(instance: &tenants::Instance) {
+    match instance.reload_tokens() {
+        Ok(done) => tracing::info!("SIGHUP: {done}"),
+        Err(e) => tracing::error!("SIGHUP: the tokens were not reloaded: {e}"),
+    }
 }

@@ -155,7 +155,15 @@ fn sandbox_settings(
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
-    sandbox::probe(&mut sandbox_cfg)?;
+    let applied = sandbox::probe(&mut sandbox_cfg)?;
+    if tenants && !applied.namespaces && !applied.landlock.starts_with("fully") {
+        // Neither a private mount namespace nor Landlock would keep one
+        // tenant's sessions out of another's workspace.
+        anyhow::bail!(
+            "tenants need a sandbox that keeps each tenant in its own workspace (private mount namespaces or full Landlock), and this one has neither: {}; run where the kernel allows them (see docs/deploy.md), or serve one tenant per instance",
+            sandbox_cfg.active
+        );
+    }
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
     }

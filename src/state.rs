@@ -20,6 +20,16 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// Creates `dir` with mode 0700, which must not exist yet (its parents are
+/// made as needed): a process's private home is never one another process
+/// was given.
+pub fn fresh_private_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        private_dir(parent)?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
 pub struct StateDir {
     root: PathBuf,
     path: PathBuf,

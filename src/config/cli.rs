@@ -423,7 +423,8 @@ pub struct Config {
     )]
     pub default_session: DefaultSession,
 
-    /// Shell jobs that may run at once.
+    /// Shell and install jobs that may run at once, over all tenants (each
+    /// tenant may run as many).
     #[arg(long, env = "FERREPL_MAX_JOBS", default_value_t = 16, value_name = "N")]
     pub max_jobs: usize,
 

@@ -520,3 +520,55 @@ fn walk(
     }
     Ok(())
 }
+
+/// Bytes allocated under the root, never through a symlink (a directory
+/// swapped for one while the walk runs is not descended); `None` when a
+/// bound stopped the walk (`max_entries`, a directory of more than
+/// `MAX_DIR_NAMES` names, nesting past `MAX_DELETE_DEPTH`).
+pub(super) fn disk_usage(root: &OwnedFd, max_entries: usize) -> Option<u64> {
+    let dir = open_beneath(
+        root.as_fd(),
+        Path::new("."),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK,
+        ResolveFlag::empty(),
+    )
+    .ok()?;
+    let mut bytes = 0u64;
+    let mut left = max_entries;
+    usage_of(&dir, 0, &mut bytes, &mut left).then_some(bytes)
+}
+
+/// Adds what `dir` holds to `bytes`; false when a bound was reached.
+fn usage_of(dir: &OwnedFd, depth: usize, bytes: &mut u64, left: &mut usize) -> bool {
+    if depth > MAX_DELETE_DEPTH {
+        return false;
+    }
+    let Ok(mut stream) = DirStream::open(dir) else {
+        return true;
+    };
+    let Ok((names, cut)) = stream.names(MAX_DIR_NAMES) else {
+        return true;
+    };
+    drop(stream);
+    if cut {
+        return false;
+    }
+    for name in names {
+        let Some(rest) = left.checked_sub(1) else {
+            return false;
+        };
+        *left = rest;
+        // Gone or unreadable since it was listed: nothing to count.
+        let Ok(st) = lstat_at(dir.as_fd(), &name) else {
+            continue;
+        };
+        *bytes = bytes.saturating_add(u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512));
+        if kind_of(&st) == SFlag::S_IFDIR
+            && let Ok(child) = open_child_dir(dir.as_fd(), &name)
+            && !usage_of(&child, depth + 1, bytes, left)
+        {
+            return false;
+        }
+    }
+    true
+}

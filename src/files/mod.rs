@@ -211,9 +211,8 @@ pub struct FileData {
 /// Most names read from one directory by file_list (a directory holding
 /// more is listed in part, marked truncated).
 const MAX_DIR_NAMES: usize = 100_000;
-/// Deepest directory nesting a recursive delete descends (one descriptor is
-/// held per level).
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+/// Deepest directory nesting a recursive delete or a disk usage walk
+/// descends (one descriptor is held per level).
 const MAX_DELETE_DEPTH: usize = 256;
 /// Most batches of `MAX_DIR_NAMES` names a recursive delete removes from one
 /// directory.
@@ -420,6 +419,17 @@ impl Workspace {
         #[cfg(not(target_os = "linux"))]
         portable::list(&self.root, rel, &path, depth, max_entries, &mut listing)?;
         Ok(listing)
+    }
+
+    /// Bytes allocated to everything in the workspace, symlinks never
+    /// followed; `None` when the walk stopped at a bound (more than
+    /// `max_entries` entries, a directory too large or nested too deep).
+    /// Blocking: call it off the async threads.
+    pub fn disk_usage(&self, max_entries: usize) -> Option<u64> {
+        #[cfg(target_os = "linux")]
+        return linux::disk_usage(&self.dir, max_entries);
+        #[cfg(not(target_os = "linux"))]
+        return portable::disk_usage(&self.root, max_entries);
     }
 }
 

@@ -5,7 +5,9 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{EntryKind, FileError, Listing, MAX_DIR_NAMES, RelPath, within_limit};
+use super::{
+    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath, within_limit,
+};
 
 fn io(rel: &str, e: std::io::Error) -> FileError {
     match e.kind() {
@@ -222,4 +224,33 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// Bytes allocated under `dir`, symlinks not followed (checked by path: a
+/// directory swapped for a symlink during the walk is not excluded here);
+/// `None` when a bound stopped the walk.
+pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut left = max_entries;
+    let mut stack = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = stack.pop() {
+        if depth > MAX_DELETE_DEPTH {
+            return None;
+        }
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            left = left.checked_sub(1)?;
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() {
+                stack.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    Some(total)
 }

@@ -11,6 +11,7 @@ use super::report::JobReport;
 use crate::output::log::CellLog;
 use crate::output::{Capture, Stream};
 use crate::process::{self, ExitInfo, Input, Output, Process, Spawned};
+use crate::session::gate::Slot;
 
 pub(super) struct JobState {
     pub(super) capture: Capture,
@@ -45,6 +46,7 @@ impl Job {
         capture: Capture,
         spawned: Spawned,
         stdin: Option<String>,
+        slot: Option<Slot>,
     ) -> Arc<Job> {
         let (changed, _) = watch::channel(0u64);
         let job = Arc::new(Job {
@@ -67,7 +69,7 @@ impl Job {
         for (stream, reader) in spawned.outputs {
             tokio::spawn(read_output(job.clone(), stream, reader));
         }
-        tokio::spawn(watch_exit(job.clone(), spawned.child));
+        tokio::spawn(watch_exit(job.clone(), spawned.child, slot));
         tokio::spawn(feed_stdin(job.clone(), spawned.stdin, stdin));
         job
     }
@@ -158,8 +160,11 @@ async fn feed_stdin(job: Arc<Job>, mut stdin: Option<Input>, initial: Option<Str
     *job.stdin.lock().await = stdin;
 }
 
-async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child) {
+/// Records the job's exit; its slot in the instance's job budget is given
+/// back then.
+async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child, slot: Option<Slot>) {
     let status = child.wait().await;
+    drop(slot);
     let cgroup = job.process.take_cgroup();
     if let Some(group) = &cgroup {
         let notes = [group.limit_hit(), group.task_limit_note()];

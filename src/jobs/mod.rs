@@ -168,6 +168,10 @@ impl JobManager {
         if running >= self.cfg.max_running {
             return Err(JobError::TooMany { running });
         }
+        let slot = match &self.cfg.gate {
+            Some(gate) => Some(gate.instance.job_slot()?),
+            None => None,
+        };
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         crate::sandbox::env::check(&spec.env)?;
         let cwd = self.job_cwd(spec.cwd.as_deref())?;
@@ -184,7 +188,7 @@ impl JobManager {
         .with_log(sink);
         let spawned = self.spawn(&spec, &cwd, n)?;
         let command = spec.shown.clone().unwrap_or_else(|| spec.command.clone());
-        let job = Job::follow(n, command, spec.pty, capture, spawned, spec.stdin);
+        let job = Job::follow(n, command, spec.pty, capture, spawned, spec.stdin, slot);
         self.jobs().insert(n, job.clone());
         // Installers are the only jobs that get the egress proxy.
         let kind = if spec.egress {

@@ -125,7 +125,7 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         None => return Ok(direct(Env::Only(launch.env.iter().cloned().collect()))),
     };
     let home = &launch.home;
-    crate::state::private_dir(home)?;
+    crate::state::fresh_private_dir(home)?;
     let mut policy = sandbox.policy(
         home,
         launch.cwd,

@@ -97,7 +97,6 @@ pub struct Policy {
     pub cgroup_procs: Vec<String>,
     /// Private namespaces and the file system view inside them (None: the
     /// kernel does not allow them; Landlock and seccomp still apply).
-    #[serde(default)]
     pub mounts: Option<MountPlan>,
     /// The program's working directory, entered after the mounts.
     #[serde(default)]
@@ -107,7 +106,6 @@ pub struct Policy {
     pub server_pid: u32,
     /// Package installers: the only way out of their empty network
     /// namespace is this relay to the server's egress proxy.
-    #[serde(default)]
     pub egress: Option<EgressRelay>,
     /// Give the program a terminal of the namespace's own devpts (relayed to
     /// the server's pty).

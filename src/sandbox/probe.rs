@@ -7,12 +7,13 @@ use super::{Applied, SandboxConfig, SandboxMode};
 
 /// Runs the launcher once with the real policy (namespaces first, without
 /// them if the kernel refuses) and records what is active in `cfg`; fails
-/// when --sandbox-require is set and something is missing.
-pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<()> {
+/// when --sandbox-require is set and something is missing. Returns what
+/// the launcher applied (nothing with the sandbox off).
+pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
     if !cfg.enabled() {
         cfg.namespaces = false;
         cfg.active = "OFF: no OS confinement; sessions can read and write everything ferrepl can, and use the network".into();
-        return Ok(());
+        return Ok(Applied::default());
     }
     let tmp = cfg.state.join("probe");
     std::fs::create_dir_all(&tmp)?;
@@ -43,7 +44,7 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<()> {
             cfg.active
         );
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// Whether every protection is active.

@@ -2,12 +2,12 @@
 //! budget over all tenants, and a tenant's workspace quota. Shared by the
 //! session managers and job managers of every tenant.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::SessionManager;
+use crate::files::Workspace;
 use crate::units::human_bytes;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -21,11 +21,20 @@ pub enum Refusal {
     )]
     InstanceFull { name: String, limit: usize },
     #[error(
+        "this instance runs {limit} jobs over all tenants, its limit (--max-jobs); wait for one to finish (shell_wait), or retry later"
+    )]
+    InstanceJobsFull { limit: usize },
+    #[error(
         "the workspace uses {used} of its {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
         used = human_bytes(*.used),
         limit = human_bytes(*.limit)
     )]
     DiskFull { used: u64, limit: u64 },
+    #[error(
+        "the workspace holds more than {max_entries} entries (or a directory of more than 100,000, or nesting deeper than 256), too many to measure against its {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
+        limit = human_bytes(*.limit)
+    )]
+    DiskUncounted { max_entries: usize, limit: u64 },
 }
 
 impl Refusal {
@@ -33,8 +42,8 @@ impl Refusal {
     fn counted(self) -> Self {
         crate::metrics::admission_refusal(match self {
             Refusal::Draining => "draining",
-            Refusal::InstanceFull { .. } => "instance_full",
-            Refusal::DiskFull { .. } => "disk_full",
+            Refusal::InstanceFull { .. } | Refusal::InstanceJobsFull { .. } => "instance_full",
+            Refusal::DiskFull { .. } | Refusal::DiskUncounted { .. } => "disk_full",
         });
         self
     }
@@ -47,6 +56,10 @@ pub struct Gate {
     /// made (a finished cell's result may still be on its way back).
     calls: Arc<AtomicUsize>,
     max_sessions: usize,
+    /// Jobs running over all tenants, at most `max_jobs`: each may use
+    /// --memory-limit, so they count toward the instance's ceiling.
+    jobs: Arc<AtomicUsize>,
+    max_jobs: usize,
     managers: Mutex<Vec<Weak<SessionManager>>>,
     /// Held while a session is counted and added, so that tenants creating
     /// sessions at once cannot overshoot the instance's limit together.
@@ -54,11 +67,13 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(max_sessions: usize) -> Arc<Self> {
+    pub fn new(max_sessions: usize, max_jobs: usize) -> Arc<Self> {
         Arc::new(Self {
             draining: AtomicBool::new(false),
             calls: Arc::new(AtomicUsize::new(0)),
             max_sessions: max_sessions.max(1),
+            jobs: Arc::new(AtomicUsize::new(0)),
+            max_jobs: max_jobs.max(1),
             managers: Mutex::new(Vec::new()),
             creating: Mutex::new(()),
         })
@@ -73,14 +88,29 @@ impl Gate {
     }
 
     /// Counts a tool call until the guard is dropped.
-    pub fn call_started(&self) -> CallGuard {
+    pub fn call_started(&self) -> Slot {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        CallGuard(self.calls.clone())
+        Slot(self.calls.clone())
     }
 
     /// Tool calls being served now.
     pub fn calls_in_flight(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// A slot for one more running job, held until it exits.
+    pub fn job_slot(&self) -> Result<Slot, Refusal> {
+        self.jobs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_jobs).then_some(n + 1)
+            })
+            .map_err(|_| {
+                Refusal::InstanceJobsFull {
+                    limit: self.max_jobs,
+                }
+                .counted()
+            })?;
+        Ok(Slot(self.jobs.clone()))
     }
 
     pub(super) fn register(&self, manager: &Arc<SessionManager>) {
@@ -120,9 +150,11 @@ impl Gate {
 }
 
 /// A tool call in flight (see [`Gate::call_started`]).
-pub struct CallGuard(Arc<AtomicUsize>);
+/// One unit of a count (a call in flight, a running job), given back when
+/// dropped.
+pub struct Slot(Arc<AtomicUsize>);
 
-impl Drop for CallGuard {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -160,31 +192,35 @@ impl TenantGate {
     }
 }
 
-/// A soft quota on a directory's size: measured in the background every few
+/// A soft quota on a workspace's size: measured in the background every few
 /// seconds (the kernel has no per-directory quota without filesystem
 /// support), so a burst can overshoot until the next measurement.
 pub struct WorkspaceQuota {
     limit: u64,
+    /// The last measurement; `UNCOUNTED` when the walk stopped at its bound
+    /// (refused: a tree too big to measure could hide any amount of data).
     used: Arc<AtomicU64>,
 }
 
 /// How often the workspace is measured.
 const MEASURE_EVERY: Duration = Duration::from_secs(5);
-/// Entries visited per measurement at most: a huge tree costs bounded work
-/// (and is counted as at least what was seen).
+/// Entries visited per measurement at most: a huge tree costs bounded work.
 const MAX_ENTRIES: usize = 2_000_000;
+const UNCOUNTED: u64 = u64::MAX;
 
 impl WorkspaceQuota {
-    /// Starts measuring `dir` until the returned quota is dropped.
-    pub fn watch(dir: PathBuf, limit: u64) -> Self {
+    /// Starts measuring `workspace` until the returned quota is dropped.
+    pub fn watch(workspace: Workspace, limit: u64) -> Self {
         let used = Arc::new(AtomicU64::new(0));
         let weak = Arc::downgrade(&used);
         tokio::spawn(async move {
             loop {
-                let dir = dir.clone();
-                let measured = tokio::task::spawn_blocking(move || size_of_tree(&dir, MAX_ENTRIES))
-                    .await
-                    .unwrap_or(0);
+                let ws = workspace.clone();
+                let measured = tokio::task::spawn_blocking(move || {
+                    ws.disk_usage(MAX_ENTRIES).unwrap_or(UNCOUNTED)
+                })
+                .await
+                .unwrap_or(0);
                 let Some(used) = weak.upgrade() else { return };
                 used.store(measured, Ordering::Relaxed);
                 drop(used);
@@ -195,41 +231,16 @@ impl WorkspaceQuota {
     }
 
     fn check(&self) -> Result<(), Refusal> {
-        let used = self.used.load(Ordering::Relaxed);
-        if used > self.limit {
-            return Err(Refusal::DiskFull {
-                used,
-                limit: self.limit,
-            });
-        }
-        Ok(())
-    }
-}
-
-/// Bytes allocated to the files under `dir` (symbolic links not followed,
-/// other filesystems included: the workspace may mount them).
-pub fn size_of_tree(dir: &std::path::Path, max_entries: usize) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0u64;
-    let mut seen = 0usize;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.filter_map(Result::ok) {
-            seen += 1;
-            if seen > max_entries {
-                return total;
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            total = total.saturating_add(meta.blocks().saturating_mul(512));
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
+        let limit = self.limit;
+        match self.used.load(Ordering::Relaxed) {
+            UNCOUNTED => Err(Refusal::DiskUncounted {
+                max_entries: MAX_ENTRIES,
+                limit,
+            }),
+            used if used > limit => Err(Refusal::DiskFull { used, limit }),
+            _ => Ok(()),
         }
     }
-    total
 }
 
 #[cfg(test)]
@@ -237,33 +248,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tree_size_counts_nested_files_and_stops_at_the_bound() {
+    fn disk_usage_counts_nested_files_follows_no_symlink_and_stops_at_the_bound() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![1u8; 1_000_000]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/a"), vec![1u8; 100_000]).unwrap();
         std::fs::write(dir.path().join("b"), vec![1u8; 50_000]).unwrap();
-        let all = size_of_tree(dir.path(), 100);
-        assert!(all >= 150_000, "{all}");
-        assert!(size_of_tree(dir.path(), 1) < all);
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let all = ws.disk_usage(100).unwrap();
+        assert!((150_000..1_000_000).contains(&all), "{all}");
+        assert_eq!(
+            ws.disk_usage(2),
+            None,
+            "a walk cut short is not a measurement"
+        );
     }
 
     #[tokio::test]
     async fn quota_refuses_work_once_the_workspace_is_over_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("big"), vec![1u8; 64 * 1024]).unwrap();
-        let quota = WorkspaceQuota::watch(dir.path().to_path_buf(), 1024);
-        let gate = TenantGate::new(Gate::new(4), Some(quota));
-        let mut refused = None;
-        for _ in 0..200 {
-            if let Err(e) = gate.admit_work() {
-                refused = Some(e);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let e = refused.expect("the quota must refuse work");
+        let ws = Workspace::new(dir.path()).unwrap();
+        let gate = TenantGate::new(Gate::new(4, 4), Some(WorkspaceQuota::watch(ws, 1024)));
+        let e = first_refusal(&gate).await;
+        assert!(matches!(e, Refusal::DiskFull { .. }), "{e}");
         assert!(e.to_string().contains("--tenant-disk"), "{e}");
         gate.instance.start_draining();
         assert!(matches!(gate.admit_work(), Err(Refusal::Draining)));
+    }
+
+    #[tokio::test]
+    async fn a_workspace_too_big_to_measure_is_refused() {
+        let quota = WorkspaceQuota {
+            limit: 1 << 40,
+            used: Arc::new(AtomicU64::new(UNCOUNTED)),
+        };
+        let gate = TenantGate::new(Gate::new(4, 4), Some(quota));
+        let e = first_refusal(&gate).await;
+        assert!(matches!(e, Refusal::DiskUncounted { .. }), "{e}");
+        assert!(e.to_string().contains("too many to measure"), "{e}");
+    }
+
+    /// The first refusal of new work, waiting for the background measurement.
+    async fn first_refusal(gate: &TenantGate) -> Refusal {
+        for _ in 0..500 {
+            if let Err(e) = gate.admit_work() {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the quota never refused work");
     }
 }

@@ -119,7 +119,7 @@ impl SessionManager {
     }
 
     /// Counts a tool call in flight on the instance (see `Instance::drain`).
-    pub fn call_started(&self) -> gate::CallGuard {
+    pub fn call_started(&self) -> gate::Slot {
         self.gate.instance.call_started()
     }
 

@@ -95,30 +95,32 @@ impl Base {
                 .max(1);
         }
         let sandbox = Arc::new(sandbox);
+        let workspace = files::Workspace::new(&workdir)
+            .with_context(|| format!("workspace root {}", workdir.display()))?
+            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
         let quota = match (tenant, self.tenant_disk) {
-            (Tenant::Named(_), Some(limit)) => Some(WorkspaceQuota::watch(workdir.clone(), limit)),
+            (Tenant::Named(_), Some(limit)) => {
+                Some(WorkspaceQuota::watch(workspace.clone(), limit))
+            }
             _ => None,
         };
         let gate = TenantGate::new(self.gate.clone(), quota);
         let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
+        let log_dir = self.log_dir_of(tenant)?;
 
-        let mut job_config =
-            settings.job_config(&self.log_dir, sandbox.clone(), self.installer.clone());
+        let mut job_config = settings.job_config(&log_dir, sandbox.clone(), self.installer.clone());
         job_config.gate = Some(gate.clone());
         let jobs = JobManager::new(job_config);
-        let workspace = files::Workspace::new(&workdir)
-            .with_context(|| format!("workspace root {}", workdir.display()))?
-            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
         let spec = settings.launch_spec(
             Language::Python,
             self.python.clone(),
-            &self.log_dir,
+            &log_dir,
             sandbox.clone(),
         );
         let r_spec = self
             .languages
             .contains(&Language::R)
-            .then(|| self.r_spec(&settings, &workdir, sandbox.clone()));
+            .then(|| self.r_spec(&settings, &workdir, &log_dir, sandbox.clone()));
         let manager = SessionManager::new(
             spec,
             self.languages.contains(&Language::Python),
@@ -146,10 +148,23 @@ impl Base {
         })
     }
 
+    /// Where a tenant's output logs and its processes' temporary homes go:
+    /// its own directory, as job numbers start at 1 in every tenant.
+    fn log_dir_of(&self, tenant: &Tenant) -> anyhow::Result<PathBuf> {
+        let Tenant::Named(name) = tenant else {
+            return Ok(self.log_dir.clone());
+        };
+        let dir = self.log_dir.join("tenants").join(name);
+        crate::state::private_dir(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(dir)
+    }
+
     fn r_spec(
         &self,
         settings: &Settings,
         workdir: &Path,
+        log_dir: &Path,
         sandbox: Arc<SandboxConfig>,
     ) -> worker::LaunchSpec {
         let r = worker::r::resolve(self.cfg.r.as_deref());
@@ -160,7 +175,7 @@ impl Base {
             );
         }
         let r = r.unwrap_or_else(|| "R".into());
-        let mut spec = settings.launch_spec(Language::R, r, &self.log_dir, sandbox);
+        let mut spec = settings.launch_spec(Language::R, r, log_dir, sandbox);
         let library = workdir.join(worker::r::LIBRARY);
         spec.env
             .push(("R_LIBS_USER".into(), library.display().to_string()));

@@ -9,7 +9,7 @@ pub mod tokens;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 pub use build::{Base, TenantApp};
@@ -21,8 +21,16 @@ pub struct Instance {
     tokens: RwLock<Arc<TokenTable>>,
     /// Where the tokens came from (reloaded on SIGHUP).
     token_file: Option<PathBuf>,
-    live: Mutex<HashMap<Tenant, Arc<TenantApp>>>,
+    live: Mutex<HashMap<Tenant, Arc<Slot>>>,
     started: Instant,
+}
+
+/// A tenant's parts once built; its first callers wait on `building`, so a
+/// slow build (store, cgroups, a directory scan) holds up no other tenant.
+#[derive(Default)]
+struct Slot {
+    app: OnceLock<Arc<TenantApp>>,
+    building: Mutex<()>,
 }
 
 impl Instance {
@@ -72,22 +80,31 @@ impl Instance {
         &self.base
     }
 
-    /// The parts of `tenant`, built on first use.
+    /// The parts of `tenant`, built on first use. Blocking (the build
+    /// opens its store and makes its directories): call it off the async
+    /// threads once serving.
     pub fn tenant(&self, tenant: &Tenant) -> anyhow::Result<Arc<TenantApp>> {
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(app) = live.get(tenant) {
+        let slot = {
+            let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.entry(tenant.clone()).or_default().clone()
+        };
+        if let Some(app) = slot.app.get() {
+            return Ok(app.clone());
+        }
+        let _building = slot.building.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(app) = slot.app.get() {
             return Ok(app.clone());
         }
         let app = Arc::new(self.base.build(tenant)?);
         tracing::info!(tenant = tenant.name(), "tenant started");
-        live.insert(tenant.clone(), app.clone());
-        Ok(app)
+        Ok(slot.app.get_or_init(|| app).clone())
     }
 
     /// Every tenant built so far.
     pub fn live(&self) -> Vec<Arc<TenantApp>> {
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        let mut apps: Vec<Arc<TenantApp>> = live.values().cloned().collect();
+        let mut apps: Vec<Arc<TenantApp>> =
+            live.values().filter_map(|s| s.app.get().cloned()).collect();
         apps.sort_by(|a, b| a.tenant.name().cmp(b.tenant.name()));
         apps
     }
@@ -127,8 +144,10 @@ impl Instance {
         self.base.gate.start_draining();
         let deadline = tokio::time::Instant::now() + grace;
         loop {
-            let unfinished: usize = self.live().iter().map(|t| t.manager.unfinished()).sum();
+            // Calls first: a call answered between the two reads has left
+            // its cell (if it started one) among the unfinished.
             let calls = self.base.gate.calls_in_flight();
+            let unfinished: usize = self.live().iter().map(|t| t.manager.unfinished()).sum();
             if unfinished + calls == 0 || tokio::time::Instant::now() >= deadline {
                 return unfinished;
             }

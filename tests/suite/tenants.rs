@@ -315,6 +315,10 @@ async fn health_readiness_and_metrics_follow_the_listeners_rules() {
     )
     .await;
     assert_eq!(code, 403, "{body}");
+    // A tenant's token does not read the whole instance's metrics there.
+    let (code, body) = get(server.port, "/metrics", &main).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("--metrics-addr"), "{body}");
     // The metrics listener wants neither (a kubelet sends the pod's IP).
     let (code, body) = get(metrics_port, "/readyz", &[("Host", "10.1.2.3:9100")]).await;
     assert_eq!((code, body.as_str()), (200, "ready\n"));
@@ -369,6 +373,61 @@ async fn the_instance_session_budget_counts_every_tenant() {
         "{}",
         out.text
     );
+}
+
+#[tokio::test]
+async fn jobs_count_toward_the_instance_and_never_share_a_home() {
+    let (_dir, server) = serve(
+        &format!("{ALPHA} alpha\n{BETA} beta\n"),
+        &["--tools", "all", "--max-jobs", "2"],
+    )
+    .await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let beta = connect(&server, "/mcp", BETA).await;
+    let shell = |client: &Client, command: &str| {
+        let args = json!({ "command": command, "wait_s": 30 });
+        let peer = client.peer().clone();
+        async move { call(&peer, "shell_exec", args).await }
+    };
+    // Alpha's job 1 leaves a mark in its home and keeps running; beta's job
+    // 1 must get a home of its own.
+    let first = call(
+        alpha.peer(),
+        "shell_exec",
+        json!({ "command": "echo alpha > \"$HOME/mark\"; echo >> started; sleep 600", "wait_s": 0 }),
+    )
+    .await;
+    assert!(!first.is_error, "{first:#?}");
+    let started = server.workdir.path().join("alpha/started");
+    crate::support::wait_for_file_line(&started, Duration::from_secs(30)).await;
+    let out = shell(&beta, "cat \"$HOME/mark\" 2>/dev/null || echo no-mark").await;
+    assert!(!out.is_error && out.text.contains("no-mark"), "{out:#?}");
+
+    // Two of alpha's jobs fill the instance's two slots: beta is refused.
+    let second = call(
+        alpha.peer(),
+        "shell_exec",
+        json!({ "command": "sleep 600", "wait_s": 0 }),
+    )
+    .await;
+    assert!(!second.is_error, "{second:#?}");
+    let out = shell(&beta, "echo hi").await;
+    assert!(out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains("--max-jobs") && out.text.contains("over all tenants"),
+        "{}",
+        out.text
+    );
+    // A finished job gives its slot back.
+    let killed = call(
+        alpha.peer(),
+        "shell_wait",
+        json!({ "job": "j2", "signal": "KILL", "wait_s": 30 }),
+    )
+    .await;
+    assert!(killed.text.contains("killed by SIGKILL"), "{killed:#?}");
+    let out = shell(&beta, "echo hi").await;
+    assert!(!out.is_error && out.text.contains("hi"), "{out:#?}");
 }
 
 #[tokio::test]
@@ -582,7 +641,7 @@ async fn json_logs_are_one_object_per_line() {
 /// Nothing writable may be shared between tenants, and their stores may not
 /// sit where a tenant's workspace could be.
 #[tokio::test]
-async fn tenants_refuse_shared_writable_places() {
+async fn tenants_refuse_shared_writable_places_and_no_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
     let shared = dir.path().join("shared");
@@ -591,10 +650,12 @@ async fn tenants_refuse_shared_writable_places() {
     let inside = work.join("state");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::create_dir_all(&work).unwrap();
-    let refusals: [(&[&str], &str); 3] = [
+    let refusals: [(&[&str], &str); 4] = [
         (&["--allow-write", path_str(&shared)], "--allow-write"),
         (&["--venv", path_str(&venv)], "--venv"),
         (&["--state-dir", path_str(&inside)], "--state-dir"),
+        // Nothing would keep one tenant out of another's workspace.
+        (&["--sandbox", "off"], "tenants need a sandbox"),
     ];
     for (extra, flag) in refusals {
         let mut args = vec![

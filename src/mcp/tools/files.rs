@@ -49,10 +49,8 @@ pub struct ListOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ReadParams {
     pub path: String,
-    #[serde(default)]
     pub start_line: Option<usize>,
     /// Default 2000.
-    #[serde(default)]
     pub line_count: Option<usize>,
 }
 
@@ -73,12 +71,9 @@ pub struct ReadOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct WriteParams {
     pub path: String,
-    #[serde(default)]
     pub text: Option<String>,
     /// Binary content instead of text.
-    #[serde(default)]
     pub base64: Option<String>,
-    #[serde(default)]
     pub append: Option<bool>,
 }
 
@@ -86,7 +81,6 @@ pub struct WriteParams {
 pub struct DeleteParams {
     pub path: String,
     /// Needed for a non-empty directory.
-    #[serde(default)]
     pub recursive: Option<bool>,
 }
 

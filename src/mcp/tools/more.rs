@@ -37,10 +37,8 @@ pub struct HistoryOutput {
 pub struct ExportParams {
     pub path: PathArg,
     pub format: crate::session::ExportFormat,
-    #[serde(default)]
     pub session: Option<String>,
     /// Last cell (default: the current).
-    #[serde(default)]
     pub cell: Option<u64>,
 }
 
@@ -55,11 +53,8 @@ pub struct ExportOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct RunFileParams {
     pub path: PathArg,
-    #[serde(default)]
     pub session: Option<String>,
-    #[serde(default)]
     pub args: Option<Vec<String>>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
 
@@ -67,9 +62,7 @@ pub struct RunFileParams {
 pub struct CompleteParams {
     pub code: String,
     /// Character offset (default: the end).
-    #[serde(default)]
     pub cursor: Option<usize>,
-    #[serde(default)]
     pub session: Option<String>,
 }
 
@@ -95,16 +88,12 @@ pub enum NamespaceAction {
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct NamespaceParams {
     pub action: NamespaceAction,
-    #[serde(default)]
     pub session: Option<String>,
     /// set: the variable.
-    #[serde(default)]
     pub name: Option<String>,
     /// set: any JSON value.
-    #[serde(default)]
     pub value: Option<Value>,
     /// delete: the variables.
-    #[serde(default)]
     pub names: Option<Vec<String>>,
 }
 

@@ -19,11 +19,8 @@ use crate::mcp::server::FerreplServer;
 pub struct InstallParams {
     /// Names, specifiers or wheel paths.
     pub packages: Vec<String>,
-    #[serde(default)]
     pub session: Option<String>,
-    #[serde(default)]
     pub upgrade: Option<bool>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
 

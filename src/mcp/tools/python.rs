@@ -20,12 +20,9 @@ use crate::worker::Language;
 pub struct ExecParams {
     /// Python code; the last expression's repr is returned.
     pub code: String,
-    #[serde(default)]
     pub session: Option<String>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
     /// Branch: run on the state after this cell (0: fresh).
-    #[serde(default)]
     pub parent: Option<u64>,
 }
 

@@ -20,9 +20,7 @@ use crate::worker::{Language, r};
 pub struct RInstallParams {
     /// CRAN package names, or .tar.gz source packages in the workspace.
     pub packages: Vec<String>,
-    #[serde(default)]
     pub session: Option<String>,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
 }
 

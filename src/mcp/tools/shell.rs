@@ -22,18 +22,13 @@ use crate::output::text::clean;
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct ShellExecParams {
     pub command: String,
-    #[serde(default)]
     pub wait_s: Option<Seconds>,
     /// Working directory inside the workspace.
-    #[serde(default)]
     pub cwd: Option<String>,
-    #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
     /// Given to stdin, then closed.
-    #[serde(default)]
     pub stdin: Option<String>,
     /// Run in a terminal.
-    #[serde(default)]
     pub pty: Option<bool>,
 }
 

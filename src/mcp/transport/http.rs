@@ -81,7 +81,7 @@ pub async fn serve(
         .route("/t/{tenant}/mcp", any(mcp_of_path))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
-        .route("/metrics", get(probes::metrics))
+        .route("/metrics", get(probes::metrics_of_caller))
         .layer(middleware::from_fn(super::json_reply::prefer_json_replies))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -167,13 +167,22 @@ const ANSWER_FLUSH: std::time::Duration = std::time::Duration::from_millis(200);
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl HttpState {
-    /// The tenant's endpoint, made (and the tenant started) on first use.
-    fn endpoint(&self, tenant: &Tenant) -> Result<Endpoint, String> {
-        let mut endpoints = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+    /// The tenant's endpoint, made (and the tenant started, on a blocking
+    /// thread: other tenants' requests go on meanwhile) on first use.
+    async fn endpoint(&self, tenant: &Tenant) -> Result<Endpoint, String> {
+        if let Some(e) = self.endpoints().get(tenant) {
+            return Ok(e.clone());
+        }
+        let (instance, wanted) = (self.instance.clone(), tenant.clone());
+        let app = tokio::task::spawn_blocking(move || instance.tenant(&wanted))
+            .await
+            .map_err(|e| format!("the tenant's start failed: {e}"))?
+            .map_err(|e| format!("{e:#}"))?;
+        let mut endpoints = self.endpoints();
+        // Another request for this tenant may have made it meanwhile.
         if let Some(e) = endpoints.get(tenant) {
             return Ok(e.clone());
         }
-        let app = self.instance.tenant(tenant).map_err(|e| format!("{e:#}"))?;
         let sessions = Arc::new(LocalSessionManager::default());
         let per_client = self.per_client;
         let clients = AtomicU64::new(0);
@@ -196,6 +205,10 @@ impl HttpState {
         let endpoint = Endpoint { service, sessions };
         endpoints.insert(tenant.clone(), endpoint.clone());
         Ok(endpoint)
+    }
+
+    fn endpoints(&self) -> std::sync::MutexGuard<'_, HashMap<Tenant, Endpoint>> {
+        self.endpoints.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -232,7 +245,7 @@ async fn mcp_of_path(
 /// rmcp would accept it. A successful DELETE gets 204: rmcp answers 202, which
 /// clients (the official Python SDK among them) log as a failed termination.
 async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response {
-    let endpoint = match state.endpoint(tenant) {
+    let endpoint = match state.endpoint(tenant).await {
         Ok(e) => e,
         Err(e) => {
             tracing::error!(tenant = tenant.name(), "cannot start the tenant: {e}");

@@ -3,15 +3,16 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::{Extension, Router};
 
 use super::http::{HttpState, text};
 use crate::config::Config;
+use crate::tenants::Tenant;
 
 /// The Host names and browser Origins the main listener accepts.
 pub(super) struct OriginRules {
@@ -115,6 +116,21 @@ pub(super) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
             &format!("not ready: {why}\n"),
         ),
     }
+}
+
+/// `/metrics` on the main listener: a named tenant's token does not read
+/// them, as they name every tenant of the instance and count its work.
+pub(super) async fn metrics_of_caller(
+    State(state): State<Arc<HttpState>>,
+    Extension(tenant): Extension<Tenant>,
+) -> Response {
+    if let Tenant::Named(_) = tenant {
+        return text(
+            StatusCode::FORBIDDEN,
+            "the metrics of an instance with tenants are served on --metrics-addr only (they name every tenant)\n",
+        );
+    }
+    metrics(State(state)).await
 }
 
 pub(super) async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
