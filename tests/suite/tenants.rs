@@ -38,6 +38,14 @@ async fn start(tokens: &Path, extra: &[&str]) -> HttpServer {
     HttpServer::start(&args, &[]).await
 }
 
+/// A server with tenants alpha and beta, and a client of each on `/mcp`.
+async fn two_tenants(extra: &[&str]) -> (tempfile::TempDir, HttpServer, Client, Client) {
+    let (dir, server) = serve(&format!("{ALPHA} alpha\n{BETA} beta\n"), extra).await;
+    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let beta = connect(&server, "/mcp", BETA).await;
+    (dir, server, alpha, beta)
+}
+
 async fn connect(server: &HttpServer, path: &str, token: &str) -> Client {
     match server.try_connect_at(path, (), Some(token)).await {
         Ok(c) => c,
@@ -351,13 +359,8 @@ fn metric_sum(body: &str, family: &str) -> f64 {
 
 #[tokio::test]
 async fn the_instance_session_budget_counts_every_tenant() {
-    let (_dir, server) = serve(
-        &format!("{ALPHA} alpha\n{BETA} beta\n"),
-        &["--max-sessions", "2", "--tenant-max-sessions", "2"],
-    )
-    .await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
-    let beta = connect(&server, "/mcp", BETA).await;
+    let (_dir, _server, alpha, beta) =
+        two_tenants(&["--max-sessions", "2", "--tenant-max-sessions", "2"]).await;
     // Each tenant's default session takes one of the two.
     assert!(!exec(&alpha, "1").await.is_error);
     assert!(!exec(&beta, "1").await.is_error);
@@ -377,41 +380,27 @@ async fn the_instance_session_budget_counts_every_tenant() {
 
 #[tokio::test]
 async fn jobs_count_toward_the_instance_and_never_share_a_home() {
-    let (_dir, server) = serve(
-        &format!("{ALPHA} alpha\n{BETA} beta\n"),
-        &["--tools", "all", "--max-jobs", "2"],
-    )
-    .await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
-    let beta = connect(&server, "/mcp", BETA).await;
-    let shell = |client: &Client, command: &str| {
-        let args = json!({ "command": command, "wait_s": 30 });
+    let (_dir, server, alpha, beta) = two_tenants(&["--tools", "all", "--max-jobs", "2"]).await;
+    // A job of `command`, waited for `wait_s` seconds.
+    let shell = |client: &Client, command: &str, wait_s: u64| {
+        let args = json!({ "command": command, "wait_s": wait_s });
         let peer = client.peer().clone();
         async move { call(&peer, "shell_exec", args).await }
     };
     // Alpha's job 1 leaves a mark in its home and keeps running; beta's job
     // 1 must get a home of its own.
-    let first = call(
-        alpha.peer(),
-        "shell_exec",
-        json!({ "command": "echo alpha > \"$HOME/mark\"; echo >> started; sleep 600", "wait_s": 0 }),
-    )
-    .await;
+    let mark = "echo alpha > \"$HOME/mark\"; echo >> started; sleep 600";
+    let first = shell(&alpha, mark, 0).await;
     assert!(!first.is_error, "{first:#?}");
     let started = server.workdir.path().join("alpha/started");
     crate::support::wait_for_file_line(&started, Duration::from_secs(30)).await;
-    let out = shell(&beta, "cat \"$HOME/mark\" 2>/dev/null || echo no-mark").await;
+    let out = shell(&beta, "cat \"$HOME/mark\" 2>/dev/null || echo no-mark", 30).await;
     assert!(!out.is_error && out.text.contains("no-mark"), "{out:#?}");
 
     // Two of alpha's jobs fill the instance's two slots: beta is refused.
-    let second = call(
-        alpha.peer(),
-        "shell_exec",
-        json!({ "command": "sleep 600", "wait_s": 0 }),
-    )
-    .await;
+    let second = shell(&alpha, "sleep 600", 0).await;
     assert!(!second.is_error, "{second:#?}");
-    let out = shell(&beta, "echo hi").await;
+    let out = shell(&beta, "echo hi", 30).await;
     assert!(out.is_error, "{out:#?}");
     assert!(
         out.text.contains("--max-jobs") && out.text.contains("over all tenants"),
@@ -426,7 +415,7 @@ async fn jobs_count_toward_the_instance_and_never_share_a_home() {
     )
     .await;
     assert!(killed.text.contains("killed by SIGKILL"), "{killed:#?}");
-    let out = shell(&beta, "echo hi").await;
+    let out = shell(&beta, "echo hi", 30).await;
     assert!(!out.is_error && out.text.contains("hi"), "{out:#?}");
 }
 
