@@ -514,6 +514,16 @@ pub struct Config {
     #[arg(long, env = "FERREPL_MAX_CELL_SECONDS", value_name = "SECONDS")]
     pub max_cell_seconds: Option<f64>,
 
+    /// MCP connections (transport sessions) one tenant may hold open over
+    /// HTTP; an idle one ends 5 minutes after its last request.
+    #[arg(
+        long,
+        env = "FERREPL_MAX_CONNECTIONS",
+        default_value_t = 256,
+        value_name = "N"
+    )]
+    pub max_connections: usize,
+
     /// Largest request accepted, in bytes: an HTTP body or one stdio line.
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
     pub max_request_bytes: usize,

@@ -2,8 +2,8 @@
 //! validation, and the bearer token.
 
 use crate::support::{
-    Client, HttpServer, ToolOutput, call, exec_args, mcp_post_headers, mcp_session_id, raw_http,
-    raw_post_mcp,
+    Client, HttpServer, ToolOutput, call, exec_args, http_exchange, mcp_post_headers,
+    mcp_session_id, raw_http, raw_post_mcp,
 };
 use serde_json::json;
 
@@ -195,6 +195,54 @@ async fn http_session_delete_answers_no_content() {
     )
     .await;
     assert_eq!(status, 404, "a request in the ended session: {head}");
+    server.assert_alive();
+}
+
+#[tokio::test]
+async fn initialize_is_refused_past_max_connections_and_a_delete_frees_one() {
+    let mut server = HttpServer::start(&["--max-connections", "2"], &[]).await;
+    let port = server.port;
+    let host = format!("127.0.0.1:{port}");
+    let headers = mcp_post_headers(port);
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (status, head) = raw_post_mcp(port, &headers).await;
+        assert!((200..300).contains(&status), "initialize: {head}");
+        sessions.push(mcp_session_id(&head));
+    }
+    let post = |body: String| {
+        let host = host.clone();
+        async move {
+            let headers = [
+                ("Host", host.as_str()),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+            ];
+            http_exchange(port, "POST", "/mcp", &headers, &body).await
+        }
+    };
+    let (status, body) = post(crate::support::initialize_body()).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("--max-connections"), "{body}");
+    // The word alone (in a string, or another method) is not an initialize.
+    let (status, body) = post(
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"x": "initialize"}})
+            .to_string(),
+    )
+    .await;
+    assert!(!body.contains("--max-connections"), "{status}: {body}");
+
+    let (status, head) = raw_http(
+        port,
+        "DELETE",
+        "/mcp",
+        &[("Host", &host), ("Mcp-Session-Id", &sessions[0])],
+        "",
+    )
+    .await;
+    assert_eq!(status, 204, "{head}");
+    let client = server.connect(None).await;
+    assert!(!exec(&client, "1 + 1").await.is_error);
     server.assert_alive();
 }
 

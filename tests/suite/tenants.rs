@@ -168,7 +168,14 @@ async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
 /// reach their tenant's sessions the same way.
 #[tokio::test]
 async fn stateless_requests_reach_the_tenant_of_their_token() {
-    let (_dir, server) = serve(&format!("{ALPHA} alpha\n{BETA} beta\n"), &[]).await;
+    // Per-client defaults name a session per connection; stateless requests
+    // have none, so they share the tenant's default session (one new
+    // session per request would fill the tenant's budget).
+    let (_dir, server) = serve(
+        &format!("{ALPHA} alpha\n{BETA} beta\n"),
+        &["--default-session", "per-client"],
+    )
+    .await;
     let host = format!("127.0.0.1:{}", server.port);
     let stateless = |token: &'static str, id: u32, code: &str| {
         let host = host.clone();

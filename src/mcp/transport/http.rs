@@ -37,6 +37,8 @@ type McpService = StreamableHttpService<FerreplServer, LocalSessionManager>;
 #[derive(Clone)]
 struct Endpoint {
     service: McpService,
+    /// For requests of the stateless protocol (no connection).
+    stateless: McpService,
     sessions: Arc<LocalSessionManager>,
 }
 
@@ -45,6 +47,8 @@ pub(super) struct HttpState {
     endpoints: Mutex<HashMap<Tenant, Endpoint>>,
     config: StreamableHttpServerConfig,
     per_client: bool,
+    /// Transport sessions one tenant may hold open (--max-connections).
+    max_connections: usize,
     pub(super) origin_rules: probes::OriginRules,
 }
 
@@ -74,6 +78,7 @@ pub async fn serve(
         endpoints: Mutex::new(HashMap::new()),
         config,
         per_client: cfg.default_session == DefaultSession::PerClient,
+        max_connections: cfg.max_connections.max(1),
         origin_rules,
     });
     let router = Router::new()
@@ -184,25 +189,36 @@ impl HttpState {
             return Ok(e.clone());
         }
         let sessions = Arc::new(LocalSessionManager::default());
-        let per_client = self.per_client;
-        let clients = AtomicU64::new(0);
-        let service = StreamableHttpService::new(
-            move || {
-                // Sessions belong to the tenant, not to the connection: a
-                // client that reconnects finds its sessions. With
-                // per-client, each connection's omitted `session` is its own.
-                let default = if per_client {
-                    let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
-                    format!("{DEFAULT_SESSION}-{n}")
-                } else {
-                    DEFAULT_SESSION.to_string()
-                };
-                Ok(FerreplServer::new(&app.parts, default))
-            },
-            sessions.clone(),
-            self.config.clone(),
-        );
-        let endpoint = Endpoint { service, sessions };
+        let shared = {
+            let app = app.clone();
+            move || Ok(FerreplServer::new(&app.parts, DEFAULT_SESSION.to_string()))
+        };
+        // Sessions belong to the tenant, not to the connection: a client
+        // that reconnects finds its sessions. With per-client, each
+        // connection's omitted `session` is its own; a stateless request
+        // has no connection, so it gets the shared one.
+        let (service, stateless) = if self.per_client {
+            let clients = AtomicU64::new(0);
+            let per_connection = move || {
+                let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
+                Ok(FerreplServer::new(
+                    &app.parts,
+                    format!("{DEFAULT_SESSION}-{n}"),
+                ))
+            };
+            (
+                StreamableHttpService::new(per_connection, sessions.clone(), self.config.clone()),
+                StreamableHttpService::new(shared, Default::default(), self.config.clone()),
+            )
+        } else {
+            let service = StreamableHttpService::new(shared, sessions.clone(), self.config.clone());
+            (service.clone(), service)
+        };
+        let endpoint = Endpoint {
+            service,
+            stateless,
+            sessions,
+        };
         endpoints.insert(tenant.clone(), endpoint.clone());
         Ok(endpoint)
     }
@@ -257,6 +273,10 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
             );
         }
     };
+    let (req, stateless) = match admit_connection(state, &endpoint, req).await {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
     let is_delete = req.method() == axum::http::Method::DELETE;
     if is_delete
         && let Some(id) = req
@@ -276,12 +296,74 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
             );
         }
     }
-    let mut response = endpoint.service.handle(req).await.into_response();
+    let service = if stateless {
+        &endpoint.stateless
+    } else {
+        &endpoint.service
+    };
+    let mut response = service.handle(req).await.into_response();
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
         *response.body_mut() = axum::body::Body::empty();
     }
     response
+}
+
+/// An `initialize` (a POST without `Mcp-Session-Id` whose method is
+/// initialize) opens a transport session: refused once the tenant holds
+/// `--max-connections`. Any other POST without one is a stateless request
+/// (true beside the request). The body is read here (bounded as rmcp
+/// bounds it) and handed on.
+async fn admit_connection(
+    state: &HttpState,
+    endpoint: &Endpoint,
+    req: Request,
+) -> Result<(Request, bool), Response> {
+    if req.method() != axum::http::Method::POST || req.headers().contains_key("mcp-session-id") {
+        return Ok((req, false));
+    }
+    let (parts, body) = req.into_parts();
+    let limit = state.config.max_request_body_bytes;
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return Err(text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "the request body is over {limit} bytes (--max-request-bytes) or was cut off\n"
+            ),
+        ));
+    };
+    let initialize = is_initialize(&bytes);
+    if initialize {
+        let open = endpoint.sessions.sessions.read().await.len();
+        if open >= state.max_connections {
+            return Err(text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "{open} MCP connections are open for this tenant, the limit (--max-connections); close clients you no longer use (an idle one ends {} s after its last request) and retry\n",
+                    CONNECTION_IDLE.as_secs()
+                ),
+            ));
+        }
+    }
+    Ok((
+        Request::from_parts(parts, axum::body::Body::from(bytes)),
+        !initialize,
+    ))
+}
+
+/// How long rmcp keeps an idle transport session (its default).
+const CONNECTION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Whether a JSON-RPC body is an initialize request.
+fn is_initialize(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    memchr::memmem::find(body, b"initialize").is_some()
+        && serde_json::from_slice::<Method>(body)
+            .is_ok_and(|m| m.method.as_deref() == Some("initialize"))
 }
 
 /// Finds the request's tenant from its bearer token (every request of a
