@@ -522,51 +522,65 @@ fn walk(
 }
 
 /// Bytes allocated under the root, never through a symlink (a directory
-/// swapped for one while the walk runs is not descended); `None` when a
-/// bound stopped the walk (`max_entries`, a directory of more than
-/// `MAX_DIR_NAMES` names, nesting past `MAX_DELETE_DEPTH`).
-pub(super) fn disk_usage(root: &OwnedFd, max_entries: usize) -> Option<u64> {
-    let dir = open_beneath(
+/// swapped for one while the walk runs is not descended); `None` when the
+/// walk could not finish: a bound (`max_entries` in all, a directory of more
+/// than `MAX_DIR_NAMES` names, nesting past `MAX_DELETE_DEPTH`) or anything
+/// it could not read (a directory made unreadable would hide its contents).
+/// Without openat2 (Linux < 5.6, or a filter refusing it) it walks by path.
+pub(super) fn disk_usage(root: &OwnedFd, root_path: &Path, max_entries: usize) -> Option<u64> {
+    let dir = match open_beneath(
         root.as_fd(),
         Path::new("."),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK,
         ResolveFlag::empty(),
-    )
-    .ok()?;
+    ) {
+        Ok(dir) => dir,
+        Err(Errno::ENOSYS | Errno::EPERM) => {
+            return super::portable::disk_usage(root_path, max_entries);
+        }
+        Err(_) => return None,
+    };
     let mut bytes = 0u64;
     let mut left = max_entries;
     usage_of(&dir, 0, &mut bytes, &mut left).then_some(bytes)
 }
 
-/// Adds what `dir` holds to `bytes`; false when a bound was reached.
+/// An entry that vanished between its listing and its use: nothing to count.
+pub(super) fn gone(e: Errno) -> bool {
+    matches!(e, Errno::ENOENT | Errno::ENOTDIR)
+}
+
+/// Adds what `dir` holds to `bytes`; false when the walk cannot finish.
+/// Names are taken from `left` as a directory is listed, so the names held
+/// along the path never exceed it either.
 fn usage_of(dir: &OwnedFd, depth: usize, bytes: &mut u64, left: &mut usize) -> bool {
     if depth > MAX_DELETE_DEPTH {
         return false;
     }
-    let Ok(mut stream) = DirStream::open(dir) else {
-        return true;
-    };
-    let Ok((names, cut)) = stream.names(MAX_DIR_NAMES) else {
-        return true;
-    };
-    drop(stream);
-    if cut {
+    let listed = DirStream::open(dir).and_then(|mut stream| stream.names(MAX_DIR_NAMES));
+    let Ok((names, false)) = listed else {
         return false;
-    }
+    };
+    let Some(rest) = left.checked_sub(names.len()) else {
+        return false;
+    };
+    *left = rest;
     for name in names {
-        let Some(rest) = left.checked_sub(1) else {
-            return false;
-        };
-        *left = rest;
-        // Gone or unreadable since it was listed: nothing to count.
-        let Ok(st) = lstat_at(dir.as_fd(), &name) else {
-            continue;
+        let st = match lstat_at(dir.as_fd(), &name) {
+            Ok(st) => st,
+            Err(e) if gone(e) => continue,
+            Err(_) => return false,
         };
         *bytes = bytes.saturating_add(u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512));
-        if kind_of(&st) == SFlag::S_IFDIR
-            && let Ok(child) = open_child_dir(dir.as_fd(), &name)
-            && !usage_of(&child, depth + 1, bytes, left)
-        {
+        if kind_of(&st) != SFlag::S_IFDIR {
+            continue;
+        }
+        let finished = match open_child_dir(dir.as_fd(), &name) {
+            Ok(child) => usage_of(&child, depth + 1, bytes, left),
+            // ELOOP: swapped for a symlink since the lstat.
+            Err(e) => gone(e) || e == Errno::ELOOP,
+        };
+        if !finished {
             return false;
         }
     }

@@ -228,7 +228,7 @@ fn walk(
 
 /// Bytes allocated under `dir`, symlinks not followed (checked by path: a
 /// directory swapped for a symlink during the walk is not excluded here);
-/// `None` when a bound stopped the walk.
+/// `None` when a bound or an unreadable entry stopped the walk.
 pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
@@ -238,13 +238,14 @@ pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
         if depth > MAX_DELETE_DEPTH {
             return None;
         }
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.filter_map(Result::ok) {
+        let entries = std::fs::read_dir(&d).ok()?;
+        for entry in entries {
+            let entry = entry.ok()?;
             left = left.checked_sub(1)?;
-            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
-                continue;
+            let meta = match std::fs::symlink_metadata(entry.path()) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => return None,
             };
             total = total.saturating_add(meta.blocks().saturating_mul(512));
             if meta.is_dir() {

@@ -142,3 +142,12 @@ fn policy_refusals_are_told_from_mistakes() {
     assert_eq!(refusal(FileError::ReadOnly), Some(SandboxRefusal::ReadOnly));
     assert_eq!(refusal(FileError::NotFound("x".into())), None);
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn disk_usage_counts_only_a_vanished_entry_as_nothing() {
+    use nix::errno::Errno;
+    assert!(super::linux::gone(Errno::ENOENT) && super::linux::gone(Errno::ENOTDIR));
+    // A directory made unreadable must not hide what it holds.
+    assert!(!super::linux::gone(Errno::EACCES) && !super::linux::gone(Errno::EMFILE));
+}

@@ -285,7 +285,7 @@ impl Metrics {
         );
         let admission_refusals = family(
             "admission_refusals",
-            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, disk_full: --tenant-disk)",
+            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk)",
         );
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
         let tools = crate::mcp::groups::tool_names()
@@ -344,7 +344,7 @@ impl Metrics {
         preset(
             &self.admission_refusals,
             "reason",
-            &["draining", "instance_full", "disk_full"],
+            &["draining", "instance_full", "jobs_full", "disk_full"],
         );
         preset(
             &self.jobs_started,
@@ -447,7 +447,8 @@ pub fn egress_refusal(reason: EgressRefusal) {
         .inc();
 }
 
-/// New work was refused at the gate (`reason`: draining, instance_full, disk_full).
+/// New work was refused at the gate (`reason`: draining, instance_full,
+/// jobs_full, disk_full).
 pub fn admission_refusal(reason: &'static str) {
     metrics()
         .admission_refusals

@@ -31,7 +31,7 @@ pub enum Refusal {
     )]
     DiskFull { used: u64, limit: u64 },
     #[error(
-        "the workspace holds more than {max_entries} entries (or a directory of more than 100,000, or nesting deeper than 256), too many to measure against its {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
+        "the workspace could not be measured against its {limit} quota (--tenant-disk): it holds more than {max_entries} entries, a directory of more than 100,000 or nesting deeper than 256, or a directory ferrepl cannot read (chmod 000?); new cells and jobs are refused until that is fixed (rm or chmod through shell_exec or python)",
         limit = human_bytes(*.limit)
     )]
     DiskUncounted { max_entries: usize, limit: u64 },
@@ -42,7 +42,8 @@ impl Refusal {
     fn counted(self) -> Self {
         crate::metrics::admission_refusal(match self {
             Refusal::Draining => "draining",
-            Refusal::InstanceFull { .. } | Refusal::InstanceJobsFull { .. } => "instance_full",
+            Refusal::InstanceFull { .. } => "instance_full",
+            Refusal::InstanceJobsFull { .. } => "jobs_full",
             Refusal::DiskFull { .. } | Refusal::DiskUncounted { .. } => "disk_full",
         });
         self
@@ -149,7 +150,6 @@ impl Gate {
     }
 }
 
-/// A tool call in flight (see [`Gate::call_started`]).
 /// One unit of a count (a call in flight, a running job), given back when
 /// dropped.
 pub struct Slot(Arc<AtomicUsize>);
@@ -197,8 +197,8 @@ impl TenantGate {
 /// support), so a burst can overshoot until the next measurement.
 pub struct WorkspaceQuota {
     limit: u64,
-    /// The last measurement; `UNCOUNTED` when the walk stopped at its bound
-    /// (refused: a tree too big to measure could hide any amount of data).
+    /// The last measurement; `UNCOUNTED` when the walk could not finish
+    /// (refused: what it could not see could hide any amount of data).
     used: Arc<AtomicU64>,
 }
 
@@ -208,6 +208,10 @@ const MEASURE_EVERY: Duration = Duration::from_secs(5);
 const MAX_ENTRIES: usize = 2_000_000;
 const UNCOUNTED: u64 = u64::MAX;
 
+/// One measurement at a time over the instance: a walk holds a descriptor
+/// per directory level and its names, so tenants' walks do not add up.
+static MEASURING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 impl WorkspaceQuota {
     /// Starts measuring `workspace` until the returned quota is dropped.
     pub fn watch(workspace: Workspace, limit: u64) -> Self {
@@ -216,11 +220,15 @@ impl WorkspaceQuota {
         tokio::spawn(async move {
             loop {
                 let ws = workspace.clone();
+                let Ok(turn) = MEASURING.acquire().await else {
+                    return;
+                };
                 let measured = tokio::task::spawn_blocking(move || {
                     ws.disk_usage(MAX_ENTRIES).unwrap_or(UNCOUNTED)
                 })
                 .await
-                .unwrap_or(0);
+                .unwrap_or(UNCOUNTED);
+                drop(turn);
                 let Some(used) = weak.upgrade() else { return };
                 used.store(measured, Ordering::Relaxed);
                 drop(used);
@@ -288,7 +296,7 @@ mod tests {
         let gate = TenantGate::new(Gate::new(4, 4), Some(quota));
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskUncounted { .. }), "{e}");
-        assert!(e.to_string().contains("too many to measure"), "{e}");
+        assert!(e.to_string().contains("could not be measured"), "{e}");
     }
 
     /// The first refusal of new work, waiting for the background measurement.

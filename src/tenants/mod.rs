@@ -9,6 +9,7 @@ pub mod tokens;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,8 @@ pub struct Instance {
     /// Where the tokens came from (reloaded on SIGHUP).
     token_file: Option<PathBuf>,
     live: Mutex<HashMap<Tenant, Arc<Slot>>>,
+    /// Set by shutdown: no tenant is built after it.
+    closing: AtomicBool,
     started: Instant,
 }
 
@@ -40,6 +43,7 @@ impl Instance {
             tokens: RwLock::new(Arc::new(tokens)),
             token_file,
             live: Mutex::new(HashMap::new()),
+            closing: AtomicBool::new(false),
             started: Instant::now(),
         })
     }
@@ -94,6 +98,9 @@ impl Instance {
         let _building = slot.building.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(app) = slot.app.get() {
             return Ok(app.clone());
+        }
+        if self.closing.load(Ordering::SeqCst) {
+            anyhow::bail!("ferrepl is shutting down");
         }
         let app = Arc::new(self.base.build(tenant)?);
         tracing::info!(tenant = tenant.name(), "tenant started");
@@ -155,8 +162,20 @@ impl Instance {
         }
     }
 
-    /// Ends every tenant's jobs and workers and flushes their stores.
+    /// Ends every tenant's jobs and workers and flushes their stores (a
+    /// tenant being built is waited for; none is built after).
     pub async fn shutdown(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let slots: Vec<Arc<Slot>> = {
+            let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            live.values().cloned().collect()
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            for slot in slots {
+                drop(slot.building.lock().unwrap_or_else(|e| e.into_inner()));
+            }
+        })
+        .await;
         let apps = self.live();
         futures::future::join_all(apps.iter().map(|a| a.shutdown())).await;
     }

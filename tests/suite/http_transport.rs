@@ -224,6 +224,12 @@ async fn initialize_is_refused_past_max_connections_and_a_delete_frees_one() {
     let (status, body) = post(crate::support::initialize_body()).await;
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("--max-connections"), "{body}");
+    // Nor does an escaped method name get one past the limit.
+    let escaped =
+        crate::support::initialize_body().replace("\"initialize\"", "\"\\u0069nitialize\"");
+    assert!(escaped.contains("u0069"), "{escaped}");
+    let (status, body) = post(escaped).await;
+    assert_eq!(status, 503, "{body}");
     // The word alone (in a string, or another method) is not an initialize.
     let (status, body) = post(
         json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list", "params": {"x": "initialize"}})

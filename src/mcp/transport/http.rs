@@ -40,6 +40,8 @@ struct Endpoint {
     /// For requests of the stateless protocol (no connection).
     stateless: McpService,
     sessions: Arc<LocalSessionManager>,
+    /// Held by one initialize at a time (see `admit_connection`).
+    initializing: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub(super) struct HttpState {
@@ -218,6 +220,7 @@ impl HttpState {
             service,
             stateless,
             sessions,
+            initializing: Default::default(),
         };
         endpoints.insert(tenant.clone(), endpoint.clone());
         Ok(endpoint)
@@ -273,9 +276,14 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
             );
         }
     };
-    let (req, stateless) = match admit_connection(state, &endpoint, req).await {
+    let admitted = match admit_connection(state, &endpoint, req).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
+    };
+    let (req, service, _turn) = match admitted {
+        Admitted::Passed(req) => (req, &endpoint.service, None),
+        Admitted::Initialize(req, turn) => (req, &endpoint.service, Some(turn)),
+        Admitted::Stateless(req) => (req, &endpoint.stateless, None),
     };
     let is_delete = req.method() == axum::http::Method::DELETE;
     if is_delete
@@ -296,11 +304,6 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
             );
         }
     }
-    let service = if stateless {
-        &endpoint.stateless
-    } else {
-        &endpoint.service
-    };
     let mut response = service.handle(req).await.into_response();
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
@@ -309,18 +312,40 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
     response
 }
 
-/// An `initialize` (a POST without `Mcp-Session-Id` whose method is
+/// What a request to a tenant's endpoint is, once admitted.
+enum Admitted {
+    /// In a transport session, or not a JSON POST: rmcp decides.
+    Passed(Request),
+    /// Opens a transport session: the tenant's initialize turn is held
+    /// until rmcp has made it, so parallel ones cannot overshoot the cap.
+    Initialize(Request, tokio::sync::OwnedMutexGuard<()>),
+    /// A POST of the stateless protocol (no session id, not initialize).
+    Stateless(Request),
+}
+
+/// An `initialize` (a JSON POST without `Mcp-Session-Id` whose method is
 /// initialize) opens a transport session: refused once the tenant holds
-/// `--max-connections`. Any other POST without one is a stateless request
-/// (true beside the request). The body is read here (bounded as rmcp
-/// bounds it) and handed on.
+/// `--max-connections`. The body is read here (bounded as rmcp bounds it)
+/// and handed on.
 async fn admit_connection(
     state: &HttpState,
     endpoint: &Endpoint,
     req: Request,
-) -> Result<(Request, bool), Response> {
-    if req.method() != axum::http::Method::POST || req.headers().contains_key("mcp-session-id") {
-        return Ok((req, false));
+) -> Result<Admitted, Response> {
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+    if req.method() != axum::http::Method::POST
+        || req.headers().contains_key("mcp-session-id")
+        || !json
+    {
+        return Ok(Admitted::Passed(req));
     }
     let (parts, body) = req.into_parts();
     let limit = state.config.max_request_body_bytes;
@@ -332,38 +357,40 @@ async fn admit_connection(
             ),
         ));
     };
-    let initialize = is_initialize(&bytes);
-    if initialize {
-        let open = endpoint.sessions.sessions.read().await.len();
-        if open >= state.max_connections {
-            return Err(text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "{open} MCP connections are open for this tenant, the limit (--max-connections); close clients you no longer use (an idle one ends {} s after its last request) and retry\n",
-                    CONNECTION_IDLE.as_secs()
-                ),
-            ));
-        }
+    let req = Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
+    if !is_initialize(&bytes) {
+        return Ok(Admitted::Stateless(req));
     }
-    Ok((
-        Request::from_parts(parts, axum::body::Body::from(bytes)),
-        !initialize,
-    ))
+    let turn = endpoint.initializing.clone().lock_owned().await;
+    let open = endpoint.sessions.sessions.read().await.len();
+    if open >= state.max_connections {
+        return Err(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "{open} MCP connections are open for this tenant, the limit (--max-connections); close clients you no longer use (an idle one ends {} s after its last request) and retry\n",
+                CONNECTION_IDLE.as_secs()
+            ),
+        ));
+    }
+    Ok(Admitted::Initialize(req, turn))
 }
 
 /// How long rmcp keeps an idle transport session (its default).
 const CONNECTION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Whether a JSON-RPC body is an initialize request.
+/// Whether a JSON-RPC body is (or, as a batch, holds) an initialize request,
+/// as rmcp will read it (escapes decoded).
 fn is_initialize(body: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
-    struct Method<'a> {
-        #[serde(borrow)]
-        method: Option<std::borrow::Cow<'a, str>>,
+    struct Method {
+        method: Option<String>,
     }
-    memchr::memmem::find(body, b"initialize").is_some()
-        && serde_json::from_slice::<Method>(body)
-            .is_ok_and(|m| m.method.as_deref() == Some("initialize"))
+    let initialize = |m: &Method| m.method.as_deref() == Some("initialize");
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice::<Vec<Method>>(body)
+            .is_ok_and(|batch| batch.iter().any(initialize)),
+        _ => serde_json::from_slice::<Method>(body).is_ok_and(|m| initialize(&m)),
+    }
 }
 
 /// Finds the request's tenant from its bearer token (every request of a
@@ -404,4 +431,27 @@ pub(super) fn text(status: StatusCode, body: &str) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_initialize;
+
+    #[test]
+    fn initialize_is_recognised_as_rmcp_reads_it() {
+        assert!(is_initialize(
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#
+        ));
+        // Escapes are decoded, as rmcp's parser decodes them.
+        assert!(is_initialize(
+            br#"{"jsonrpc":"2.0","id":1,"method":"\u0069nitialize"}"#
+        ));
+        assert!(is_initialize(
+            br#" [{"method":"ping"},{"method":"initialize"}]"#
+        ));
+        assert!(!is_initialize(
+            br#"{"method":"tools/list","params":{"x":"initialize"}}"#
+        ));
+        assert!(!is_initialize(b"initialize"));
+    }
 }

@@ -12,3 +12,4 @@ mod privileges;
 mod r_args;
 mod review;
 mod robustness;
+mod tenants;

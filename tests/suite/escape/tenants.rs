@@ -1,0 +1,60 @@
+//! Attacks of one tenant on the instance's shared limits (run as root and
+//! as an unprivileged user): a directory made unreadable to hide data from
+//! the workspace quota.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::{HttpServer, call, path_str};
+
+const TOKEN: &str = "quota-token-0123456789abcdef";
+
+#[tokio::test]
+async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
+    let dir = tempfile::tempdir().expect("a directory for the tokens file");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN} alpha\n")).expect("write the tokens");
+    let args = [
+        "--auth-token-file",
+        path_str(&tokens),
+        "--tenant-disk",
+        "1M",
+        "--warm-pool",
+        "0",
+    ];
+    let server = HttpServer::start(&args, &[]).await;
+    let client = match server.try_connect_at("/mcp", (), Some(TOKEN)).await {
+        Ok(c) => c,
+        Err(e) => panic!("connect: {e:#}\nstderr:\n{}", server.stderr_log()),
+    };
+    let hide = "import os\nos.makedirs('d')\nopen('d/big.bin', 'wb').write(b'x' * 3_000_000)\nos.chmod('d', 0)";
+    let out = call(client.peer(), "python_exec", json!({ "code": hide })).await;
+    assert!(!out.is_error, "{out:#?}");
+    // Measured in the background every few seconds: poll (bounded).
+    let mut refused = None;
+    for _ in 0..100 {
+        let out = call(client.peer(), "python_exec", json!({ "code": "1" })).await;
+        if out.is_error {
+            refused = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let hidden = server.workdir.path().join("alpha/d");
+    let _ = std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let out = refused.expect("3 MB behind an unreadable directory must not pass a 1 MB quota");
+    // Root reads the directory anyway and counts it; anyone else cannot,
+    // and a walk that cannot finish is refused.
+    // SAFETY: geteuid has no preconditions.
+    let expected = if unsafe { libc::geteuid() } == 0 {
+        "of its 1 MiB quota"
+    } else {
+        "could not be measured"
+    };
+    assert!(
+        out.text.contains("--tenant-disk") && out.text.contains(expected),
+        "{}",
+        out.text
+    );
+}
