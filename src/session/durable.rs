@@ -201,8 +201,9 @@ pub fn ranges(ids: &[u64]) -> String {
 
 impl SessionManager {
     /// Sessions stored by an earlier server come back dormant: listed, with
-    /// their history, rebuilt by the first call that needs their state.
-    pub(super) fn load_stored(&self) {
+    /// their history, rebuilt by the first call that needs their state; at
+    /// most `room` of them (the instance's budget) and this tenant's limit.
+    pub(super) fn load_stored(&self, room: usize) {
         let Some(store) = &self.durable.store else {
             return;
         };
@@ -216,10 +217,11 @@ impl SessionManager {
                 return;
             }
         };
+        let most = room.min(self.limits.max_sessions);
         let mut map = self.sessions();
         for s in stored {
             let name = s.record.name.clone();
-            if map.len() >= self.limits.max_sessions || !valid_name(&name) {
+            if map.len() >= most || !valid_name(&name) {
                 continue;
             }
             match self.dormant_session(s) {

@@ -114,7 +114,14 @@ impl Gate {
         Ok(Slot(self.jobs.clone()))
     }
 
-    pub(super) fn register(&self, manager: &Arc<SessionManager>) {
+    /// Counts `manager` in from now on; `load` first adds its stored
+    /// sessions, given how many the instance has room for (counted under the
+    /// same lock as new sessions, so tenants starting at once cannot
+    /// overshoot --max-sessions with what they bring back).
+    pub(super) fn register(&self, manager: &Arc<SessionManager>, load: impl FnOnce(usize)) {
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let live: usize = self.managers().iter().map(|m| m.session_count()).sum();
+        load(self.max_sessions.saturating_sub(live));
         let mut list = self.managers.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|m| m.strong_count() > 0);
         list.push(Arc::downgrade(manager));

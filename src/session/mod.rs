@@ -368,9 +368,11 @@ impl SessionManager {
             started: Instant::now(),
             gate,
         };
-        manager.load_stored();
         let manager = Arc::new(manager);
-        manager.gate.instance.register(&manager);
+        manager
+            .gate
+            .instance
+            .register(&manager, |room| manager.load_stored(room));
         manager
     }
 

@@ -231,39 +231,55 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
     let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
     let work = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let launch = || {
-        let args = [
-            "--workdir".to_string(),
-            path_str(work.path()).into(),
-            "--state-dir".into(),
-            path_str(&state).into(),
-            "--auth-token-file".into(),
-            path_str(&tokens).into(),
-            "--warm-pool".into(),
-            "0".into(),
+    let launch = |extra: &[&str]| {
+        let mut args = vec![
+            "--workdir",
+            path_str(work.path()),
+            "--state-dir",
+            path_str(&state),
+            "--auth-token-file",
+            path_str(&tokens),
+            "--warm-pool",
+            "0",
         ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
         Launch::new(&args).without_workdir_flag()
     };
-    let mut first = HttpServer::launch(launch()).await;
+    let drain = |mut server: HttpServer| async move {
+        let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), server.child.wait())
+            .await
+            .expect("the drained server exits")
+            .expect("wait");
+    };
+    let first = HttpServer::launch(launch(&[])).await;
     let alpha = connect(&first, "/mcp", ALPHA).await;
     let beta = connect(&first, "/mcp", BETA).await;
     assert!(!exec(&alpha, "team = 'alpha'; n = 41").await.is_error);
     assert!(!exec(&beta, "team = 'beta'").await.is_error);
-    let pid = nix::unistd::Pid::from_raw(first.child.id().expect("pid") as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    tokio::time::timeout(Duration::from_secs(60), first.child.wait())
-        .await
-        .expect("the drained server exits")
-        .expect("wait");
+    drain(first).await;
 
-    let second = HttpServer::launch(launch()).await;
+    let second = HttpServer::launch(launch(&[])).await;
     let alpha = connect(&second, "/mcp", ALPHA).await;
     let out = exec(&alpha, "team, n + 1").await;
     assert!(out.text.contains("('alpha', 42)"), "{out:#?}");
     let beta = connect(&second, "/mcp", BETA).await;
     let out = exec(&beta, "team").await;
     assert!(out.text.contains("'beta'"), "{out:#?}");
+    drain(second).await;
+
+    // What comes back counts toward the instance's budget: with room for
+    // one session, alpha (started first) takes it and beta's stays stored.
+    let third = HttpServer::launch(launch(&["--max-sessions", "1"])).await;
+    let alpha = connect(&third, "/mcp", ALPHA).await;
+    assert!(exec(&alpha, "team").await.text.contains("'alpha'"));
+    let beta = connect(&third, "/mcp", BETA).await;
+    let out = exec(&beta, "team").await;
+    assert!(
+        out.is_error && out.text.contains("--max-sessions"),
+        "{out:#?}"
+    );
 }
 
 #[tokio::test]
