@@ -515,7 +515,7 @@ async fn a_workspace_over_its_quota_refuses_new_cells() {
 #[tokio::test]
 async fn sigterm_drains_then_exits() {
     let dir = tempfile::tempdir().unwrap();
-    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
     let metrics_port = free_port();
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let mut server = start(
@@ -567,6 +567,29 @@ async fn sigterm_drains_then_exits() {
             && metrics.contains(r#"ferrepl_admission_refusals_total{reason="draining"} 1"#),
         "{metrics}"
     );
+
+    // A token revoked during the drain stops working at once.
+    let host = format!("127.0.0.1:{}", server.port);
+    let beta_auth = format!("Bearer {BETA}");
+    let as_beta = [
+        ("Host", host.as_str()),
+        ("Authorization", beta_auth.as_str()),
+    ];
+    assert_eq!(get(server.port, "/healthz", &as_beta).await.0, 200);
+    tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(
+        server
+            .wait_log("SIGHUP: tokens reloaded", Duration::from_secs(20))
+            .await,
+        "{}",
+        server.stderr_log()
+    );
+    assert_eq!(get(server.port, "/healthz", &as_beta).await.0, 401);
 
     // The cell is let finish and its result collected.
     std::fs::write(&gate, "").unwrap();
