@@ -230,7 +230,7 @@ pub struct Config {
     #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
     pub sandbox_require: bool,
 
-    /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none (a cgroup where one can be made, else a watch of the session's RSS).
+    /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none (a cgroup where one can be made, else a watch of its process tree's RSS).
     #[arg(
         long,
         env = "FERREPL_MEMORY_LIMIT",

@@ -20,6 +20,8 @@ pub(super) struct JobState {
     open_streams: usize,
     pub(super) finished_at: Option<Instant>,
     notes: Vec<String>,
+    /// Killed by the resource watch (once).
+    limit_killed: bool,
 }
 
 pub struct Job {
@@ -63,6 +65,7 @@ impl Job {
                 open_streams: spawned.outputs.len(),
                 finished_at: None,
                 notes: Vec::new(),
+                limit_killed: false,
             }),
             changed,
         });
@@ -97,6 +100,25 @@ impl Job {
     pub(super) fn kill_all(&self) {
         let running = self.lock().exit.is_none();
         self.process.kill_all(running);
+    }
+
+    /// Kills a running job for going over a limit, with `reason` in its
+    /// report; false when it had ended or was already killed for one.
+    pub(super) fn kill_for(&self, reason: String) -> bool {
+        {
+            let mut st = self.lock();
+            if st.exit.is_some() || st.limit_killed {
+                return false;
+            }
+            st.limit_killed = true;
+            st.notes.push(reason);
+        }
+        self.kill_all();
+        true
+    }
+
+    pub(super) fn root_pid(&self) -> u32 {
+        self.process.pid()
     }
 
     /// [`Job::kill_all`] off the async threads (a large tree takes a while).

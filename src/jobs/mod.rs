@@ -4,6 +4,7 @@
 
 mod job;
 mod report;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -117,7 +117,7 @@ fn limits(cfg: &SandboxConfig) -> Vec<String> {
             b / (1024 * 1024)
         ),
         Some(b) => format!(
-            "memory limit {} MiB per session (process-tree watch; no writable memory cgroup)",
+            "memory limit {} MiB per session and per job (process-tree watch; no writable memory cgroup)",
             b / (1024 * 1024)
         ),
         None => "no memory limit".into(),

@@ -111,6 +111,7 @@ impl Base {
         let mut job_config = settings.job_config(&log_dir, sandbox.clone(), self.installer.clone());
         job_config.gate = Some(gate.clone());
         let jobs = JobManager::new(job_config);
+        jobs.spawn_resource_watch();
         let spec = settings.launch_spec(
             Language::Python,
             self.python.clone(),

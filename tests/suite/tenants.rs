@@ -57,6 +57,17 @@ async fn exec(client: &Client, code: &str) -> ToolOutput {
     call(client.peer(), "python_exec", json!({ "code": code })).await
 }
 
+/// Sends `signal` to the server and waits until its log shows `logged`.
+async fn signal_logged(server: &HttpServer, signal: nix::sys::signal::Signal, logged: &str) {
+    let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
+    nix::sys::signal::kill(pid, signal).expect("signal the server");
+    assert!(
+        server.wait_log(logged, Duration::from_secs(20)).await,
+        "no '{logged}' after {signal}:\n{}",
+        server.stderr_log()
+    );
+}
+
 /// GET `path` with `headers`; the status and the whole body.
 async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     http_exchange(port, "GET", path, headers, "").await
@@ -295,13 +306,7 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
 
     let reload = async |contents: String, logged: &str| {
         std::fs::write(&tokens, contents).unwrap();
-        let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
-        assert!(
-            server.wait_log(logged, Duration::from_secs(20)).await,
-            "{}",
-            server.stderr_log()
-        );
+        signal_logged(&server, nix::sys::signal::Signal::SIGHUP, logged).await;
     };
     reload(format!("{GAMMA} gamma\n"), "tokens reloaded").await;
     let gamma = connect(&server, "/t/gamma/mcp", GAMMA).await;
@@ -537,17 +542,12 @@ async fn sigterm_drains_then_exits() {
     .await;
     assert!(out.text.contains("running"), "{out:#?}");
 
-    let pid = server.child.id().expect("pid") as i32;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
+    signal_logged(
+        &server,
         nix::sys::signal::Signal::SIGTERM,
+        "SIGTERM: draining",
     )
-    .unwrap();
-    assert!(
-        server
-            .wait_log("SIGTERM: draining", Duration::from_secs(20))
-            .await
-    );
+    .await;
     let (code, body) = get(metrics_port, "/readyz", &[]).await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("draining"), "{body}");
@@ -577,18 +577,12 @@ async fn sigterm_drains_then_exits() {
     ];
     assert_eq!(get(server.port, "/healthz", &as_beta).await.0, 200);
     tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
+    signal_logged(
+        &server,
         nix::sys::signal::Signal::SIGHUP,
+        "SIGHUP: tokens reloaded",
     )
-    .unwrap();
-    assert!(
-        server
-            .wait_log("SIGHUP: tokens reloaded", Duration::from_secs(20))
-            .await,
-        "{}",
-        server.stderr_log()
-    );
+    .await;
     assert_eq!(get(server.port, "/healthz", &as_beta).await.0, 401);
 
     // The cell is let finish and its result collected.
@@ -618,13 +612,13 @@ async fn a_second_sigterm_ends_the_drain_at_once() {
     )
     .await;
     assert!(out.text.contains("running"), "{out:#?}");
+    signal_logged(
+        &server,
+        nix::sys::signal::Signal::SIGTERM,
+        "SIGTERM: draining",
+    )
+    .await;
     let pid = nix::unistd::Pid::from_raw(server.child.id().expect("pid") as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    assert!(
-        server
-            .wait_log("SIGTERM: draining", Duration::from_secs(20))
-            .await
-    );
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     // Well inside the 600 s drain.
     let status = tokio::time::timeout(Duration::from_secs(60), server.child.wait())

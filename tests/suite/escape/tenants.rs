@@ -1,12 +1,12 @@
-//! Attacks of one tenant on the instance's shared limits (run as root and
-//! as an unprivileged user): a directory made unreadable to hide data from
-//! the workspace quota.
+//! Attacks on the limits an instance's tenants share (run as root and as
+//! an unprivileged user): a directory made unreadable to hide data from the
+//! workspace quota, a job that takes more memory than --memory-limit.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{HttpServer, call, path_str};
+use crate::support::{HttpServer, StdioServer, call, path_str};
 
 const TOKEN: &str = "quota-token-0123456789abcdef";
 
@@ -56,5 +56,30 @@ async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
         out.text.contains("--tenant-disk") && out.text.contains(expected),
         "{}",
         out.text
+    );
+}
+
+/// A job is held to --memory-limit by its memory cgroup where one can be
+/// made (root here) and by the process-tree watch where not (the
+/// unprivileged run, cgroup v2 hosts).
+#[tokio::test]
+async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
+    let server = StdioServer::start(&["--tools", "all", "--memory-limit", "200M"]).await;
+    let hog = "python3 -c \"import time; b = b'x' * (600 << 20); time.sleep(120)\"";
+    let mut out = server
+        .call("shell_exec", json!({ "command": hog, "wait_s": 60 }))
+        .await;
+    for _ in 0..5 {
+        if !out.text.contains("running") {
+            break;
+        }
+        out = server
+            .call("shell_wait", json!({ "job": "j1", "wait_s": 60 }))
+            .await;
+    }
+    assert!(
+        out.text
+            .contains("The job went over its memory limit of 200 MiB (--memory-limit"),
+        "{out:#?}"
     );
 }
