@@ -13,7 +13,9 @@ notifications/initialized, tools/call), so it needs only the standard library.
 * warm: python_exec of `x = x + 1`, median and p99 over --calls calls.
 * floor: the same loop over a raw pipe to a bare Python worker (reads a JSON
   line, exec()s it, writes a JSON line), run with the same interpreter the
-  server's sessions use; and the difference and ratio to it.
+  server's sessions use, timed in alternating turns of 50 calls with the
+  warm loop (so a change in the machine's speed weighs on both); and the
+  difference and ratio to it.
 * large output: 10 MB printed as many lines and as one line (time to the
   result; the server's peak RSS).
 * R (when R is installed; --no-r skips it): cold start of an R session
@@ -203,15 +205,26 @@ def p99(values):
     return ordered[rank - 1]
 
 
-def time_loop(exec_fn, calls, warmup):
-    exec_fn("x = 0")
-    for _ in range(warmup):
-        exec_fn("x = x + 1")
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        exec_fn("x = x + 1")
-        times.append(ms_since(start))
+# Calls per turn when two loops are timed in turns.
+TURN = 50
+
+
+def time_in_turns(exec_a, exec_b, calls, warmup):
+    """Times `x = x + 1` through two executors (after `x = 0` and `warmup`
+    untimed calls each) in alternating turns of TURN calls, so a change in
+    the machine's speed while they run (2 cores, other load) weighs on both
+    alike; returns both lists of times."""
+    times = ([], [])
+    for exec_fn in (exec_a, exec_b):
+        exec_fn("x = 0")
+        for _ in range(warmup):
+            exec_fn("x = x + 1")
+    while len(times[1]) < calls:
+        for exec_fn, out in ((exec_a, times[0]), (exec_b, times[1])):
+            for _ in range(min(TURN, calls - len(out))):
+                start = time.perf_counter()
+                exec_fn("x = x + 1")
+                out.append(ms_since(start))
     return times
 
 
@@ -232,17 +245,24 @@ def bench_cold(args, workdir):
 
 
 def bench_warm(args, workdir):
+    """Warm python_exec calls and the floor (the same loop over a raw pipe
+    to a bare worker on the sessions' interpreter), timed in turns."""
     server = Ferrepl(args.bin, args.python, workdir).initialize()
     try:
         python = body(server.exec("import sys; sys.executable"))
-        times = time_loop(server.exec, args.calls, args.warmup)
+        # The cell's value is the repr of the path.
+        python = ast.literal_eval(python) if python else sys.executable
+        worker = FloorWorker(python)
+        try:
+            times, floor = time_in_turns(server.exec, worker.exec, args.calls, args.warmup)
+        finally:
+            worker.close()
         final = body(server.exec("x"))
         if final != str(args.calls + args.warmup):
             raise ServerError(f"x is {final} after {args.calls + args.warmup} increments")
     finally:
         server.close()
-    # The cell's value is the repr of the path.
-    return times, ast.literal_eval(python) if python else sys.executable
+    return times, floor, python
 
 
 def bench_cold_floor(args, python):
@@ -258,14 +278,6 @@ def bench_cold_floor(args, python):
         finally:
             worker.close()
     return times
-
-
-def bench_floor(args, python):
-    worker = FloorWorker(python)
-    try:
-        return time_loop(worker.exec, args.calls, args.warmup)
-    finally:
-        worker.close()
 
 
 LARGE_OUTPUTS = (
@@ -309,15 +321,13 @@ def bench_r(args, workdir):
             server.close()
     server = Ferrepl(args.bin, args.python, workdir, R_ARGS).initialize()
     r_exec = lambda code: server.exec(code.replace("=", "<-"), tool="r_exec")  # noqa: E731
-    try:
-        warm = time_loop(r_exec, args.calls, args.warmup)
-    finally:
-        server.close()
     floor_worker = FloorWorker(None, ["R", "--vanilla", "--quiet", "--no-echo", "-e", R_FLOOR_WORKER], raw_lines=True)
+    r_floor = lambda code: floor_worker.exec(code.replace("=", "<-"))  # noqa: E731
     try:
-        floor = time_loop(lambda code: floor_worker.exec(code.replace("=", "<-")), args.calls, args.warmup)
+        warm, floor = time_in_turns(r_exec, r_floor, args.calls, args.warmup)
     finally:
         floor_worker.close()
+        server.close()
     return cold, warm, floor
 
 
@@ -411,9 +421,8 @@ def main():
 
 def report_stdio(args, workdir, goals):
     cold = bench_cold(args, workdir)
-    warm, python = bench_warm(args, workdir)
+    warm, floor, python = bench_warm(args, workdir)
     print(f"session interpreter (also runs the floor): {python}")
-    floor = bench_floor(args, python)
     cold_floor = bench_cold_floor(args, python)
     cold_med = statistics.median(cold)
     warm_med, warm_p99 = statistics.median(warm), p99(warm)
