@@ -521,28 +521,32 @@ fn walk(
     Ok(())
 }
 
-/// Bytes allocated under the root, never through a symlink (a directory
-/// swapped for one while the walk runs is not descended); `None` when the
-/// walk could not finish: a bound (`max_entries` in all, a directory of more
-/// than `MAX_DIR_NAMES` names, nesting past `MAX_DELETE_DEPTH`) or anything
-/// it could not read (a directory made unreadable would hide its contents).
-/// Without openat2 (Linux < 5.6, or a filter refusing it) it walks by path.
-pub(super) fn disk_usage(root: &OwnedFd, root_path: &Path, max_entries: usize) -> Option<u64> {
-    let dir = match open_beneath(
-        root.as_fd(),
-        Path::new("."),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK,
-        ResolveFlag::empty(),
-    ) {
-        Ok(dir) => dir,
-        Err(Errno::ENOSYS | Errno::EPERM) => {
-            return super::portable::disk_usage(root_path, max_entries);
-        }
-        Err(_) => return None,
-    };
+/// Bytes allocated under the root, never through a symlink: each directory
+/// is opened by its one name relative to its parent with `O_NOFOLLOW`, so
+/// one swapped for a symlink while the walk runs is not descended. `None`
+/// when the walk could not finish: a bound (`max_entries` in all, a
+/// directory of more than `MAX_DIR_NAMES` names, nesting past
+/// `MAX_DELETE_DEPTH`) or anything it could not read (a directory made
+/// unreadable would hide its contents).
+pub(super) fn disk_usage(root: &OwnedFd, max_entries: usize) -> Option<u64> {
+    let dir = open_dir_at(root.as_fd(), OsStr::new(".")).ok()?;
     let mut bytes = 0u64;
     let mut left = max_entries;
     usage_of(&dir, 0, &mut bytes, &mut left).then_some(bytes)
+}
+
+/// `name` in `dir`, opened for listing; never through a symlink.
+fn open_dir_at(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<OwnedFd> {
+    nix::fcntl::openat(
+        dir,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_DIRECTORY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
 }
 
 /// An entry that vanished between its listing and its use: nothing to count.
@@ -575,7 +579,7 @@ fn usage_of(dir: &OwnedFd, depth: usize, bytes: &mut u64, left: &mut usize) -> b
         if kind_of(&st) != SFlag::S_IFDIR {
             continue;
         }
-        let finished = match open_child_dir(dir.as_fd(), &name) {
+        let finished = match open_dir_at(dir.as_fd(), &name) {
             Ok(child) => usage_of(&child, depth + 1, bytes, left),
             // ELOOP: swapped for a symlink since the lstat.
             Err(e) => gone(e) || e == Errno::ELOOP,

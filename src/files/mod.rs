@@ -428,7 +428,7 @@ impl Workspace {
     /// Blocking: call it off the async threads.
     pub fn disk_usage(&self, max_entries: usize) -> Option<u64> {
         #[cfg(target_os = "linux")]
-        return linux::disk_usage(&self.dir, &self.root, max_entries);
+        return linux::disk_usage(&self.dir, max_entries);
         #[cfg(not(target_os = "linux"))]
         return portable::disk_usage(&self.root, max_entries);
     }
@@ -440,8 +440,7 @@ mod linux;
 
 /// The path-based fallback for systems without openat2: paths are checked
 /// (symlinks resolved, compared with the root) and then opened with
-/// `O_NOFOLLOW | O_NONBLOCK`. Compiled everywhere so it keeps building (on
-/// Linux only its disk usage walk is used, where openat2 is missing).
+/// `O_NOFOLLOW | O_NONBLOCK`. Compiled everywhere so it keeps building.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 mod portable;
 

@@ -238,13 +238,24 @@ pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
         if depth > MAX_DELETE_DEPTH {
             return None;
         }
-        let entries = std::fs::read_dir(&d).ok()?;
+        // Gone (or replaced by a file) since it was listed: nothing to count.
+        let gone = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            )
+        };
+        let entries = match std::fs::read_dir(&d) {
+            Ok(entries) => entries,
+            Err(e) if depth > 0 && gone(&e) => continue,
+            Err(_) => return None,
+        };
         for entry in entries {
             let entry = entry.ok()?;
             left = left.checked_sub(1)?;
             let meta = match std::fs::symlink_metadata(entry.path()) {
                 Ok(meta) => meta,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) if gone(&e) => continue,
                 Err(_) => return None,
             };
             total = total.saturating_add(meta.blocks().saturating_mul(512));

@@ -103,18 +103,23 @@ impl Job {
     }
 
     /// Kills a running job for going over a limit, with `reason` in its
-    /// report; false when it had ended or was already killed for one.
+    /// report the first time; true that first time (false when it had
+    /// ended, or on a repeated kill of what was left).
     pub(super) fn kill_for(&self, reason: String) -> bool {
-        {
+        let first = {
             let mut st = self.lock();
-            if st.exit.is_some() || st.limit_killed {
+            if st.exit.is_some() {
                 return false;
             }
-            st.limit_killed = true;
-            st.notes.push(reason);
-        }
+            let first = !st.limit_killed;
+            if first {
+                st.limit_killed = true;
+                st.notes.push(reason);
+            }
+            first
+        };
         self.kill_all();
-        true
+        first
     }
 
     pub(super) fn root_pid(&self) -> u32 {

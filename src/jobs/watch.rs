@@ -1,7 +1,8 @@
 //! The memory and process watch of jobs where no memory cgroup holds them
-//! (cgroup v2 hosts, an unprivileged server, macOS): each running job's
-//! process tree is measured as sessions' are; past --memory-limit or
-//! --max-processes it is killed and its report says why.
+//! (cgroup v2 hosts, an unprivileged server; it reads /proc, so Linux
+//! only): each running job's process tree is measured as sessions' are;
+//! past --memory-limit or --max-processes it is killed (again on every
+//! tick while anything is left) and its report says why.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +45,12 @@ impl JobManager {
                 let _ = tokio::task::spawn_blocking(move || {
                     let snap = crate::sandbox::watch::Snapshot::take();
                     for job in running {
-                        let (rss, count) = snap.usage(job.root_pid());
+                        let (mut rss, count) = snap.usage(job.root_pid());
+                        if memory.is_some_and(|limit| rss > limit) {
+                            // Forked workers share pages that RSS counts
+                            // in each of them: PSS counts them once.
+                            rss = snap.usage_pss(job.root_pid()).0;
+                        }
                         if let Some((limit, reason)) = over(rss, count, memory, processes)
                             && job.kill_for(reason.clone())
                         {

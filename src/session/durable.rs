@@ -200,28 +200,38 @@ pub fn ranges(ids: &[u64]) -> String {
 }
 
 impl SessionManager {
-    /// Sessions stored by an earlier server come back dormant: listed, with
-    /// their history, rebuilt by the first call that needs their state; at
-    /// most `room` of them (the instance's budget) and this tenant's limit.
-    pub(super) fn load_stored(&self, room: usize) {
+    /// What an earlier server stored (read before any lock is taken).
+    pub(super) fn read_stored(&self) -> Vec<StoredSession> {
         let Some(store) = &self.durable.store else {
-            return;
+            return Vec::new();
         };
-        let stored = match store.load() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(
-                    "could not read the session store {}: {e}",
-                    store.path().display()
-                );
-                return;
-            }
-        };
+        store.load().unwrap_or_else(|e| {
+            tracing::warn!(
+                "could not read the session store {}: {e}",
+                store.path().display()
+            );
+            Vec::new()
+        })
+    }
+
+    /// Stored sessions come back dormant: listed, with their history,
+    /// rebuilt by the first call that needs their state; at most `room` of
+    /// them (the instance's budget) and this tenant's limit. The rest stay
+    /// stored until their name is used again.
+    pub(super) fn add_stored(&self, stored: Vec<StoredSession>, room: usize) {
         let most = room.min(self.limits.max_sessions);
         let mut map = self.sessions();
         for s in stored {
             let name = s.record.name.clone();
-            if map.len() >= most || !valid_name(&name) {
+            if !valid_name(&name) {
+                continue;
+            }
+            if map.len() >= most {
+                tracing::warn!(
+                    session = %name,
+                    "stored session left in the store: no room (--max-sessions); it comes back when its name is used again"
+                );
+                self.left_stored().insert(name);
                 continue;
             }
             match self.dormant_session(s) {
@@ -231,6 +241,32 @@ impl SessionManager {
                 None => tracing::debug!(session = %name, "stored session not loaded"),
             }
         }
+    }
+
+    /// A session left in the store at start, taken back from it (dormant)
+    /// for its name's next use.
+    pub(super) fn revive_stored(&self, name: &str) -> Option<Session> {
+        if !self.left_stored().remove(name) {
+            return None;
+        }
+        let stored = self
+            .read_stored()
+            .into_iter()
+            .find(|s| s.record.name == name);
+        let revived = stored.and_then(|s| self.dormant_session(s));
+        if revived.is_none() {
+            tracing::debug!(session = %name, "stored session not brought back");
+        }
+        revived
+    }
+
+    /// Puts back a name `revive_stored` took (its session was not admitted).
+    pub(super) fn leave_stored(&self, name: &str) {
+        self.left_stored().insert(name.to_string());
+    }
+
+    fn left_stored(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.left_stored.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn dormant_session(&self, s: StoredSession) -> Option<Session> {

@@ -209,7 +209,8 @@ pub struct WorkspaceQuota {
     used: Arc<AtomicU64>,
 }
 
-/// How often the workspace is measured.
+/// How often the workspace is measured (then it waits for its turn: one
+/// walk at a time over the instance).
 const MEASURE_EVERY: Duration = Duration::from_secs(5);
 /// Entries visited per measurement at most: a huge tree costs bounded work.
 const MAX_ENTRIES: usize = 2_000_000;
@@ -226,6 +227,9 @@ impl WorkspaceQuota {
         let weak = Arc::downgrade(&used);
         tokio::spawn(async move {
             loop {
+                if weak.strong_count() == 0 {
+                    return;
+                }
                 let ws = workspace.clone();
                 let Ok(turn) = MEASURING.acquire().await else {
                     return;

@@ -335,6 +335,10 @@ pub struct SessionManager {
     started: Instant,
     /// Draining, the instance's session budget, the workspace quota.
     gate: Arc<gate::TenantGate>,
+    /// Stored sessions not brought back at start (no room): one comes back
+    /// when its name is next used, instead of a fresh session overwriting
+    /// its stored cells.
+    left_stored: Mutex<std::collections::BTreeSet<String>>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -367,12 +371,14 @@ impl SessionManager {
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             gate,
+            left_stored: Mutex::new(Default::default()),
         };
         let manager = Arc::new(manager);
+        let stored = manager.read_stored();
         manager
             .gate
             .instance
-            .register(&manager, |room| manager.load_stored(room));
+            .register(&manager, |room| manager.add_stored(stored, room));
         manager
     }
 

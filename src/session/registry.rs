@@ -81,6 +81,8 @@ impl SessionManager {
             s.lock().last_used = Instant::now();
             return Ok(s.clone());
         }
+        let revived = self.revive_stored(name);
+        let reviving = revived.is_some();
         // Counted over every tenant of the instance, then over this one.
         let added = self.gate.instance.admit_session(name, || {
             let mut map = self.sessions();
@@ -93,13 +95,31 @@ impl SessionManager {
                     limit: self.limits.max_sessions,
                 });
             }
-            let sess = Arc::new(Session::new(name, lang, spec, options));
+            let new = revived.is_none();
+            let sess = Arc::new(revived.unwrap_or_else(|| Session::new(name, lang, spec, options)));
             map.insert(name.to_string(), sess.clone());
-            Ok((sess, true))
+            Ok((sess, new))
         });
-        let (sess, new) = added??;
+        let (sess, new) = match added {
+            Ok(Ok(added)) => added,
+            Ok(Err(e)) => {
+                if reviving {
+                    self.leave_stored(name);
+                }
+                return Err(e);
+            }
+            Err(refused) => {
+                if reviving {
+                    self.leave_stored(name);
+                }
+                return Err(refused.into());
+            }
+        };
         if new {
             self.persist_session(&sess);
+        } else if reviving {
+            // Brought back from the store: it may be of the other language.
+            self.check_language(name, lang)?;
         }
         Ok(sess)
     }

@@ -291,6 +291,17 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
         out.is_error && out.text.contains("--max-sessions"),
         "{out:#?}"
     );
+    // Once there is room, beta's stored session comes back as it was (not
+    // a fresh one written over its stored cells).
+    let deleted = call(
+        alpha.peer(),
+        "python_sessions",
+        json!({ "action": "delete", "session": "default" }),
+    )
+    .await;
+    assert!(!deleted.is_error, "{deleted:#?}");
+    let out = exec(&beta, "team").await;
+    assert!(out.text.contains("'beta'"), "{out:#?}");
 }
 
 #[tokio::test]

@@ -378,8 +378,9 @@ async fn admit_connection(
 /// How long rmcp keeps an idle transport session (its default).
 const CONNECTION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// Whether a JSON-RPC body is (or, as a batch, holds) an initialize request,
-/// as rmcp will read it (escapes decoded).
+/// Whether a JSON-RPC body is an initialize request as rmcp reads it
+/// (escapes decoded); a batch holding one counts too, though rmcp refuses
+/// batches.
 fn is_initialize(body: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
     struct Method {
