@@ -17,6 +17,7 @@ mod rebuild;
 mod registry;
 pub mod report;
 mod source;
+mod stored;
 
 use cells::RunningCell;
 pub use durable::{Durability, ranges as id_ranges};

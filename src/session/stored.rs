@@ -1,0 +1,143 @@
+//! Stored sessions coming back at start: dormant (listed, with their
+//! history, rebuilt by the first call that needs their state) while the
+//! instance has room, the rest when their name is next used.
+
+use super::durable::{PathCell, Pending};
+use super::report::CellStatus;
+use super::source::StoredSource;
+use super::*;
+use crate::store::StoredSession;
+
+impl SessionManager {
+    /// What an earlier server stored (read before any lock is taken).
+    pub(super) fn read_stored(&self) -> Vec<StoredSession> {
+        let Some(store) = &self.durable.store else {
+            return Vec::new();
+        };
+        store.load().unwrap_or_else(|e| {
+            tracing::warn!(
+                "could not read the session store {}: {e}",
+                store.path().display()
+            );
+            Vec::new()
+        })
+    }
+
+    /// Stored sessions come back dormant: listed, with their history,
+    /// rebuilt by the first call that needs their state; at most `room` of
+    /// them (the instance's budget) and this tenant's limit. The rest stay
+    /// stored until their name is used again.
+    pub(super) fn add_stored(&self, stored: Vec<StoredSession>, room: usize) {
+        let most = room.min(self.limits.max_sessions);
+        let mut map = self.sessions();
+        for s in stored {
+            let name = s.record.name.clone();
+            if !valid_name(&name) {
+                continue;
+            }
+            if map.len() >= most {
+                tracing::warn!(
+                    session = %name,
+                    "stored session left in the store: no room (--max-sessions); it comes back when its name is used again"
+                );
+                self.left_stored().insert(name);
+                continue;
+            }
+            match self.dormant_session(s) {
+                Some(sess) => {
+                    map.insert(name, Arc::new(sess));
+                }
+                None => tracing::debug!(session = %name, "stored session not loaded"),
+            }
+        }
+    }
+
+    /// A session left in the store at start, taken back from it (dormant)
+    /// for its name's next use.
+    pub(super) fn revive_stored(&self, name: &str) -> Option<Session> {
+        if !self.left_stored().remove(name) {
+            return None;
+        }
+        let stored = self
+            .read_stored()
+            .into_iter()
+            .find(|s| s.record.name == name);
+        let revived = stored.and_then(|s| self.dormant_session(s));
+        if revived.is_none() {
+            tracing::debug!(session = %name, "stored session not brought back");
+        }
+        revived
+    }
+
+    /// Puts back a name `revive_stored` took (its session was not admitted).
+    pub(super) fn leave_stored(&self, name: &str) {
+        self.left_stored().insert(name.to_string());
+    }
+
+    fn left_stored(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.left_stored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dormant_session(&self, s: StoredSession) -> Option<Session> {
+        let options: SessionOptions = serde_json::from_value(s.record.options.clone()).ok()?;
+        let lang = Language::parse(&s.record.language)?;
+        if s.cells.is_empty() && options.is_plain() {
+            return None;
+        }
+        // The policy may have changed since: a refusal is given at first use.
+        let (spec, refused) = match self.spec_from_options(&SessionOptions {
+            language: lang,
+            ..options.clone()
+        }) {
+            Ok(spec) => (spec, None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let mut sess = Session::new(&s.record.name, lang, spec, Some(options));
+        sess.refused = refused;
+        {
+            let st = sess.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            for cell in &s.cells {
+                let Ok(source) = serde_json::from_value::<StoredSource>(cell.source.clone()) else {
+                    continue;
+                };
+                let node = PathCell {
+                    id: cell.id,
+                    parent: cell.parent,
+                    hash: st.hash_of(cell.id, cell.parent, &source),
+                    source: Arc::new(source),
+                    status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
+                    replayable: cell.replayable,
+                };
+                st.add_to_tree(node, self.durable.max_tree);
+            }
+            if let Some((chain, cut)) = s.record.head.and_then(|h| st.chain_to(h)) {
+                for cell in chain {
+                    st.extend_path(cell);
+                }
+                st.path_cut |= cut;
+            }
+            let keep = self.limits.keep_cells.max(1) * 4;
+            for cell in s.cells.iter().skip(s.cells.len().saturating_sub(keep)) {
+                let code = serde_json::from_value::<StoredSource>(cell.source.clone())
+                    .map(|src| src.as_source().describe())
+                    .unwrap_or_default();
+                st.history.push_back(HistoryEntry {
+                    cell: cell.id,
+                    parent: cell.parent,
+                    current: false,
+                    code,
+                    status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
+                    elapsed_ms: cell.elapsed_ms,
+                    output_preview: cell.summary.clone(),
+                });
+            }
+            st.next_cell = s.cells.iter().map(|c| c.id).max().unwrap_or(0) + 1;
+            st.last_cell = st.next_cell - 1;
+            st.cells_run = s.cells.len() as u64;
+            if !st.path.is_empty() {
+                st.pending = Some(Pending::Dormant);
+            }
+        }
+        Some(sess)
+    }
+}
