@@ -233,18 +233,18 @@ pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut left = max_entries;
+    // Gone (or replaced by a file) since it was listed: nothing to count.
+    let gone = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+        )
+    };
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
         if depth > MAX_DELETE_DEPTH {
             return None;
         }
-        // Gone (or replaced by a file) since it was listed: nothing to count.
-        let gone = |e: &std::io::Error| {
-            matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            )
-        };
         let entries = match std::fs::read_dir(&d) {
             Ok(entries) => entries,
             Err(e) if depth > 0 && gone(&e) => continue,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::JobManager;
 use super::job::Job;
-use crate::metrics::Limit;
+use crate::sandbox::watch::limit_breach;
 
 /// How often running jobs are measured.
 const EVERY: Duration = Duration::from_millis(100);
@@ -51,9 +51,12 @@ impl JobManager {
                             // in each of them: PSS counts them once.
                             rss = snap.usage_pss(job.root_pid()).0;
                         }
-                        if let Some((limit, reason)) = over(rss, count, memory, processes)
-                            && job.kill_for(reason.clone())
-                        {
+                        let Some((limit, what)) = limit_breach(rss, count, memory, processes)
+                        else {
+                            continue;
+                        };
+                        let reason = format!("The job {what}.");
+                        if job.kill_for(reason.clone()) {
                             tracing::warn!("job {}: {reason}", job.id());
                             crate::metrics::limit_kill(limit);
                         }
@@ -62,44 +65,5 @@ impl JobManager {
                 .await;
             }
         });
-    }
-}
-
-/// Which limit a tree of `count` processes using `rss` bytes went over.
-fn over(rss: u64, count: usize, memory: Option<u64>, processes: u64) -> Option<(Limit, String)> {
-    if count as u64 > processes {
-        return Some((
-            Limit::Processes,
-            format!(
-                "The job went over its limit of {processes} processes (--max-processes; a fork bomb?), so all of them were killed."
-            ),
-        ));
-    }
-    let limit = memory.filter(|&limit| rss > limit)?;
-    Some((
-        Limit::Memory,
-        format!(
-            "The job went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
-            crate::units::human_bytes(limit),
-            rss / (1024 * 1024)
-        ),
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::over;
-
-    #[test]
-    fn a_tree_over_a_limit_is_named_with_its_flag() {
-        assert!(over(10 << 20, 3, Some(100 << 20), 64).is_none());
-        let (_, memory) = over(200 << 20, 3, Some(100 << 20), 64).unwrap();
-        assert!(
-            memory.contains("--memory-limit") && memory.contains("200 MiB"),
-            "{memory}"
-        );
-        let (_, procs) = over(1, 65, None, 64).unwrap();
-        assert!(procs.contains("--max-processes"), "{procs}");
-        assert!(over(u64::MAX, 1, None, 64).is_none());
     }
 }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use crate::metrics::Limit;
+
 /// (pid, ppid, rss pages, zombie) of every process.
 fn processes() -> Vec<(u32, u32, u64, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -209,5 +211,51 @@ pub fn kill_tree(root: u32) {
     // pid is still its own.
     for pid in stopped {
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+}
+
+/// Which limit a process tree of `count` processes using `rss` bytes went
+/// over, and what it did, to follow its subject ("Session 'x' ",
+/// "The job "): the same words for sessions and jobs.
+pub fn limit_breach(
+    rss: u64,
+    count: usize,
+    memory: Option<u64>,
+    processes: u64,
+) -> Option<(Limit, String)> {
+    if count as u64 > processes {
+        return Some((
+            Limit::Processes,
+            format!(
+                "went over its limit of {processes} processes (--max-processes; a fork bomb?), so all of them were killed"
+            ),
+        ));
+    }
+    let limit = memory.filter(|&limit| rss > limit)?;
+    Some((
+        Limit::Memory,
+        format!(
+            "went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed",
+            crate::units::human_bytes(limit),
+            rss / (1024 * 1024)
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod breach_tests {
+    use super::limit_breach;
+
+    #[test]
+    fn a_tree_over_a_limit_is_named_with_its_flag() {
+        assert!(limit_breach(10 << 20, 3, Some(100 << 20), 64).is_none());
+        let (_, memory) = limit_breach(200 << 20, 3, Some(100 << 20), 64).unwrap();
+        assert!(
+            memory.contains("--memory-limit") && memory.contains("200 MiB"),
+            "{memory}"
+        );
+        let (_, procs) = limit_breach(1, 65, None, 64).unwrap();
+        assert!(procs.contains("--max-processes"), "{procs}");
+        assert!(limit_breach(u64::MAX, 1, None, 64).is_none());
     }
 }

@@ -120,11 +120,15 @@ impl Gate {
     /// overshoot --max-sessions with what they bring back).
     pub(super) fn register(&self, manager: &Arc<SessionManager>, load: impl FnOnce(usize)) {
         let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
-        let live: usize = self.managers().iter().map(|m| m.session_count()).sum();
-        load(self.max_sessions.saturating_sub(live));
+        load(self.max_sessions.saturating_sub(self.live_sessions()));
         let mut list = self.managers.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|m| m.strong_count() > 0);
         list.push(Arc::downgrade(manager));
+    }
+
+    /// Sessions of every tenant, dormant ones included.
+    fn live_sessions(&self) -> usize {
+        self.managers().iter().map(|m| m.session_count()).sum()
     }
 
     /// Every live manager (one per tenant).
@@ -145,8 +149,7 @@ impl Gate {
             return Err(Refusal::Draining.counted());
         }
         let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
-        let live: usize = self.managers().iter().map(|m| m.session_count()).sum();
-        if live >= self.max_sessions {
+        if self.live_sessions() >= self.max_sessions {
             return Err(Refusal::InstanceFull {
                 name: name.to_string(),
                 limit: self.max_sessions,

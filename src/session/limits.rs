@@ -56,25 +56,21 @@ impl SessionManager {
                         } else {
                             snap.usage(w.root_pid())
                         };
-                        use crate::metrics::Limit;
                         let reason = if let Some(hit) = w.cgroup_limit_hit() {
-                            Some((Limit::Memory, format!(
-                                "Session '{name}' {hit}, so all of its processes were killed."
-                            )))
-                        } else if count as u64 > sandbox.max_processes {
-                            Some((Limit::Processes, format!(
-                                "Session '{name}' went over its limit of {} processes (--max-processes; a fork bomb?), so all of them were killed.",
-                                sandbox.max_processes
-                            )))
+                            Some((
+                                crate::metrics::Limit::Memory,
+                                format!(
+                                    "Session '{name}' {hit}, so all of its processes were killed."
+                                ),
+                            ))
                         } else {
-                            match sandbox.memory_limit {
-                                Some(limit) if rss > limit => Some((Limit::Memory, format!(
-                                    "Session '{name}' went over its memory limit of {} (--memory-limit): its processes used {} MiB, so they were killed.",
-                                    crate::units::human_bytes(limit),
-                                    rss / (1024 * 1024)
-                                ))),
-                                _ => None,
-                            }
+                            crate::sandbox::watch::limit_breach(
+                                rss,
+                                count,
+                                sandbox.memory_limit,
+                                sandbox.max_processes,
+                            )
+                            .map(|(limit, what)| (limit, format!("Session '{name}' {what}.")))
                         };
                         if let Some((limit, reason)) = reason {
                             // The watch sees a dying tree again on the next
@@ -85,7 +81,9 @@ impl SessionManager {
                             }
                             w.kill();
                         } else if w.has_copies()
-                            && sandbox.memory_limit.is_some_and(|limit| rss > limit / 4 * 3)
+                            && sandbox
+                                .memory_limit
+                                .is_some_and(|limit| rss > limit / 4 * 3)
                         {
                             // Checkpoints give way before the session would
                             // hit its limit.

@@ -100,19 +100,13 @@ impl SessionManager {
             map.insert(name.to_string(), sess.clone());
             Ok((sess, new))
         });
-        let (sess, new) = match added {
-            Ok(Ok(added)) => added,
-            Ok(Err(e)) => {
+        let (sess, new) = match added.map_err(SessionError::from).and_then(|added| added) {
+            Ok(added) => added,
+            Err(e) => {
                 if reviving {
                     self.leave_stored(name);
                 }
                 return Err(e);
-            }
-            Err(refused) => {
-                if reviving {
-                    self.leave_stored(name);
-                }
-                return Err(refused.into());
             }
         };
         if new {

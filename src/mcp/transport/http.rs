@@ -367,16 +367,21 @@ async fn admit_connection(
         return Err(text(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(
-                "{open} MCP connections are open for this tenant, the limit (--max-connections); close clients you no longer use (an idle one ends {} s after its last request) and retry\n",
-                CONNECTION_IDLE.as_secs()
+                "{open} MCP connections are open for this tenant, the limit (--max-connections); close clients you no longer use{} and retry\n",
+                endpoint
+                    .sessions
+                    .session_config
+                    .keep_alive
+                    .map(|idle| format!(
+                        " (an idle one ends {} s after its last request)",
+                        idle.as_secs()
+                    ))
+                    .unwrap_or_default()
             ),
         ));
     }
     Ok(Admitted::Initialize(req, turn))
 }
-
-/// How long rmcp keeps an idle transport session (its default).
-const CONNECTION_IDLE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Whether a JSON-RPC body is an initialize request as rmcp reads it
 /// (escapes decoded); a batch holding one counts too, though rmcp refuses
