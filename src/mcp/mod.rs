@@ -1,6 +1,7 @@
 //! MCP surface: tools, schemas, result rendering and transports.
 
 pub mod args;
+pub(crate) mod call;
 pub mod error;
 pub mod groups;
 pub mod render;

@@ -7,14 +7,13 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use crate::worker::Language;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ProgressNotificationParam,
-    RequestMetaObject, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, Implementation, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, tool_handler};
-use tokio_util::sync::CancellationToken;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 
 use super::args;
+use super::call::Call;
 use super::error::{ToolError, ToolResult};
 use super::groups::ToolGroups;
 use super::render;
@@ -22,16 +21,6 @@ use super::schema;
 use crate::jobs::JobManager;
 use crate::session::report::CellReport;
 use crate::session::{SessionError, SessionManager};
-
-/// What a cell call needs from its request besides the arguments.
-pub(crate) struct CallContext {
-    pub(crate) meta: RequestMetaObject,
-    pub(crate) peer: Peer<RoleServer>,
-    pub(crate) ct: CancellationToken,
-    /// Whether a cancellation of this call interrupts the cell (python_exec
-    /// only: cancelling a wait just stops waiting).
-    pub(crate) interrupt_on_cancel: bool,
-}
 
 /// The server's instructions: the rules every tool shares, said once.
 const INSTRUCTIONS: &str = "Python sessions whose variables persist between calls; each session is its own interpreter process, \
@@ -202,54 +191,39 @@ impl FerreplServer {
         lang: Language,
         (source, parent): (crate::session::CellSource<'_>, Option<u64>),
         wait_s: Option<args::Seconds>,
-        (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
+        call: Call,
     ) -> ToolResult {
         let wait = self.manager.wait_window(args::secs(wait_s));
         let session = self.session_in(session, lang)?;
-        let call = CallContext {
-            meta,
-            peer,
-            ct,
-            interrupt_on_cancel: true,
-        };
         let fut = self.manager.exec(&session, lang, source, parent, wait);
-        self.drive(&session, call, fut).await
+        self.drive(&session, (call, true), fut).await
     }
 
     /// Runs a cell call to completion while sending progress notifications
     /// (when the request has a progress token) and turning a cancellation
-    /// from the client into an interrupt of the cell.
+    /// from the client into an interrupt of the cell when
+    /// `interrupt_on_cancel` (python_exec; a cancelled wait only stops
+    /// waiting).
     pub(crate) async fn drive(
         &self,
         session: &str,
-        call: CallContext,
+        (call, interrupt_on_cancel): (Call, bool),
         fut: impl Future<Output = Result<CellReport, SessionError>>,
     ) -> ToolResult {
-        let token = call.meta.get_progress_token();
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticker = call.ticker();
         tokio::pin!(fut);
         loop {
             tokio::select! {
                 result = &mut fut => {
                     return Ok(render::cell_result(&result?));
                 }
-                _ = ticker.tick(), if token.is_some() => {
-                    if let (Some(token), Some((elapsed, line))) = (&token, self.manager.progress(session)) {
-                        let message = if line.is_empty() {
-                            format!("running for {elapsed:.0} s")
-                        } else {
-                            format!("running for {elapsed:.0} s: {line}")
-                        };
-                        let param = ProgressNotificationParam::new(token.clone(), elapsed).with_message(message);
-                        if let Err(e) = call.peer.notify_progress(param).await {
-                            tracing::debug!("progress notification not sent: {e}");
-                        }
+                _ = ticker.tick(), if call.wants_progress() => {
+                    if let Some((elapsed, line)) = self.manager.progress(session) {
+                        call.report(elapsed, "", &line).await;
                     }
                 }
-                _ = call.ct.cancelled() => {
-                    if !call.interrupt_on_cancel {
+                _ = call.cancelled() => {
+                    if !interrupt_on_cancel {
                         return Err(ToolError::new("the call was cancelled by the client; the cell keeps running"));
                     }
                     // The client gave up on this call: stop the cell, keep the session.
@@ -266,8 +240,6 @@ impl FerreplServer {
         }
     }
 }
-
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for FerreplServer {

@@ -2,14 +2,13 @@
 //! python_namespace.
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::RequestMetaObject;
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use crate::mcp::args::{Parameters, PathArg, Seconds};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::{self, CellOutput};
 use crate::mcp::server::FerreplServer;
@@ -210,23 +209,15 @@ notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\":
     async fn python_run_file(
         &self,
         Parameters(p): Parameters<RunFileParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
+        call: Call,
     ) -> ToolResult {
         let args = p.args.unwrap_or_default();
         let source = CellSource::File {
             path: p.path.as_str(),
             args: &args,
         };
-        self.run_cell(
-            &p.session,
-            Language::Python,
-            (source, None),
-            p.wait_s,
-            (meta, peer, ct),
-        )
-        .await
+        self.run_cell(&p.session, Language::Python, (source, None), p.wait_s, call)
+            .await
     }
 
     #[tool(

@@ -3,15 +3,15 @@
 use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::{CallToolResult, RequestMetaObject};
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::model::CallToolResult;
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 
 use super::shell::{JobOutput, job_result};
 use crate::jobs::{Job, JobSpec, JobStatus};
 use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::server::FerreplServer;
 
@@ -76,9 +76,7 @@ After 'running', call it again to keep waiting. Example: {\"packages\": [\"panda
     async fn python_install(
         &self,
         Parameters(p): Parameters<InstallParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
+        call: Call,
     ) -> ToolResult {
         let session = self.session_in(&p.session, crate::worker::Language::Python)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
@@ -86,7 +84,7 @@ After 'running', call it again to keep waiting. Example: {\"packages\": [\"panda
             // The agent repeats the call after a 'running' result: follow
             // the install under way; two installers in one venv at once
             // would corrupt it.
-            let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+            let report = self.drive_job(job, wait, call, false).await?;
             let mut result = job_result(&report, INSTALL_HINT);
             if running != p.packages {
                 prepend(
@@ -107,7 +105,7 @@ Install {} once it has finished.",
         self.jobs
             .set_install(&session, job.clone(), p.packages.clone());
         self.refresh_imports_when_done(&job, &session);
-        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        let report = self.drive_job(job, wait, call, true).await?;
         let mut result = job_result(&report, INSTALL_HINT);
         if report.is_error() && self.jobs.installer().mode == crate::sandbox::Network::Off {
             prepend(

@@ -2,17 +2,16 @@
 //! python_inspect.
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::RequestMetaObject;
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::{self, CellOutput};
-use crate::mcp::server::{CallContext, FerreplServer};
+use crate::mcp::server::FerreplServer;
 use crate::mcp::window::{self, OutputParams, OutputWindow};
 use crate::worker::Language;
 
@@ -66,20 +65,14 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Run Python")
     )]
-    async fn python_exec(
-        &self,
-        Parameters(p): Parameters<ExecParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> ToolResult {
+    async fn python_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
         let source = crate::session::CellSource::Code(&p.code);
         self.run_cell(
             &p.session,
             Language::Python,
             (source, p.parent),
             p.wait_s,
-            (meta, peer, ct),
+            call,
         )
         .await
     }
@@ -90,14 +83,8 @@ for input or wait_s passes. Repeats the last result if that was lost.",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Wait for a cell", destructive_hint = false, open_world_hint = false)
     )]
-    async fn python_wait(
-        &self,
-        Parameters(p): Parameters<WaitParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> ToolResult {
-        self.wait_cell(Language::Python, p, (meta, peer, ct)).await
+    async fn python_wait(&self, Parameters(p): Parameters<WaitParams>, call: Call) -> ToolResult {
+        self.wait_cell(Language::Python, p, call).await
     }
 
     #[tool(
@@ -123,12 +110,7 @@ grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
 
 /// The bodies of the core tools, shared by every language's tools.
 impl FerreplServer {
-    pub(crate) async fn wait_cell(
-        &self,
-        lang: Language,
-        p: WaitParams,
-        (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
-    ) -> ToolResult {
+    pub(crate) async fn wait_cell(&self, lang: Language, p: WaitParams, call: Call) -> ToolResult {
         let wait = self.manager.wait_window(secs(p.wait_s));
         let session = self.session_in(&p.session, lang)?;
         let interrupt = p.interrupt.unwrap_or(false);
@@ -143,19 +125,13 @@ impl FerreplServer {
                 &self.manager.interrupt(&session).await?,
             ));
         }
-        let call = CallContext {
-            meta,
-            peer,
-            ct,
-            interrupt_on_cancel: false,
-        };
         if p.input.is_some() || eof {
             let text = p.input.unwrap_or_default();
             let fut = self.manager.input(&session, &text, eof, wait);
-            return self.drive(&session, call, fut).await;
+            return self.drive(&session, (call, false), fut).await;
         }
         let fut = self.manager.wait(&session, wait);
-        self.drive(&session, call, fut).await
+        self.drive(&session, (call, false), fut).await
     }
 
     pub(crate) fn read_output(&self, lang: Language, p: OutputParams) -> ToolResult {

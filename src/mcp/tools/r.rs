@@ -3,12 +3,11 @@
 //! bodies; only what differs is here.
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::RequestMetaObject;
-use rmcp::{Peer, RoleServer, tool, tool_router};
-use tokio_util::sync::CancellationToken;
+use rmcp::{tool, tool_router};
 
 use super::python::{ExecParams, InspectOutput, InspectParams, WaitParams};
 use crate::mcp::args::Parameters;
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render::CellOutput;
 use crate::mcp::server::FerreplServer;
@@ -24,27 +23,15 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Run R")
     )]
-    async fn r_exec(
-        &self,
-        Parameters(p): Parameters<ExecParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> ToolResult {
+    async fn r_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
         if p.code.contains('\0') {
             return Err(ToolError::new(
                 "code contains a NUL character, which R cannot hold; remove it",
             ));
         }
         let source = CellSource::Code(&p.code);
-        self.run_cell(
-            &p.session,
-            Language::R,
-            (source, p.parent),
-            p.wait_s,
-            (meta, peer, ct),
-        )
-        .await
+        self.run_cell(&p.session, Language::R, (source, p.parent), p.wait_s, call)
+            .await
     }
 
     #[tool(
@@ -52,14 +39,8 @@ Example: {\"code\": \"summary(rnorm(9))\"}",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Wait for an R cell", destructive_hint = false, open_world_hint = false)
     )]
-    async fn r_wait(
-        &self,
-        Parameters(p): Parameters<WaitParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> ToolResult {
-        self.wait_cell(Language::R, p, (meta, peer, ct)).await
+    async fn r_wait(&self, Parameters(p): Parameters<WaitParams>, call: Call) -> ToolResult {
+        self.wait_cell(Language::R, p, call).await
     }
 
     #[tool(

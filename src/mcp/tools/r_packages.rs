@@ -2,16 +2,15 @@
 //! workspace's R library, as a job like python_install.
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::RequestMetaObject;
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 
 use super::packages::{prepend, shell_quote};
 use super::shell::{JobOutput, job_result};
 use crate::jobs::JobSpec;
 use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::server::FerreplServer;
 use crate::worker::{Language, r};
@@ -33,18 +32,12 @@ impl FerreplServer {
         output_schema = schema_for_output::<JobOutput>(),
         annotations(title = "Install R packages", destructive_hint = false, idempotent_hint = true)
     )]
-    async fn r_install(
-        &self,
-        Parameters(p): Parameters<RInstallParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
-    ) -> ToolResult {
+    async fn r_install(&self, Parameters(p): Parameters<RInstallParams>, call: Call) -> ToolResult {
         let session = self.session_in(&p.session, Language::R)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
         // Installs are keyed by session; R's and Python's never share a name.
         if let Some((job, _)) = self.jobs.running_install(&session) {
-            let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+            let report = self.drive_job(job, wait, call, false).await?;
             return Ok(job_result(&report, R_INSTALL_HINT));
         }
         let (names, files) = split_packages(&p.packages)?;
@@ -52,7 +45,7 @@ impl FerreplServer {
         let job = self.jobs.start(spec)?;
         self.jobs
             .set_install(&session, job.clone(), p.packages.clone());
-        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        let report = self.drive_job(job, wait, call, true).await?;
         let mut result = job_result(&report, R_INSTALL_HINT);
         if report.state.exit_code == Some(0) {
             prepend(

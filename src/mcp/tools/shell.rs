@@ -5,14 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
-use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, RequestMetaObject};
-use rmcp::{Peer, RoleServer, tool, tool_router};
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::{tool, tool_router};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
 use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobState, JobStatus, parse_signal};
 use crate::mcp::args::{Parameters, Seconds, SignalArg, secs};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render;
 use crate::mcp::server::FerreplServer;
@@ -129,9 +129,7 @@ Example: {\"command\": \"pytest -x -q\"}",
     async fn shell_exec(
         &self,
         Parameters(p): Parameters<ShellExecParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
+        call: Call,
     ) -> ToolResult {
         let spec = JobSpec {
             command: p.command,
@@ -145,7 +143,7 @@ Example: {\"command\": \"pytest -x -q\"}",
         };
         let job = self.jobs.start(spec)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let report = self.drive_job(job, wait, (meta, peer, ct), true).await?;
+        let report = self.drive_job(job, wait, call, true).await?;
         Ok(job_result(&report, SHELL_HINT))
     }
 
@@ -156,9 +154,7 @@ Example: {\"command\": \"pytest -x -q\"}",
     async fn shell_wait(
         &self,
         Parameters(p): Parameters<ShellWaitParams>,
-        meta: RequestMetaObject,
-        peer: Peer<RoleServer>,
-        ct: CancellationToken,
+        call: Call,
     ) -> ToolResult {
         let Some(id) = p.job else {
             if p.input.is_some() || p.eof.is_some() || p.signal.is_some() {
@@ -186,7 +182,7 @@ Example: {\"command\": \"pytest -x -q\"}",
         }
         let job = self.jobs.get(&id)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let report = self.drive_job(job, wait, (meta, peer, ct), false).await?;
+        let report = self.drive_job(job, wait, call, false).await?;
         Ok(job_result(&report, SHELL_HINT))
     }
 
@@ -244,27 +240,21 @@ impl FerreplServer {
         &self,
         job: Arc<Job>,
         wait: std::time::Duration,
-        (meta, peer, ct): (RequestMetaObject, Peer<RoleServer>, CancellationToken),
+        call: Call,
         interrupt_on_cancel: bool,
     ) -> Result<JobReport, ToolError> {
-        let token = meta.get_progress_token();
-        let every = std::time::Duration::from_secs(1);
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut ticker = call.ticker();
         let fut = self.jobs.wait(&job, wait);
         tokio::pin!(fut);
         loop {
             tokio::select! {
                 report = &mut fut => return Ok(report),
-                _ = ticker.tick(), if token.is_some() => {
-                    if let (Some(token), Some((elapsed, line))) = (&token, self.jobs.progress(&job)) {
-                        let message = format!("job {} running for {elapsed:.0} s{}", job.id(),
-                            if line.is_empty() { String::new() } else { format!(": {line}") });
-                        let _ = peer
-                            .notify_progress(ProgressNotificationParam::new(token.clone(), elapsed).with_message(message))
-                            .await;
+                _ = ticker.tick(), if call.wants_progress() => {
+                    if let Some((elapsed, line)) = self.jobs.progress(&job) {
+                        call.report(elapsed, &format!("job {}", job.id()), &line).await;
                     }
                 }
-                _ = ct.cancelled() => {
+                _ = call.cancelled() => {
                     if interrupt_on_cancel {
                         self.jobs.interrupt(&job);
                         return Err(ToolError::new(format!("the call was cancelled by the client; job {} was sent SIGINT", job.id())));

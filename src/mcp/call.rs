@@ -1,0 +1,69 @@
+//! What a long tool call takes from its request besides the arguments: the
+//! client's progress token and its cancellation. Tools name it as one
+//! argument (`call: Call`); rmcp fills it in.
+
+use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::{ErrorData as McpError, Peer, RoleServer};
+use tokio_util::sync::CancellationToken;
+
+/// How often a call that runs long reports progress.
+pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub(crate) struct Call {
+    progress: Option<ProgressToken>,
+    peer: Peer<RoleServer>,
+    ct: CancellationToken,
+}
+
+impl<C: AsRequestContext> FromContextPart<C> for Call {
+    fn from_context_part(context: &mut C) -> Result<Self, McpError> {
+        let request = context.as_request_context();
+        Ok(Self {
+            progress: request.meta.get_progress_token(),
+            peer: request.peer.clone(),
+            ct: request.ct.clone(),
+        })
+    }
+}
+
+impl Call {
+    /// A ticker for progress reports: it never fires when the client asked
+    /// for none (a select arm guarded by [`Call::wants_progress`]).
+    pub(crate) fn ticker(&self) -> tokio::time::Interval {
+        let start = tokio::time::Instant::now() + PROGRESS_EVERY;
+        let mut ticker = tokio::time::interval_at(start, PROGRESS_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
+    }
+
+    pub(crate) fn wants_progress(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// Reports that `what` (a cell when empty) has run `elapsed` seconds,
+    /// with its last line of output; a client that cannot take it only
+    /// misses a report.
+    pub(crate) async fn report(&self, elapsed: f64, what: &str, line: &str) {
+        let Some(token) = &self.progress else {
+            return;
+        };
+        let mut message = format!("{what} running for {elapsed:.0} s");
+        if what.is_empty() {
+            message.remove(0);
+        }
+        if !line.is_empty() {
+            message.push_str(": ");
+            message.push_str(line);
+        }
+        let param = ProgressNotificationParam::new(token.clone(), elapsed).with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!("progress notification not sent: {e}");
+        }
+    }
+
+    /// Resolves when the client cancels the call.
+    pub(crate) async fn cancelled(&self) {
+        self.ct.cancelled().await
+    }
+}
