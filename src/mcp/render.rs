@@ -2,51 +2,11 @@
 //! model to read, and structuredContent matching each tool's output schema.
 
 use rmcp::model::{CallToolResult, ContentBlock as Content};
-use schemars::JsonSchema;
 use serde::Serialize;
 
+use crate::mcp::results::CellOutput;
 use crate::output::text::clean;
-use crate::session::report::{CellReport, CellStatus, DisplayInfo};
-use crate::worker::protocol::PyError;
-
-/// structuredContent of python_exec, python_wait and python_run_file (with
-/// --structured-content). Empty and null fields are left out.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct CellOutput {
-    pub status: CellStatus,
-    pub session: String,
-    pub cell: u64,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub stdout: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub stderr: String,
-    /// repr() of the last expression.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<PyError>,
-    /// The input() prompt (waiting_input).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-    pub elapsed_ms: f64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub output_bytes: u64,
-    /// Bytes left out of the middle of the output.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub omitted_bytes: u64,
-    /// Output written after the previous cell finished.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub background_output: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-    /// The images (sent as image content blocks).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub display: Vec<DisplayInfo>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
+use crate::session::report::{CellReport, CellStatus};
 
 fn format_elapsed(ms: f64) -> String {
     if ms < 1000.0 {

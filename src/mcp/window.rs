@@ -1,9 +1,8 @@
 //! python_output: windows and searches over a cell's full output.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
 use super::args::index;
+use crate::mcp::params::WindowParams;
+use crate::mcp::results::OutputWindow;
 use crate::output::text::clean;
 
 /// Default and largest window, in characters (or lines with `lines: true`).
@@ -16,58 +15,6 @@ pub const MAX_LINES: usize = 10_000;
 /// Most context lines around a grep match.
 pub const MAX_CONTEXT: u64 = 20;
 const MAX_MATCHES: usize = 500;
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct OutputParams {
-    pub session: Option<String>,
-    /// Default: the latest.
-    pub cell: Option<u64>,
-    #[serde(flatten)]
-    pub window: WindowParams,
-}
-
-/// What part of an output to read: the window arguments of python_output
-/// and shell_output.
-#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct WindowParams {
-    pub offset: Option<u64>,
-    /// Characters (default 20000), or lines if lines is true.
-    pub limit: Option<u64>,
-    pub lines: Option<bool>,
-    /// A regex: only matching lines, with context lines (default 1) around.
-    pub grep: Option<String>,
-    pub context: Option<u64>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct OutputWindow {
-    /// The session (for python_output).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    /// The cell (for python_output).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cell: Option<u64>,
-    /// The job (for shell_output).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<String>,
-    /// True while the cell still runs (its output may grow).
-    pub running: bool,
-    /// Characters and lines of the whole (cleaned) output.
-    pub total_chars: u64,
-    pub total_lines: u64,
-    /// Start of this window (characters, or line number with `lines`).
-    pub offset: u64,
-    /// The text of the window, or the matching lines with their numbers.
-    pub text: String,
-    /// Where the next window starts, or null at the end.
-    pub next_offset: Option<u64>,
-    /// Number of matching lines (grep only).
-    pub matches: Option<u64>,
-    /// Bytes of output that were not kept (past --output-log-bytes).
-    pub dropped_bytes: u64,
-}
 
 pub enum Origin {
     Cell { session: String, cell: u64 },

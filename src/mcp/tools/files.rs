@@ -7,90 +7,18 @@ use base64::Engine;
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::files::{FileData, Listing, Workspace, mime_for};
 use crate::mcp::args::Parameters;
 use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::params::{DeleteParams, ListParams, ReadParams, WriteParams};
 use crate::mcp::render;
+use crate::mcp::results::{ChangeOutput, Entry, ListOutput, ReadOutput};
 use crate::mcp::server::FerreplServer;
 
 const MAX_ENTRIES: usize = 2000;
 const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 const DEFAULT_LINES: usize = 2000;
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct ListParams {
-    pub path: Option<String>,
-    /// Levels to descend (default 2).
-    pub depth: Option<usize>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Entry {
-    /// Path relative to the workspace root.
-    pub path: String,
-    /// file, dir or symlink.
-    pub kind: String,
-    /// Size in bytes (files).
-    pub size: Option<u64>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ListOutput {
-    pub root: String,
-    pub entries: Vec<Entry>,
-    /// True when the listing stopped at its limit.
-    pub truncated: bool,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ReadParams {
-    pub path: String,
-    pub start_line: Option<usize>,
-    /// Default 2000.
-    pub line_count: Option<usize>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ReadOutput {
-    pub path: String,
-    pub bytes: u64,
-    /// True for binary files: the content is an embedded resource (base64) instead of text.
-    pub binary: bool,
-    pub mime_type: String,
-    pub total_lines: Option<u64>,
-    pub start_line: Option<u64>,
-    pub end_line: Option<u64>,
-    /// The lines read (text files).
-    pub text: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct WriteParams {
-    pub path: String,
-    pub text: Option<String>,
-    /// Binary content instead of text.
-    pub base64: Option<String>,
-    pub append: Option<bool>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct DeleteParams {
-    pub path: String,
-    /// Needed for a non-empty directory.
-    pub recursive: Option<bool>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ChangeOutput {
-    pub path: String,
-    /// Bytes written (file_write) or 0.
-    pub bytes: u64,
-    pub message: String,
-}
 
 /// Runs a file operation on the blocking pool, so a slow file system never
 /// stalls the async threads (and with them other tools).

@@ -3,105 +3,21 @@
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::mcp::args::{Parameters, PathArg, Seconds};
+use crate::mcp::args::Parameters;
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::render::{self, CellOutput};
+use crate::mcp::params::{
+    CompleteParams, ExportParams, HistoryParams, NamespaceAction, NamespaceParams, RunFileParams,
+};
+use crate::mcp::render;
+use crate::mcp::results::{
+    CellOutput, CompleteOutput, ExportOutput, HistoryOutput, NamespaceOutput,
+};
 use crate::mcp::server::FerreplServer;
-use crate::session::{CellSource, HistoryEntry};
+use crate::session::CellSource;
 use crate::worker::Language;
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct HistoryParams {
-    pub session: Option<String>,
-    /// How many of the latest cells (default 20).
-    pub last: Option<usize>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct HistoryOutput {
-    pub session: String,
-    pub cells: Vec<HistoryEntry>,
-    /// The cell still running, if any: {cell, code, elapsed_s}.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub running: Option<Value>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ExportParams {
-    pub path: PathArg,
-    pub format: crate::session::ExportFormat,
-    pub session: Option<String>,
-    /// Last cell (default: the current).
-    pub cell: Option<u64>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ExportOutput {
-    pub path: String,
-    pub cells: Vec<u64>,
-    /// Cells of the branch left out: they failed or were interrupted.
-    pub skipped: Vec<u64>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct RunFileParams {
-    pub path: PathArg,
-    pub session: Option<String>,
-    pub args: Option<Vec<String>>,
-    pub wait_s: Option<Seconds>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct CompleteParams {
-    pub code: String,
-    /// Character offset (default: the end).
-    pub cursor: Option<usize>,
-    pub session: Option<String>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct CompleteOutput {
-    pub session: String,
-    /// jedi when installed in the session's interpreter, else rlcompleter.
-    pub engine: String,
-    /// The text being completed.
-    pub token: String,
-    /// Candidates: {text, kind}.
-    pub completions: Vec<Value>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum NamespaceAction {
-    Set,
-    Delete,
-    Clear,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct NamespaceParams {
-    pub action: NamespaceAction,
-    pub session: Option<String>,
-    /// set: the variable.
-    pub name: Option<String>,
-    /// set: any JSON value.
-    pub value: Option<Value>,
-    /// delete: the variables.
-    pub names: Option<Vec<String>>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct NamespaceOutput {
-    pub session: String,
-    /// The names set or removed.
-    pub changed: Vec<String>,
-}
 
 #[tool_router(router = more_router, vis = "pub(crate)")]
 impl FerreplServer {

@@ -5,24 +5,15 @@ use std::sync::Arc;
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::Deserialize;
 
-use super::shell::{JobOutput, job_result};
+use super::shell::job_result;
 use crate::jobs::{Job, JobSpec, JobStatus};
-use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::params::InstallParams;
+use crate::mcp::results::JobOutput;
 use crate::mcp::server::FerreplServer;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct InstallParams {
-    /// Names, specifiers or wheel paths.
-    pub packages: Vec<String>,
-    pub session: Option<String>,
-    pub upgrade: Option<bool>,
-    pub wait_s: Option<Seconds>,
-}
 
 /// Puts a line before a result's text.
 pub(super) fn prepend(result: &mut CallToolResult, line: &str) {

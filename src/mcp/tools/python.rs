@@ -3,59 +3,17 @@
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::render::{self, CellOutput};
+use crate::mcp::params::{ExecParams, InspectParams, OutputParams, WaitParams};
+use crate::mcp::render;
+use crate::mcp::results::{CellOutput, InspectOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
-use crate::mcp::window::{self, OutputParams, OutputWindow};
+use crate::mcp::window;
 use crate::worker::Language;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ExecParams {
-    /// Python code; the last expression's repr is returned.
-    pub code: String,
-    pub session: Option<String>,
-    pub wait_s: Option<Seconds>,
-    /// Branch: run on the state after this cell (0: fresh).
-    pub parent: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct WaitParams {
-    pub session: Option<String>,
-    pub wait_s: Option<Seconds>,
-    /// Answers the pending input().
-    pub input: Option<String>,
-    /// Close stdin (EOFError).
-    pub eof: Option<bool>,
-    /// KeyboardInterrupt; variables are kept.
-    pub interrupt: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct InspectParams {
-    pub session: Option<String>,
-    /// e.g. "df.columns".
-    pub name: Option<String>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct InspectOutput {
-    pub session: String,
-    /// The user's variables (without a name).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub variables: Option<Vec<Value>>,
-    /// Details of one name: type, repr, signature and doc for callables.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<Value>,
-}
 
 #[tool_router(router = python_router, vis = "pub(crate)")]
 impl FerreplServer {

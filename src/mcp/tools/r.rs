@@ -5,13 +5,12 @@
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::{tool, tool_router};
 
-use super::python::{ExecParams, InspectOutput, InspectParams, WaitParams};
 use crate::mcp::args::Parameters;
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::render::CellOutput;
+use crate::mcp::params::{ExecParams, InspectParams, OutputParams, WaitParams};
+use crate::mcp::results::{CellOutput, InspectOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
-use crate::mcp::window::{OutputParams, OutputWindow};
 use crate::session::CellSource;
 use crate::worker::Language;
 

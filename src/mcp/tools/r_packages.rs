@@ -3,25 +3,17 @@
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::Deserialize;
 
 use super::packages::{prepend, shell_quote};
-use super::shell::{JobOutput, job_result};
+use super::shell::job_result;
 use crate::jobs::JobSpec;
-use crate::mcp::args::{Parameters, Seconds, secs};
+use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::params::RInstallParams;
+use crate::mcp::results::JobOutput;
 use crate::mcp::server::FerreplServer;
 use crate::worker::{Language, r};
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct RInstallParams {
-    /// CRAN package names, or .tar.gz source packages in the workspace.
-    pub packages: Vec<String>,
-    pub session: Option<String>,
-    pub wait_s: Option<Seconds>,
-}
 
 const R_INSTALL_HINT: &str = "call r_install again for this session to keep waiting for it.";
 

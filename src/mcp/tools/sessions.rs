@@ -1,74 +1,18 @@
 //! python_sessions: list, create, reset, delete sessions, and the
 //! server's status.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::mcp::args::Parameters;
 use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::params::{SessionAction, SessionsParams};
 use crate::mcp::render;
+use crate::mcp::results::{SessionsOutput, StatusOutput};
 use crate::mcp::server::FerreplServer;
 use crate::session::{SessionInfo, SessionOptions};
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SessionAction {
-    List,
-    Create,
-    Reset,
-    Delete,
-    Restore,
-    Status,
-}
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct SessionsParams {
-    /// Default list.
-    pub action: Option<SessionAction>,
-    #[serde(alias = "name")]
-    pub session: Option<String>,
-    pub python: Option<PathBuf>,
-    pub venv: Option<PathBuf>,
-    pub workdir: Option<PathBuf>,
-    pub env: Option<BTreeMap<String, String>>,
-    pub language: Option<crate::worker::Language>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SessionsOutput {
-    pub sessions: Vec<SessionInfo>,
-    /// What a create, reset or delete did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The server (action status).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server: Option<StatusOutput>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct StatusOutput {
-    pub version: String,
-    pub uptime_s: f64,
-    /// Default interpreter of new sessions.
-    pub python: String,
-    pub workdir: String,
-    /// Shell jobs, running and recently finished.
-    pub jobs: Vec<crate::jobs::JobInfo>,
-    /// Tool groups exposed (--tools).
-    pub tool_groups: Vec<String>,
-    /// Configured limits, by flag name.
-    pub limits: BTreeMap<String, Value>,
-    /// OS-level confinement of workers.
-    pub sandbox: String,
-}
 
 #[tool_router(router = sessions_router, vis = "pub(crate)")]
 impl FerreplServer {

@@ -1,75 +1,22 @@
 //! Shell job tools: shell_exec, shell_wait (which also feeds, signals and
 //! lists jobs) and shell_output.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
-use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobState, JobStatus, parse_signal};
-use crate::mcp::args::{Parameters, Seconds, SignalArg, secs};
+use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobStatus, parse_signal};
+use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
+use crate::mcp::params::{ShellExecParams, ShellOutputParams, ShellWaitParams};
 use crate::mcp::render;
+use crate::mcp::results::{JobOutput, JobsOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
-use crate::mcp::window::{self, OutputWindow};
+use crate::mcp::window;
 use crate::output::text::clean;
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ShellExecParams {
-    pub command: String,
-    pub wait_s: Option<Seconds>,
-    /// Working directory inside the workspace.
-    pub cwd: Option<String>,
-    pub env: Option<BTreeMap<String, String>>,
-    /// Given to stdin, then closed.
-    pub stdin: Option<String>,
-    /// Run in a terminal.
-    pub pty: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(default)]
-pub struct ShellWaitParams {
-    /// e.g. "j3"; omit to list jobs.
-    pub job: Option<String>,
-    pub wait_s: Option<Seconds>,
-    /// A line for stdin; returns at once unless wait_s is given.
-    pub input: Option<String>,
-    pub eof: Option<bool>,
-    /// To its process group, e.g. TERM (then KILL after 2 s).
-    pub signal: Option<SignalArg>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-pub struct ShellOutputParams {
-    pub job: String,
-    #[serde(flatten)]
-    pub window: window::WindowParams,
-}
-
-/// structuredContent of shell_exec and shell_wait.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct JobOutput {
-    #[serde(flatten)]
-    pub state: JobState,
-    /// Output returned by this call (only what was not shown before).
-    pub stdout: String,
-    pub stderr: String,
-    pub output_bytes: u64,
-    pub omitted_bytes: u64,
-    pub elapsed_ms: f64,
-    pub notes: Vec<String>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct JobsOutput {
-    pub jobs: Vec<JobInfo>,
-}
 
 /// How to go on with a job still running, for shell jobs.
 pub(crate) const SHELL_HINT: &str =
