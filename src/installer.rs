@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::egress::host_of_url;
+
 pub const PYPI_INDEX: &str = "https://pypi.org/simple";
 const PYPI_HOSTS: &[&str] = &["pypi.org", "files.pythonhosted.org"];
 /// The port of the relay inside an installer's network namespace.
@@ -26,34 +28,6 @@ pub struct InstallerSettings {
     pub mode: crate::sandbox::Network,
     /// The CRAN mirror of r_install (--cran).
     pub cran: String,
-}
-
-/// The port a URL names explicitly (`http://mirror:8080/` → 8080).
-pub fn port_of(url: &str) -> Option<u16> {
-    let host_port = host_port(url)?;
-    let after_host = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split_once(']')?.1,
-        None => host_port,
-    };
-    after_host.rsplit_once(':')?.1.parse().ok()
-}
-
-/// `host[:port]` of a URL (no scheme, user info or path).
-fn host_port(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    Some(authority.rsplit_once('@').map_or(authority, |(_, h)| h))
-}
-
-pub fn host_of(url: &str) -> Option<String> {
-    let host_port = host_port(url)?;
-    let host = if let Some(v6) = host_port.strip_prefix('[') {
-        v6.split(']').next()?
-    } else {
-        host_port.split(':').next()?
-    };
-    let host = host.trim().trim_end_matches('.').to_ascii_lowercase();
-    (!host.is_empty()).then_some(host)
 }
 
 /// `key = value` pairs of an INI or TOML file whose key is one of `keys`
@@ -185,7 +159,7 @@ fn allowed_hosts(index_url: &str, extra: &[String], extra_hosts: &[String]) -> V
     hosts.extend(
         std::iter::once(index_url)
             .chain(extra.iter().map(String::as_str))
-            .filter_map(host_of),
+            .filter_map(host_of_url),
     );
     hosts.extend(
         extra_hosts
@@ -298,31 +272,7 @@ impl InstallerSettings {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn explicit_ports_are_read_from_urls() {
-        use super::port_of;
-        assert_eq!(port_of("http://127.0.0.1:8123/cran"), Some(8123));
-        assert_eq!(port_of("https://[::1]:9000/"), Some(9000));
-        assert_eq!(port_of("https://cloud.r-project.org"), None);
-        assert_eq!(port_of("https://u:p@host/x"), None);
-        assert_eq!(port_of("not a url"), None);
-    }
-
     use super::*;
-
-    #[test]
-    fn hosts_come_from_urls() {
-        assert_eq!(
-            host_of("https://pypi.org/simple").as_deref(),
-            Some("pypi.org")
-        );
-        assert_eq!(
-            host_of("https://user:pw@Mirror.Example:8443/x/").as_deref(),
-            Some("mirror.example")
-        );
-        assert_eq!(host_of("https://[::1]:8080/").as_deref(), Some("::1"));
-        assert_eq!(host_of("nonsense"), None);
-    }
 
     #[test]
     fn ini_and_toml_values_are_read() {

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     // Sessions run as the same user: keep them out of this process's memory
     // and /proc/<pid>/environ (the auth token, the operator's environment).
     // SAFETY: prctl(PR_SET_DUMPABLE) has no memory effects.
+    #[cfg(target_os = "linux")]
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }

@@ -313,10 +313,10 @@ fn installer_settings(
         .iter()
         .any(|l| l.trim().eq_ignore_ascii_case("r"))
     {
-        extra_hosts.extend(installer::host_of(&cfg.cran));
+        extra_hosts.extend(crate::egress::host_of_url(&cfg.cran));
         // A mirror named with its port (an internal one on :8080) is
         // reached on that port as well as on 443 and 80.
-        extra_ports.extend(installer::port_of(&cfg.cran));
+        extra_ports.extend(crate::egress::port_of_url(&cfg.cran));
     }
     let mut settings = installer::InstallerSettings::discover(
         mode,

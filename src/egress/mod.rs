@@ -151,7 +151,6 @@ impl EgressConfig {
 /// Only `http` and `https` URLs have a host here. The result is normalized
 /// like an allow-list entry: lowercase, no trailing dot, IPv6 in brackets;
 /// credentials and the port are dropped.
-#[allow(dead_code)] // wired in by the installer work (issue 11)
 pub fn host_of_url(url: &str) -> Option<String> {
     let uri: http::Uri = url.trim().parse().ok()?;
     let scheme = uri.scheme_str()?;
@@ -160,6 +159,11 @@ pub fn host_of_url(url: &str) -> Option<String> {
     }
     let host = normalize_host(uri.host()?)?;
     Some(host.to_string())
+}
+
+/// The port a URL names explicitly (`http://mirror:8080/` → 8080).
+pub fn port_of_url(url: &str) -> Option<u16> {
+    url.trim().parse::<http::Uri>().ok()?.port_u16()
 }
 
 /// A destination host, normalized.
@@ -372,6 +376,15 @@ mod tests {
         assert_eq!(host_of_url(""), None);
         assert_eq!(host_of_url("https://"), None);
         assert_eq!(host_of_url("not a url"), None);
+    }
+
+    #[test]
+    fn explicit_ports_are_read_from_urls() {
+        assert_eq!(port_of_url("http://127.0.0.1:8123/cran"), Some(8123));
+        assert_eq!(port_of_url("https://[::1]:9000/"), Some(9000));
+        assert_eq!(port_of_url("https://cloud.r-project.org"), None);
+        assert_eq!(port_of_url("https://u:p@host/x"), None);
+        assert_eq!(port_of_url("not a url"), None);
     }
 
     #[test]

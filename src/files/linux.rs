@@ -13,7 +13,7 @@ use nix::unistd::UnlinkatFlags;
 
 use super::{
     EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES, RelPath,
-    within_limit,
+    WriteTarget, within_limit,
 };
 
 /// How often an open is retried when the kernel reports a concurrent
@@ -210,13 +210,16 @@ fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, Fi
 
 pub(super) fn write(
     root: &OwnedFd,
-    rel: &str,
-    path: &RelPath,
-    parent: &RelPath,
-    name: &OsStr,
+    target: &WriteTarget<'_>,
     data: &[u8],
     append: bool,
 ) -> Result<(), FileError> {
+    let WriteTarget {
+        rel,
+        path,
+        parent,
+        name,
+    } = *target;
     let dir = ensure_dir(root, rel, parent)?;
     let mode = if append {
         OFlag::O_WRONLY | OFlag::O_APPEND

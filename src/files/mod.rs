@@ -21,7 +21,7 @@
 //! and compared with the root) and opens use `O_NOFOLLOW | O_NONBLOCK`; a
 //! symlink swapped between the check and the open is not excluded there.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +219,15 @@ const MAX_DELETE_DEPTH: usize = 256;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const MAX_DELETE_ROUNDS: usize = 64;
 
+/// A file to write: the path as given (for messages), checked lexically,
+/// and split into its directory and its name.
+struct WriteTarget<'a> {
+    rel: &'a str,
+    path: &'a RelPath,
+    parent: &'a RelPath,
+    name: &'a OsStr,
+}
+
 /// A path checked lexically: its normal components.
 #[derive(Debug, Clone)]
 struct RelPath {
@@ -368,10 +377,16 @@ impl Workspace {
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::is_dir(rel, true));
         };
+        let target = WriteTarget {
+            rel,
+            path: &path,
+            parent: &parent,
+            name,
+        };
         #[cfg(target_os = "linux")]
-        linux::write(&self.dir, rel, &path, &parent, name, data, append)?;
+        linux::write(&self.dir, &target, data, append)?;
         #[cfg(not(target_os = "linux"))]
-        portable::write(&self.root, rel, &path, &parent, name, data, append)?;
+        portable::write(&self.root, &target, data, append)?;
         Ok(path.shown())
     }
 

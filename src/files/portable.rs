@@ -6,7 +6,8 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{
-    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath, within_limit,
+    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath, WriteTarget,
+    within_limit,
 };
 
 fn io(rel: &str, e: std::io::Error) -> FileError {
@@ -89,13 +90,16 @@ pub(super) fn read(
 
 pub(super) fn write(
     root: &Path,
-    rel: &str,
-    path: &RelPath,
-    parent: &RelPath,
-    name: &OsStr,
+    target: &WriteTarget<'_>,
     data: &[u8],
     append: bool,
 ) -> Result<(), FileError> {
+    let WriteTarget {
+        rel,
+        path,
+        parent,
+        name,
+    } = *target;
     let lexical_parent = root.join(parent.path());
     // The nearest existing ancestor must be inside, before anything is
     // created.

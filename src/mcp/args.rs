@@ -176,6 +176,26 @@ pub fn plain_argument_error(result: &mut CallToolResult) {
     }
 }
 
+/// The schema of a checked argument type, written where it is used (no
+/// `$defs` entry): `inline_schema!(Type, "Name", { ...schema... })`.
+macro_rules! inline_schema {
+    ($ty:ty, $name:literal, $schema:tt) => {
+        impl JsonSchema for $ty {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> Cow<'static, str> {
+                $name.into()
+            }
+
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!($schema)
+            }
+        }
+    };
+}
+
 /// The message of a refused number of seconds.
 pub fn check_seconds(value: f64) -> Result<f64, String> {
     if value.is_finite() && value >= 0.0 {
@@ -237,19 +257,7 @@ impl<'de> Deserialize<'de> for Seconds {
     }
 }
 
-impl JsonSchema for Seconds {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "Seconds".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "number", "minimum": 0 })
-    }
-}
+inline_schema!(Seconds, "Seconds", { "type": "number", "minimum": 0 });
 
 /// A signal given by name ("TERM", "SIGKILL") or number (9 or "9").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -289,20 +297,8 @@ impl<'de> Deserialize<'de> for SignalArg {
     }
 }
 
-impl JsonSchema for SignalArg {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "Signal".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        // A number is accepted too; the schema names the usual form only.
-        json_schema!({ "type": "string" })
-    }
-}
+// A number is accepted too; the schema names the usual form only.
+inline_schema!(SignalArg, "Signal", { "type": "string" });
 
 /// A file path argument: any text but NUL, which no path can hold (the
 /// interpreter would die on it instead of reporting a missing file).
@@ -325,19 +321,7 @@ impl<'de> Deserialize<'de> for PathArg {
     }
 }
 
-impl JsonSchema for PathArg {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "Path".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "string" })
-    }
-}
+inline_schema!(PathArg, "Path", { "type": "string" });
 
 /// A count or offset from the arguments as an index: saturates instead of
 /// truncating where `usize` is narrower than `u64`.

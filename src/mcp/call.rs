@@ -1,11 +1,25 @@
-//! What a long tool call takes from its request besides the arguments: the
-//! client's progress token and its cancellation. Tools name it as one
-//! argument (`call: Call`); rmcp fills it in.
+//! What a tool call takes from its request besides the arguments: the
+//! language of the tool it called, and for long calls the client's progress
+//! token and its cancellation. Tools name them as arguments; rmcp fills
+//! them in.
 
 use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio_util::sync::CancellationToken;
+
+use crate::worker::Language;
+
+/// The language of the tool called: a body shared by `python_x` and its R
+/// twin `r_x` serves the one it was called by.
+pub(crate) struct ToolLanguage(pub Language);
+
+impl<S> FromContextPart<ToolCallContext<'_, S>> for ToolLanguage {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, McpError> {
+        Ok(Self(crate::mcp::groups::language_of(&context.name)))
+    }
+}
 
 /// How often a call that runs long reports progress.
 pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);

@@ -42,6 +42,16 @@ pub fn tool_names() -> impl Iterator<Item = &'static str> {
     TOOLS.iter().map(|(name, _, _)| *name)
 }
 
+/// The language a tool's body serves when called by `tool`'s name
+/// (Python for the tools of every language).
+pub fn language_of(tool: &str) -> Language {
+    TOOLS
+        .iter()
+        .find(|(name, _, _)| *name == tool)
+        .and_then(|(_, _, lang)| *lang)
+        .unwrap_or(Language::Python)
+}
+
 /// The groups a user can pick; `all` is every group.
 pub const GROUPS: &[&str] = &["python", "packages", "more", "shell", "files"];
 const DEFAULT_GROUPS: &[&str] = &["python", "packages"];

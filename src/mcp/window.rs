@@ -130,6 +130,13 @@ fn grep(
 }
 
 /// The text block: a header that says where the window is, then the window.
+/// A window over `src` as a tool result: its text and its structured form.
+pub fn reply(src: Source, p: &WindowParams) -> super::error::ToolResult {
+    let w = window(src, p)?;
+    let text = render(&w, p.lines.unwrap_or(false));
+    Ok(super::render::structured(text, &w))
+}
+
 pub fn render(w: &OutputWindow, lines: bool) -> String {
     let state = if w.running { "running" } else { "finished" };
     let what = match (&w.job, w.cell) {

@@ -72,6 +72,7 @@ enum LaunchError {
     UserNamespace(super::namespaces::NamespaceError),
     #[error("pipe: {0}")]
     Pipe(nix::Error),
+    #[cfg(target_os = "linux")]
     #[error(
         "cannot create mount/PID/IPC/UTS{} namespaces: {source}",
         network_namespace(*.network)
@@ -115,6 +116,7 @@ enum PolicyError {
 }
 
 /// The network namespace's part of the namespaces' names, when there is one.
+#[cfg(target_os = "linux")]
 fn network_namespace(network: bool) -> &'static str {
     if network { "" } else { "/network" }
 }
@@ -136,9 +138,17 @@ fn plain_action(handler: SigHandler) -> SigAction {
     SigAction::new(handler, SaFlags::empty(), SigSet::empty())
 }
 
-/// SIGKILL once the parent is gone.
+/// waitpid flags for every kind of child (clone children too on Linux).
+#[cfg(target_os = "linux")]
+const ALL_CHILDREN: WaitPidFlag = WaitPidFlag::__WALL;
+#[cfg(not(target_os = "linux"))]
+const ALL_CHILDREN: WaitPidFlag = WaitPidFlag::empty();
+
+/// SIGKILL once the parent is gone (Linux; elsewhere the server's process
+/// group kill on exit does it).
 fn die_with_parent() {
     // SAFETY: prctl(PR_SET_PDEATHSIG) has no memory effects.
+    #[cfg(target_os = "linux")]
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
     }
@@ -177,11 +187,24 @@ fn read_policy_file(path: &str) -> Result<String, PolicyError> {
     Ok(text)
 }
 
+/// A pipe whose ends close on exec.
+fn cloexec_pipe() -> nix::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    #[cfg(target_os = "linux")]
+    return nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+    #[cfg(not(target_os = "linux"))]
+    {
+        use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+        let (read, write) = nix::unistd::pipe()?;
+        fcntl(&read, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(&write, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        Ok((read, write))
+    }
+}
+
 /// Entry point of `ferrepl __ferrepl-launch @POLICY -- PROGRAM ARGS...`.
 pub fn run(args: &[String]) -> ! {
     let (policy, program) = prepare(args).unwrap_or_else(|e| fail(e));
-    let status_pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .unwrap_or_else(|e| fail(LaunchError::Pipe(e)));
+    let status_pipe = cloexec_pipe().unwrap_or_else(|e| fail(LaunchError::Pipe(e)));
     // Held back until the handlers are in place, so a SIGTERM right after
     // the fork cannot kill the launcher and orphan the program.
     let _ = term_signals().thread_block();
@@ -303,7 +326,7 @@ fn fork_program(policy: &Policy, program: &[CString], status_pipe: (OwnedFd, Own
 /// Reaps everything until `child` exits; its status.
 fn wait_for(child: Pid) -> Option<WaitStatus> {
     loop {
-        match waitpid(None, Some(WaitPidFlag::__WALL)) {
+        match waitpid(None, Some(ALL_CHILDREN)) {
             Ok(ws @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _)))
                 if pid == child =>
             {

@@ -18,6 +18,7 @@ mod probe;
 mod pty;
 #[cfg(target_os = "linux")]
 mod relay;
+#[cfg(target_os = "linux")]
 mod seccomp;
 pub mod watch;
 

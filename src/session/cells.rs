@@ -15,7 +15,7 @@ use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
 use crate::output::log::CellLog;
 use crate::output::{Capture, Stream};
 use crate::worker::protocol::{PyError, Request};
-use crate::worker::{CellEvent, Language, Worker};
+use crate::worker::{CellEvent, FencedEvent, Language, Worker};
 
 /// How a cell ended, before it becomes a report.
 struct CellDone {
@@ -69,31 +69,27 @@ impl SessionManager {
         let Some(worker) = st.worker.clone() else {
             return;
         };
-        while let Some(event) = worker.pop_event() {
+        while let Some(FencedEvent { event, output }) = worker.pop_event() {
             match event {
                 CellEvent::InputRequest {
                     cell,
                     prompt,
                     password,
-                    output,
                 } => {
                     if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
                         run.absorb(output);
                         run.prompt = Some((prompt, password));
                     }
                 }
-                CellEvent::Display {
-                    cell,
-                    image,
-                    output,
-                } => self.on_display(st, &worker, cell, image, output),
+                CellEvent::Display { cell, image } => {
+                    self.on_display(st, &worker, cell, image, output)
+                }
                 CellEvent::Done {
                     cell,
                     status,
                     value,
                     error,
                     elapsed_ms,
-                    output,
                 } => {
                     // A done event of another cell (it cannot be the
                     // running one's) leaves the running cell alone.

@@ -173,10 +173,10 @@ fn check(opts: &DoctorOptions) -> Report {
         probe::reach("pypi.org".into(), 443, REACH_TIMEOUT),
     )];
     if r.as_ref().is_some_and(|r| r.is_file())
-        && let Some(host) = crate::installer::host_of(&cfg.cran)
+        && let Some(host) = crate::egress::host_of_url(&cfg.cran)
     {
         let plain = cfg.cran.starts_with("http://").then_some(80);
-        let port = crate::installer::port_of(&cfg.cran)
+        let port = crate::egress::port_of_url(&cfg.cran)
             .or(plain)
             .unwrap_or(443);
         reaches.push(("cran", "r_install", probe::reach(host, port, REACH_TIMEOUT)));

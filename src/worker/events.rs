@@ -1,6 +1,7 @@
 //! Events from the driver: a cell's event is delivered once the output
 //! before its fence has come through the pipes (see docs/protocol.md).
 
+use super::FencedEvent;
 use super::protocol::{CellEvent, Event};
 use super::{FENCE_GRACE, ReadyInfo, State, Worker};
 
@@ -43,7 +44,7 @@ impl Worker {
 
     /// Queues `event` with the output before `fence`, once that has come
     /// through the `fenced` pipes.
-    async fn deliver(&self, fence: u64, fenced: &[String], event: CellEvent<()>) {
+    async fn deliver(&self, fence: u64, fenced: &[String], event: CellEvent) {
         let need = [
             fenced.iter().any(|s| s == "stdout"),
             fenced.iter().any(|s| s == "stderr"),
@@ -62,7 +63,7 @@ impl Worker {
         let mut st = self.lock();
         let output = st.capture.take();
         st.released = st.released.max(fence);
-        st.events.push_back(event.with_output(output));
+        st.events.push_back(FencedEvent { event, output });
         drop(st);
         self.bump();
     }

@@ -106,8 +106,14 @@ pub struct ReadyInfo {
     pub executable: String,
 }
 
-/// A cell-level event, delivered with the output that came before its fence.
-pub type CellEvent = protocol::CellEvent<Capture>;
+pub use protocol::CellEvent;
+
+/// A cell-level event with the output that came before its fence.
+#[derive(Debug)]
+pub struct FencedEvent {
+    pub event: CellEvent,
+    pub output: Capture,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
@@ -150,7 +156,7 @@ struct State {
     fence_seen: [u64; 2],
     eof: [bool; 2],
     released: u64,
-    events: VecDeque<CellEvent>,
+    events: VecDeque<FencedEvent>,
     ready: Option<ReadyInfo>,
     exit: Option<ExitInfo>,
     control_closed: bool,
@@ -508,7 +514,7 @@ impl Worker {
         self.language
     }
 
-    pub fn pop_event(&self) -> Option<CellEvent> {
+    pub fn pop_event(&self) -> Option<FencedEvent> {
         self.lock().events.pop_front()
     }
 

@@ -3,8 +3,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::output::Capture;
-
 /// Requests from the server to the driver, one JSON object per line.
 #[derive(Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -62,82 +60,33 @@ pub enum Event {
         #[serde(default)]
         fenced: Vec<String>,
         #[serde(flatten)]
-        event: CellEvent<()>,
+        event: CellEvent,
     },
 }
 
-/// A cell-level event, delivered with `output`: the output that came
-/// before its fence (nothing as the driver sends it).
+/// A cell-level event. The output that came before its fence travels
+/// beside it (`worker::FencedEvent`).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "ev", rename_all = "snake_case")]
-pub enum CellEvent<O = Capture> {
+pub enum CellEvent {
     Done {
         cell: u64,
         status: String,
         value: Option<String>,
         error: Option<PyError>,
         elapsed_ms: f64,
-        #[serde(skip)]
-        output: O,
     },
     InputRequest {
         cell: u64,
         prompt: String,
         #[serde(default)]
         password: bool,
-        #[serde(skip)]
-        output: O,
     },
     Display {
         cell: u64,
         #[serde(flatten)]
         image: Image,
-        #[serde(skip)]
-        output: O,
     },
-}
-
-impl CellEvent<()> {
-    /// The event with the output that came before its fence.
-    pub fn with_output<O>(self, output: O) -> CellEvent<O> {
-        match self {
-            CellEvent::Done {
-                cell,
-                status,
-                value,
-                error,
-                elapsed_ms,
-                output: (),
-            } => CellEvent::Done {
-                cell,
-                status,
-                value,
-                error,
-                elapsed_ms,
-                output,
-            },
-            CellEvent::InputRequest {
-                cell,
-                prompt,
-                password,
-                output: (),
-            } => CellEvent::InputRequest {
-                cell,
-                prompt,
-                password,
-                output,
-            },
-            CellEvent::Display {
-                cell,
-                image,
-                output: (),
-            } => CellEvent::Display {
-                cell,
-                image,
-                output,
-            },
-        }
-    }
 }
 
 /// An image a cell displayed.

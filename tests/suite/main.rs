@@ -27,6 +27,8 @@ mod checkpoints;
 mod cli;
 mod doctor;
 mod durable;
+// Attacks on the Linux sandbox (namespaces, Landlock, seccomp, cgroups).
+#[cfg(target_os = "linux")]
 mod escape;
 mod export;
 mod files_and_packages;

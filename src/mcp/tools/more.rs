@@ -6,7 +6,7 @@ use rmcp::{tool, tool_router};
 use serde_json::Value;
 
 use crate::mcp::args::Parameters;
-use crate::mcp::call::Call;
+use crate::mcp::call::{Call, ToolLanguage};
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::params::{
     CompleteParams, ExportParams, HistoryParams, NamespaceAction, NamespaceParams, RunFileParams,
@@ -141,17 +141,12 @@ notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\":
         output_schema = schema_for_output::<CompleteOutput>(),
         annotations(title = "Complete code", read_only_hint = true)
     )]
-    async fn python_complete(&self, Parameters(p): Parameters<CompleteParams>) -> ToolResult {
-        self.complete_code(Language::Python, p).await
-    }
-
-    #[tool(
-        description = "Completions at the cursor from the R session's live objects. Example: {\"code\": \"mtcars$m\"}",
-        output_schema = schema_for_output::<CompleteOutput>(),
-        annotations(title = "Complete R code", read_only_hint = true)
-    )]
-    async fn r_complete(&self, Parameters(p): Parameters<CompleteParams>) -> ToolResult {
-        self.complete_code(Language::R, p).await
+    async fn python_complete(
+        &self,
+        ToolLanguage(lang): ToolLanguage,
+        Parameters(p): Parameters<CompleteParams>,
+    ) -> ToolResult {
+        self.complete_code(lang, p).await
     }
 
     #[tool(

@@ -1,12 +1,13 @@
-//! The core Python tools: python_exec, python_wait, python_output and
-//! python_inspect.
+//! The core cell tools: python_exec, python_wait, python_output and
+//! python_inspect, whose bodies also serve their R twins (tools/r.rs): each
+//! learns its language from the name it was called by.
 
 use rmcp::handler::server::common::schema_for_output;
 use rmcp::{tool, tool_router};
 use serde_json::Value;
 
 use crate::mcp::args::{Parameters, secs};
-use crate::mcp::call::Call;
+use crate::mcp::call::{Call, ToolLanguage};
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::params::{ExecParams, InspectParams, OutputParams, WaitParams};
 use crate::mcp::render;
@@ -23,16 +24,20 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Run Python")
     )]
-    async fn python_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
+    async fn python_exec(
+        &self,
+        ToolLanguage(lang): ToolLanguage,
+        Parameters(p): Parameters<ExecParams>,
+        call: Call,
+    ) -> ToolResult {
+        if lang == Language::R && p.code.contains('\0') {
+            return Err(ToolError::new(
+                "code contains a NUL character, which R cannot hold; remove it",
+            ));
+        }
         let source = crate::session::CellSource::Code(&p.code);
-        self.run_cell(
-            &p.session,
-            Language::Python,
-            (source, p.parent),
-            p.wait_s,
-            call,
-        )
-        .await
+        self.run_cell(&p.session, lang, (source, p.parent), p.wait_s, call)
+            .await
     }
 
     #[tool(
@@ -41,8 +46,13 @@ for input or wait_s passes. Repeats the last result if that was lost.",
         output_schema = schema_for_output::<CellOutput>(),
         annotations(title = "Wait for a cell", destructive_hint = false, open_world_hint = false)
     )]
-    async fn python_wait(&self, Parameters(p): Parameters<WaitParams>, call: Call) -> ToolResult {
-        self.wait_cell(Language::Python, p, call).await
+    async fn python_wait(
+        &self,
+        ToolLanguage(lang): ToolLanguage,
+        Parameters(p): Parameters<WaitParams>,
+        call: Call,
+    ) -> ToolResult {
+        self.wait_cell(lang, p, call).await
     }
 
     #[tool(
@@ -51,8 +61,12 @@ grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
         output_schema = schema_for_output::<OutputWindow>(),
         annotations(title = "Read cell output", read_only_hint = true)
     )]
-    async fn python_output(&self, Parameters(p): Parameters<OutputParams>) -> ToolResult {
-        self.read_output(Language::Python, p)
+    async fn python_output(
+        &self,
+        ToolLanguage(lang): ToolLanguage,
+        Parameters(p): Parameters<OutputParams>,
+    ) -> ToolResult {
+        self.read_output(lang, p)
     }
 
     #[tool(
@@ -60,8 +74,12 @@ grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
         output_schema = schema_for_output::<InspectOutput>(),
         annotations(title = "Inspect variables", read_only_hint = true)
     )]
-    async fn python_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
-        self.inspect_objects(Language::Python, &p.session, p.name.as_deref())
+    async fn python_inspect(
+        &self,
+        ToolLanguage(lang): ToolLanguage,
+        Parameters(p): Parameters<InspectParams>,
+    ) -> ToolResult {
+        self.inspect_objects(lang, &p.session, p.name.as_deref())
             .await
     }
 }
@@ -101,11 +119,7 @@ impl FerreplServer {
             bytes,
             dropped,
         };
-        let w = window::window(source, &p.window)?;
-        Ok(render::structured(
-            window::render(&w, p.window.lines.unwrap_or(false)),
-            &w,
-        ))
+        window::reply(source, &p.window)
     }
 
     pub(crate) async fn inspect_objects(

@@ -1,63 +1,94 @@
-//! The core R tools: r_exec, r_wait, r_output and r_inspect. They take the
-//! Python tools' arguments (described for R in `server.rs`) and share their
-//! bodies; only what differs is here.
+//! The R tools that are Python's in R's words: r_exec, r_wait, r_output,
+//! r_inspect and r_complete take the Python tools' arguments (described for
+//! R in `server.rs`) and run their bodies, which learn their language from
+//! the name they were called by. Only names, titles and descriptions are
+//! R's own.
 
-use rmcp::handler::server::common::schema_for_output;
-use rmcp::{tool, tool_router};
+use rmcp::handler::server::router::tool::ToolRouter;
 
-use crate::mcp::args::Parameters;
-use crate::mcp::call::Call;
-use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{ExecParams, InspectParams, OutputParams, WaitParams};
-use crate::mcp::results::{CellOutput, InspectOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
-use crate::session::CellSource;
-use crate::worker::Language;
 
-#[tool_router(router = r_router, vis = "pub(crate)")]
-impl FerreplServer {
-    #[tool(
-        description = "Run R code in a persistent session: output, warnings, plots (PNG), errors with their calls. \
+/// An R tool made from the Python tool `of`.
+struct Twin {
+    of: &'static str,
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+}
+
+const TWINS: &[Twin] = &[
+    Twin {
+        of: "python_exec",
+        name: "r_exec",
+        title: "Run R",
+        description: "Run R code in a persistent session: output, warnings, plots (PNG), errors with their calls. \
 Example: {\"code\": \"summary(rnorm(9))\"}",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Run R")
-    )]
-    async fn r_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
-        if p.code.contains('\0') {
-            return Err(ToolError::new(
-                "code contains a NUL character, which R cannot hold; remove it",
-            ));
+    },
+    Twin {
+        of: "python_wait",
+        name: "r_wait",
+        title: "Wait for an R cell",
+        description: "Follow a 'running' or 'waiting_input' R cell: wait, answer readline(), or interrupt.",
+    },
+    Twin {
+        of: "python_output",
+        name: "r_output",
+        title: "Read R cell output",
+        description: "An R cell's full output: a window, or the lines matching grep.",
+    },
+    Twin {
+        of: "python_inspect",
+        name: "r_inspect",
+        title: "Inspect R objects",
+        description: "The R session's objects (class, size, str), or one in detail. Between cells only.",
+    },
+    Twin {
+        of: "python_complete",
+        name: "r_complete",
+        title: "Complete R code",
+        description: "Completions at the cursor from the R session's live objects. Example: {\"code\": \"mtcars$m\"}",
+    },
+];
+
+impl FerreplServer {
+    pub(crate) fn r_router() -> ToolRouter<Self> {
+        let python = Self::python_router() + Self::more_router();
+        let mut router = ToolRouter::new();
+        for twin in TWINS {
+            let Some(route) = python.map.get(twin.of) else {
+                continue;
+            };
+            let mut route = route.clone();
+            route.attr.name = twin.name.into();
+            route.attr.description = Some(twin.description.into());
+            if let Some(annotations) = &mut route.attr.annotations {
+                annotations.title = Some(twin.title.into());
+            }
+            router.add_route(route);
         }
-        let source = CellSource::Code(&p.code);
-        self.run_cell(&p.session, Language::R, (source, p.parent), p.wait_s, call)
-            .await
+        router
     }
+}
 
-    #[tool(
-        description = "Follow a 'running' or 'waiting_input' R cell: wait, answer readline(), or interrupt.",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Wait for an R cell", destructive_hint = false, open_world_hint = false)
-    )]
-    async fn r_wait(&self, Parameters(p): Parameters<WaitParams>, call: Call) -> ToolResult {
-        self.wait_cell(Language::R, p, call).await
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    #[tool(
-        description = "An R cell's full output: a window, or the lines matching grep.",
-        output_schema = schema_for_output::<OutputWindow>(),
-        annotations(title = "Read R cell output", read_only_hint = true)
-    )]
-    async fn r_output(&self, Parameters(p): Parameters<OutputParams>) -> ToolResult {
-        self.read_output(Language::R, p)
-    }
-
-    #[tool(
-        description = "The R session's objects (class, size, str), or one in detail. Between cells only.",
-        output_schema = schema_for_output::<InspectOutput>(),
-        annotations(title = "Inspect R objects", read_only_hint = true)
-    )]
-    async fn r_inspect(&self, Parameters(p): Parameters<InspectParams>) -> ToolResult {
-        self.inspect_objects(Language::R, &p.session, p.name.as_deref())
-            .await
+    #[test]
+    fn every_twin_has_its_python_tool_and_language() {
+        let router = FerreplServer::r_router();
+        for twin in TWINS {
+            let tool = router.get(twin.name).map(|t| t.title.clone());
+            assert!(
+                tool.is_some(),
+                "{} has no route from {}",
+                twin.name,
+                twin.of
+            );
+            assert_eq!(
+                crate::mcp::groups::language_of(twin.name),
+                crate::worker::Language::R
+            );
+        }
     }
 }

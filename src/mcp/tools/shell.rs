@@ -146,11 +146,7 @@ Example: {\"command\": \"pytest -x -q\"}",
             bytes,
             dropped,
         };
-        let w = window::window(source, &p.window)?;
-        Ok(render::structured(
-            window::render(&w, p.window.lines.unwrap_or(false)),
-            &w,
-        ))
+        window::reply(source, &p.window)
     }
 }
 

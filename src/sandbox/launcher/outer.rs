@@ -23,9 +23,9 @@ extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         let sender = if info.is_null() { 0 } else { (*info).si_pid() };
         let child = CHILD.load(Ordering::SeqCst);
         if child > 0 && sender != SERVER.load(Ordering::SeqCst) {
-            let errno = *libc::__errno_location();
+            let errno = nix::errno::Errno::last_raw();
             libc::kill(child, sig);
-            *libc::__errno_location() = errno;
+            nix::errno::Errno::set_raw(errno);
         }
     }
 }
@@ -40,6 +40,9 @@ extern "C" fn on_term(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
 pub(super) fn supervise(child: Pid, status_pipe: OwnedFd, forward_terms: bool) -> ! {
     CHILD.store(child.as_raw(), Ordering::SeqCst);
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER has no memory effects.
+    // (Elsewhere orphans go to init; the process group kill still reaches
+    // them.)
+    #[cfg(target_os = "linux")]
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
@@ -127,7 +130,7 @@ fn sweep() {
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
         }
-        while let Ok(ws) = waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+        while let Ok(ws) = waitpid(None, Some(WaitPidFlag::WNOHANG | super::ALL_CHILDREN)) {
             if ws == WaitStatus::StillAlive {
                 break;
             }

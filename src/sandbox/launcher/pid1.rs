@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 
 use nix::sys::signal::{SigHandler, Signal, kill, sigaction};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use super::{
@@ -64,7 +64,7 @@ pub(super) fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
     CHILD.store(0, Ordering::SeqCst);
     // Everything else in the namespace goes with the program.
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    while waitpid(None, Some(WaitPidFlag::__WALL)).is_ok() {}
+    while waitpid(None, Some(super::ALL_CHILDREN)).is_ok() {}
     report(status, result)
 }
 

@@ -5,6 +5,7 @@
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 
+#[cfg(target_os = "linux")]
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, path_beneath_rules,
@@ -25,10 +26,15 @@ pub enum ApplyError {
     Capabilities(crate::sandbox::privileges::CapsetError),
     #[error("no_new_privs could not be set")]
     NoNewPrivs,
+    #[cfg(target_os = "linux")]
     #[error("Landlock: {0}")]
     Landlock(RulesetError),
+    #[cfg(target_os = "linux")]
     #[error("seccomp: {0}")]
     Seccomp(crate::sandbox::seccomp::SeccompError),
+    #[cfg(not(target_os = "linux"))]
+    #[error("{0} needs Linux")]
+    LinuxOnly(&'static str),
 }
 
 /// The program's process: confinement, then exec (or, for the probe, a
@@ -90,10 +96,16 @@ fn resolve_program(program: &CString, policy: &Policy) -> CString {
     program.clone()
 }
 
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
+/// setrlimit's resource type: glibc's own enum, a C int elsewhere.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type RlimitResource = libc::__rlimit_resource_t;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+type RlimitResource = libc::c_int;
+
+fn set_limit(resource: RlimitResource, value: u64) {
     let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
     };
     // SAFETY: setrlimit reads the struct only.
     unsafe {
@@ -103,6 +115,7 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
 
 /// Applies the policy to this (single-threaded) process; reports what is active.
 pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     let mut applied = Applied {
         rlimits: set_limits(policy),
         ..Applied::default()
@@ -126,6 +139,18 @@ pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
             Err(_) => applied.capabilities_dropped = privileges::all_empty(),
         }
     }
+    #[cfg(target_os = "linux")]
+    confine(policy, &mut applied)?;
+    #[cfg(not(target_os = "linux"))]
+    if policy.require {
+        return Err(ApplyError::LinuxOnly("--sandbox-require"));
+    }
+    Ok(applied)
+}
+
+/// no_new_privs, Landlock and seccomp.
+#[cfg(target_os = "linux")]
+fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) has no memory effects.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0 {
         applied.no_new_privs = true;
@@ -146,7 +171,7 @@ pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
             Err(e) => applied.seccomp_error = Some(e.to_string()),
         }
     }
-    Ok(applied)
+    Ok(())
 }
 
 /// The resource limits (no core dumps, ever); what was set, for the report.
@@ -171,6 +196,7 @@ fn set_limits(policy: &Policy) -> Vec<String> {
     rlimits
 }
 
+#[cfg(target_os = "linux")]
 fn landlock(policy: &Policy) -> Result<String, RulesetError> {
     let abi = ABI::V6;
     let mut ruleset = Ruleset::default()

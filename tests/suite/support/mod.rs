@@ -1,3 +1,4 @@
+#![cfg_attr(not(target_os = "linux"), allow(dead_code))]
 //! The harness every area of the suite shares.
 //!
 //! - `launch`: the one spawn path: which binary, tool surface (full or
