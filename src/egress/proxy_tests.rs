@@ -96,6 +96,15 @@ async fn exchange(proxy: &Proxy, request: &[u8]) -> String {
     read_all(&mut s).await
 }
 
+/// Sends a request of `line` (e.g. "CONNECT host:443") and no headers; the
+/// answer must have status `code` and a body that says `says`.
+async fn refused(proxy: &Proxy, line: &str, code: u16, says: &str) -> String {
+    let response = exchange(proxy, format!("{line} HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert_eq!(status(&response), code, "{response}");
+    assert!(body(&response).contains(says), "{response}");
+    response
+}
+
 /// Reads a response head (through the blank line), byte by byte.
 async fn read_response_head(s: &mut TcpStream) -> String {
     let mut head = Vec::new();
@@ -234,8 +243,7 @@ async fn host_not_allowed_is_403_naming_host_and_list() {
         let mut cfg = test_cfg(vec![echo, 443]);
         cfg.allowed_hosts = vec!["localhost".into(), "pypi.org".into()];
         let proxy = start_proxy(cfg).await;
-        let response = exchange(&proxy, b"CONNECT Example.COM:443 HTTP/1.1\r\n\r\n").await;
-        assert_eq!(status(&response), 403, "{response}");
+        let response = refused(&proxy, "CONNECT Example.COM:443", 403, "").await;
         assert_eq!(
             body(&response),
             "ferrepl: egress to example.com is not allowed; allowed: localhost, pypi.org; \
@@ -243,21 +251,10 @@ async fn host_not_allowed_is_403_naming_host_and_list() {
         );
         // The reason phrase says it too (pip shows only that).
         assert!(response.starts_with("HTTP/1.1 403 ferrepl: egress to example.com is not allowed"));
-        let response = exchange(&proxy, b"GET http://example.com/ HTTP/1.1\r\n\r\n").await;
-        assert_eq!(status(&response), 403, "{response}");
+        refused(&proxy, "GET http://example.com/", 403, "").await;
         // A bare IP is a host like any other.
-        let response = exchange(
-            &proxy,
-            format!("CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 403, "{response}");
-        let response = exchange(
-            &proxy,
-            format!("CONNECT [::1]:{echo} HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 403, "{response}");
+        refused(&proxy, &format!("CONNECT 127.0.0.1:{echo}"), 403, "").await;
+        refused(&proxy, &format!("CONNECT [::1]:{echo}"), 403, "").await;
     })
     .await;
 }
@@ -267,21 +264,9 @@ async fn port_not_allowed_is_403() {
     bounded(async {
         let echo = start_echo().await;
         let proxy = start_proxy(test_cfg(vec![443])).await;
-        let response = exchange(
-            &proxy,
-            format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 403, "{response}");
-        assert!(
-            body(&response).contains(&format!("port {echo} is not allowed; allowed ports: 443"))
-        );
-        let response = exchange(
-            &proxy,
-            format!("GET http://localhost:{echo}/ HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 403, "{response}");
+        let says = format!("port {echo} is not allowed; allowed ports: 443");
+        refused(&proxy, &format!("CONNECT localhost:{echo}"), 403, &says).await;
+        refused(&proxy, &format!("GET http://localhost:{echo}/"), 403, "").await;
     })
     .await;
 }
@@ -294,17 +279,9 @@ async fn private_destination_is_403() {
         cfg.allow_private = false;
         cfg.allowed_hosts.push("127.0.0.1".into());
         let proxy = start_proxy(cfg).await;
+        let says = "resolves to a private or loopback address";
         for target in ["localhost", "127.0.0.1"] {
-            let response = exchange(
-                &proxy,
-                format!("CONNECT {target}:{echo} HTTP/1.1\r\n\r\n").as_bytes(),
-            )
-            .await;
-            assert_eq!(status(&response), 403, "{response}");
-            assert!(
-                body(&response).contains("resolves to a private or loopback address"),
-                "{response}"
-            );
+            refused(&proxy, &format!("CONNECT {target}:{echo}"), 403, says).await;
         }
     })
     .await;
@@ -331,11 +308,8 @@ async fn malformed_and_origin_form_are_400() {
             assert_eq!(status(&response), 400, "{request:?} -> {response}");
             assert!(body(&response).starts_with("ferrepl: "), "{response}");
         }
-        let response = exchange(
-            &proxy,
-            b"POST http://localhost/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-        )
-        .await;
+        let chunked = b"POST http://localhost/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let response = exchange(&proxy, chunked).await;
         assert_eq!(status(&response), 501, "{response}");
     })
     .await;
@@ -421,9 +395,8 @@ async fn over_max_connections_is_503() {
         let proxy = start_proxy(cfg).await;
         let mut first = TcpStream::connect(proxy.addr).await.unwrap();
         first.write_all(b"GET http://loc").await.unwrap();
-        let response = exchange(&proxy, b"CONNECT localhost:80 HTTP/1.1\r\n\r\n").await;
-        assert_eq!(status(&response), 503, "{response}");
-        assert!(body(&response).contains("too many egress connections"));
+        let says = "too many egress connections";
+        refused(&proxy, "CONNECT localhost:80", 503, says).await;
         // Once the first is gone, its slot is free again.
         drop(first);
         let mut ok = false;
@@ -483,26 +456,15 @@ async fn connect_failure_is_502() {
         cfg.connect_timeout = Duration::from_secs(3);
         cfg.allowed_hosts.push("no-such-host.invalid".into());
         let proxy = start_proxy(cfg).await;
-        let response = exchange(
-            &proxy,
-            format!("CONNECT localhost:{port} HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 502, "{response}");
-        assert!(
-            body(&response).contains("cannot connect to localhost"),
-            "{response}"
-        );
-        let response = exchange(
-            &proxy,
-            format!("CONNECT no-such-host.invalid:{port} HTTP/1.1\r\n\r\n").as_bytes(),
-        )
-        .await;
-        assert_eq!(status(&response), 502, "{response}");
-        assert!(
-            body(&response).contains("cannot resolve no-such-host.invalid"),
-            "{response}"
-        );
+        for (host, says) in [
+            ("localhost", "cannot connect to localhost"),
+            (
+                "no-such-host.invalid",
+                "cannot resolve no-such-host.invalid",
+            ),
+        ] {
+            refused(&proxy, &format!("CONNECT {host}:{port}"), 502, says).await;
+        }
     })
     .await;
 }

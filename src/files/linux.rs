@@ -12,8 +12,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::{
-    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES, RelPath,
-    WriteTarget, within_limit,
+    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES,
+    RelPath, within_limit,
 };
 
 /// How often an open is retried when the kernel reports a concurrent
@@ -208,25 +208,15 @@ fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, Fi
     Ok(current)
 }
 
-pub(super) fn write(
-    root: &OwnedFd,
-    target: &WriteTarget<'_>,
-    data: &[u8],
-    append: bool,
-) -> Result<(), FileError> {
-    let WriteTarget {
-        rel,
-        path,
-        parent,
-        name,
-    } = *target;
-    let dir = ensure_dir(root, rel, parent)?;
-    let mode = if append {
+pub(super) fn write(root: &OwnedFd, w: &FileWrite<'_>) -> Result<(), FileError> {
+    let rel = w.rel;
+    let dir = ensure_dir(root, rel, w.parent)?;
+    let mode = if w.append {
         OFlag::O_WRONLY | OFlag::O_APPEND
     } else {
         OFlag::O_WRONLY
     };
-    let name = Path::new(name);
+    let name = Path::new(w.name);
     // What is there now, the final component not followed.
     let existing = match open_beneath(
         dir.as_fd(),
@@ -241,7 +231,7 @@ pub(super) fn write(
     let fd = match existing {
         // A symlink: followed beneath the root (an existing regular file
         // inside it is written; nothing is created through it).
-        Some(SFlag::S_IFLNK) => write_through_symlink(root, rel, path, mode)?,
+        Some(SFlag::S_IFLNK) => write_through_symlink(root, rel, w.path, mode)?,
         Some(_) => open_regular(dir.as_fd(), rel, name, mode, true, true)?,
         None => {
             match open_beneath(
@@ -255,7 +245,7 @@ pub(super) fn write(
                     fd
                 }
                 // A symlink appeared since the check.
-                Err(Errno::ELOOP) => write_through_symlink(root, rel, path, mode)?,
+                Err(Errno::ELOOP) => write_through_symlink(root, rel, w.path, mode)?,
                 Err(Errno::ENXIO) => return Err(FileError::not_regular(rel, "a FIFO", true)),
                 Err(Errno::EISDIR) => {
                     return Err(FileError::is_dir(rel, true));
@@ -264,11 +254,11 @@ pub(super) fn write(
             }
         }
     };
-    if !append {
+    if !w.append {
         nix::unistd::ftruncate(&fd, 0).map_err(|e| FileError::io(rel, e.desc()))?;
     }
     std::fs::File::from(fd)
-        .write_all(data)
+        .write_all(w.data)
         .map_err(|e| FileError::io(rel, e))
 }
 

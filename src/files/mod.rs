@@ -219,13 +219,15 @@ const MAX_DELETE_DEPTH: usize = 256;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const MAX_DELETE_ROUNDS: usize = 64;
 
-/// A file to write: the path as given (for messages), checked lexically,
-/// and split into its directory and its name.
-struct WriteTarget<'a> {
+/// A write of `data` to a file: its path as given (for messages), checked
+/// lexically, and split into its directory and its name.
+struct FileWrite<'a> {
     rel: &'a str,
     path: &'a RelPath,
     parent: &'a RelPath,
     name: &'a OsStr,
+    data: &'a [u8],
+    append: bool,
 }
 
 /// A path checked lexically: its normal components.
@@ -377,16 +379,18 @@ impl Workspace {
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::is_dir(rel, true));
         };
-        let target = WriteTarget {
+        let write = FileWrite {
             rel,
             path: &path,
             parent: &parent,
             name,
+            data,
+            append,
         };
         #[cfg(target_os = "linux")]
-        linux::write(&self.dir, &target, data, append)?;
+        linux::write(&self.dir, &write)?;
         #[cfg(not(target_os = "linux"))]
-        portable::write(&self.root, &target, data, append)?;
+        portable::write(&self.root, &write)?;
         Ok(path.shown())
     }
 

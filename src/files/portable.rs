@@ -6,7 +6,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{
-    EntryKind, FileError, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath, WriteTarget,
+    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath,
     within_limit,
 };
 
@@ -88,19 +88,9 @@ pub(super) fn read(
     Ok(data)
 }
 
-pub(super) fn write(
-    root: &Path,
-    target: &WriteTarget<'_>,
-    data: &[u8],
-    append: bool,
-) -> Result<(), FileError> {
-    let WriteTarget {
-        rel,
-        path,
-        parent,
-        name,
-    } = *target;
-    let lexical_parent = root.join(parent.path());
+pub(super) fn write(root: &Path, w: &FileWrite<'_>) -> Result<(), FileError> {
+    let rel = w.rel;
+    let lexical_parent = root.join(w.parent.path());
     // The nearest existing ancestor must be inside, before anything is
     // created.
     let mut ancestor = lexical_parent.clone();
@@ -114,12 +104,12 @@ pub(super) fn write(
         return Err(FileError::Escapes(rel.to_string()));
     }
     std::fs::create_dir_all(&lexical_parent).map_err(|e| io(rel, e))?;
-    let real_parent = existing(root, rel, parent)?;
-    let mut target = real_parent.join(name);
+    let real_parent = existing(root, rel, w.parent)?;
+    let mut target = real_parent.join(w.name);
     if let Ok(meta) = std::fs::symlink_metadata(&target)
         && meta.file_type().is_symlink()
     {
-        target = existing(root, rel, path).map_err(|e| match e {
+        target = existing(root, rel, w.path).map_err(|e| match e {
             FileError::NotFound(p) => FileError::DanglingSymlink(p),
             e => e,
         })?;
@@ -130,15 +120,15 @@ pub(super) fn write(
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .append(append)
+        .append(w.append)
         .custom_flags(flags())
         .open(&target)
         .map_err(|e| io(rel, e))?;
     require_regular(rel, &file.metadata().map_err(|e| io(rel, e))?, true)?;
-    if !append {
+    if !w.append {
         file.set_len(0).map_err(|e| io(rel, e))?;
     }
-    file.write_all(data).map_err(|e| io(rel, e))
+    file.write_all(w.data).map_err(|e| io(rel, e))
 }
 
 pub(super) fn delete(

@@ -4,51 +4,44 @@ use std::collections::BTreeSet;
 
 use crate::worker::Language;
 
-/// Every tool, its group and its language (None: every language's). The
-/// default groups are what an agent needs when its host already has shell
-/// and file tools (Claude Code, Codex, Cursor); `more`, `shell` and `files`
-/// are for the rest. The `python` group is the core of each language
-/// enabled with --languages.
-const TOOLS: &[(&str, &str, Option<Language>)] = &[
-    ("python_exec", "python", Some(Language::Python)),
-    ("python_wait", "python", Some(Language::Python)),
-    ("python_output", "python", Some(Language::Python)),
-    ("python_sessions", "python", None),
-    ("python_inspect", "python", Some(Language::Python)),
-    ("python_install", "packages", Some(Language::Python)),
-    ("python_history", "more", None),
-    ("python_run_file", "more", Some(Language::Python)),
-    ("python_complete", "more", Some(Language::Python)),
-    ("python_namespace", "more", Some(Language::Python)),
-    ("python_export", "more", None),
-    ("r_exec", "python", Some(Language::R)),
-    ("r_wait", "python", Some(Language::R)),
-    ("r_output", "python", Some(Language::R)),
-    ("r_inspect", "python", Some(Language::R)),
-    ("r_install", "packages", Some(Language::R)),
-    ("r_complete", "more", Some(Language::R)),
-    ("shell_exec", "shell", None),
-    ("shell_wait", "shell", None),
-    ("shell_output", "shell", None),
-    ("file_list", "files", None),
-    ("file_read", "files", None),
-    ("file_write", "files", None),
-    ("file_delete", "files", None),
+/// Every tool by group and language (None: every language's). The default
+/// groups are what an agent needs when its host already has shell and file
+/// tools (Claude Code, Codex, Cursor); `more`, `shell` and `files` are for
+/// the rest. The `python` group is the core of each language enabled with
+/// --languages.
+#[rustfmt::skip]
+const TOOLS: &[(&str, Option<Language>, &[&str])] = &[
+    ("python", Some(Language::Python), &["python_exec", "python_wait", "python_output", "python_inspect"]),
+    ("python", Some(Language::R), &["r_exec", "r_wait", "r_output", "r_inspect"]),
+    ("python", None, &["python_sessions"]),
+    ("packages", Some(Language::Python), &["python_install"]),
+    ("packages", Some(Language::R), &["r_install"]),
+    ("more", Some(Language::Python), &["python_run_file", "python_complete", "python_namespace"]),
+    ("more", Some(Language::R), &["r_complete"]),
+    ("more", None, &["python_history", "python_export"]),
+    ("shell", None, &["shell_exec", "shell_wait", "shell_output"]),
+    ("files", None, &["file_list", "file_read", "file_write", "file_delete"]),
 ];
+
+/// Every tool as (name, group, language).
+fn tools() -> impl Iterator<Item = (&'static str, &'static str, Option<Language>)> {
+    TOOLS
+        .iter()
+        .flat_map(|(group, lang, names)| names.iter().map(move |name| (*name, *group, *lang)))
+}
 
 /// Every tool's name, exposed or not (the metrics' fixed set of tool
 /// labels).
 pub fn tool_names() -> impl Iterator<Item = &'static str> {
-    TOOLS.iter().map(|(name, _, _)| *name)
+    tools().map(|(name, _, _)| name)
 }
 
 /// The language a tool's body serves when called by `tool`'s name
 /// (Python for the tools of every language).
 pub fn language_of(tool: &str) -> Language {
-    TOOLS
-        .iter()
+    tools()
         .find(|(name, _, _)| *name == tool)
-        .and_then(|(_, _, lang)| *lang)
+        .and_then(|(_, _, lang)| lang)
         .unwrap_or(Language::Python)
 }
 
@@ -94,8 +87,8 @@ impl ToolGroups {
     /// Whether `tool` is exposed; a tool missing from the table never is, so
     /// a new tool cannot appear without being placed in a group.
     pub fn exposes(&self, tool: &str) -> bool {
-        TOOLS.iter().any(|(name, group, lang)| {
-            *name == tool
+        tools().any(|(name, group, lang)| {
+            name == tool
                 && self.groups.contains(group)
                 && lang.is_none_or(|l| self.languages.contains(&l))
         })
@@ -128,7 +121,7 @@ mod tests {
         assert!(default.exposes("python_install"));
         assert!(!default.exposes("file_read"));
         let all = ToolGroups::parse(&["all".into()], &Language::ALL).expect("parse");
-        assert!(TOOLS.iter().all(|(t, _, _)| all.exposes(t)));
+        assert!(tools().all(|(t, _, _)| all.exposes(t)));
         let r_only = ToolGroups::parse(&[], &[Language::R]).expect("parse");
         assert!(r_only.exposes("r_exec") && r_only.exposes("r_install"));
         assert!(r_only.exposes("python_sessions") && !r_only.exposes("python_exec"));

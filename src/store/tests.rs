@@ -319,21 +319,19 @@ fn delete_session_removes_its_cells() {
     assert_eq!(orphans, 0);
 }
 
-/// The config of a store made for /ws/a, then changed behind its back by `sql`.
-fn tampered(dir: &Path, sql: &str) -> StoreConfig {
-    let cfg = config(dir, "/ws/a");
+/// The config of a store made for /ws/a in a new directory, then changed
+/// behind its back by `sql`.
+fn tampered(sql: &str) -> (tempfile::TempDir, StoreConfig) {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), "/ws/a");
     let path = open(&cfg).path().to_path_buf();
     Connection::open(&path).unwrap().execute(sql, []).unwrap();
-    cfg
+    (tmp, cfg)
 }
 
 #[test]
 fn a_newer_schema_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tampered(
-        tmp.path(),
-        "UPDATE meta SET value = 99 WHERE key = 'schema_version'",
-    );
+    let (_tmp, cfg) = tampered("UPDATE meta SET value = 99 WHERE key = 'schema_version'");
     let err = Store::open(&cfg).unwrap_err();
     assert!(
         matches!(err, StoreError::Schema { found: 99, supported } if supported == SUPPORTED_VERSION),
@@ -348,11 +346,7 @@ fn a_newer_schema_is_refused() {
 
 #[test]
 fn a_store_of_another_workspace_is_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let cfg = tampered(
-        tmp.path(),
-        "UPDATE meta SET value = X'2f6f74686572' WHERE key = 'workspace'",
-    );
+    let (_tmp, cfg) = tampered("UPDATE meta SET value = X'2f6f74686572' WHERE key = 'workspace'");
     match Store::open(&cfg).unwrap_err() {
         StoreError::WrongWorkspace {
             stored, expected, ..

@@ -11,25 +11,26 @@ use crate::egress::{EgressConfig, Host, forbidden_ip};
 use crate::metrics::EgressRefusal;
 
 pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
-    if !cfg.allows(host) {
-        return Err(Refusal::forbidden(
+    let (kind, message) = if !cfg.allows(host) {
+        let allowed = cfg.hosts_list();
+        (
             EgressRefusal::Host,
             format!(
-                "ferrepl: egress to {host} is not allowed; allowed: {}; the operator can add hosts with --allow-host-egress",
-                cfg.hosts_list()
+                "ferrepl: egress to {host} is not allowed; allowed: {allowed}; the operator can add hosts with --allow-host-egress"
             ),
-        ));
-    }
-    if !cfg.allows_port(port) {
-        return Err(Refusal::forbidden(
+        )
+    } else if !cfg.allows_port(port) {
+        let allowed = cfg.ports_list();
+        (
             EgressRefusal::Port,
             format!(
-                "ferrepl: egress to {host} port {port} is not allowed; allowed ports: {}",
-                cfg.ports_list()
+                "ferrepl: egress to {host} port {port} is not allowed; allowed ports: {allowed}"
             ),
-        ));
-    }
-    Ok(())
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::forbidden(kind, message))
 }
 
 /// Resolves `host`, refuses it if any address is private (unless the

@@ -137,38 +137,40 @@ fn event_data(event: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// What a fresh scanner says after each chunk.
+    fn scan(chunks: &[&[u8]]) -> Vec<First> {
+        let mut s = EventScanner::default();
+        chunks.iter().map(|chunk| s.feed(chunk)).collect()
+    }
+
+    fn reply(json: &[u8]) -> First {
+        First::Reply(json.to_vec())
+    }
+
     #[test]
     fn a_reply_after_a_priming_event_is_taken_whole() {
-        let mut s = EventScanner::default();
-        assert_eq!(s.feed(b"data: \nid: 0\nretry: 3000\n\n"), First::Pending);
-        assert_eq!(
-            s.feed(b"data: {\"jsonrpc\":\"2.0\",\"id\":7,"),
-            First::Pending
-        );
-        assert_eq!(
-            s.feed(b"\"result\":{}}\nid: 1\n\n"),
-            First::Reply(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}".to_vec())
-        );
+        let chunks: [&[u8]; 3] = [
+            b"data: \nid: 0\nretry: 3000\n\n",
+            b"data: {\"jsonrpc\":\"2.0\",\"id\":7,",
+            b"\"result\":{}}\nid: 1\n\n",
+        ];
+        let want = reply(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
+        assert_eq!(scan(&chunks), [First::Pending, First::Pending, want]);
     }
 
     #[test]
     fn an_event_end_split_across_chunks_is_found() {
-        let mut s = EventScanner::default();
-        assert_eq!(s.feed(b"data: {\"id\":1,\"result\":{}}\n"), First::Pending);
-        assert_eq!(
-            s.feed(b"\n"),
-            First::Reply(b"{\"id\":1,\"result\":{}}".to_vec())
-        );
+        let chunks: [&[u8]; 2] = [b"data: {\"id\":1,\"result\":{}}\n", b"\n"];
+        let want = reply(b"{\"id\":1,\"result\":{}}");
+        assert_eq!(scan(&chunks), [First::Pending, want]);
     }
 
     #[test]
     fn a_notification_first_keeps_the_stream() {
-        let mut s = EventScanner::default();
         let progress =
             b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n";
-        assert_eq!(s.feed(progress), First::Other);
-        let mut s = EventScanner::default();
-        assert_eq!(s.feed(b"data: not json\n\n"), First::Other);
+        assert_eq!(scan(&[progress]), [First::Other]);
+        assert_eq!(scan(&[b"data: not json\n\n"]), [First::Other]);
     }
 
     #[test]
