@@ -89,6 +89,14 @@ async fn read_all(s: &mut TcpStream) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// An echo server and a proxy that allows its port, configured by `adjust`.
+async fn echo_behind_proxy(adjust: impl FnOnce(&mut EgressConfig)) -> (u16, Proxy) {
+    let echo = start_echo().await;
+    let mut cfg = test_cfg(vec![echo]);
+    adjust(&mut cfg);
+    (echo, start_proxy(cfg).await)
+}
+
 /// Sends `request` and returns the whole answer.
 async fn exchange(proxy: &Proxy, request: &[u8]) -> String {
     let mut s = TcpStream::connect(proxy.addr).await.unwrap();
@@ -103,6 +111,15 @@ async fn refused(proxy: &Proxy, line: &str, code: u16, says: &str) -> String {
     assert_eq!(status(&response), code, "{response}");
     assert!(body(&response).contains(says), "{response}");
     response
+}
+
+/// A tunnel to `target` (host:port) through the proxy, established.
+async fn tunnel(proxy: &Proxy, target: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+    let request = format!("CONNECT {target} HTTP/1.1\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    assert_eq!(status(&read_response_head(&mut s).await), 200);
+    s
 }
 
 /// Reads a response head (through the blank line), byte by byte.
@@ -137,8 +154,7 @@ async fn bounded<F: std::future::Future>(f: F) -> F::Output {
 #[tokio::test]
 async fn connect_tunnels_both_ways() {
     bounded(async {
-        let echo = start_echo().await;
-        let proxy = start_proxy(test_cfg(vec![echo])).await;
+        let (echo, proxy) = echo_behind_proxy(|_| {}).await;
         let mut s = TcpStream::connect(proxy.addr).await.unwrap();
         // Bytes sent right behind the head are forwarded too.
         s.write_all(
@@ -166,13 +182,8 @@ async fn connect_tunnels_both_ways() {
 #[tokio::test]
 async fn connect_host_case_and_trailing_dot() {
     bounded(async {
-        let echo = start_echo().await;
-        let proxy = start_proxy(test_cfg(vec![echo])).await;
-        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
-        s.write_all(format!("CONNECT LocalHost.:{echo} HTTP/1.1\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        assert_eq!(status(&read_response_head(&mut s).await), 200);
+        let (echo, proxy) = echo_behind_proxy(|_| {}).await;
+        let mut s = tunnel(&proxy, &format!("LocalHost.:{echo}")).await;
     })
     .await;
 }
@@ -213,12 +224,10 @@ async fn plain_http_is_forwarded_in_origin_form() {
 #[tokio::test]
 async fn plain_http_body_is_forwarded_and_nothing_after_it() {
     bounded(async {
-        let echo = start_echo().await;
         // The request is not half-closed upstream (HTTP servers may take
         // that as an abort), so the echo never ends: the idle timeout does.
-        let mut cfg = test_cfg(vec![echo]);
-        cfg.idle_timeout = Duration::from_millis(500);
-        let proxy = start_proxy(cfg).await;
+        let (echo, proxy) =
+            echo_behind_proxy(|cfg| cfg.idle_timeout = Duration::from_millis(500)).await;
         let mut s = TcpStream::connect(proxy.addr).await.unwrap();
         s.write_all(
             format!(
@@ -274,11 +283,11 @@ async fn port_not_allowed_is_403() {
 #[tokio::test]
 async fn private_destination_is_403() {
     bounded(async {
-        let echo = start_echo().await;
-        let mut cfg = test_cfg(vec![echo]);
-        cfg.allow_private = false;
-        cfg.allowed_hosts.push("127.0.0.1".into());
-        let proxy = start_proxy(cfg).await;
+        let (echo, proxy) = echo_behind_proxy(|cfg| {
+            cfg.allow_private = false;
+            cfg.allowed_hosts.push("127.0.0.1".into());
+        })
+        .await;
         let says = "resolves to a private or loopback address";
         for target in ["localhost", "127.0.0.1"] {
             refused(&proxy, &format!("CONNECT {target}:{echo}"), 403, says).await;
@@ -362,15 +371,9 @@ async fn silent_client_gets_408() {
 #[tokio::test]
 async fn idle_tunnel_is_closed() {
     bounded(async {
-        let echo = start_echo().await;
-        let mut cfg = test_cfg(vec![echo]);
-        cfg.idle_timeout = Duration::from_millis(300);
-        let proxy = start_proxy(cfg).await;
-        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
-        s.write_all(format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        assert_eq!(status(&read_response_head(&mut s).await), 200);
+        let (echo, proxy) =
+            echo_behind_proxy(|cfg| cfg.idle_timeout = Duration::from_millis(300)).await;
+        let mut s = tunnel(&proxy, &format!("localhost:{echo}")).await;
         // Traffic keeps it open past the idle timeout...
         for _ in 0..4 {
             tokio::time::sleep(Duration::from_millis(150)).await;
@@ -416,13 +419,8 @@ async fn over_max_connections_is_503() {
 #[tokio::test]
 async fn large_body_through_tunnel_is_intact() {
     bounded(async {
-        let echo = start_echo().await;
-        let proxy = start_proxy(test_cfg(vec![echo])).await;
-        let mut s = TcpStream::connect(proxy.addr).await.unwrap();
-        s.write_all(format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        assert_eq!(status(&read_response_head(&mut s).await), 200);
+        let (echo, proxy) = echo_behind_proxy(|_| {}).await;
+        let mut s = tunnel(&proxy, &format!("localhost:{echo}")).await;
         let data: Vec<u8> = (0..8 * 1024 * 1024u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
             .collect();

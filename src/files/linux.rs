@@ -456,7 +456,6 @@ pub(super) fn list(
     rel: &str,
     path: &RelPath,
     depth: usize,
-    max_entries: usize,
     out: &mut Listing,
 ) -> Result<(), FileError> {
     let dir = open_beneath(
@@ -470,24 +469,18 @@ pub(super) fn list(
         e => open_error(rel, e),
     })?;
     let shown = out.shown.clone();
-    walk(&dir, &shown, depth, max_entries, out).map_err(|e| FileError::io(rel, e))
+    walk(&dir, &shown, depth, out).map_err(|e| FileError::io(rel, e))
 }
 
 /// Lists `dir` into `out` (`out.truncated` set when a limit stopped it).
-fn walk(
-    dir: &OwnedFd,
-    prefix: &str,
-    depth: usize,
-    max_entries: usize,
-    out: &mut Listing,
-) -> std::io::Result<()> {
+fn walk(dir: &OwnedFd, prefix: &str, depth: usize, out: &mut Listing) -> std::io::Result<()> {
     let (mut names, cut) = DirStream::open(dir)?.names(MAX_DIR_NAMES)?;
     if cut {
         out.truncated = true;
     }
     names.sort();
     for name in names {
-        if out.full(max_entries) {
+        if out.full() {
             return Ok(());
         }
         let Ok(st) = lstat_at(dir.as_fd(), &name) else {
@@ -504,7 +497,7 @@ fn walk(
         // swapped in after the stat is not descended.
         if kind == EntryKind::Dir && depth > 1 {
             if let Ok(child) = open_child_dir(dir.as_fd(), &name) {
-                walk(&child, &shown, depth - 1, max_entries, out)?;
+                walk(&child, &shown, depth - 1, out)?;
             }
             if out.truncated {
                 return Ok(());

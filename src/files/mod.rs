@@ -170,12 +170,14 @@ pub struct Listing {
     pub entries: Vec<ListedEntry>,
     /// True when the listing stopped at a limit.
     pub truncated: bool,
+    /// The most entries it takes.
+    max_entries: usize,
 }
 
 impl Listing {
-    /// Whether `max_entries` are listed already (then marked truncated).
-    fn full(&mut self, max_entries: usize) -> bool {
-        let full = self.entries.len() >= max_entries;
+    /// Whether the most entries are listed already (then marked truncated).
+    fn full(&mut self) -> bool {
+        let full = self.entries.len() >= self.max_entries;
         if full {
             self.truncated = true;
         }
@@ -432,11 +434,12 @@ impl Workspace {
             shown: path.shown(),
             entries: Vec::new(),
             truncated: false,
+            max_entries,
         };
         #[cfg(target_os = "linux")]
-        linux::list(&self.dir, rel, &path, depth, max_entries, &mut listing)?;
+        linux::list(&self.dir, rel, &path, depth, &mut listing)?;
         #[cfg(not(target_os = "linux"))]
-        portable::list(&self.root, rel, &path, depth, max_entries, &mut listing)?;
+        portable::list(&self.root, rel, &path, depth, &mut listing)?;
         Ok(listing)
     }
 

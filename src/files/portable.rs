@@ -165,7 +165,6 @@ pub(super) fn list(
     rel: &str,
     path: &RelPath,
     depth: usize,
-    max_entries: usize,
     out: &mut Listing,
 ) -> Result<(), FileError> {
     let dir = existing(root, rel, path)?;
@@ -173,16 +172,10 @@ pub(super) fn list(
         return Err(FileError::NotDir(rel.to_string()));
     }
     let shown = out.shown.clone();
-    walk(&dir, &shown, depth, max_entries, out).map_err(|e| io(rel, e))
+    walk(&dir, &shown, depth, out).map_err(|e| io(rel, e))
 }
 
-fn walk(
-    dir: &Path,
-    prefix: &str,
-    depth: usize,
-    max_entries: usize,
-    out: &mut Listing,
-) -> std::io::Result<()> {
+fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Listing) -> std::io::Result<()> {
     let mut items = Vec::new();
     for item in std::fs::read_dir(dir)? {
         if items.len() >= MAX_DIR_NAMES {
@@ -195,7 +188,7 @@ fn walk(
     }
     items.sort();
     for name in items {
-        if out.full(max_entries) {
+        if out.full() {
             return Ok(());
         }
         let path = dir.join(&name);
@@ -211,7 +204,7 @@ fn walk(
         };
         let shown = out.add(prefix, &name, kind, meta.is_file().then_some(meta.len()));
         if kind == EntryKind::Dir && depth > 1 {
-            walk(&path, &shown, depth - 1, max_entries, out)?;
+            walk(&path, &shown, depth - 1, out)?;
             if out.truncated {
                 return Ok(());
             }

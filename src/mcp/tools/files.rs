@@ -115,6 +115,7 @@ fn list_result(files: &Workspace, rel: &str, depth: usize) -> ToolResult {
         shown,
         entries,
         truncated,
+        ..
     } = files.list(rel, depth, MAX_ENTRIES)?;
     let entries: Vec<Entry> = entries
         .into_iter()
