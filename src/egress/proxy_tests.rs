@@ -183,7 +183,7 @@ async fn connect_tunnels_both_ways() {
 async fn connect_host_case_and_trailing_dot() {
     bounded(async {
         let (echo, proxy) = echo_behind_proxy(|_| {}).await;
-        let mut s = tunnel(&proxy, &format!("LocalHost.:{echo}")).await;
+        tunnel(&proxy, &format!("LocalHost.:{echo}")).await;
     })
     .await;
 }

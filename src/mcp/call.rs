@@ -1,9 +1,10 @@
 //! What a tool call takes from its request besides the arguments: the
-//! language of the tool it called, and for long calls the client's progress
-//! token and its cancellation. Tools name them as arguments; rmcp fills
-//! them in.
+//! language of the tool it called (a body shared by `python_x` and its R
+//! twin `r_x` serves the one it was called by), the client's progress token
+//! and its cancellation. Tools name it as one argument (`call: Call`); rmcp
+//! fills it in.
 
-use rmcp::handler::server::common::{AsRequestContext, FromContextPart};
+use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
@@ -11,29 +12,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::worker::Language;
 
-/// The language of the tool called: a body shared by `python_x` and its R
-/// twin `r_x` serves the one it was called by.
-pub(crate) struct ToolLanguage(pub Language);
-
-impl<S> FromContextPart<ToolCallContext<'_, S>> for ToolLanguage {
-    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, McpError> {
-        Ok(Self(crate::mcp::groups::language_of(&context.name)))
-    }
-}
-
 /// How often a call that runs long reports progress.
 pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) struct Call {
+    language: Language,
     progress: Option<ProgressToken>,
     peer: Peer<RoleServer>,
     ct: CancellationToken,
 }
 
-impl<C: AsRequestContext> FromContextPart<C> for Call {
-    fn from_context_part(context: &mut C) -> Result<Self, McpError> {
-        let request = context.as_request_context();
+impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, McpError> {
+        let request = &context.request_context;
         Ok(Self {
+            language: crate::mcp::groups::language_of(&context.name),
             progress: request.meta.get_progress_token(),
             peer: request.peer.clone(),
             ct: request.ct.clone(),
@@ -42,6 +35,10 @@ impl<C: AsRequestContext> FromContextPart<C> for Call {
 }
 
 impl Call {
+    pub(crate) fn language(&self) -> Language {
+        self.language
+    }
+
     /// A ticker for progress reports: it never fires when the client asked
     /// for none (a select arm guarded by [`Call::wants_progress`]).
     pub(crate) fn ticker(&self) -> tokio::time::Interval {

@@ -4,7 +4,7 @@
 use rmcp::model::{CallToolResult, ContentBlock as Content};
 use serde::Serialize;
 
-use crate::mcp::results::CellOutput;
+use crate::mcp::surface::CellOutput;
 use crate::output::text::clean;
 use crate::session::report::{CellReport, CellStatus};
 

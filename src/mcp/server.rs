@@ -18,6 +18,7 @@ use super::error::{ToolError, ToolResult};
 use super::groups::ToolGroups;
 use super::render;
 use super::schema;
+use super::surface;
 use crate::jobs::JobManager;
 use crate::session::report::CellReport;
 use crate::session::{SessionError, SessionManager};
@@ -135,6 +136,10 @@ impl FerreplServer {
                 }
             }
             tool.input_schema = Arc::new(input);
+            if let Some((description, annotations)) = surface::docs_of(&tool.name) {
+                tool.description = Some(description.into());
+                tool.annotations = Some(annotations);
+            }
             tool.output_schema = match (structured, tool.output_schema.take()) {
                 (true, Some(out)) => {
                     let mut out = (*out).clone();

@@ -1,8 +1,8 @@
 //! python_output: windows and searches over a cell's full output.
 
 use super::args::index;
-use crate::mcp::params::WindowParams;
-use crate::mcp::results::OutputWindow;
+use crate::mcp::surface::OutputWindow;
+use crate::mcp::surface::WindowParams;
 use crate::output::text::clean;
 
 /// Default and largest window, in characters (or lines with `lines: true`).

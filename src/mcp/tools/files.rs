@@ -11,10 +11,10 @@ use rmcp::{tool, tool_router};
 use crate::files::{FileData, Listing, Workspace, mime_for};
 use crate::mcp::args::Parameters;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{DeleteParams, ListParams, ReadParams, WriteParams};
 use crate::mcp::render;
-use crate::mcp::results::{ChangeOutput, Entry, ListOutput, ReadOutput};
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{ChangeOutput, Entry, ListOutput, ReadOutput};
+use crate::mcp::surface::{DeleteParams, ListParams, ReadParams, WriteParams};
 
 const MAX_ENTRIES: usize = 2000;
 const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
@@ -31,11 +31,7 @@ async fn blocking(what: &str, op: impl FnOnce() -> ToolResult + Send + 'static) 
 
 #[tool_router(router = file_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "List a workspace directory as a tree with sizes. Paths in all file tools are relative to the workspace.",
-        output_schema = schema_for_output::<ListOutput>(),
-        annotations(title = "List files", read_only_hint = true)
-    )]
+    #[tool(output_schema = schema_for_output::<ListOutput>())]
     async fn file_list(&self, Parameters(p): Parameters<ListParams>) -> ToolResult {
         let rel = p.path.unwrap_or_else(|| ".".into());
         let depth = p.depth.unwrap_or(2).clamp(1, 8);
@@ -43,21 +39,13 @@ impl FerreplServer {
         blocking("file_list", move || list_result(&files, &rel, depth)).await
     }
 
-    #[tool(
-        description = "Read a workspace file: a range of lines of text, or a binary file as a resource with its MIME type.",
-        output_schema = schema_for_output::<ReadOutput>(),
-        annotations(title = "Read a file", read_only_hint = true)
-    )]
+    #[tool(output_schema = schema_for_output::<ReadOutput>())]
     async fn file_read(&self, Parameters(p): Parameters<ReadParams>) -> ToolResult {
         let files = self.files.clone();
         blocking("file_read", move || read_result(&files, &p)).await
     }
 
-    #[tool(
-        description = "Write (or append to) a workspace file; parent directories are created.",
-        output_schema = schema_for_output::<ChangeOutput>(),
-        annotations(title = "Write a file", open_world_hint = false)
-    )]
+    #[tool(output_schema = schema_for_output::<ChangeOutput>())]
     async fn file_write(&self, Parameters(p): Parameters<WriteParams>) -> ToolResult {
         let data = match (&p.text, &p.base64) {
             (Some(t), None) => t.clone().into_bytes(),
@@ -86,11 +74,7 @@ impl FerreplServer {
         .await
     }
 
-    #[tool(
-        description = "Delete a workspace file or directory.",
-        output_schema = schema_for_output::<ChangeOutput>(),
-        annotations(title = "Delete a file", idempotent_hint = true, open_world_hint = false)
-    )]
+    #[tool(output_schema = schema_for_output::<ChangeOutput>())]
     async fn file_delete(&self, Parameters(p): Parameters<DeleteParams>) -> ToolResult {
         // A symlink is removed itself, never what it points to.
         let files = self.files.clone();

@@ -6,26 +6,22 @@ use rmcp::{tool, tool_router};
 use serde_json::Value;
 
 use crate::mcp::args::Parameters;
-use crate::mcp::call::{Call, ToolLanguage};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{
-    CompleteParams, ExportParams, HistoryParams, NamespaceAction, NamespaceParams, RunFileParams,
-};
 use crate::mcp::render;
-use crate::mcp::results::{
+use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{
     CellOutput, CompleteOutput, ExportOutput, HistoryOutput, NamespaceOutput,
 };
-use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{
+    CompleteParams, ExportParams, HistoryParams, NamespaceAction, NamespaceParams, RunFileParams,
+};
 use crate::session::CellSource;
 use crate::worker::Language;
 
 #[tool_router(router = more_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "The cells a session ran: code, status, time, the start of their output, and their parents (branches).",
-        output_schema = schema_for_output::<HistoryOutput>(),
-        annotations(title = "Cell history", read_only_hint = true)
-    )]
+    #[tool(output_schema = schema_for_output::<HistoryOutput>())]
     async fn python_history(&self, Parameters(p): Parameters<HistoryParams>) -> ToolResult {
         let session = self.session_name(&p.session);
         let cells = self.manager.history(&session, p.last)?;
@@ -79,12 +75,7 @@ impl FerreplServer {
         Ok(render::structured(text, &out))
     }
 
-    #[tool(
-        description = "Write a session's branch (its cells that ran ok, root to cell) to a workspace file: a \
-notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\": \"ipynb\"}",
-        output_schema = schema_for_output::<ExportOutput>(),
-        annotations(title = "Export cells", destructive_hint = false, open_world_hint = false)
-    )]
+    #[tool(output_schema = schema_for_output::<ExportOutput>())]
     async fn python_export(&self, Parameters(p): Parameters<ExportParams>) -> ToolResult {
         let session = self.session_name(&p.session);
         let export = self.manager.export(&session, p.cell, p.format)?;
@@ -117,16 +108,9 @@ notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\":
         Ok(render::structured(message, &out))
     }
 
-    #[tool(
-        description = "Run a script in a session as __main__ with sys.argv [path, *args]; its globals stay. Like python_exec.",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Run a script")
-    )]
-    async fn python_run_file(
-        &self,
-        Parameters(p): Parameters<RunFileParams>,
-        call: Call,
-    ) -> ToolResult {
+    #[tool(output_schema = schema_for_output::<CellOutput>())]
+    async fn python_run_file(&self, args: Parameters<RunFileParams>, call: Call) -> ToolResult {
+        let p = args.0;
         let args = p.args.unwrap_or_default();
         let source = CellSource::File {
             path: p.path.as_str(),
@@ -136,25 +120,12 @@ notebook with outputs, or a script. Example: {\"path\": \"a.ipynb\", \"format\":
             .await
     }
 
-    #[tool(
-        description = "Completions at the cursor from the session's live objects. Example: {\"code\": \"df.gro\"}",
-        output_schema = schema_for_output::<CompleteOutput>(),
-        annotations(title = "Complete code", read_only_hint = true)
-    )]
-    async fn python_complete(
-        &self,
-        ToolLanguage(lang): ToolLanguage,
-        Parameters(p): Parameters<CompleteParams>,
-    ) -> ToolResult {
-        self.complete_code(lang, p).await
+    #[tool(output_schema = schema_for_output::<CompleteOutput>())]
+    async fn python_complete(&self, args: Parameters<CompleteParams>, call: Call) -> ToolResult {
+        self.complete_code(call.language(), args.0).await
     }
 
-    #[tool(
-        description = "Set a variable from JSON, delete some, or clear all, without running code. \
-Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}",
-        output_schema = schema_for_output::<NamespaceOutput>(),
-        annotations(title = "Edit variables", idempotent_hint = true, open_world_hint = false)
-    )]
+    #[tool(output_schema = schema_for_output::<NamespaceOutput>())]
     async fn python_namespace(&self, Parameters(p): Parameters<NamespaceParams>) -> ToolResult {
         let session = self.session_in(&p.session, Language::Python)?;
         let mut args = serde_json::Map::new();

@@ -11,9 +11,9 @@ use crate::jobs::{Job, JobSpec, JobStatus};
 use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::InstallParams;
-use crate::mcp::results::JobOutput;
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::InstallParams;
+use crate::mcp::surface::JobOutput;
 
 /// Puts a line before a result's text.
 pub(super) fn prepend(result: &mut CallToolResult, line: &str) {
@@ -58,17 +58,9 @@ fn would_build(spec: &str, workdir: &std::path::Path) -> bool {
 
 #[tool_router(router = packages_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "Install packages into the session's venv (uv or pip); they import at once, no restart. \
-After 'running', call it again to keep waiting. Example: {\"packages\": [\"pandas\", \"numpy>=2\"]}",
-        output_schema = schema_for_output::<JobOutput>(),
-        annotations(title = "Install packages", destructive_hint = false, idempotent_hint = true)
-    )]
-    async fn python_install(
-        &self,
-        Parameters(p): Parameters<InstallParams>,
-        call: Call,
-    ) -> ToolResult {
+    #[tool(output_schema = schema_for_output::<JobOutput>())]
+    async fn python_install(&self, args: Parameters<InstallParams>, call: Call) -> ToolResult {
+        let p = args.0;
         let session = self.session_in(&p.session, crate::worker::Language::Python)?;
         let wait = self.manager.wait_window(secs(p.wait_s));
         if let Some((job, running)) = self.jobs.running_install(&session) {

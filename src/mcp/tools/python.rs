@@ -7,29 +7,20 @@ use rmcp::{tool, tool_router};
 use serde_json::Value;
 
 use crate::mcp::args::{Parameters, secs};
-use crate::mcp::call::{Call, ToolLanguage};
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{ExecParams, InspectParams, OutputParams, WaitParams};
 use crate::mcp::render;
-use crate::mcp::results::{CellOutput, InspectOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{CellOutput, InspectOutput, OutputWindow};
+use crate::mcp::surface::{ExecParams, InspectParams, OutputParams, WaitParams};
 use crate::mcp::window;
 use crate::worker::Language;
 
 #[tool_router(router = python_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "Run Python code in a persistent session. Returns the output (stdout and stderr, subprocesses included), \
-the last expression's repr, and the traceback if it raised. Example: {\"code\": \"import math\\nmath.pi * 2\"}",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Run Python")
-    )]
-    async fn python_exec(
-        &self,
-        ToolLanguage(lang): ToolLanguage,
-        Parameters(p): Parameters<ExecParams>,
-        call: Call,
-    ) -> ToolResult {
+    #[tool(output_schema = schema_for_output::<CellOutput>())]
+    async fn python_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
+        let lang = call.language();
         if lang == Language::R && p.code.contains('\0') {
             return Err(ToolError::new(
                 "code contains a NUL character, which R cannot hold; remove it",
@@ -40,55 +31,29 @@ the last expression's repr, and the traceback if it raised. Example: {\"code\": 
             .await
     }
 
-    #[tool(
-        description = "Follow a cell that returned 'running' or 'waiting_input': its new output once it finishes, asks \
-for input or wait_s passes. Repeats the last result if that was lost.",
-        output_schema = schema_for_output::<CellOutput>(),
-        annotations(title = "Wait for a cell", destructive_hint = false, open_world_hint = false)
-    )]
-    async fn python_wait(
-        &self,
-        ToolLanguage(lang): ToolLanguage,
-        Parameters(p): Parameters<WaitParams>,
-        call: Call,
-    ) -> ToolResult {
-        self.wait_cell(lang, p, call).await
+    #[tool(output_schema = schema_for_output::<CellOutput>())]
+    async fn python_wait(&self, Parameters(p): Parameters<WaitParams>, call: Call) -> ToolResult {
+        self.wait_cell(p, call).await
     }
 
-    #[tool(
-        description = "Read a cell's full output (long results keep only head and tail): a window, or the lines matching \
-grep with context. Example: {\"cell\": 7, \"grep\": \"Error\"}",
-        output_schema = schema_for_output::<OutputWindow>(),
-        annotations(title = "Read cell output", read_only_hint = true)
-    )]
-    async fn python_output(
-        &self,
-        ToolLanguage(lang): ToolLanguage,
-        Parameters(p): Parameters<OutputParams>,
-    ) -> ToolResult {
-        self.read_output(lang, p)
+    #[tool(output_schema = schema_for_output::<OutputWindow>())]
+    async fn python_output(&self, args: Parameters<OutputParams>, call: Call) -> ToolResult {
+        self.read_output(call.language(), args.0)
     }
 
-    #[tool(
-        description = "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs.",
-        output_schema = schema_for_output::<InspectOutput>(),
-        annotations(title = "Inspect variables", read_only_hint = true)
-    )]
-    async fn python_inspect(
-        &self,
-        ToolLanguage(lang): ToolLanguage,
-        Parameters(p): Parameters<InspectParams>,
-    ) -> ToolResult {
-        self.inspect_objects(lang, &p.session, p.name.as_deref())
+    #[tool(output_schema = schema_for_output::<InspectOutput>())]
+    async fn python_inspect(&self, args: Parameters<InspectParams>, call: Call) -> ToolResult {
+        let p = args.0;
+        self.inspect_objects(call.language(), &p.session, p.name.as_deref())
             .await
     }
 }
 
 /// The bodies of the core tools, shared by every language's tools.
 impl FerreplServer {
-    pub(crate) async fn wait_cell(&self, lang: Language, p: WaitParams, call: Call) -> ToolResult {
+    pub(crate) async fn wait_cell(&self, p: WaitParams, call: Call) -> ToolResult {
         let wait = self.manager.wait_window(secs(p.wait_s));
-        let session = self.session_in(&p.session, lang)?;
+        let session = self.session_in(&p.session, call.language())?;
         let interrupt = p.interrupt.unwrap_or(false);
         let eof = p.eof.unwrap_or(false);
         if interrupt && (p.input.is_some() || eof) {

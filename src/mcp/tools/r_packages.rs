@@ -10,20 +10,16 @@ use crate::jobs::JobSpec;
 use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::RInstallParams;
-use crate::mcp::results::JobOutput;
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::JobOutput;
+use crate::mcp::surface::RInstallParams;
 use crate::worker::{Language, r};
 
 const R_INSTALL_HINT: &str = "call r_install again for this session to keep waiting for it.";
 
 #[tool_router(router = r_packages_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "Install R packages into the workspace's library; library() finds them at once.",
-        output_schema = schema_for_output::<JobOutput>(),
-        annotations(title = "Install R packages", destructive_hint = false, idempotent_hint = true)
-    )]
+    #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn r_install(&self, Parameters(p): Parameters<RInstallParams>, call: Call) -> ToolResult {
         let session = self.session_in(&p.session, Language::R)?;
         let wait = self.manager.wait_window(secs(p.wait_s));

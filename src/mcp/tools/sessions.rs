@@ -8,21 +8,15 @@ use serde_json::Value;
 
 use crate::mcp::args::Parameters;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{SessionAction, SessionsParams};
 use crate::mcp::render;
-use crate::mcp::results::{SessionsOutput, StatusOutput};
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{SessionAction, SessionsParams};
+use crate::mcp::surface::{SessionsOutput, StatusOutput};
 use crate::session::{SessionInfo, SessionOptions};
 
 #[tool_router(router = sessions_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh \
-interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant'): first use or \
-restore (also after a crash) re-runs their cells, side effects too. Example: {\"action\": \"reset\", \"session\": \"ml\"}",
-        output_schema = schema_for_output::<SessionsOutput>(),
-        annotations(title = "Sessions", open_world_hint = false)
-    )]
+    #[tool(output_schema = schema_for_output::<SessionsOutput>())]
     async fn python_sessions(&self, Parameters(p): Parameters<SessionsParams>) -> ToolResult {
         let action = p.action.unwrap_or(SessionAction::List);
         let named = p.session.as_deref().filter(|s| !s.is_empty());

@@ -11,10 +11,10 @@ use crate::jobs::{Job, JobInfo, JobReport, JobSpec, JobStatus, parse_signal};
 use crate::mcp::args::{Parameters, secs};
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
-use crate::mcp::params::{ShellExecParams, ShellOutputParams, ShellWaitParams};
 use crate::mcp::render;
-use crate::mcp::results::{JobOutput, JobsOutput, OutputWindow};
 use crate::mcp::server::FerreplServer;
+use crate::mcp::surface::{JobOutput, JobsOutput, OutputWindow};
+use crate::mcp::surface::{ShellExecParams, ShellOutputParams, ShellWaitParams};
 use crate::mcp::window;
 use crate::output::text::clean;
 
@@ -67,17 +67,9 @@ pub(crate) fn job_result(r: &JobReport, hint: &str) -> CallToolResult {
 
 #[tool_router(router = shell_router, vis = "pub(crate)")]
 impl FerreplServer {
-    #[tool(
-        description = "Run a shell command (sh -c) as a job; returns when it exits or, still running, after wait_s. \
-Example: {\"command\": \"pytest -x -q\"}",
-        output_schema = schema_for_output::<JobOutput>(),
-        annotations(title = "Run a shell command")
-    )]
-    async fn shell_exec(
-        &self,
-        Parameters(p): Parameters<ShellExecParams>,
-        call: Call,
-    ) -> ToolResult {
+    #[tool(output_schema = schema_for_output::<JobOutput>())]
+    async fn shell_exec(&self, args: Parameters<ShellExecParams>, call: Call) -> ToolResult {
+        let p = args.0;
         let spec = JobSpec {
             command: p.command,
             cwd: p.cwd.map(Into::into),
@@ -94,15 +86,9 @@ Example: {\"command\": \"pytest -x -q\"}",
         Ok(job_result(&report, SHELL_HINT))
     }
 
-    #[tool(
-        description = "Follow a job: its new output once it exits or wait_s passes; first types input or sends a signal if given.",
-        annotations(title = "Wait for a job", open_world_hint = false)
-    )]
-    async fn shell_wait(
-        &self,
-        Parameters(p): Parameters<ShellWaitParams>,
-        call: Call,
-    ) -> ToolResult {
+    #[tool]
+    async fn shell_wait(&self, args: Parameters<ShellWaitParams>, call: Call) -> ToolResult {
+        let p = args.0;
         let Some(id) = p.job else {
             if p.input.is_some() || p.eof.is_some() || p.signal.is_some() {
                 return Err(ToolError::new(
@@ -133,11 +119,7 @@ Example: {\"command\": \"pytest -x -q\"}",
         Ok(job_result(&report, SHELL_HINT))
     }
 
-    #[tool(
-        description = "Read a job's full output, like python_output.",
-        output_schema = schema_for_output::<OutputWindow>(),
-        annotations(title = "Read job output", read_only_hint = true)
-    )]
+    #[tool(output_schema = schema_for_output::<OutputWindow>())]
     async fn shell_output(&self, Parameters(p): Parameters<ShellOutputParams>) -> ToolResult {
         let (job, bytes, dropped, running) = self.jobs.output(&p.job)?;
         let source = window::Source {
