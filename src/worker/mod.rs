@@ -6,6 +6,7 @@
 //! held back until the fence markers for them have come through both pipes,
 //! so output is never attributed to the wrong cell (see docs/protocol.md).
 
+mod channel;
 mod events;
 mod language;
 pub mod protocol;
@@ -19,19 +20,18 @@ pub use language::Language;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::hash::{BuildHasher, Hasher};
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::output::{self, Capture, Stream};
 pub use crate::process::ExitInfo;
 use crate::process::{self, Launch, Process, Stdio};
+use channel::Channel;
 use protocol::Request;
 
 /// The driver, the Python package in `python/` (see its `__init__.py`), sent
@@ -300,42 +300,6 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     tokio::spawn(readers::read_control(channel.reader, worker.clone()));
     tokio::spawn(readers::watch_exit(spawned.child, worker.clone()));
     Ok(worker)
-}
-
-/// The server's ends of a worker's control channel, and the child's.
-struct Channel {
-    reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
-    child: Vec<OwnedFd>,
-}
-
-impl Channel {
-    /// Python: one socket (fd 3) both ways. R: base R cannot open a socket
-    /// it inherited but can open a pipe through /dev/fd, so requests come
-    /// on a pipe at fd 3 and events leave on a pipe at fd 4.
-    fn new(language: Language) -> std::io::Result<Channel> {
-        match language {
-            Language::Python => {
-                let (parent, child) = std::os::unix::net::UnixStream::pair()?;
-                parent.set_nonblocking(true)?;
-                let (read, write) = UnixStream::from_std(parent)?.into_split();
-                Ok(Channel {
-                    reader: Box::new(read),
-                    writer: Box::new(write),
-                    child: vec![OwnedFd::from(child)],
-                })
-            }
-            Language::R => {
-                let (req_write, req_read) = tokio::net::unix::pipe::pipe()?;
-                let (ev_write, ev_read) = tokio::net::unix::pipe::pipe()?;
-                Ok(Channel {
-                    reader: Box::new(ev_read),
-                    writer: Box::new(req_write),
-                    child: vec![req_read.into_blocking_fd()?, ev_write.into_blocking_fd()?],
-                })
-            }
-        }
-    }
 }
 
 /// The driver's settings, then the session's own variables.
