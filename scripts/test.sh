@@ -6,14 +6,18 @@ cd "$(dirname "$0")/.."
 
 ENV_DIR="$(bash scripts/test-env.sh)"
 
-echo "== format and lint" >&2
+# Each stage's header says when it starts (seconds since the script began),
+# so a slow stage shows in the log.
+stage() { echo "== [${SECONDS}s] $*" >&2; }
+
+stage "format and lint"
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 "$ENV_DIR/venv/bin/python" -m pyflakes src/worker/python
-echo "== macOS: the crate still compiles there (Linux-only code behind cfg)" >&2
+stage "macOS: the crate still compiles there (Linux-only code behind cfg)"
 bash scripts/macos-check.sh
 
-echo "== build" >&2
+stage "build"
 cargo build --quiet
 export FERREPL_BIN="$PWD/target/debug/ferrepl"
 
@@ -21,34 +25,34 @@ export FERREPL_BIN="$PWD/target/debug/ferrepl"
 # (the client-timeout case): run them beside everything else. Their output
 # goes to a file shown at the end; a failure fails the script.
 ts_log="$(mktemp)"
-echo "== interop tests (official TypeScript SDK, Inspector CLI), in the background" >&2
+stage "interop tests (official TypeScript SDK, Inspector CLI), in the background"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
 ts_pid=$!
 trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"' EXIT
 
-echo "== R driver scenarios (a real R behind the worker's pipes)" >&2
+stage "R driver scenarios (a real R behind the worker's pipes)"
 python3 scripts/r-driver-harness.py
 
-echo "== rust unit and integration tests (rmcp client, stdio and HTTP)" >&2
+stage "rust unit and integration tests (rmcp client, stdio and HTTP)"
 cargo test --quiet
 bash scripts/escape-unprivileged.sh
 
-echo "== interop tests (official Python SDK)" >&2
+stage "interop tests (official Python SDK)"
 FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
 
-echo "== deployment: manifests, nginx config, the pod's security context emulated" >&2
+stage "deployment: manifests, nginx config, the pod's security context emulated"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/deploy-check.sh
 
-echo "== three instances behind nginx: tenants, SIGKILL, restart, drain (scripts/cluster-sim.py)" >&2
+stage "three instances behind nginx: tenants, SIGKILL, restart, drain (scripts/cluster-sim.py)"
 python3 scripts/cluster-sim.py
 
-echo "== MCP conformance suite (HTTP)" >&2
+stage "MCP conformance suite (HTTP)"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
 
-echo "== the Python wheel: built, installed with pip and run by uvx" >&2
+stage "the Python wheel: built, installed with pip and run by uvx"
 bash scripts/wheel-check.sh "$ENV_DIR"
 
-echo "== interop tests (official TypeScript SDK, Inspector CLI): results" >&2
+stage "interop tests (official TypeScript SDK, Inspector CLI): results"
 ts_status=0
 wait "$ts_pid" || ts_status=$?
 cat "$ts_log"
@@ -56,3 +60,4 @@ if (( ts_status != 0 )); then
     echo "TypeScript interop tests failed (exit $ts_status)" >&2
     exit "$ts_status"
 fi
+stage "done"
