@@ -43,7 +43,8 @@ impl JobManager {
                     continue;
                 }
                 let _ = tokio::task::spawn_blocking(move || {
-                    let snap = crate::sandbox::watch::Snapshot::take();
+                    let roots: Vec<u32> = running.iter().map(|j| j.root_pid()).collect();
+                    let snap = crate::sandbox::watch::Snapshot::of_trees(&roots);
                     for job in running {
                         let (mut rss, count) = snap.usage(job.root_pid());
                         if memory.is_some_and(|limit| rss > limit) {

@@ -11,39 +11,67 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut out = Vec::new();
     let mut buf = [0u8; 1024];
-    for entry in dir.filter_map(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // One read into a fixed buffer (a stat line is a few hundred bytes):
-        // this runs for every process ten times a second.
-        let Some(stat) = read_small(&format!("/proc/{pid}/stat"), &mut buf) else {
-            continue;
-        };
-        // The command name is the process's to choose (spaces, parentheses,
-        // bytes that are not UTF-8): parse only what follows the last ')'.
-        let Some(rest) = stat
-            .iter()
-            .rposition(|&b| b == b')')
-            .and_then(|i| std::str::from_utf8(&stat[i + 1..]).ok())
-        else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // fields[0] = state, [1] = ppid, ..., [21] = rss (pages)
-        let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let rss = fields.get(21).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let zombie = fields.first() == Some(&"Z");
-        out.push((pid, ppid, if zombie { 0 } else { rss }, zombie));
-    }
-    out
+    dir.filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let (ppid, pages, zombie) = stat_of(pid, &mut buf)?;
+            Some((pid, ppid, pages, zombie))
+        })
+        .collect()
 }
+
+/// (ppid, rss pages, zombie) of one process, from /proc/PID/stat.
+fn stat_of(pid: u32, buf: &mut [u8]) -> Option<(u32, u64, bool)> {
+    // One read into a fixed buffer (a stat line is a few hundred bytes):
+    // this runs for every watched process ten times a second.
+    let stat = read_small(&format!("/proc/{pid}/stat"), buf)?;
+    // The command name is the process's to choose (spaces, parentheses,
+    // bytes that are not UTF-8): parse only what follows the last ')'.
+    let rest = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .and_then(|i| std::str::from_utf8(&stat[i + 1..]).ok())?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] = state, [1] = ppid, ..., [21] = rss (pages)
+    let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let rss = fields.get(21).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let zombie = fields.first() == Some(&"Z");
+    Some((ppid, if zombie { 0 } else { rss }, zombie))
+}
+
+/// The children of every thread of `pid` (a child belongs to the thread that
+/// forked it); None when the kernel has no `children` files
+/// (CONFIG_PROC_CHILDREN) or the process is gone.
+fn children_of(pid: u32, buf: &mut [u8]) -> Option<Vec<u32>> {
+    let mut kids = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Some(tid) = task
+            .ok()
+            .and_then(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some(list) = read_small(&format!("/proc/{pid}/task/{tid}/children"), buf) else {
+            // A thread that ended since the listing has no file; a kernel
+            // without the files has none for any thread.
+            if tid == pid {
+                return None;
+            }
+            continue;
+        };
+        let list = std::str::from_utf8(list).ok()?;
+        kids.extend(
+            list.split_whitespace()
+                .filter_map(|k| k.parse::<u32>().ok()),
+        );
+    }
+    Some(kids)
+}
+
+/// Most processes a walk of the watched trees visits: past it a tree is
+/// over any process limit anyway.
+const MAX_WALK: usize = 65_536;
 
 /// A small /proc file, read with one read(2) into `buf`.
 fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
@@ -105,6 +133,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The whole process table (one read of /proc/PID/stat per process).
     pub fn take() -> Self {
         let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         let mut rss = HashMap::new();
@@ -120,6 +149,43 @@ impl Snapshot {
             rss,
             page: page_size(),
         }
+    }
+
+    /// The trees below `roots` only, walked down through each thread's
+    /// `children` file: the cost follows the trees' size, not the number of
+    /// processes on the machine. A child listed late (forked during the walk)
+    /// is seen on the next look. Without the `children` files (or for a root
+    /// that is gone), the whole table.
+    pub fn of_trees(roots: &[u32]) -> Self {
+        let mut buf = [0u8; 4096];
+        let mut snap = Self {
+            children: HashMap::new(),
+            rss: HashMap::new(),
+            page: page_size(),
+        };
+        let mut queue: Vec<(u32, Option<u32>)> = roots.iter().map(|r| (*r, None)).collect();
+        let mut visited = 0usize;
+        while let Some((pid, parent)) = queue.pop() {
+            if snap.rss.contains_key(&pid) || visited >= MAX_WALK {
+                continue;
+            }
+            visited += 1;
+            let Some((_, pages, zombie)) = stat_of(pid, &mut buf) else {
+                continue;
+            };
+            if zombie {
+                continue;
+            }
+            let Some(kids) = children_of(pid, &mut buf) else {
+                return Self::take();
+            };
+            snap.rss.insert(pid, pages);
+            if let Some(parent) = parent {
+                snap.children.entry(parent).or_default().push((pid, pages));
+            }
+            queue.extend(kids.into_iter().map(|kid| (kid, Some(pid))));
+        }
+        snap
     }
 
     /// `root` (if alive) and its live descendants, with RSS in bytes.
@@ -257,5 +323,44 @@ mod breach_tests {
         let (_, procs) = limit_breach(1, 65, None, 64).unwrap();
         assert!(procs.contains("--max-processes"), "{procs}");
         assert!(limit_breach(u64::MAX, 1, None, 64).is_none());
+    }
+}
+
+#[cfg(test)]
+mod tree_tests {
+    use super::Snapshot;
+
+    #[test]
+    fn a_walk_of_the_tree_finds_what_the_whole_table_finds() {
+        // sh with two sleeping children (and what they may fork).
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let root = child.id();
+        let pids = |snap: &Snapshot| {
+            let mut t: Vec<u32> = snap.tree(root).iter().map(|(p, _)| *p).collect();
+            t.sort();
+            t
+        };
+        // Both sleeps are forked once sh reaches `wait`: look until they are.
+        let mut walked = Vec::new();
+        for _ in 0..500 {
+            walked = pids(&Snapshot::of_trees(&[root]));
+            if walked.len() == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let whole = pids(&Snapshot::take());
+        // The sleeps first, while they are still sh's children.
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root.to_string()])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(walked.len(), 3, "{walked:?}");
+        assert_eq!(walked, whole);
+        assert!(Snapshot::of_trees(&[u32::MAX]).tree(u32::MAX).is_empty());
     }
 }

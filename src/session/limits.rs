@@ -48,7 +48,8 @@ impl SessionManager {
                 }
                 let sandbox = sandbox.clone();
                 let shed = tokio::task::spawn_blocking(move || {
-                    let snap = crate::sandbox::watch::Snapshot::take();
+                    let roots: Vec<u32> = workers.iter().map(|(_, w)| w.root_pid()).collect();
+                    let snap = crate::sandbox::watch::Snapshot::of_trees(&roots);
                     let mut shed = Vec::new();
                     for (name, w) in workers {
                         let (rss, count) = if w.has_copies() {

@@ -305,7 +305,11 @@ impl SessionManager {
     pub fn list(&self) -> Vec<SessionInfo> {
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         // One look at /proc for every session's memory.
-        let snap = crate::sandbox::watch::Snapshot::take();
+        let roots: Vec<u32> = sessions
+            .iter()
+            .filter_map(|s| s.lock().worker.as_ref().map(|w| w.root_pid()))
+            .collect();
+        let snap = crate::sandbox::watch::Snapshot::of_trees(&roots);
         sessions
             .iter()
             .map(|sess| {
