@@ -10,23 +10,30 @@ use super::Language;
 pub(super) struct Channel {
     pub(super) reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
     pub(super) writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+    /// Python's side socket: requests answered while a cell runs.
+    pub(super) side: Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>,
     pub(super) child: Vec<OwnedFd>,
 }
 
 impl Channel {
-    /// Python: one socket (fd 3) both ways. R: base R cannot open a socket
-    /// it inherited but can open a pipe through /dev/fd, so requests come
-    /// on a pipe at fd 3 and events leave on a pipe at fd 4.
+    /// Python: a socket at fd 3 both ways (cells and checkpoints in, every
+    /// event out), read by the driver's main thread between cells, so a cell
+    /// starts without a handoff between threads; and a side socket at fd 4
+    /// for what its control thread answers while a cell runs (input,
+    /// inspect, completion). R: base R cannot open a socket it inherited but
+    /// can open a pipe through /dev/fd, so requests come on a pipe at fd 3
+    /// and events leave on a pipe at fd 4.
     pub(super) fn new(language: Language) -> std::io::Result<Channel> {
         match language {
             Language::Python => {
-                let (parent, child) = std::os::unix::net::UnixStream::pair()?;
-                parent.set_nonblocking(true)?;
-                let (read, write) = UnixStream::from_std(parent)?.into_split();
+                let (parent, child) = socket_pair()?;
+                let (read, write) = parent.into_split();
+                let (side, side_child) = socket_pair()?;
                 Ok(Channel {
                     reader: Box::new(read),
                     writer: Box::new(write),
-                    child: vec![OwnedFd::from(child)],
+                    side: Some(Box::new(side)),
+                    child: vec![child, side_child],
                 })
             }
             Language::R => {
@@ -35,9 +42,17 @@ impl Channel {
                 Ok(Channel {
                     reader: Box::new(ev_read),
                     writer: Box::new(req_write),
+                    side: None,
                     child: vec![req_read.into_blocking_fd()?, ev_write.into_blocking_fd()?],
                 })
             }
         }
     }
+}
+
+/// A connected pair: the server's end (async), the child's end.
+fn socket_pair() -> std::io::Result<(UnixStream, OwnedFd)> {
+    let (parent, child) = std::os::unix::net::UnixStream::pair()?;
+    parent.set_nonblocking(true)?;
+    Ok((UnixStream::from_std(parent)?, OwnedFd::from(child)))
 }

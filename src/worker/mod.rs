@@ -173,6 +173,9 @@ pub struct Worker {
     language: Language,
     program: PathBuf,
     ctl: mpsc::Sender<Vec<u8>>,
+    /// Requests answered while a cell runs (Python's fd 4); R has one
+    /// channel for all.
+    side: Option<mpsc::Sender<Vec<u8>>>,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     /// Frozen copies (checkpoints) share its memory: count it as PSS.
@@ -279,7 +282,12 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
     .map_err(spawn_err)?;
 
     let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
-    let worker = Arc::new(Worker::new(spec, spawned.process, ctl_tx));
+    let side_tx = channel.side.map(|side| {
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(64);
+        tokio::spawn(readers::write_control(side, Vec::new(), rx));
+        tx
+    });
+    let worker = Arc::new(Worker::new(spec, spawned.process, (ctl_tx, side_tx)));
     let first = match spec.language {
         Language::Python => {
             let mut first = format!("{}\n", DRIVER_SOURCE.len()).into_bytes();
@@ -326,7 +334,11 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
 }
 
 impl Worker {
-    fn new(spec: &LaunchSpec, process: Process, ctl: mpsc::Sender<Vec<u8>>) -> Self {
+    fn new(
+        spec: &LaunchSpec,
+        process: Process,
+        (ctl, side): (mpsc::Sender<Vec<u8>>, Option<mpsc::Sender<Vec<u8>>>),
+    ) -> Self {
         let log = output::LogSink {
             dir: Arc::new(spec.log_dir.join(format!("worker-{}", process.pid()))),
             budget: spec.cell_log_bytes,
@@ -337,6 +349,7 @@ impl Worker {
             language: spec.language,
             program: spec.program.clone(),
             ctl,
+            side,
             state: Mutex::new(State {
                 capture: Capture::new(
                     spec.output_head_bytes,
@@ -459,7 +472,19 @@ impl Worker {
             Ok(Value::Object(map)) => self.encode(&map),
             _ => return Err(WorkerError::Gone),
         };
-        self.ctl.try_send(line).map_err(|_| WorkerError::Gone)
+        let during_cell = matches!(request, Request::Input { .. });
+        self.channel_for(during_cell)
+            .try_send(line)
+            .map_err(|_| WorkerError::Gone)
+    }
+
+    /// Where a request goes: one answered while a cell runs to the side
+    /// channel (where there is one), cells and checkpoints to the main one.
+    fn channel_for(&self, during_cell: bool) -> &mpsc::Sender<Vec<u8>> {
+        match &self.side {
+            Some(side) if during_cell => side,
+            _ => &self.ctl,
+        }
     }
 
     /// One request line in the driver's format.

@@ -43,7 +43,9 @@ impl Worker {
         msg.insert("op".into(), Value::from(op));
         msg.insert("id".into(), Value::from(id));
         let line = self.encode(&msg);
-        if self.ctl.try_send(line).is_err() {
+        // Checkpoints run on the driver's main thread, between cells.
+        let during_cell = !matches!(op, "checkpoint" | "switch" | "drop");
+        if self.channel_for(during_cell).try_send(line).is_err() {
             self.lock().inspect_waiters.remove(&id);
             return Err(WorkerError::Gone);
         }

@@ -1,7 +1,8 @@
 """The control channel (fd 3) and the fence markers on the output pipes.
 
-The protocol is documented in docs/protocol.md. In short: JSON lines on fd 3;
-requests from the server, events from here. Output is never sent on fd 3: it
+The protocol is documented in docs/protocol.md. In short: JSON lines on fd 3,
+requests for cells and checkpoints from the server and every event from here;
+on fd 4, requests answered while a cell runs. Output is never sent on them: it
 flows through fds 1 and 2 (pipes read by the server). Events that close a
 span of output (cell done, input request) carry a fence number; before
 sending such an event the driver writes a marker with that number on both
@@ -17,7 +18,8 @@ import threading
 
 NONCE = os.environ.pop("FERREPL_NONCE", "0" * 32).encode("ascii")
 
-_sock = None  # the control socket, from connect()
+_sock = None  # the control socket (fd 3), from connect()
+_side = None  # the socket of requests answered while a cell runs (fd 4)
 # Private duplicates of the output pipes: markers still reach the server when
 # user code redirects or closes fds 1 and 2.
 _out_fd = os.dup(1)
@@ -25,12 +27,14 @@ _err_fd = os.dup(2)
 _send_lock = threading.Lock()
 
 
-def connect(sock):
-    """Sends events on the control socket the bootstrap opened; subprocesses
-    never inherit it."""
-    global _sock
+def connect(sock, side):
+    """Sends events on the control socket the bootstrap opened and keeps the
+    side socket; subprocesses never inherit them."""
+    global _sock, _side
     os.set_inheritable(sock.fileno(), False)
+    os.set_inheritable(side.fileno(), False)
     _sock = sock
+    _side = side
 
 
 class _State:
@@ -59,13 +63,18 @@ def control_sock():
     return _sock
 
 
+def side_sock():
+    return _side
+
+
 def release():
-    """Gives up the control socket and the private output descriptors (a
-    frozen copy, or the anchor, must not keep them open)."""
-    global _sock, _out_fd, _err_fd
-    if _sock is not None:
-        os.close(_sock.detach())
-        _sock = None
+    """Gives up both sockets and the private output descriptors (a frozen
+    copy, or the anchor, must not keep them open)."""
+    global _sock, _side, _out_fd, _err_fd
+    for sock in (_sock, _side):
+        if sock is not None:
+            os.close(sock.detach())
+    _sock = _side = None
     for fd in (_out_fd, _err_fd):
         try:
             os.close(fd)
@@ -74,15 +83,16 @@ def release():
     _out_fd = _err_fd = -1
 
 
-def adopt(fd):
-    """Takes over a control socket handed over by the live interpreter (and
-    the output pipes already on fds 1 and 2)."""
+def adopt(fd, side_fd):
+    """Takes over the sockets handed over by the live interpreter (and the
+    output pipes already on fds 1 and 2)."""
     global _out_fd, _err_fd
     sock = socket.socket(fileno=fd)
-    connect(sock)
+    side = socket.socket(fileno=side_fd)
+    connect(sock, side)
     _out_fd = os.dup(1)
     _err_fd = os.dup(2)
-    return sock
+    return sock, side
 
 
 # One encoder for every event: json.dumps with options builds a new one per call.

@@ -206,37 +206,45 @@ def _wait_as_ready(sock):
 
 
 def _resume(conn, meta, fds):
-    """Takes over the session: the pipes on fds 1 and 2, the control
-    socket, the anchor pipe and the other copies' sockets; `conn` stays as
-    this state's own copy's socket."""
-    out, err, ctl, anchor = fds[:4]
+    """Takes over the session: the pipes on fds 1 and 2, both sockets, the
+    anchor pipe and the other copies' sockets; `conn` stays as this state's
+    own copy's socket."""
+    out, err, ctl, side, anchor = fds[:5]
     for fd, target in ((out, 1), (err, 2)):
         os.dup2(fd, target)
         os.close(fd)
     _anchor["w"] = anchor
     _announce()
-    for cell, fd in zip(meta["handles"], fds[4:]):
+    for cell, fd in zip(meta["handles"], fds[5:]):
         _held[cell] = socket.socket(fileno=fd)
     _held[meta["cell"]] = conn
-    sock = channel.adopt(ctl)
+    sock, side = channel.adopt(ctl, side)
     state.fence = max(state.fence, int(meta["fence"]))
     conn.sendall(b"k")  # the old live process is done with the session
     from .cells import _on_sigint
 
     signal.signal(signal.SIGINT, _on_sigint)
-    return {"id": meta["id"], "cell": meta["cell"], "sock": sock, "pending": meta["pending"].encode("latin-1")}
+    return {
+        "id": meta["id"],
+        "cell": meta["cell"],
+        "sock": sock,
+        "pending": meta["pending"].encode("latin-1"),
+        "side": side,
+        "side_pending": meta["side_pending"].encode("latin-1"),
+    }
 
 
-def switch(msg, stop_serving, serve):
+def switch(msg, cells, stop_serving, serve):
     """Hands the session to the frozen copy of msg["cell"]. This process
     then freezes in place as the copy of msg["head"] (or exits, if there is
-    one already). A reply if the copy cannot take over."""
+    one already). A reply if the copy cannot take over. `cells` is the main
+    thread's reader of fd 3: what it read ahead goes along."""
     target = msg["cell"]
     conn = _held.get(target)
     if conn is None:
         return {"ok": False, "message": "no checkpoint of cell %s" % target}
-    # From here no thread of this process reads the control socket: a
-    # request the copy should answer cannot be taken here.
+    # From here no thread of this process reads either socket: a request
+    # the copy should answer cannot be taken here.
     pending = stop_serving()
     if pending is None:
         return {"ok": False, "message": "the control thread is busy; try again"}
@@ -245,8 +253,16 @@ def switch(msg, stop_serving, serve):
     mine, theirs = socket.socketpair() if keep else (None, None)
     others = [(c, s) for c, s in _held.items() if c != target]
     handles = ([head] if keep else []) + [c for c, _ in others]
-    fds = [1, 2, channel.control_fd(), _anchor["w"]] + ([theirs.fileno()] if keep else []) + [s.fileno() for _, s in others]
-    meta = {"id": msg.get("id"), "cell": target, "fence": state.fence, "handles": handles, "pending": pending.decode("latin-1")}
+    fds = [1, 2, channel.control_fd(), channel.side_sock().fileno(), _anchor["w"]]
+    fds += ([theirs.fileno()] if keep else []) + [s.fileno() for _, s in others]
+    meta = {
+        "id": msg.get("id"),
+        "cell": target,
+        "fence": state.fence,
+        "handles": handles,
+        "pending": cells.pending().decode("latin-1"),
+        "side_pending": pending.decode("latin-1"),
+    }
     flush_std()
     try:
         socket.send_fds(conn, [json.dumps(meta).encode()], fds)
@@ -259,7 +275,7 @@ def switch(msg, stop_serving, serve):
                 s.close()
         del _held[target]
         conn.close()
-        serve(channel.control_sock(), pending)
+        serve(channel.side_sock(), pending)
         return {"ok": False, "message": "the checkpoint of cell %s is gone" % target}
     del _held[target]
     conn.close()

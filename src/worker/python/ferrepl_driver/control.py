@@ -1,12 +1,62 @@
-"""The control reader: a daemon thread that reads requests from the control
-socket and hands each line to `route`. It can be stopped without losing a
-byte: a switch to a checkpoint hands the socket, and what was read ahead,
-to another process, and no thread here may read from it after that."""
+"""The two readers of the server's requests.
 
+`CellRequests` is the main thread's: cells and checkpoints on fd 3, read
+only between cells, so a cell reaches the thread that runs it without a
+handoff between threads. `ControlReader` is a daemon thread reading fd 4,
+what must be answered while a cell runs (input, inspect, completion...); it
+hands each line to `route`. It can be stopped without losing a byte: a
+switch to a checkpoint hands both sockets, and what was read ahead, to
+another process, and no thread here may read from them after that."""
+
+import json
 import os
 import select
 import signal
 import threading
+
+
+def server_gone():
+    """The server is gone: end this worker and everything it started."""
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
+class CellRequests:
+    """The requests on fd 3, read by the main thread between cells."""
+
+    def __init__(self, sock, pending):
+        self._sock = sock
+        self._buf = bytearray(pending)
+
+    def next(self):
+        """The next request (a dict); blocks until one comes."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict):
+                    return msg
+                continue
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except InterruptedError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                server_gone()
+            self._buf += chunk
+
+    def pending(self):
+        """What was read ahead and not returned yet."""
+        return bytes(self._buf)
 
 
 class ControlReader:
@@ -36,11 +86,7 @@ class ControlReader:
             except OSError:
                 chunk = b""
             if not chunk:
-                # The server is gone: end this worker and everything it started.
-                try:
-                    os.killpg(0, signal.SIGKILL)
-                finally:
-                    os._exit(1)
+                server_gone()
             self._buf += chunk
 
     def stop(self, timeout=5.0):

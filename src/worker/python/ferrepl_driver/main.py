@@ -1,28 +1,30 @@
 """Start-up and the main loop: the session's streams and hooks, the control
-reader thread, then cells one after another on the main thread."""
+reader thread (fd 4), then cells and checkpoints one after another on the
+main thread, read by it from fd 3 between cells."""
 
 import builtins
 import getpass
 import json
 import os
-import queue
 import signal
+import socket
 import sys
 
 from . import checkpoint
 from .cells import _on_sigint, namespace, prepare_namespace, run_cell
 from .channel import OrderedStream, connect, send, send_fenced, state
-from .control import ControlReader, drain
+from .control import CellRequests, ControlReader, drain
 from .display import install_display
 from .introspect import CONTROL_HANDLERS
 from .stdin import AgentStdin, _getpass, _input, input_replies
 
-_jobs = queue.SimpleQueue()
 # Run on the main thread between cells, like cells: fork only happens there.
 CHECKPOINT_OPS = ("checkpoint", "switch", "drop")
-
+# The side socket: requests answered while a cell runs.
+SIDE_FD = 4
 
 _control = {"reader": None}
+_cells = {"reader": None}
 
 
 def _serve(sock, pending):
@@ -42,19 +44,19 @@ def _checkpoint_op(msg):
     if op == "checkpoint":
         result = checkpoint.take(cell)
     elif op == "switch":
-        result = checkpoint.switch(dict(msg, cell=cell), _stop_serving, _serve)
+        result = checkpoint.switch(dict(msg, cell=cell), _cells["reader"], _stop_serving, _serve)
     else:
         result = checkpoint.drop(cell)
     if isinstance(result, tuple):
         # This is a copy's ready child, resumed as the live interpreter (the
         # copy keeps the state to come back to). What was queued when it was
-        # forked belongs to the interpreter it was copied from (a request
-        # read ahead of the fork): drop it. Then serve.
+        # forked belongs to the interpreter it was copied from (a reply read
+        # ahead of the fork): drop it. Then serve.
         resumed = result[1]
-        for pending in (_jobs, input_replies):
-            while not pending.empty():
-                pending.get_nowait()
-        _serve(resumed["sock"], resumed["pending"])
+        while not input_replies.empty():
+            input_replies.get_nowait()
+        _cells["reader"] = CellRequests(resumed["sock"], resumed["pending"])
+        _serve(resumed["side"], resumed["side_pending"])
         send({"ev": "reply", "id": resumed["id"], "ok": True, "pid": os.getpid()})
         return
     result["ev"] = "reply"
@@ -63,16 +65,16 @@ def _checkpoint_op(msg):
 
 
 def _route(line):
-    """On the control thread: cells and checkpoints go to the main thread;
-    the rest is answered here, so it works while a cell runs."""
+    """On the control thread: requests answered here, so they work while a
+    cell runs (cells and checkpoints come on fd 3, to the main thread)."""
     try:
         msg = json.loads(line)
     except ValueError:
         return
+    if not isinstance(msg, dict):
+        return
     op = msg.get("op")
-    if op == "exec" or op in CHECKPOINT_OPS:
-        _jobs.put(msg)
-    elif op == "input":
+    if op == "input":
         input_replies.put(msg)
     elif op in CONTROL_HANDLERS:
         try:
@@ -98,7 +100,8 @@ def _configure_streams():
 def main(ctl):
     """Runs the worker until the server goes away; ctl is (socket, reader) on fd 3."""
     sock, reader = ctl
-    connect(sock)
+    side = socket.socket(fileno=SIDE_FD)
+    connect(sock, side)
     checkpoint.start_anchor()
     prepare_namespace()
     _configure_streams()
@@ -108,7 +111,8 @@ def main(ctl):
     getpass.getpass = _getpass
     install_display()
     signal.signal(signal.SIGINT, _on_sigint)
-    _serve(sock, drain(reader, sock))
+    _cells["reader"] = CellRequests(sock, drain(reader, sock))
+    _serve(side, b"")
     send(
         {
             "ev": "ready",
@@ -119,7 +123,7 @@ def main(ctl):
     )
     while True:
         try:
-            msg = _jobs.get()
+            msg = _cells["reader"].next()
         except KeyboardInterrupt:
             continue
         if msg.get("op") in CHECKPOINT_OPS:
@@ -127,6 +131,8 @@ def main(ctl):
                 _checkpoint_op(msg)
             except KeyboardInterrupt:
                 send({"ev": "reply", "id": msg.get("id"), "ok": False, "message": "interrupted"})
+            continue
+        if msg.get("op") != "exec":
             continue
         try:
             run_cell(msg, namespace)
