@@ -6,8 +6,9 @@ IPython, pandas, PIL) are only used when the session imports them.
 Modules (each imports what it uses from the others explicitly):
 
     main        start-up, routing requests, the loop that runs cells
-    control     the control reader thread, which can be stopped losslessly
-    channel     the control socket (fd 3), events, fence markers on fds 1 and 2
+    control     the readers of requests: the main thread's (fd 3, between
+                cells) and the control thread (fd 4), stoppable losslessly
+    channel     the sockets (fds 3 and 4), events, fence markers on fds 1 and 2
     cells       running a cell: parse, run, value, errors, interrupts; the
                 session's namespace
     stdin       sys.stdin, input() and getpass() answered by the agent
