@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use crate::metrics::Limit;
 
-/// (pid, ppid, rss pages, zombie) of every process.
-fn processes() -> Vec<(u32, u32, u64, bool)> {
+/// (pid, ppid, rss pages) of every process.
+fn processes() -> Vec<(u32, u32, u64)> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -15,17 +15,36 @@ fn processes() -> Vec<(u32, u32, u64, bool)> {
     dir.filter_map(Result::ok)
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let (ppid, pages, zombie) = stat_of(pid, &mut buf)?;
-            Some((pid, ppid, pages, zombie))
+            let (ppid, pages) = stat_of(pid, &mut buf)?;
+            Some((pid, ppid, pages))
         })
         .collect()
 }
 
-/// (ppid, rss pages, zombie) of one process, from /proc/PID/stat.
-fn stat_of(pid: u32, buf: &mut [u8]) -> Option<(u32, u64, bool)> {
+/// (ppid, rss pages) of one live process, from /proc/PID/stat; None for a
+/// zombie. A process whose main thread exited while its other threads run
+/// shows as a zombie with no memory, yet it lives: its threads hold memory
+/// and fork children, so its memory is read from one of them.
+fn stat_of(pid: u32, buf: &mut [u8]) -> Option<(u32, u64)> {
+    let (state, ppid, rss) = parse_stat(&format!("/proc/{pid}/stat"), buf)?;
+    if state != b'Z' {
+        return Some((ppid, rss));
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|tid| *tid != pid)
+        .find_map(|tid| {
+            let (state, _, rss) = parse_stat(&format!("/proc/{pid}/task/{tid}/stat"), buf)?;
+            (state != b'Z').then_some((ppid, rss))
+        })
+}
+
+/// (state, ppid, rss pages) from a stat file.
+fn parse_stat(path: &str, buf: &mut [u8]) -> Option<(u8, u32, u64)> {
     // One read into a fixed buffer (a stat line is a few hundred bytes):
     // this runs for every watched process ten times a second.
-    let stat = read_small(&format!("/proc/{pid}/stat"), buf)?;
+    let stat = read_small(path, buf)?;
     // The command name is the process's to choose (spaces, parentheses,
     // bytes that are not UTF-8): parse only what follows the last ')'.
     let rest = stat
@@ -34,10 +53,10 @@ fn stat_of(pid: u32, buf: &mut [u8]) -> Option<(u32, u64, bool)> {
         .and_then(|i| std::str::from_utf8(&stat[i + 1..]).ok())?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // fields[0] = state, [1] = ppid, ..., [21] = rss (pages)
+    let state = fields.first()?.bytes().next()?;
     let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let rss = fields.get(21).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let zombie = fields.first() == Some(&"Z");
-    Some((ppid, if zombie { 0 } else { rss }, zombie))
+    Some((state, ppid, rss))
 }
 
 /// The children of every thread of `pid` (a child belongs to the thread that
@@ -52,7 +71,7 @@ fn children_of(pid: u32, buf: &mut [u8]) -> Option<Vec<u32>> {
         else {
             continue;
         };
-        let Some(list) = read_small(&format!("/proc/{pid}/task/{tid}/children"), buf) else {
+        let Some(list) = read_whole(&format!("/proc/{pid}/task/{tid}/children"), buf) else {
             // A thread that ended since the listing has no file; a kernel
             // without the files has none for any thread.
             if tid == pid {
@@ -60,7 +79,7 @@ fn children_of(pid: u32, buf: &mut [u8]) -> Option<Vec<u32>> {
             }
             continue;
         };
-        let list = std::str::from_utf8(list).ok()?;
+        let list = std::str::from_utf8(&list).ok()?;
         kids.extend(
             list.split_whitespace()
                 .filter_map(|k| k.parse::<u32>().ok()),
@@ -78,6 +97,27 @@ fn read_small<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a [u8]> {
     use std::io::Read;
     let n = std::fs::File::open(path).ok()?.read(buf).ok()?;
     buf.get(..n)
+}
+
+/// A /proc file read to its end (at most 1 MiB: a thread's `children`
+/// list takes 8 bytes or less per child), through `buf`.
+fn read_whole(path: &str, buf: &mut [u8]) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut out = Vec::new();
+    loop {
+        let n = file.read(buf).ok()?;
+        if n == 0 {
+            return Some(out);
+        }
+        if out.len() + n > 1 << 20 {
+            // Past the bound: without the number the last read cut.
+            let end = out.iter().rposition(|b| *b == b' ').unwrap_or(0);
+            out.truncate(end);
+            return Some(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
 }
 
 /// A process's proportional set size, from /proc/PID/smaps_rollup.
@@ -137,10 +177,7 @@ impl Snapshot {
     pub fn take() -> Self {
         let mut children: HashMap<u32, Vec<(u32, u64)>> = HashMap::new();
         let mut rss = HashMap::new();
-        for (pid, ppid, pages, zombie) in processes() {
-            if zombie {
-                continue;
-            }
+        for (pid, ppid, pages) in processes() {
             children.entry(ppid).or_default().push((pid, pages));
             rss.insert(pid, pages);
         }
@@ -170,12 +207,9 @@ impl Snapshot {
                 continue;
             }
             visited += 1;
-            let Some((_, pages, zombie)) = stat_of(pid, &mut buf) else {
+            let Some((_, pages)) = stat_of(pid, &mut buf) else {
                 continue;
             };
-            if zombie {
-                continue;
-            }
             let Some(kids) = children_of(pid, &mut buf) else {
                 return Self::take();
             };
@@ -362,5 +396,69 @@ mod tree_tests {
         assert_eq!(walked.len(), 3, "{walked:?}");
         assert_eq!(walked, whole);
         assert!(Snapshot::of_trees(&[u32::MAX]).tree(u32::MAX).is_empty());
+    }
+
+    #[test]
+    fn a_thread_with_hundreds_of_children_has_them_all_counted() {
+        // More children than one 4 KiB read of a `children` file lists.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 700 ]; do sleep 30 & i=$((i+1)); done; wait",
+            ])
+            .spawn()
+            .unwrap();
+        let root = child.id();
+        let mut seen = 0;
+        for _ in 0..1000 {
+            seen = Snapshot::of_trees(&[root]).tree(root).len();
+            if seen == 701 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root.to_string()])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(seen, 701);
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_exited_is_still_watched() {
+        // Its threads keep 64 MiB and a child while /proc shows the process
+        // itself as a zombie with no memory.
+        let code = "import threading, ctypes, subprocess, time\n\
+                    def work():\n\
+                    \x20   global data\n\
+                    \x20   data = bytearray(64 << 20)\n\
+                    \x20   for i in range(0, len(data), 4096): data[i] = 1\n\
+                    \x20   subprocess.Popen(['sleep', '30'])\n\
+                    \x20   time.sleep(30)\n\
+                    threading.Thread(target=work).start()\n\
+                    ctypes.CDLL(None).pthread_exit(None)\n";
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", code])
+            .spawn()
+            .unwrap();
+        let root = child.id();
+        let mut seen = (0, 0, 0);
+        for _ in 0..1000 {
+            let (walked, count) = Snapshot::of_trees(&[root]).usage(root);
+            let (_, whole) = Snapshot::take().usage(root);
+            seen = (walked, count, whole);
+            if walked >= 64 << 20 && count == 2 && whole == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root.to_string()])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen.0 >= 64 << 20, "{seen:?}");
+        assert_eq!((seen.1, seen.2), (2, 2), "{seen:?}");
     }
 }

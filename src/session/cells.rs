@@ -438,7 +438,11 @@ impl SessionManager {
                 return Err(SessionError::Idle(sess.language, sess.name.clone()));
             };
             worker
-                .send(&Request::Input { text, eof })
+                .send(&Request::Input {
+                    cell: run.number,
+                    text,
+                    eof,
+                })
                 .map_err(|source| SessionError::Worker {
                     session: sess.name.clone(),
                     source,

@@ -24,6 +24,14 @@ pub(super) fn landlock_abi() -> Result<i64, i32> {
     Err(0)
 }
 
+/// A host as a name lookup takes it: an IPv6 address comes as a URL
+/// writes it, in brackets.
+fn unbracketed(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
 /// A TCP connect from this process to `host:port` (the egress proxy
 /// connects directly too), resolution included, within `timeout`;
 /// on a thread, since name resolution takes no timeout.
@@ -37,7 +45,7 @@ pub(super) fn reach(
         use std::net::ToSocketAddrs;
         let deadline = Instant::now() + timeout;
         let mut answer = Err(format!("{host} has no address"));
-        let addrs = (host.as_str(), port).to_socket_addrs();
+        let addrs = (unbracketed(&host), port).to_socket_addrs();
         if let Err(e) = &addrs {
             answer = Err(format!("cannot resolve {host}: {e}"));
         }
@@ -57,4 +65,18 @@ pub(super) fn reach(
         let _ = tx.send(answer);
     });
     rx
+}
+
+#[cfg(test)]
+mod reach_tests {
+    #[test]
+    fn an_ipv6_host_from_a_url_is_looked_up_without_brackets() {
+        assert_eq!(super::unbracketed("[::1]"), "::1");
+        assert_eq!(
+            super::unbracketed("cloud.r-project.org"),
+            "cloud.r-project.org"
+        );
+        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(super::unbracketed("[::1]"), 80));
+        assert!(addrs.is_ok_and(|mut a| a.next().is_some_and(|a| a.is_ipv6())));
+    }
 }

@@ -16,10 +16,9 @@ pub enum Request<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         argv: Option<&'a [String]>,
     },
-    Input {
-        text: &'a str,
-        eof: bool,
-    },
+    /// The answer to cell `cell`'s prompt (a late one for an earlier cell
+    /// is dropped: it travels beside the cells, not between them).
+    Input { cell: u64, text: &'a str, eof: bool },
 }
 
 /// A Python exception as the driver reports it.

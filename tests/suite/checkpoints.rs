@@ -248,3 +248,33 @@ async fn a_copy_of_the_same_code_on_the_same_state_serves() {
     );
     assert_eq!(runs(&server, "one.txt"), 2, "cell 1 was re-run");
 }
+
+/// A cell's `socket.setdefaulttimeout()` reaches neither the driver's
+/// sockets nor its copies': idle past that timeout, the resumed interpreter
+/// keeps waiting for the next cell and the copy for its switch.
+#[tokio::test]
+async fn a_default_socket_timeout_ends_neither_the_session_nor_its_copies() {
+    let server = server(&[]).await;
+    let timeout = "import socket\nsocket.setdefaulttimeout(0.05)\na = 1";
+    server
+        .exec_in("k", &counted("one.txt", timeout))
+        .await
+        .assert_ok();
+    server
+        .exec_in("k", &counted("two.txt", "a = 2"))
+        .await
+        .assert_ok();
+    let back = server.exec_after("k", json!(1), "a").await;
+    back.assert_ok();
+    assert_eq!(back.value(), Some("1"), "{back:#?}");
+    // The idle time is what is tested: six times the timeout.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let forth = server.exec_after("k", json!(2), "a").await;
+    forth.assert_ok();
+    assert_eq!(forth.value(), Some("2"), "{forth:#?}");
+    assert!(
+        forth.notes_text().contains("resuming its checkpoint"),
+        "{forth:#?}"
+    );
+    assert_eq!((runs(&server, "one.txt"), runs(&server, "two.txt")), (1, 1));
+}

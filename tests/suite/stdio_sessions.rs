@@ -2,7 +2,7 @@
 //! listing, a missing interpreter, and shutdown on stdin EOF.
 
 use crate::support::{
-    EXIT_TIMEOUT, PID_PROBE_LINES, StdioServer, ToolOutput, host_pid_in_namespace,
+    EXIT_TIMEOUT, PID_PROBE_LINES, StdioServer, ToolOutput, assert_status, host_pid_in_namespace,
     parse_namespaced_pids, pid_probe_code, py_path, session_host_pid, try_call, wait_for_file_line,
     wait_process_gone, worker_with_a_sleeping_child,
 };
@@ -426,4 +426,52 @@ async fn stdin_eof_during_a_running_cell_kills_everything() {
             "process {pid} of a busy session survived the server's shutdown"
         );
     }
+}
+
+/// An answer to a prompt travels beside the cells (the driver's side
+/// socket): one held up behind a slow inspect until its cell was
+/// interrupted is not taken as the answer to the next cell's prompt.
+#[tokio::test]
+async fn a_late_answer_to_an_interrupted_prompt_does_not_answer_the_next() {
+    let server = StdioServer::start(&[]).await;
+    let slow = "import os, time\n\
+                class Slow:\n\
+                \x20   def __repr__(self):\n\
+                \x20       open('inspecting', 'w').write('started\\n')\n\
+                \x20       time.sleep(1.5)\n\
+                \x20       return 'slow'\n\
+                obj = Slow()";
+    server.exec_in("k", slow).await.assert_ok();
+    let asked = server.exec_in("k", "input('first? ')").await;
+    assert_status(&asked, "waiting_input");
+    // The driver's control thread is busy in obj's repr...
+    let inspect = {
+        let peer = server.peer().clone();
+        tokio::spawn(async move {
+            let args = json!({"session": "k", "name": "obj"});
+            crate::support::call(&peer, "python_inspect", args).await
+        })
+    };
+    let flag = server.workdir.path().join("inspecting");
+    wait_for_file_line(&flag, Duration::from_secs(30)).await;
+    // ...so this answer waits behind it while its cell is interrupted.
+    let answer = json!({"session": "k", "input": "stale", "wait_s": 0.1});
+    server.call("python_wait", answer).await;
+    let stopped = server
+        .call("python_wait", json!({"session": "k", "interrupt": true}))
+        .await;
+    assert_status(&stopped, "interrupted");
+    let next = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": "input('second? ')", "wait_s": 3}),
+        )
+        .await;
+    assert_status(&next, "waiting_input");
+    let inspected = inspect.await.unwrap();
+    assert!(inspected.text.contains("repr: slow"), "{inspected:#?}");
+    let answered = server
+        .call("python_wait", json!({"session": "k", "input": "fresh"}))
+        .await;
+    assert_eq!(answered.value(), Some("'fresh'"), "{answered:#?}");
 }

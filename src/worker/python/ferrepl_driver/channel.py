@@ -31,8 +31,11 @@ def connect(sock, side):
     """Sends events on the control socket the bootstrap opened and keeps the
     side socket; subprocesses never inherit them."""
     global _sock, _side
-    os.set_inheritable(sock.fileno(), False)
-    os.set_inheritable(side.fileno(), False)
+    for s in (sock, side):
+        os.set_inheritable(s.fileno(), False)
+        # A socket made after a cell's socket.setdefaulttimeout() would
+        # take that timeout: these wait as long as the server is there.
+        s.settimeout(None)
     _sock = sock
     _side = side
 

@@ -34,6 +34,18 @@ PREFORK_DELAY_S = 0.25
 _anchor = {"w": None}  # the pipe on which the live process announces its pid
 
 
+def _blocking(sock):
+    """`sock` without the timeout a cell's socket.setdefaulttimeout() gives
+    new sockets: a copy waits for its switch as long as it takes."""
+    sock.settimeout(None)
+    return sock
+
+
+def _pair():
+    a, b = socket.socketpair()
+    return _blocking(a), _blocking(b)
+
+
 def _devnull_over(fds):
     null = os.open(os.devnull, os.O_RDWR)
     for fd in fds:
@@ -122,7 +134,7 @@ def take(cell):
     if why:
         return {"ok": False, "message": why}
     flush_std()
-    a, b = socket.socketpair()
+    a, b = _pair()
     with channel.quiet():
         pid = os.fork()
     if pid == 0:
@@ -155,7 +167,7 @@ def _freeze(conn):
         # fork waits a moment first, so that it does not compete for the CPU
         # with the interpreter that just took over (unless a switch comes).
         select.select([conn], [], [], PREFORK_DELAY_S)
-        mine, theirs = socket.socketpair()
+        mine, theirs = _pair()
         pid = os.fork()
         if pid == 0:
             mine.close()
@@ -216,7 +228,7 @@ def _resume(conn, meta, fds):
     _anchor["w"] = anchor
     _announce()
     for cell, fd in zip(meta["handles"], fds[5:]):
-        _held[cell] = socket.socket(fileno=fd)
+        _held[cell] = _blocking(socket.socket(fileno=fd))
     _held[meta["cell"]] = conn
     sock, side = channel.adopt(ctl, side)
     state.fence = max(state.fence, int(meta["fence"]))
@@ -250,7 +262,7 @@ def switch(msg, cells, stop_serving, serve):
         return {"ok": False, "message": "the control thread is busy; try again"}
     head = msg.get("head")
     keep = head is not None and head not in _held and not _untrusted()
-    mine, theirs = socket.socketpair() if keep else (None, None)
+    mine, theirs = _pair() if keep else (None, None)
     others = [(c, s) for c, s in _held.items() if c != target]
     handles = ([head] if keep else []) + [c for c, _ in others]
     fds = [1, 2, channel.control_fd(), channel.side_sock().fileno(), _anchor["w"]]

@@ -23,6 +23,30 @@ def server_gone():
         os._exit(1)
 
 
+def _next_line(buf):
+    """Takes the next whole line off `buf`; None while there is none."""
+    nl = buf.find(b"\n")
+    if nl < 0:
+        return None
+    line = bytes(buf[: nl + 1])
+    del buf[: nl + 1]
+    return line
+
+
+def _receive(sock, buf):
+    """Appends what `sock` has to `buf` (it is readable, or blocking); the
+    worker ends when the server is gone."""
+    try:
+        chunk = sock.recv(1 << 16)
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError:
+        chunk = b""
+    if not chunk:
+        server_gone()
+    buf += chunk
+
+
 class CellRequests:
     """The requests on fd 3, read by the main thread between cells."""
 
@@ -33,26 +57,16 @@ class CellRequests:
     def next(self):
         """The next request (a dict); blocks until one comes."""
         while True:
-            nl = self._buf.find(b"\n")
-            if nl >= 0:
-                line = bytes(self._buf[: nl + 1])
-                del self._buf[: nl + 1]
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(msg, dict):
-                    return msg
+            line = _next_line(self._buf)
+            if line is None:
+                _receive(self._sock, self._buf)
                 continue
             try:
-                chunk = self._sock.recv(1 << 16)
-            except InterruptedError:
+                msg = json.loads(line)
+            except ValueError:
                 continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                server_gone()
-            self._buf += chunk
+            if isinstance(msg, dict):
+                return msg
 
     def pending(self):
         """What was read ahead and not returned yet."""
@@ -65,37 +79,41 @@ class ControlReader:
         self._buf = bytearray(pending)
         self._route = route
         self._stop_r, self._stop_w = os.pipe()
+        # A stop asked for, and taken: a stop that times out is taken back.
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="ferrepl-control", daemon=True)
         self._thread.start()
 
     def _run(self):
         while True:
-            nl = self._buf.find(b"\n")
-            if nl >= 0:
-                line = bytes(self._buf[: nl + 1])
-                del self._buf[: nl + 1]
+            line = _next_line(self._buf)
+            if line is not None:
                 self._route(line)
                 continue
             ready, _, _ = select.select([self._sock, self._stop_r], [], [])
             if self._stop_r in ready:
-                return
-            try:
-                chunk = self._sock.recv(1 << 16)
-            except (BlockingIOError, InterruptedError):
+                with self._lock:
+                    if self._stopping:
+                        self._stopped = True
+                        return
+                    os.read(self._stop_r, 1)  # a stop taken back
                 continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                server_gone()
-            self._buf += chunk
+            _receive(self._sock, self._buf)
 
     def stop(self, timeout=5.0):
         """Stops the thread; the bytes read but not routed yet, or None if
-        it did not stop in time (it is then still running)."""
+        it did not stop in time (it then goes on serving)."""
+        with self._lock:
+            self._stopping = True
         os.write(self._stop_w, b"x")
         self._thread.join(timeout)
-        if self._thread.is_alive():
-            return None
+        with self._lock:
+            if not self._stopped:
+                self._stopping = False
+                return None
+        self._thread.join()
         os.close(self._stop_r)
         os.close(self._stop_w)
         return bytes(self._buf)

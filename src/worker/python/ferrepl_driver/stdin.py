@@ -15,8 +15,13 @@ input_replies = queue.SimpleQueue()
 
 def request_input(prompt="", password=False):
     prompt = "" if prompt is None else str(prompt)
-    send_fenced({"ev": "input_request", "cell": state.cell, "prompt": prompt, "password": password})
+    cell = state.cell
+    send_fenced({"ev": "input_request", "cell": cell, "prompt": prompt, "password": password})
     reply = input_replies.get()
+    # Replies come on fd 4, beside the cells on fd 3: one to an earlier
+    # cell's prompt that was routed late is not this prompt's answer.
+    while reply.get("cell", cell) != cell:
+        reply = input_replies.get()
     if reply.get("eof"):
         raise EOFError("input was closed by the agent")
     text = str(reply.get("text", ""))
