@@ -364,10 +364,19 @@ mod breach_tests {
 mod tree_tests {
     use super::Snapshot;
 
+    /// Kills `child` and its children (first, while they are still its).
+    fn end(mut child: std::process::Child) {
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &child.id().to_string()])
+            .status();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     #[test]
     fn a_walk_of_the_tree_finds_what_the_whole_table_finds() {
         // sh with two sleeping children (and what they may fork).
-        let mut child = std::process::Command::new("sh")
+        let child = std::process::Command::new("sh")
             .args(["-c", "sleep 30 & sleep 30 & wait"])
             .spawn()
             .unwrap();
@@ -387,12 +396,7 @@ mod tree_tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let whole = pids(&Snapshot::take());
-        // The sleeps first, while they are still sh's children.
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root.to_string()])
-            .status();
-        let _ = child.kill();
-        let _ = child.wait();
+        end(child);
         assert_eq!(walked.len(), 3, "{walked:?}");
         assert_eq!(walked, whole);
         assert!(Snapshot::of_trees(&[u32::MAX]).tree(u32::MAX).is_empty());
@@ -401,7 +405,7 @@ mod tree_tests {
     #[test]
     fn a_thread_with_hundreds_of_children_has_them_all_counted() {
         // More children than one 4 KiB read of a `children` file lists.
-        let mut child = std::process::Command::new("sh")
+        let child = std::process::Command::new("sh")
             .args([
                 "-c",
                 "i=0; while [ $i -lt 700 ]; do sleep 30 & i=$((i+1)); done; wait",
@@ -417,11 +421,7 @@ mod tree_tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root.to_string()])
-            .status();
-        let _ = child.kill();
-        let _ = child.wait();
+        end(child);
         assert_eq!(seen, 701);
     }
 
@@ -438,7 +438,7 @@ mod tree_tests {
                     \x20   time.sleep(30)\n\
                     threading.Thread(target=work).start()\n\
                     ctypes.CDLL(None).pthread_exit(None)\n";
-        let mut child = std::process::Command::new("python3")
+        let child = std::process::Command::new("python3")
             .args(["-c", code])
             .spawn()
             .unwrap();
@@ -453,11 +453,7 @@ mod tree_tests {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root.to_string()])
-            .status();
-        let _ = child.kill();
-        let _ = child.wait();
+        end(child);
         assert!(seen.0 >= 64 << 20, "{seen:?}");
         assert_eq!((seen.1, seen.2), (2, 2), "{seen:?}");
     }
