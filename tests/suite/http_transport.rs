@@ -252,6 +252,25 @@ async fn initialize_is_refused_past_max_connections_and_a_delete_frees_one() {
     server.assert_alive();
 }
 
+/// Initializes sent all at once cannot overshoot --max-connections: each is
+/// admitted in turn, so exactly the limit get a session.
+#[tokio::test]
+async fn concurrent_initializes_get_exactly_max_connections_sessions() {
+    let mut server = HttpServer::start(&["--max-connections", "3"], &[]).await;
+    let port = server.port;
+    let headers = mcp_post_headers(port);
+    let attempts = (0..32).map(|_| raw_post_mcp(port, &headers));
+    let statuses: Vec<u16> = futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    let admitted = statuses.iter().filter(|s| (200..300).contains(*s)).count();
+    let refused = statuses.iter().filter(|s| **s == 503).count();
+    assert_eq!((admitted, refused), (3, 29), "{statuses:?}");
+    server.assert_alive();
+}
+
 /// One keep-alive HTTP/1.1 connection, as an SDK client holds it.
 struct KeepAlive {
     stream: tokio::io::BufReader<tokio::net::TcpStream>,
