@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::worker::Language;
 
 /// How often a call that runs long reports progress.
-pub(crate) const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) struct Call {
     language: Language,
@@ -59,10 +59,11 @@ impl Call {
         let Some(token) = &self.progress else {
             return;
         };
-        let mut message = format!("{what} running for {elapsed:.0} s");
-        if what.is_empty() {
-            message.remove(0);
-        }
+        let mut message = if what.is_empty() {
+            format!("running for {elapsed:.0} s")
+        } else {
+            format!("{what} running for {elapsed:.0} s")
+        };
         if !line.is_empty() {
             message.push_str(": ");
             message.push_str(line);

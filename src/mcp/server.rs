@@ -188,16 +188,16 @@ impl FerreplServer {
 }
 
 impl FerreplServer {
-    /// Starts a cell (python_exec, python_run_file) and follows it; a client
-    /// cancel interrupts it.
+    /// Starts a cell (python_exec, python_run_file, r_exec) in the language
+    /// of the tool called and follows it; a client cancel interrupts it.
     pub(crate) async fn run_cell(
         &self,
         session: &Option<String>,
-        lang: Language,
         (source, parent): (crate::session::CellSource<'_>, Option<u64>),
         wait_s: Option<args::Seconds>,
         call: Call,
     ) -> ToolResult {
+        let lang = call.language();
         let wait = self.manager.wait_window(args::secs(wait_s));
         let session = self.session_in(session, lang)?;
         let fut = self.manager.exec(&session, lang, source, parent, wait);

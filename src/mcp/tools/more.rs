@@ -116,7 +116,7 @@ impl FerreplServer {
             path: p.path.as_str(),
             args: &args,
         };
-        self.run_cell(&p.session, Language::Python, (source, None), p.wait_s, call)
+        self.run_cell(&p.session, (source, None), p.wait_s, call)
             .await
     }
 

@@ -20,14 +20,13 @@ use crate::worker::Language;
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<CellOutput>())]
     async fn python_exec(&self, Parameters(p): Parameters<ExecParams>, call: Call) -> ToolResult {
-        let lang = call.language();
-        if lang == Language::R && p.code.contains('\0') {
+        if call.language() == Language::R && p.code.contains('\0') {
             return Err(ToolError::new(
                 "code contains a NUL character, which R cannot hold; remove it",
             ));
         }
         let source = crate::session::CellSource::Code(&p.code);
-        self.run_cell(&p.session, lang, (source, p.parent), p.wait_s, call)
+        self.run_cell(&p.session, (source, p.parent), p.wait_s, call)
             .await
     }
 

@@ -1,6 +1,7 @@
 //! Attacks on the limits an instance's tenants share (run as root and as
 //! an unprivileged user): a directory made unreadable to hide data from the
-//! workspace quota, a job that takes more memory than --memory-limit.
+//! workspace quota, a job that takes more memory than --memory-limit, and
+//! memory held behind a process's exited main thread.
 
 use std::time::Duration;
 
@@ -82,4 +83,32 @@ async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
             .contains("The job went over its memory limit of 200 MiB (--memory-limit"),
         "{out:#?}"
     );
+}
+
+/// A process whose main thread exits while a thread of it holds the memory
+/// shows in /proc as a zombie without memory: the session is still held to
+/// --memory-limit (by its cgroup as root, by the process-tree watch in the
+/// unprivileged run).
+#[tokio::test]
+async fn memory_behind_an_exited_main_thread_is_held_to_the_memory_limit() {
+    let server = StdioServer::start(&["--memory-limit", "200M"]).await;
+    let code = r#"
+import subprocess, sys, time
+hidden = """
+import ctypes, threading, time
+def hog():
+    time.sleep(0.5)  # the main thread is gone by then
+    b = b'x' * (600 << 20)
+    time.sleep(120)
+threading.Thread(target=hog).start()
+ctypes.CDLL(None).pthread_exit(None)
+"""
+subprocess.Popen([sys.executable, "-c", hidden])
+time.sleep(120)
+"#;
+    let out = server
+        .call("python_exec", json!({ "code": code, "wait_s": 60 }))
+        .await;
+    assert_eq!(out.structured["status"], "crashed", "{out:#?}");
+    assert!(out.text.contains("--memory-limit"), "{out:#?}");
 }
