@@ -1,8 +1,9 @@
-//! The memory and process watch of jobs where no memory cgroup holds them
-//! (cgroup v2 hosts, an unprivileged server; it reads /proc, so Linux
-//! only): each running job's process tree is measured as sessions' are;
-//! past --memory-limit or --max-processes it is killed (again on every
-//! tick while anything is left) and its report says why.
+//! The memory and process watch of jobs (it reads /proc, so Linux only):
+//! each running job's process tree is measured as sessions' are; past
+//! --memory-limit or --max-processes it is killed (again on every tick while
+//! anything is left) and its report says why. Where a memory cgroup holds
+//! jobs the kernel enforces memory first, but the process count is this
+//! watch's (the pids cgroup is only a ceiling on tasks, threads included).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,15 +16,11 @@ use crate::sandbox::watch::limit_breach;
 const EVERY: Duration = Duration::from_millis(100);
 
 impl JobManager {
-    /// Starts the watch when jobs have a limit no cgroup enforces; it ends
-    /// with the manager.
+    /// Starts the watch; it ends with the manager.
     pub fn spawn_resource_watch(self: &Arc<Self>) {
         let Some(sandbox) = self.cfg.sandbox.clone().filter(|s| s.enabled()) else {
             return;
         };
-        if sandbox.cgroups.as_ref().is_some_and(|c| c.has_memory()) {
-            return;
-        }
         let (memory, processes) = (sandbox.memory_limit, sandbox.max_processes);
         let this = Arc::downgrade(self);
         tokio::spawn(async move {

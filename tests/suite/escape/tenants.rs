@@ -1,7 +1,8 @@
 //! Attacks on the limits an instance's tenants share (run as root and as
 //! an unprivileged user): a directory made unreadable to hide data from the
-//! workspace quota, a job that takes more memory than --memory-limit, and
-//! memory held behind a process's exited main thread.
+//! workspace quota, a job that takes more memory than --memory-limit or more
+//! processes than --max-processes, and memory held behind a process's exited
+//! main thread.
 
 use std::time::Duration;
 
@@ -83,6 +84,31 @@ async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
             .contains("The job went over its memory limit of 200 MiB (--memory-limit"),
         "{out:#?}"
     );
+}
+
+/// A job is held to --max-processes also where cgroups hold it (their pids
+/// ceiling is far above the flag): the process-tree watch kills it (as
+/// root, where RLIMIT_NPROC does not apply).
+#[tokio::test]
+async fn a_job_over_the_process_limit_is_killed_and_told_so() {
+    let server = StdioServer::start(&["--tools", "all", "--max-processes", "64"]).await;
+    let forks = "for i in $(seq 100); do sleep 120 & done; wait";
+    let mut out = server
+        .call("shell_exec", json!({ "command": forks, "wait_s": 60 }))
+        .await;
+    for _ in 0..5 {
+        if !out.text.contains("running") {
+            break;
+        }
+        out = server
+            .call("shell_wait", json!({ "job": "j1", "wait_s": 60 }))
+            .await;
+    }
+    // Unprivileged, RLIMIT_NPROC (per user) refuses the forks first.
+    let watched = out
+        .text
+        .contains("The job went over its limit of 64 processes (--max-processes");
+    assert!(watched || out.text.contains("Cannot fork"), "{out:#?}");
 }
 
 /// A process whose main thread exits while a thread of it holds the memory
