@@ -12,7 +12,7 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::{
-    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_DEPTH, MAX_DELETE_ROUNDS, MAX_DIR_NAMES,
+    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_ROUNDS, MAX_DIR_NAMES, MAX_WALK_DEPTH,
     RelPath, within_limit,
 };
 
@@ -381,7 +381,7 @@ pub(super) fn delete(
             Removal::TooDeep => FileError::io(
                 rel,
                 format!(
-                    "nested more than {MAX_DELETE_DEPTH} directories deep; delete its deepest parts first"
+                    "nested more than {MAX_WALK_DEPTH} directories deep; delete its deepest parts first"
                 ),
             ),
             Removal::Failed(e) => FileError::io(rel, e.desc()),
@@ -396,7 +396,7 @@ pub(super) fn delete(
 /// Removes everything inside `parent/name` (a directory opened without
 /// following symlinks), depth first, by descriptor.
 fn remove_contents(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> Result<(), Removal> {
-    if depth > MAX_DELETE_DEPTH {
+    if depth > MAX_WALK_DEPTH {
         return Err(Removal::TooDeep);
     }
     let dir = open_child_dir(parent, name)?;
@@ -512,7 +512,7 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, out: &mut Listing) -> std::io
 /// one swapped for a symlink while the walk runs is not descended. `None`
 /// when the walk could not finish: a bound (`max_entries` in all, a
 /// directory of more than `MAX_DIR_NAMES` names, nesting past
-/// `MAX_DELETE_DEPTH`) or anything it could not read (a directory made
+/// `MAX_WALK_DEPTH`) or anything it could not read (a directory made
 /// unreadable would hide its contents).
 pub(super) fn disk_usage(root: &OwnedFd, max_entries: usize) -> Option<u64> {
     let dir = open_dir_at(root.as_fd(), OsStr::new(".")).ok()?;
@@ -544,7 +544,7 @@ pub(super) fn gone(e: Errno) -> bool {
 /// Names are taken from `left` as a directory is listed, so the names held
 /// along the path never exceed it either.
 fn usage_of(dir: &OwnedFd, depth: usize, bytes: &mut u64, left: &mut usize) -> bool {
-    if depth > MAX_DELETE_DEPTH {
+    if depth > MAX_WALK_DEPTH {
         return false;
     }
     let listed = DirStream::open(dir).and_then(|mut stream| stream.names(MAX_DIR_NAMES));

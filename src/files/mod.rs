@@ -212,10 +212,10 @@ pub struct FileData {
 
 /// Most names read from one directory by file_list (a directory holding
 /// more is listed in part, marked truncated).
-const MAX_DIR_NAMES: usize = 100_000;
+pub(crate) const MAX_DIR_NAMES: usize = 100_000;
 /// Deepest directory nesting a recursive delete or a disk usage walk
 /// descends (one descriptor is held per level).
-const MAX_DELETE_DEPTH: usize = 256;
+pub(crate) const MAX_WALK_DEPTH: usize = 256;
 /// Most batches of `MAX_DIR_NAMES` names a recursive delete removes from one
 /// directory.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]

@@ -6,8 +6,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{
-    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_DEPTH, MAX_DIR_NAMES, RelPath,
-    within_limit,
+    EntryKind, FileError, FileWrite, Listing, MAX_DIR_NAMES, MAX_WALK_DEPTH, RelPath, within_limit,
 };
 
 fn io(rel: &str, e: std::io::Error) -> FileError {
@@ -229,7 +228,7 @@ pub(super) fn disk_usage(dir: &Path, max_entries: usize) -> Option<u64> {
     };
     let mut stack = vec![(dir.to_path_buf(), 0usize)];
     while let Some((d, depth)) = stack.pop() {
-        if depth > MAX_DELETE_DEPTH {
+        if depth > MAX_WALK_DEPTH {
             return None;
         }
         let entries = match std::fs::read_dir(&d) {

@@ -70,7 +70,7 @@ fn special_files_and_deep_trees() {
     assert!(outside.path().join("keep").exists());
     // Too deep a tree is refused, not overflowing anything.
     let mut deep = root.path().join("deep");
-    for _ in 0..MAX_DELETE_DEPTH + 2 {
+    for _ in 0..MAX_WALK_DEPTH + 2 {
         deep.push("d");
     }
     std::fs::create_dir_all(&deep).expect("deep tree");

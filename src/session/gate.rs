@@ -25,14 +25,16 @@ pub enum Refusal {
     )]
     InstanceJobsFull { limit: usize },
     #[error(
-        "the workspace uses {used} of its {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
+        "the workspace and the sessions' temporary directories (HOME, TMPDIR) use {used} of their {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
         used = human_bytes(*.used),
         limit = human_bytes(*.limit)
     )]
     DiskFull { used: u64, limit: u64 },
     #[error(
-        "the workspace could not be measured against its {limit} quota (--tenant-disk): it holds more than {max_entries} entries, a directory of more than 100,000 or nesting deeper than 256, or a directory ferrepl cannot read (chmod 000?); new cells and jobs are refused until that is fixed (rm or chmod through shell_exec or python)",
-        limit = human_bytes(*.limit)
+        "the workspace and the sessions' temporary directories (HOME, TMPDIR) could not be measured against their {limit} quota (--tenant-disk): they hold more than {max_entries} entries, a directory of more than {max_names} or nesting deeper than {max_depth}, or a directory ferrepl cannot read (chmod 000?); new cells and jobs are refused until that is fixed (rm or chmod through shell_exec or python)",
+        limit = human_bytes(*.limit),
+        max_names = crate::files::MAX_DIR_NAMES,
+        max_depth = crate::files::MAX_WALK_DEPTH
     )]
     DiskUncounted { max_entries: usize, limit: u64 },
 }
@@ -224,8 +226,9 @@ const UNCOUNTED: u64 = u64::MAX;
 static MEASURING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 impl WorkspaceQuota {
-    /// Starts measuring `workspace` until the returned quota is dropped.
-    pub fn watch(workspace: Workspace, limit: u64) -> Self {
+    /// Starts measuring `areas` (a tenant's workspace and its temporary
+    /// directories) until the returned quota is dropped.
+    pub fn watch(areas: Vec<Workspace>, limit: u64) -> Self {
         let used = Arc::new(AtomicU64::new(0));
         let weak = Arc::downgrade(&used);
         tokio::spawn(async move {
@@ -233,12 +236,13 @@ impl WorkspaceQuota {
                 if weak.strong_count() == 0 {
                     return;
                 }
-                let ws = workspace.clone();
+                let areas = areas.clone();
                 let Ok(turn) = MEASURING.acquire().await else {
                     return;
                 };
                 let measured = tokio::task::spawn_blocking(move || {
-                    ws.disk_usage(MAX_ENTRIES).unwrap_or(UNCOUNTED)
+                    let sizes = areas.iter().map(|a| a.disk_usage(MAX_ENTRIES));
+                    sizes.sum::<Option<u64>>().unwrap_or(UNCOUNTED)
                 })
                 .await
                 .unwrap_or(UNCOUNTED);
@@ -289,11 +293,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn quota_refuses_work_once_the_workspace_is_over_it() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("big"), vec![1u8; 64 * 1024]).unwrap();
-        let ws = Workspace::new(dir.path()).unwrap();
-        let gate = TenantGate::new(Gate::new(4, 4), Some(WorkspaceQuota::watch(ws, 1024)));
+    async fn quota_refuses_work_once_workspace_and_temporary_area_together_are_over_it() {
+        // Each under the quota, together over it.
+        let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        for dir in &dirs {
+            std::fs::write(dir.path().join("big"), vec![1u8; 48 * 1024]).unwrap();
+        }
+        let areas = dirs.iter().map(|d| Workspace::new(d.path()).unwrap());
+        let areas: Vec<Workspace> = areas.collect();
+        let quota = WorkspaceQuota::watch(areas, 64 * 1024);
+        let gate = TenantGate::new(Gate::new(4, 4), Some(quota));
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskFull { .. }), "{e}");
         assert!(e.to_string().contains("--tenant-disk"), "{e}");

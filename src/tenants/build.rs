@@ -98,15 +98,22 @@ impl Base {
         let workspace = files::Workspace::new(&workdir)
             .with_context(|| format!("workspace root {}", workdir.display()))?
             .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
+        let log_dir = self.log_dir_of(tenant)?;
         let quota = match (tenant, self.tenant_disk) {
             (Tenant::Named(_), Some(limit)) => {
-                Some(WorkspaceQuota::watch(workspace.clone(), limit))
+                // The sessions' and jobs' HOME and TMPDIR (and their logs)
+                // are written as freely as the workspace.
+                let scratch = files::Workspace::new(&log_dir)
+                    .with_context(|| format!("temporary directory {}", log_dir.display()))?;
+                Some(WorkspaceQuota::watch(
+                    vec![workspace.clone(), scratch],
+                    limit,
+                ))
             }
             _ => None,
         };
         let gate = TenantGate::new(self.gate.clone(), quota);
         let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
-        let log_dir = self.log_dir_of(tenant)?;
 
         let mut job_config = settings.job_config(&log_dir, sandbox.clone(), self.installer.clone());
         job_config.gate = Some(gate.clone());

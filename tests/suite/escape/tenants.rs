@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{HttpServer, StdioServer, call, path_str};
+use crate::support::{HttpServer, StdioServer, ToolOutput, call, path_str};
 
 const TOKEN: &str = "quota-token-0123456789abcdef";
 
-#[tokio::test]
-async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
+/// A tenant's server with a 1 MiB --tenant-disk, and a client of it.
+async fn tenant_with_a_1m_quota() -> (HttpServer, crate::support::Client<()>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a directory for the tokens file");
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("{TOKEN} alpha\n")).expect("write the tokens");
@@ -30,19 +30,29 @@ async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
         Ok(c) => c,
         Err(e) => panic!("connect: {e:#}\nstderr:\n{}", server.stderr_log()),
     };
-    let hide = "import os\nos.makedirs('d')\nopen('d/big.bin', 'wb').write(b'x' * 3_000_000)\nos.chmod('d', 0)";
-    let out = call(client.peer(), "python_exec", json!({ "code": hide })).await;
+    (server, client, dir)
+}
+
+/// Runs `code`, then cells until one is refused (the quota is measured in
+/// the background every few seconds: polled, bounded).
+async fn refused_after(client: &crate::support::Client<()>, code: &str) -> Option<ToolOutput> {
+    let out = call(client.peer(), "python_exec", json!({ "code": code })).await;
     assert!(!out.is_error, "{out:#?}");
-    // Measured in the background every few seconds: poll (bounded).
-    let mut refused = None;
     for _ in 0..100 {
         let out = call(client.peer(), "python_exec", json!({ "code": "1" })).await;
         if out.is_error {
-            refused = Some(out);
-            break;
+            return Some(out);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    None
+}
+
+#[tokio::test]
+async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
+    let (server, client, _dir) = tenant_with_a_1m_quota().await;
+    let hide = "import os\nos.makedirs('d')\nopen('d/big.bin', 'wb').write(b'x' * 3_000_000)\nos.chmod('d', 0)";
+    let refused = refused_after(&client, hide).await;
     let hidden = server.workdir.path().join("alpha/d");
     let _ = std::fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o700));
     let out = refused.expect("3 MB behind an unreadable directory must not pass a 1 MB quota");
@@ -50,12 +60,27 @@ async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
     // and a walk that cannot finish is refused.
     // SAFETY: geteuid has no preconditions.
     let expected = if unsafe { libc::geteuid() } == 0 {
-        "of its 1 MiB quota"
+        "of their 1 MiB quota"
     } else {
         "could not be measured"
     };
     assert!(
         out.text.contains("--tenant-disk") && out.text.contains(expected),
+        "{}",
+        out.text
+    );
+}
+
+/// HOME and TMPDIR are written as freely as the workspace: they count.
+#[tokio::test]
+async fn the_temporary_directories_count_toward_the_disk_quota() {
+    let (_server, client, _dir) = tenant_with_a_1m_quota().await;
+    let fill = "import os\nopen(os.path.join(os.environ['TMPDIR'], 'big.bin'), 'wb').write(b'x' * 3_000_000)";
+    let out = refused_after(&client, fill)
+        .await
+        .expect("3 MB in TMPDIR must not pass a 1 MB quota");
+    assert!(
+        out.text.contains("--tenant-disk") && out.text.contains("of their 1 MiB quota"),
         "{}",
         out.text
     );
