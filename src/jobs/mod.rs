@@ -31,7 +31,8 @@ pub struct JobConfig {
     pub output_tail_bytes: usize,
     pub log_dir: PathBuf,
     pub log_bytes: u64,
-    /// Jobs running at once.
+    /// Jobs running at once over the instance (--max-jobs; enforced by the
+    /// gate), for the status.
     pub max_running: usize,
     /// Finished jobs are dropped after this long, and beyond `max_kept`.
     pub keep_finished: Duration,
@@ -53,10 +54,6 @@ pub enum JobError {
         "no job '{0}'; shell_wait {{}} lists the jobs (finished jobs are dropped after a while)"
     )]
     NotFound(String),
-    #[error(
-        "{running} jobs are running, the limit (--max-jobs); wait for one with shell_wait or stop one with shell_wait {{job, signal: \"TERM\"}}"
-    )]
-    TooMany { running: usize },
     #[error("cannot start the job: {0}")]
     Spawn(String),
     #[error("{0}")]
@@ -161,14 +158,7 @@ impl JobManager {
             gate.admit_work()?;
         }
         self.prune();
-        let running = self
-            .jobs()
-            .values()
-            .filter(|j| j.lock().exit.is_none())
-            .count();
-        if running >= self.cfg.max_running {
-            return Err(JobError::TooMany { running });
-        }
+        // The instance's job budget (--max-jobs) is the gate's.
         let slot = match &self.cfg.gate {
             Some(gate) => Some(gate.instance.job_slot()?),
             None => None,

@@ -21,7 +21,7 @@ pub enum Refusal {
     )]
     InstanceFull { name: String, limit: usize },
     #[error(
-        "this instance runs {limit} jobs over all tenants, its limit (--max-jobs); wait for one to finish (shell_wait), or retry later"
+        "this instance runs {limit} jobs over all tenants, its limit (--max-jobs); wait for one with shell_wait, stop one with shell_wait {{job, signal: \"TERM\"}}, or retry later"
     )]
     InstanceJobsFull { limit: usize },
     #[error(
