@@ -156,7 +156,7 @@ fn sandbox_settings(
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
     let applied = sandbox::probe(&mut sandbox_cfg)?;
-    if tenants && !applied.namespaces && !applied.landlock.starts_with("fully") {
+    if tenants && !applied.namespaces && !applied.landlock_full() {
         // Neither a private mount namespace nor Landlock would keep one
         // tenant's sessions out of another's workspace.
         anyhow::bail!(

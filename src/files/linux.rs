@@ -515,24 +515,10 @@ fn walk(dir: &OwnedFd, prefix: &str, depth: usize, out: &mut Listing) -> std::io
 /// `MAX_WALK_DEPTH`) or anything it could not read (a directory made
 /// unreadable would hide its contents).
 pub(super) fn disk_usage(root: &OwnedFd, max_entries: usize) -> Option<u64> {
-    let dir = open_dir_at(root.as_fd(), OsStr::new(".")).ok()?;
+    let dir = open_child_dir(root.as_fd(), OsStr::new(".")).ok()?;
     let mut bytes = 0u64;
     let mut left = max_entries;
     usage_of(&dir, 0, &mut bytes, &mut left).then_some(bytes)
-}
-
-/// `name` in `dir`, opened for listing; never through a symlink.
-fn open_dir_at(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<OwnedFd> {
-    nix::fcntl::openat(
-        dir,
-        name,
-        OFlag::O_RDONLY
-            | OFlag::O_DIRECTORY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
 }
 
 /// An entry that vanished between its listing and its use: nothing to count.
@@ -565,7 +551,7 @@ fn usage_of(dir: &OwnedFd, depth: usize, bytes: &mut u64, left: &mut usize) -> b
         if kind_of(&st) != SFlag::S_IFDIR {
             continue;
         }
-        let finished = match open_dir_at(dir.as_fd(), &name) {
+        let finished = match open_child_dir(dir.as_fd(), &name) {
             Ok(child) => usage_of(&child, depth + 1, bytes, left),
             // ELOOP: swapped for a symlink since the lstat.
             Err(e) => gone(e) || e == Errno::ELOOP,

@@ -132,6 +132,15 @@ pub struct Applied {
     pub namespaces: bool,
 }
 
+/// How the launcher reports Landlock fully enforced.
+pub const LANDLOCK_FULL: &str = "fully enforced";
+
+impl Applied {
+    pub fn landlock_full(&self) -> bool {
+        self.landlock == LANDLOCK_FULL
+    }
+}
+
 /// The server's sandbox settings, fixed at start.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {

@@ -50,7 +50,7 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
 /// Whether every protection is active.
 fn fully_protected(cfg: &SandboxConfig, applied: &Applied) -> bool {
     applied.seccomp
-        && applied.landlock.starts_with("fully")
+        && applied.landlock_full()
         && applied.no_new_privs
         && applied.capabilities_dropped
         && applied.namespaces

@@ -236,7 +236,7 @@ fn landlock(policy: &Policy) -> Result<String, RulesetError> {
         .add_rules(net_rules)?
         .restrict_self()?;
     Ok(match status.ruleset {
-        RulesetStatus::FullyEnforced => "fully enforced".to_string(),
+        RulesetStatus::FullyEnforced => crate::sandbox::LANDLOCK_FULL.to_string(),
         RulesetStatus::PartiallyEnforced => "partially enforced (older kernel ABI)".to_string(),
         RulesetStatus::NotEnforced => "not enforced (kernel without Landlock)".to_string(),
     })
