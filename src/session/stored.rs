@@ -58,10 +58,11 @@ impl SessionManager {
         if !self.left_stored().remove(name) {
             return None;
         }
-        let stored = self
-            .read_stored()
-            .into_iter()
-            .find(|s| s.record.name == name);
+        let store = self.durable.store.as_ref()?;
+        let stored = store.load_session(name).unwrap_or_else(|e| {
+            tracing::warn!("could not read session '{name}' from the store: {e}");
+            None
+        });
         let revived = stored.and_then(|s| self.dormant_session(s));
         if revived.is_none() {
             tracing::debug!(session = %name, "stored session not brought back");

@@ -221,10 +221,19 @@ impl Store {
     /// Every stored session with its cells, by name. It reads what is
     /// committed: writes still queued are not seen (flush first).
     pub fn load(&self) -> Result<Vec<StoredSession>, StoreError> {
+        self.load_where(None)
+    }
+
+    /// The stored session named `name`, if there is one.
+    pub fn load_session(&self, name: &str) -> Result<Option<StoredSession>, StoreError> {
+        Ok(self.load_where(Some(name))?.pop())
+    }
+
+    fn load_where(&self, only: Option<&str>) -> Result<Vec<StoredSession>, StoreError> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&self.path, flags)?;
         conn.busy_timeout(Duration::from_millis(2000))?;
-        schema::load(&mut conn)
+        schema::load(&mut conn, only)
     }
 
     /// Upserts by name (language, options, head; updated = now).

@@ -370,16 +370,20 @@ fn delete_session(conn: &Connection, session: &str) -> Result<(), StoreError> {
 
 /// Every session with its cells, read in one transaction so that a session
 /// and its cells are of the same moment.
-pub(super) fn load(conn: &mut Connection) -> Result<Vec<StoredSession>, StoreError> {
+/// Every stored session with its cells, or only the one named `only`.
+pub(super) fn load(
+    conn: &mut Connection,
+    only: Option<&str>,
+) -> Result<Vec<StoredSession>, StoreError> {
     let tx = conn.transaction()?;
     let mut cells: HashMap<String, Vec<CellRecord>> = HashMap::new();
     {
         let mut stmt = tx.prepare(
             "SELECT session, id, parent, source, replayable, status, elapsed_ms, finished,
                     summary, images
-             FROM cells ORDER BY session, id",
+             FROM cells WHERE ?1 IS NULL OR session = ?1 ORDER BY session, id",
         )?;
-        let mut rows = stmt.query([])?;
+        let mut rows = stmt.query([only])?;
         while let Some(r) = rows.next()? {
             let session: String = r.get(0)?;
             let (Some(id), Ok(parent)) = (
@@ -406,8 +410,8 @@ pub(super) fn load(conn: &mut Connection) -> Result<Vec<StoredSession>, StoreErr
     let mut sessions = Vec::new();
     {
         let mut stmt = tx
-            .prepare("SELECT name, language, options, head, updated FROM sessions ORDER BY name")?;
-        let mut rows = stmt.query([])?;
+            .prepare("SELECT name, language, options, head, updated FROM sessions WHERE ?1 IS NULL OR name = ?1 ORDER BY name")?;
+        let mut rows = stmt.query([only])?;
         while let Some(r) = rows.next()? {
             let name: String = r.get(0)?;
             let options = match parse_json(&r.get::<_, String>(2)?) {

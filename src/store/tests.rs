@@ -91,6 +91,23 @@ fn round_trip_survives_reopen() {
 }
 
 #[test]
+fn one_session_loads_alone_with_its_cells() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open(&config(tmp.path(), "/ws/a"));
+    for name in ["a", "b"] {
+        store.put_session(session(name));
+    }
+    store.put_cell("a", cell(1, None), true);
+    store.put_cell("b", cell(1, None), false);
+    store.put_cell("b", cell(2, Some(1)), true);
+    assert!(store.flush(WAIT));
+    let b = store.load_session("b").unwrap().expect("b is stored");
+    assert_eq!((b.record.name.as_str(), ids(&b)), ("b", vec![1, 2]));
+    assert!(store.load_session("c").unwrap().is_none());
+    assert_eq!(store.load().unwrap().len(), 2);
+}
+
+#[test]
 fn put_session_again_keeps_cells() {
     let tmp = tempfile::tempdir().unwrap();
     let store = open(&config(tmp.path(), "/ws/a"));
