@@ -9,32 +9,42 @@ use super::*;
 use crate::store::StoredSession;
 
 impl SessionManager {
-    /// What an earlier server stored (read before any lock is taken).
-    pub(super) fn read_stored(&self) -> Vec<StoredSession> {
+    /// What an earlier server stored, as dormant sessions: read and built
+    /// before any lock is taken (the instance's lock is held only to count
+    /// them in).
+    pub(super) fn read_stored(&self) -> Vec<(String, Session)> {
         let Some(store) = &self.durable.store else {
             return Vec::new();
         };
-        store.load().unwrap_or_else(|e| {
+        let stored = store.load().unwrap_or_else(|e| {
             tracing::warn!(
                 "could not read the session store {}: {e}",
                 store.path().display()
             );
             Vec::new()
-        })
+        });
+        stored
+            .into_iter()
+            .filter(|s| valid_name(&s.record.name))
+            .filter_map(|s| {
+                let name = s.record.name.clone();
+                let sess = self.dormant_session(s);
+                if sess.is_none() {
+                    tracing::debug!(session = %name, "stored session not loaded");
+                }
+                Some((name, sess?))
+            })
+            .collect()
     }
 
     /// Stored sessions come back dormant: listed, with their history,
     /// rebuilt by the first call that needs their state; at most `room` of
     /// them (the instance's budget) and this tenant's limit. The rest stay
     /// stored until their name is used again.
-    pub(super) fn add_stored(&self, stored: Vec<StoredSession>, room: usize) {
+    pub(super) fn add_stored(&self, stored: Vec<(String, Session)>, room: usize) {
         let most = room.min(self.limits.max_sessions);
         let mut map = self.sessions();
-        for s in stored {
-            let name = s.record.name.clone();
-            if !valid_name(&name) {
-                continue;
-            }
+        for (name, sess) in stored {
             if map.len() >= most {
                 tracing::warn!(
                     session = %name,
@@ -43,12 +53,7 @@ impl SessionManager {
                 self.left_stored().insert(name);
                 continue;
             }
-            match self.dormant_session(s) {
-                Some(sess) => {
-                    map.insert(name, Arc::new(sess));
-                }
-                None => tracing::debug!(session = %name, "stored session not loaded"),
-            }
+            map.insert(name, Arc::new(sess));
         }
     }
 
