@@ -86,15 +86,10 @@ async fn the_temporary_directories_count_toward_the_disk_quota() {
     );
 }
 
-/// A job is held to --memory-limit by its memory cgroup where one can be
-/// made (root here) and by the process-tree watch where not (the
-/// unprivileged run, cgroup v2 hosts).
-#[tokio::test]
-async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
-    let server = StdioServer::start(&["--tools", "all", "--memory-limit", "200M"]).await;
-    let hog = "python3 -c \"import time; b = b'x' * (600 << 20); time.sleep(120)\"";
+/// Runs `command` as job j1 and follows it until it ends (bounded).
+async fn job_to_its_end(server: &StdioServer, command: &str) -> ToolOutput {
     let mut out = server
-        .call("shell_exec", json!({ "command": hog, "wait_s": 60 }))
+        .call("shell_exec", json!({ "command": command, "wait_s": 60 }))
         .await;
     for _ in 0..5 {
         if !out.text.contains("running") {
@@ -104,6 +99,17 @@ async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
             .call("shell_wait", json!({ "job": "j1", "wait_s": 60 }))
             .await;
     }
+    out
+}
+
+/// A job is held to --memory-limit by its memory cgroup where one can be
+/// made (root here) and by the process-tree watch where not (the
+/// unprivileged run, cgroup v2 hosts).
+#[tokio::test]
+async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
+    let server = StdioServer::start(&["--tools", "all", "--memory-limit", "200M"]).await;
+    let hog = "python3 -c \"import time; b = b'x' * (600 << 20); time.sleep(120)\"";
+    let out = job_to_its_end(&server, hog).await;
     assert!(
         out.text
             .contains("The job went over its memory limit of 200 MiB (--memory-limit"),
@@ -118,17 +124,7 @@ async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
 async fn a_job_over_the_process_limit_is_killed_and_told_so() {
     let server = StdioServer::start(&["--tools", "all", "--max-processes", "64"]).await;
     let forks = "for i in $(seq 100); do sleep 120 & done; wait";
-    let mut out = server
-        .call("shell_exec", json!({ "command": forks, "wait_s": 60 }))
-        .await;
-    for _ in 0..5 {
-        if !out.text.contains("running") {
-            break;
-        }
-        out = server
-            .call("shell_wait", json!({ "job": "j1", "wait_s": 60 }))
-            .await;
-    }
+    let out = job_to_its_end(&server, forks).await;
     // Unprivileged, RLIMIT_NPROC (per user) refuses the forks first.
     let watched = out
         .text
