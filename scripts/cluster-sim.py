@@ -39,6 +39,7 @@ import collections
 import http.client
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -111,10 +112,31 @@ def watchdog():
     os._exit(1)
 
 
+TAKEN_PORTS = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a listener that must keep it across restarts (nginx names
+    it). It is taken below the kernel's ephemeral range, so no process that
+    binds port 0 or connects out (the other test suites running beside this
+    one) can be handed it between a check and a bind, or while an instance
+    is down; only an explicit bind of the same number could."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    low = 10000
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(low, ephemeral_low) if ephemeral_low - low >= 1000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in TAKEN_PORTS:
+            TAKEN_PORTS.add(port)
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 # --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ the test with the reason and the server's stderr.
 
 import os
 import pathlib
-import socket
+import re
 import subprocess
 import threading
 
@@ -63,27 +63,25 @@ def stdio_params_plain(ferrepl_bin, workdir) -> StdioServerParameters:
     return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir)])
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:(\d+)/mcp)")
 
 
 class HttpServer:
-    """`ferrepl --http 127.0.0.1:PORT` as a child process.
+    """`ferrepl --http 127.0.0.1:0` as a child process. The kernel picks the
+    port (so no other process can take it first); `url` and `port` are read
+    from the server's "listening on" log line by `wait_ready`.
 
     Its stderr is drained by a thread for the whole run (so a chatty server
     never blocks on a full pipe) and kept for failure messages.
     """
 
     def __init__(self, binary: str, workdir: pathlib.Path, extra_args=()):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.port: int | None = None
+        self.url: str | None = None
         self.lines: list[str] = []
         self._ready = threading.Event()
-        self._needle = f"listening on {self.url}"
         self.proc = subprocess.Popen(
-            [binary, "--http", f"127.0.0.1:{self.port}", "--workdir", str(workdir), *extra_args],
+            [binary, "--http", "127.0.0.1:0", "--workdir", str(workdir), *extra_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -96,7 +94,9 @@ class HttpServer:
     def _drain(self):
         for line in self.proc.stderr:
             self.lines.append(line)
-            if self._needle in line:
+            found = self.url is None and LISTENING.search(line)
+            if found:
+                self.url, self.port = found.group(1), int(found.group(2))
                 self._ready.set()
         self._ready.set()  # stderr closed: wake the waiter, which checks why
 
@@ -105,11 +105,11 @@ class HttpServer:
 
     def wait_ready(self):
         self._ready.wait(START_TIMEOUT_S)
-        if not any(self._needle in line for line in self.lines):
+        if self.url is None:
             code = self.proc.poll()
             self.stop()
             state = f"exited with {code}" if code is not None else f"no such line within {START_TIMEOUT_S} s"
-            pytest.fail(f"`ferrepl --http` never logged {self._needle!r} ({state}); stderr:\n{self.log()}")
+            pytest.fail(f"`ferrepl --http` never logged 'listening on' ({state}); stderr:\n{self.log()}")
 
     def stop(self) -> int | None:
         """Stops the server: SIGTERM, then SIGKILL after 10 s. Returns the exit code,

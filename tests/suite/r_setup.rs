@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{StdioServer, ToolOutput, free_port, path_str};
+use crate::support::{StdioServer, ToolOutput, path_str};
 
 const R_FLAGS: [&str; 2] = ["--languages", "python,r"];
 
@@ -17,7 +17,8 @@ const R_FLAGS: [&str; 2] = ["--languages", "python,r"];
 /// package, served over HTTP on 127.0.0.1 until dropped.
 struct Mirror {
     url: String,
-    server: tokio::process::Child,
+    /// Killed on drop.
+    _server: tokio::process::Child,
     _dir: tempfile::TempDir,
 }
 
@@ -40,40 +41,42 @@ impl Mirror {
             "write_PACKAGES failed: {}",
             String::from_utf8_lossy(&indexed.stderr)
         );
-        let port = free_port();
-        let server = tokio::process::Command::new("python3")
-            .args(["-m", "http.server", "--bind", "127.0.0.1"])
-            .arg(port.to_string())
+        // Port 0: the kernel picks it, and the server says which.
+        let mut server = tokio::process::Command::new("python3")
+            .args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "0"])
             .current_dir(dir.path())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("start python3 -m http.server");
-        let mirror = Mirror {
-            url: format!("http://127.0.0.1:{port}"),
-            server,
-            _dir: dir,
-        };
-        mirror.wait_listening(port).await;
-        mirror
-    }
-
-    /// Until the server accepts connections (bounded).
-    async fn wait_listening(&self, port: u16) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        let stdout = server.stdout.take().expect("the mirror's stdout");
+        let port = tokio::time::timeout(Duration::from_secs(20), serving_port(stdout))
             .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the mirror never listened on {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            .expect("the mirror did not say its port within 20 s")
+            .expect("the mirror exited without saying its port");
+        Mirror {
+            url: format!("http://127.0.0.1:{port}"),
+            _server: server,
+            _dir: dir,
         }
-        let _ = self.server.id();
     }
+}
+
+/// The port from http.server's first line, "Serving HTTP on 127.0.0.1 port N (...)".
+async fn serving_port(stdout: tokio::process::ChildStdout) -> Option<u16> {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let port = line.split(" port ").nth(1).and_then(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        });
+        if port.is_some() {
+            return port;
+        }
+    }
+    None
 }
 
 async fn install(server: &StdioServer, package: &str) -> ToolOutput {

@@ -9,8 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    Client, HttpServer, Launch, ToolOutput, call, free_port, http_exchange, path_str, py_path,
-    raw_http,
+    Client, HttpServer, Launch, ToolOutput, call, http_exchange, path_str, py_path, raw_http,
 };
 
 const ALPHA: &str = "alpha-token-0123456789abcdef";
@@ -341,9 +340,10 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
 async fn health_readiness_and_metrics_follow_the_listeners_rules() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n"));
-    let metrics_port = free_port();
-    let metrics_addr = format!("127.0.0.1:{metrics_port}");
-    let server = start(&tokens, &["--metrics-addr", &metrics_addr]).await;
+    let server = start(&tokens, &["--metrics-addr", "127.0.0.1:0"]).await;
+    let metrics_port = server
+        .metrics_port
+        .expect("the metrics listener's port in the log");
     let host = format!("127.0.0.1:{}", server.port);
     let auth = format!("Bearer {ALPHA}");
     let main = [("Host", host.as_str()), ("Authorization", auth.as_str())];
@@ -532,13 +532,14 @@ async fn a_workspace_over_its_quota_refuses_new_cells() {
 async fn sigterm_drains_then_exits() {
     let dir = tempfile::tempdir().unwrap();
     let tokens = tokens_file(dir.path(), &format!("{ALPHA} alpha\n{BETA} beta\n"));
-    let metrics_port = free_port();
-    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let mut server = start(
         &tokens,
-        &["--metrics-addr", &metrics_addr, "--drain-seconds", "60"],
+        &["--metrics-addr", "127.0.0.1:0", "--drain-seconds", "60"],
     )
     .await;
+    let metrics_port = server
+        .metrics_port
+        .expect("the metrics listener's port in the log");
     let alpha = connect(&server, "/mcp", ALPHA).await;
     let gate = server.workdir.path().join("alpha/gate");
     let code = format!(

@@ -9,7 +9,6 @@
 
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -92,40 +91,20 @@ export async function stdioClient(t, args = []) {
 }
 
 /** A free loopback TCP port (the OS picks it). */
-export async function freePort() {
-    return new Promise((resolve, reject) => {
-        const srv = net.createServer();
-        srv.on('error', reject);
-        srv.listen(0, '127.0.0.1', () => {
-            const { port } = srv.address();
-            srv.close(() => resolve(port));
-        });
-    });
-}
-
-function canConnect(port) {
-    return new Promise((resolve) => {
-        const sock = net.connect({ port, host: '127.0.0.1' });
-        sock.once('connect', () => { sock.destroy(); resolve(true); });
-        sock.once('error', () => resolve(false));
-    });
-}
-
 export const delay = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * `ferrepl --http 127.0.0.1:PORT --workdir DIR` as a child process, ready once
- * its port accepts connections. Returns { url, workdir, stderr() }; the server
- * is stopped (SIGTERM, then SIGKILL after 10 s) after the test.
+ * `ferrepl --http 127.0.0.1:0 --workdir DIR` as a child process, ready once it
+ * logs the address it listens on (the kernel picks the port, so no other
+ * process can take it first). Returns { url, workdir, stderr() }; the server
+ * is stopped when the test ends.
  */
 export async function httpServer(t, args = []) {
     const workdir = tempDir(t);
-    const port = await freePort();
-    const proc = spawn(BIN, ['--http', `127.0.0.1:${port}`, '--workdir', workdir, ...args], {
+    const proc = spawn(BIN, ['--http', '127.0.0.1:0', '--workdir', workdir, ...args], {
         stdio: ['ignore', 'ignore', 'pipe'],
     });
     let log = '';
-    proc.stderr.on('data', (chunk) => { log += chunk; });
     const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
     let gone = null;
     exited.then((how) => { gone = how; });
@@ -136,14 +115,20 @@ export async function httpServer(t, args = []) {
         await exited;
         clearTimeout(timer);
     });
-    // Poll until the port accepts a connection (or the server dies, or 30 s pass).
-    const deadline = Date.now() + 30_000;
-    while (!(await canConnect(port))) {
-        if (gone) throw new Error(`ferrepl exited before listening (${JSON.stringify(gone)}); its stderr:\n${log}`);
-        if (Date.now() > deadline) throw new Error(`ferrepl did not listen on port ${port} within 30 s; its stderr:\n${log}`);
-        await delay(20);
-    }
-    return { url: `http://127.0.0.1:${port}/mcp`, workdir, stderr: () => log };
+    const listening = /listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/;
+    const url = await new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`ferrepl did not log 'listening on' within 30 s; its stderr:\n${log}`)), 30_000);
+        proc.stderr.on('data', (chunk) => {
+            log += chunk;
+            const found = listening.exec(log);
+            if (found) { clearTimeout(timer); resolve(found[1]); }
+        });
+        exited.then((how) => {
+            clearTimeout(timer);
+            reject(new Error(`ferrepl exited before listening (${JSON.stringify(how)}); its stderr:\n${log}`));
+        });
+    });
+    return { url, workdir, stderr: () => log };
 }
 
 /** A new client (its own transport session) connected to an HTTP server's URL. */

@@ -12,14 +12,18 @@ use super::launch::{Launch, START_TIMEOUT, StderrLog, strip_ansi};
 use super::result::CALL_TIMEOUT;
 use super::stdio::Client;
 
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local_addr").port()
+/// The port in a log line "`<what>` http://127.0.0.1:PORT/...".
+fn port_logged(line: &str, what: &str) -> Option<u16> {
+    let rest = line.split(&format!("{what} http://127.0.0.1:")).nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 pub struct HttpServer {
     pub port: u16,
+    /// The `--metrics-addr` listener's port, when one was asked for (with
+    /// port 0 the kernel picks it; it is read from the log).
+    pub metrics_port: Option<u16>,
     /// Killed on drop.
     pub child: Child,
     /// The workspace (`--workdir`).
@@ -28,53 +32,46 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Start `ferrepl --http 127.0.0.1:PORT --workdir <tempdir> args...`,
-    /// with the full tool surface (see `support::launch`), and wait for its
-    /// "listening on" log line. The port is picked free just before; if
-    /// something grabbed it in between, another one is tried.
+    /// Start `ferrepl --http 127.0.0.1:0 --workdir <tempdir> args...`, with
+    /// the full tool surface (see `support::launch`), and wait for its
+    /// "listening on" log line, which names the port the kernel picked (so
+    /// no other process can take it between a check and the bind).
     pub async fn start(args: &[&str], envs: &[(&str, &str)]) -> Self {
         Self::launch(Launch::new(args).envs(envs)).await
     }
 
     /// Start `launch` over HTTP (see `start`).
     pub async fn launch(launch: Launch) -> Self {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match Self::try_start(launch.clone(), free_port()).await {
-                Ok(server) => return server,
-                Err(log) if attempt < 3 && log.to_lowercase().contains("in use") => continue,
-                Err(log) => panic!("the HTTP server did not start: {log}"),
-            }
-        }
-    }
-
-    async fn try_start(launch: Launch, port: u16) -> Result<Self, String> {
-        let needle = format!("listening on http://127.0.0.1:{port}/mcp");
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<u16>();
         let mut ready_tx = Some(ready_tx);
-        let spawned = launch.spawn_http(port, move |line| {
-            if strip_ansi(line).contains(&needle)
+        let spawned = launch.spawn_http(0, move |line| {
+            if let Some(port) = port_logged(&strip_ansi(line), "listening on")
                 && let Some(tx) = ready_tx.take()
             {
-                let _ = tx.send(());
+                let _ = tx.send(port);
             }
         });
-        match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
-            Ok(Ok(())) => Ok(HttpServer {
-                port,
-                child: spawned.child,
-                workdir: spawned.workdir,
-                stderr: spawned.stderr,
-            }),
-            Ok(Err(_)) => Err(format!(
-                "it closed stderr without logging 'listening on http://127.0.0.1:{port}/mcp'; stderr:\n{}",
+        let port = match tokio::time::timeout(START_TIMEOUT, ready_rx).await {
+            Ok(Ok(port)) => port,
+            Ok(Err(_)) => panic!(
+                "the HTTP server closed stderr without logging 'listening on'; stderr:\n{}",
                 spawned.stderr.tail(4000)
-            )),
-            Err(_) => Err(format!(
-                "it did not log 'listening on http://127.0.0.1:{port}/mcp' within {START_TIMEOUT:?}; stderr:\n{}",
+            ),
+            Err(_) => panic!(
+                "the HTTP server did not log 'listening on' within {START_TIMEOUT:?}; stderr:\n{}",
                 spawned.stderr.tail(4000)
-            )),
+            ),
+        };
+        // The probes' listener is bound and logged before the main one.
+        let metrics_port = strip_ansi(&spawned.stderr.text())
+            .lines()
+            .find_map(|line| port_logged(line, "health and metrics on"));
+        HttpServer {
+            port,
+            metrics_port,
+            child: spawned.child,
+            workdir: spawned.workdir,
+            stderr: spawned.stderr,
         }
     }
 
