@@ -181,6 +181,12 @@ impl JobManager {
         let command = spec.shown.clone().unwrap_or_else(|| spec.command.clone());
         let job = Job::follow(n, command, spec.pty, capture, spawned, spec.stdin, slot);
         self.jobs().insert(n, job.clone());
+        // Revoked while it started: `end_all` may have passed before the
+        // job was in the table.
+        if let Some(Err(refused)) = self.cfg.gate.as_ref().map(|g| g.check_revoked()) {
+            job.kill_for(refused.to_string());
+            return Err(refused.into());
+        }
         // Installers are the only jobs that get the egress proxy.
         let kind = if spec.egress {
             crate::metrics::JobKind::Install
@@ -381,6 +387,14 @@ impl JobManager {
 
     pub fn interrupt(&self, job: &Job) {
         job.signal(Signal::SIGINT);
+    }
+
+    /// Kills every running job, with `reason` in its report. Returns how
+    /// many were running.
+    pub fn end_all(&self, reason: &str) -> usize {
+        let jobs: Vec<Arc<Job>> = self.jobs().values().cloned().collect();
+        let reason = format!("{reason}, so ferrepl killed the job.");
+        jobs.iter().filter(|j| j.kill_for(reason.clone())).count()
     }
 
     pub fn shutdown(&self) {

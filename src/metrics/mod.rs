@@ -285,7 +285,7 @@ impl Metrics {
         );
         let admission_refusals = family(
             "admission_refusals",
-            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk)",
+            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk, revoked: the tenant's tokens removed)",
         );
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
         let tools = crate::mcp::groups::tool_names()

@@ -13,6 +13,10 @@ use crate::units::human_bytes;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Refusal {
     #[error(
+        "the operator revoked this tenant's token: ferrepl starts no new sessions, cells or jobs for it; ask the operator for a valid token"
+    )]
+    Revoked,
+    #[error(
         "this ferrepl instance is draining for a restart and takes no new sessions, cells or jobs; retry in a few seconds (sessions resume from the store on the restarted instance)"
     )]
     Draining,
@@ -43,6 +47,7 @@ impl Refusal {
     /// Counted as it is made.
     fn counted(self) -> Self {
         crate::metrics::admission_refusal(match self {
+            Refusal::Revoked => "revoked",
             Refusal::Draining => "draining",
             Refusal::InstanceFull { .. } => "instance_full",
             Refusal::InstanceJobsFull { .. } => "jobs_full",
@@ -172,10 +177,12 @@ impl Drop for Slot {
     }
 }
 
-/// Admission for one tenant: the instance's gate and its workspace quota.
+/// Admission for one tenant: the instance's gate, its workspace quota, and
+/// whether its tokens are gone from the token file.
 pub struct TenantGate {
     pub instance: Arc<Gate>,
     quota: Option<WorkspaceQuota>,
+    revoked: AtomicBool,
 }
 
 impl std::fmt::Debug for TenantGate {
@@ -189,11 +196,32 @@ impl std::fmt::Debug for TenantGate {
 
 impl TenantGate {
     pub fn new(instance: Arc<Gate>, quota: Option<WorkspaceQuota>) -> Arc<Self> {
-        Arc::new(Self { instance, quota })
+        Arc::new(Self {
+            instance,
+            quota,
+            revoked: AtomicBool::new(false),
+        })
+    }
+
+    /// Sets whether the tenant's tokens are revoked. Set before its work is
+    /// ended, and checked again by whatever registers new work, so a
+    /// request already past the token check cannot slip work in between.
+    /// Returns whether it was revoked before.
+    pub fn set_revoked(&self, revoked: bool) -> bool {
+        self.revoked.swap(revoked, Ordering::SeqCst)
+    }
+
+    /// Refused when the tenant's tokens were revoked.
+    pub fn check_revoked(&self) -> Result<(), Refusal> {
+        if self.revoked.load(Ordering::SeqCst) {
+            return Err(Refusal::Revoked.counted());
+        }
+        Ok(())
     }
 
     /// Whether a new cell or job may start now.
     pub fn admit_work(&self) -> Result<(), Refusal> {
+        self.check_revoked()?;
         if self.instance.is_draining() {
             return Err(Refusal::Draining.counted());
         }
@@ -307,6 +335,21 @@ mod tests {
         assert!(matches!(e, Refusal::DiskFull { .. }), "{e}");
         assert!(e.to_string().contains("--tenant-disk"), "{e}");
         gate.instance.start_draining();
+        assert!(matches!(gate.admit_work(), Err(Refusal::Draining)));
+    }
+
+    #[test]
+    fn a_revoked_tenant_is_refused_until_reinstated() {
+        let gate = TenantGate::new(Gate::new(4, 4), None);
+        assert!(gate.admit_work().is_ok());
+        gate.set_revoked(true);
+        let e = gate.admit_work().expect_err("revoked");
+        assert!(matches!(e, Refusal::Revoked), "{e}");
+        assert!(e.to_string().contains("revoked"), "{e}");
+        // Revocation is checked before draining: it is the lasting reason.
+        gate.instance.start_draining();
+        assert!(matches!(gate.admit_work(), Err(Refusal::Revoked)));
+        gate.set_revoked(false);
         assert!(matches!(gate.admit_work(), Err(Refusal::Draining)));
     }
 

@@ -74,6 +74,7 @@ impl SessionManager {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(SessionError::ShuttingDown);
         }
+        self.gate.check_revoked()?;
         if !valid_name(name) {
             return Err(SessionError::BadName(name.to_string()));
         }
@@ -215,6 +216,7 @@ impl SessionManager {
         sess: &Arc<Session>,
     ) -> Result<Arc<Worker>, SessionError> {
         let _guard = sess.start_lock.lock().await;
+        self.gate.check_revoked()?;
         {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
@@ -263,6 +265,13 @@ impl SessionManager {
             st.worker = Some(worker.clone());
             // Copies belonged to the interpreter before.
             st.checkpoints.clear();
+        }
+        // Revoked while it started: `end_all` may have passed this session
+        // before the worker was in it.
+        if let Err(refused) = self.gate.check_revoked() {
+            worker.set_kill_reason(refused.to_string());
+            worker.kill();
+            return Err(refused.into());
         }
         Ok(worker)
     }
@@ -340,6 +349,28 @@ impl SessionManager {
     }
 
     /// Ends every worker (whole process groups) and refuses new work.
+    /// Kills the interpreter of every session (its cells end crashed, with
+    /// `reason` among their notes); the sessions stay. Returns how many
+    /// were killed.
+    pub fn end_all(&self, reason: &str) -> usize {
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        let mut ended = 0;
+        for sess in sessions {
+            let Some(worker) = sess.lock().worker.clone() else {
+                continue;
+            };
+            if worker.exit_info().is_none() {
+                worker.set_kill_reason(format!(
+                    "{reason}, so ferrepl ended session '{}'.",
+                    sess.name
+                ));
+                worker.kill();
+                ended += 1;
+            }
+        }
+        ended
+    }
+
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
         let mut workers: Vec<Arc<Worker>> = self

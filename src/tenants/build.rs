@@ -42,6 +42,7 @@ pub struct TenantApp {
     pub parts: AppParts,
     pub manager: Arc<SessionManager>,
     pub jobs: Arc<JobManager>,
+    gate: Arc<TenantGate>,
     /// Removed once the sessions are gone (the fields drop in order).
     _cgroup: Option<crate::sandbox::cgroup::TenantCgroup>,
 }
@@ -113,6 +114,7 @@ impl Base {
             _ => None,
         };
         let gate = TenantGate::new(self.gate.clone(), quota);
+        let tenant_gate = gate.clone();
         let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
 
         let mut job_config = settings.job_config(&log_dir, sandbox.clone(), self.installer.clone());
@@ -152,6 +154,7 @@ impl Base {
             parts,
             manager,
             jobs,
+            gate: tenant_gate,
             _cgroup: cgroup,
         })
     }
@@ -191,7 +194,34 @@ impl Base {
     }
 }
 
+/// What a revocation ended.
+pub struct Ended {
+    pub sessions: usize,
+    pub jobs: usize,
+}
+
 impl TenantApp {
+    /// Its tokens are gone from the token file: new work is refused and its
+    /// running interpreters and jobs are killed. Its sessions, files and
+    /// store stay, for a tenant whose token comes back ([`Self::reinstate`]).
+    /// What was ended, or None when it was revoked already.
+    pub fn revoke(&self) -> Option<Ended> {
+        if self.gate.set_revoked(true) {
+            return None;
+        }
+        let reason = "The operator revoked this tenant's token";
+        Some(Ended {
+            sessions: self.manager.end_all(reason),
+            jobs: self.jobs.end_all(reason),
+        })
+    }
+
+    /// A token of the tenant is back: new work is admitted again. True when
+    /// it was revoked.
+    pub fn reinstate(&self) -> bool {
+        self.gate.set_revoked(false)
+    }
+
     /// Ends its jobs and workers and flushes its store.
     pub async fn shutdown(&self) {
         self.jobs.shutdown();

@@ -22,6 +22,9 @@ pub struct Instance {
     tokens: RwLock<Arc<TokenTable>>,
     /// Where the tokens came from (reloaded on SIGHUP).
     token_file: Option<PathBuf>,
+    /// Held while tenants are revoked or reinstated against the tokens, so
+    /// a reload and a tenant built beside it agree on the latest tokens.
+    revocation: Mutex<()>,
     live: Mutex<HashMap<Tenant, Arc<Slot>>>,
     /// Set by shutdown: no tenant is built after it.
     closing: AtomicBool,
@@ -36,12 +39,19 @@ struct Slot {
     building: Mutex<()>,
 }
 
+/// Whether `tenant` has lost all its tokens (the sole tenant never does:
+/// without a token file nothing is reloaded).
+fn revoked(tokens: &TokenTable, tenant: &Tenant) -> bool {
+    matches!(tenant, Tenant::Named(_)) && !tokens.has(tenant)
+}
+
 impl Instance {
     pub fn new(base: Base, tokens: TokenTable, token_file: Option<PathBuf>) -> Arc<Self> {
         Arc::new(Self {
             base,
             tokens: RwLock::new(Arc::new(tokens)),
             token_file,
+            revocation: Mutex::new(()),
             live: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             started: Instant::now(),
@@ -62,8 +72,10 @@ impl Instance {
 
     /// Re-reads the token file. A file that cannot be read or parsed, or
     /// that would switch between one tenant and named tenants, leaves the
-    /// tokens as they were. Tenants whose tokens are gone keep their
-    /// sessions until they expire, unreachable.
+    /// tokens as they were. A tenant whose tokens are all gone is revoked:
+    /// its running interpreters and jobs are killed and no new work starts
+    /// for it, also from requests already past the token check; its
+    /// sessions, files and store are kept for when a token of it returns.
     pub fn reload_tokens(&self) -> Result<String, String> {
         let Some(path) = &self.token_file else {
             return Err("no --auth-token-file to reload".into());
@@ -76,8 +88,28 @@ impl Instance {
                     .into(),
             );
         }
-        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
-        Ok(format!("tokens reloaded from {}", path.display()))
+        let table = Arc::new(table);
+        let _revocation = self.revocation.lock().unwrap_or_else(|e| e.into_inner());
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = table.clone();
+        let mut done = format!("tokens reloaded from {}", path.display());
+        for app in self.live() {
+            if !revoked(&table, &app.tenant) {
+                if app.reinstate() {
+                    done.push_str(&format!("; tenant '{}' reinstated", app.tenant.name()));
+                }
+                continue;
+            }
+            let Some(ended) = app.revoke() else {
+                continue;
+            };
+            done.push_str(&format!(
+                "; tenant '{}' revoked: {} interpreter(s) and {} job(s) killed",
+                app.tenant.name(),
+                ended.sessions,
+                ended.jobs
+            ));
+        }
+        Ok(done)
     }
 
     pub fn base(&self) -> &Base {
@@ -104,7 +136,18 @@ impl Instance {
         }
         let app = Arc::new(self.base.build(tenant)?);
         tracing::info!(tenant = tenant.name(), "tenant started");
-        Ok(slot.app.get_or_init(|| app).clone())
+        let app = slot.app.get_or_init(|| app).clone();
+        // Built for a request that passed the token check before a reload
+        // took its tokens away. Checked after `live` holds it: a reload
+        // either sees it there or has replaced the tokens before this.
+        let _revocation = self.revocation.lock().unwrap_or_else(|e| e.into_inner());
+        if revoked(&self.tokens(), tenant) && app.revoke().is_some() {
+            tracing::info!(
+                tenant = tenant.name(),
+                "tenant revoked: its tokens were removed"
+            );
+        }
+        Ok(app)
     }
 
     /// Every tenant built so far.

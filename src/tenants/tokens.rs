@@ -109,6 +109,11 @@ impl TokenTable {
         self.entries.is_empty()
     }
 
+    /// Whether some token stands for `tenant`.
+    pub fn has(&self, tenant: &Tenant) -> bool {
+        self.entries.iter().any(|(_, t)| t == tenant)
+    }
+
     /// The tenant of a presented token. Every entry is compared in constant
     /// time, so timing says nothing about which tokens exist.
     pub fn tenant_of(&self, given: &[u8]) -> Option<&Tenant> {
