@@ -176,6 +176,66 @@ pub fn plain_argument_error(result: &mut CallToolResult) {
     }
 }
 
+/// Arguments named in a note at most; the rest are counted.
+const UNKNOWN_NAMED: usize = 5;
+/// Characters of an unknown argument's name shown at most.
+const UNKNOWN_NAME_CHARS: usize = 40;
+
+/// A note naming the arguments of a call that `tool`'s input schema does
+/// not have, which are ignored (`timeout` for `wait_s`, `expr` for `name`):
+/// the agent learns that they had no effect and what the tool takes. None
+/// when every argument is known.
+pub fn unknown_arguments_note(
+    tool: &rmcp::model::Tool,
+    arguments: Option<&JsonObject>,
+) -> Option<String> {
+    let known = tool
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object);
+    let is_known = |key: &str| known.is_some_and(|k| k.contains_key(key));
+    let unknown: Vec<&String> = arguments?.keys().filter(|k| !is_known(k)).collect();
+    if unknown.is_empty() {
+        return None;
+    }
+    let mut named: Vec<String> = unknown
+        .iter()
+        .take(UNKNOWN_NAMED)
+        .map(|k| {
+            format!(
+                "'{}'",
+                k.chars().take(UNKNOWN_NAME_CHARS).collect::<String>()
+            )
+        })
+        .collect();
+    if unknown.len() > UNKNOWN_NAMED {
+        named.push(format!("{} more", unknown.len() - UNKNOWN_NAMED));
+    }
+    let takes = match known {
+        Some(k) if !k.is_empty() => {
+            let names: Vec<&str> = k.keys().map(String::as_str).collect();
+            format!("its arguments are {}", names.join(", "))
+        }
+        _ => "it takes no arguments".to_string(),
+    };
+    Some(format!(
+        "[ferrepl] {} ignored {}: {takes}.",
+        tool.name,
+        named.join(", ")
+    ))
+}
+
+/// Appends `note` as the last line of the result's text (a text block of
+/// its own when the result has none first).
+pub fn add_note(result: &mut CallToolResult, note: String) {
+    if let Some(rmcp::model::ContentBlock::Text(text)) = result.content.first_mut() {
+        text.text.push('\n');
+        text.text.push_str(&note);
+    } else {
+        result.content.push(rmcp::model::ContentBlock::text(note));
+    }
+}
+
 /// The schema of a checked argument type, written where it is used (no
 /// `$defs` entry): `inline_schema!(Type, "Name", { ...schema... })`.
 macro_rules! inline_schema {

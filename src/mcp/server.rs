@@ -258,6 +258,10 @@ impl ServerHandler for FerreplServer {
         // The label is resolved before the request moves into the router:
         // a `&'static str`, so nothing is allocated per call.
         let tool = crate::metrics::tool_label(&request.name);
+        let unknown = self
+            .tool_router
+            .get(&request.name)
+            .and_then(|t| args::unknown_arguments_note(t, request.arguments.as_ref()));
         let tcc = ToolCallContext::new(self, request, context);
         let mut response = match self.tool_router.call(tcc).await {
             Ok(response) => response,
@@ -280,6 +284,9 @@ impl ServerHandler for FerreplServer {
                 schema::strip_nulls(value);
             }
             args::plain_argument_error(result);
+            if let Some(note) = unknown {
+                args::add_note(result, note);
+            }
         }
         crate::metrics::tool_call(tool, outcome, started.elapsed());
         Ok(response)

@@ -37,7 +37,7 @@ use std::process::Stdio;
 
 use crate::support::{
     CALL_TIMEOUT, EXIT_TIMEOUT, Launch, START_TIMEOUT, StderrLog, StdioServer, ToolOutput,
-    server_command_plain,
+    server_command_plain, tail,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -799,4 +799,44 @@ async fn argument_errors_name_the_argument_and_the_expected_type() {
     // The server is still usable after the refusals.
     let out = server.exec("1+1").await;
     assert!(!out.is_error, "1+1 after the argument errors: {out:#?}");
+}
+
+/// Arguments a tool does not have are ignored, and the result says so with
+/// the tool's real arguments: an agent that sends `timeout` or `expr` learns
+/// they had no effect. The note stays short whatever the call sends.
+#[tokio::test]
+async fn unknown_arguments_are_named_in_a_note_that_stays_short() {
+    let server = StdioServer::start_plain(&[]).await;
+    let out = server
+        .call("python_exec", json!({ "code": "40 + 2", "timeout": 5 }))
+        .await;
+    assert!(!out.is_error && out.text.contains("42"), "{out:#?}");
+    assert!(
+        out.text.contains(
+            "python_exec ignored 'timeout': its arguments are code, parent, session, wait_s"
+        ),
+        "{}",
+        out.text
+    );
+    // Known arguments only: no note.
+    let out = server
+        .call("python_exec", json!({ "code": "1", "wait_s": 5 }))
+        .await;
+    assert!(!out.text.contains("ignored"), "{}", out.text);
+
+    // An agent that floods the call with long unknown names gets a bounded note.
+    let mut args = serde_json::Map::new();
+    args.insert("code".into(), json!("2"));
+    for i in 0..5000 {
+        args.insert(format!("{i:05}{}", "x".repeat(1000)), json!(i));
+    }
+    let out = server.call("python_exec", Value::Object(args)).await;
+    assert!(!out.is_error, "{}", tail(&out.text, 400));
+    let note = out
+        .text
+        .lines()
+        .find(|l| l.contains("ignored"))
+        .expect("a note of the ignored arguments");
+    assert!(note.contains("4995 more") && note.len() < 600, "{note}");
+    assert!(!out.text.contains(&"x".repeat(100)), "the names are cut");
 }
