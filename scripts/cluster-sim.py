@@ -117,26 +117,31 @@ TAKEN_PORTS = set()
 
 def free_port():
     """A port for a listener that must keep it across restarts (nginx names
-    it). It is taken below the kernel's ephemeral range, so no process that
+    it). It is taken outside the kernel's ephemeral range, so no process that
     binds port 0 or connects out (the other test suites running beside this
     one) can be handed it between a check and a bind, or while an instance
     is down; only an explicit bind of the same number could."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    low = 10000
+        ephemeral_low, ephemeral_high = (int(n) for n in f.read().split())
+    if ephemeral_low - 10000 >= 1000:
+        outside = (10000, ephemeral_low)
+    elif 65536 - (ephemeral_high + 1) >= 1000:
+        outside = (ephemeral_high + 1, 65536)
+    else:
+        raise RuntimeError(f"the ephemeral port range {ephemeral_low}-{ephemeral_high} leaves "
+                           "too few ports outside it for the instances")
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(low, ephemeral_low) if ephemeral_low - low >= 1000 else 0
+        port = rng.randrange(*outside)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            port = s.getsockname()[1]
         if port not in TAKEN_PORTS:
             TAKEN_PORTS.add(port)
             return port
-    raise RuntimeError("no free port below the ephemeral range")
+    raise RuntimeError(f"no free port in {outside[0]}-{outside[1] - 1}")
 
 
 # --------------------------------------------------------------------------

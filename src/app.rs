@@ -199,7 +199,7 @@ fn spawn_signal_watch(
                     shutdown.cancel();
                     return;
                 }
-                _ = hup.recv() => reload_tokens(&instance),
+                _ = hup.recv() => reload_tokens(&instance).await,
             }
         }
         let Some(grace) = drain else {
@@ -232,16 +232,19 @@ fn spawn_signal_watch(
                     break;
                 }
                 // A revoked token stops working during a drain too.
-                _ = hup.recv() => reload_tokens(&instance),
+                _ = hup.recv() => reload_tokens(&instance).await,
             }
         }
         shutdown.cancel();
     });
 }
 
-fn reload_tokens(instance: &tenants::Instance) {
-    match instance.reload_tokens() {
-        Ok(done) => tracing::info!("SIGHUP: {done}"),
-        Err(e) => tracing::error!("SIGHUP: the tokens were not reloaded: {e}"),
+/// On a blocking thread: revoking a tenant kills its process trees.
+async fn reload_tokens(instance: &Arc<tenants::Instance>) {
+    let instance = instance.clone();
+    match tokio::task::spawn_blocking(move || instance.reload_tokens()).await {
+        Ok(Ok(done)) => tracing::info!("SIGHUP: {done}"),
+        Ok(Err(e)) => tracing::error!("SIGHUP: the tokens were not reloaded: {e}"),
+        Err(e) => tracing::error!("SIGHUP: the reload failed: {e}"),
     }
 }

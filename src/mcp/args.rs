@@ -181,6 +181,11 @@ const UNKNOWN_NAMED: usize = 5;
 /// Characters of an unknown argument's name shown at most.
 const UNKNOWN_NAME_CHARS: usize = 40;
 
+/// Arguments read although the tool's schema does not list them: an alias
+/// (`name` for `session`), and `language`, left out of the schema when R
+/// is off (an R session is then refused, not ignored).
+const UNLISTED: &[(&str, &str)] = &[("python_sessions", "name"), ("python_sessions", "language")];
+
 /// A note naming the arguments of a call that `tool`'s input schema does
 /// not have, which are ignored (`timeout` for `wait_s`, `expr` for `name`):
 /// the agent learns that they had no effect and what the tool takes. None
@@ -193,7 +198,9 @@ pub fn unknown_arguments_note(
         .input_schema
         .get("properties")
         .and_then(Value::as_object);
-    let is_known = |key: &str| known.is_some_and(|k| k.contains_key(key));
+    let is_known = |key: &str| {
+        known.is_some_and(|k| k.contains_key(key)) || UNLISTED.contains(&(tool.name.as_ref(), key))
+    };
     let unknown: Vec<&String> = arguments?.keys().filter(|k| !is_known(k)).collect();
     if unknown.is_empty() {
         return None;

@@ -211,9 +211,13 @@ impl TenantGate {
         self.revoked.swap(revoked, Ordering::SeqCst)
     }
 
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::SeqCst)
+    }
+
     /// Refused when the tenant's tokens were revoked.
     pub fn check_revoked(&self) -> Result<(), Refusal> {
-        if self.revoked.load(Ordering::SeqCst) {
+        if self.is_revoked() {
             return Err(Refusal::Revoked.counted());
         }
         Ok(())

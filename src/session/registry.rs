@@ -206,7 +206,7 @@ impl SessionManager {
         let this = Arc::downgrade(self);
         self.pool.refill(self.spec.clone(), move || {
             this.upgrade()
-                .is_none_or(|m| m.shutting_down.load(Ordering::SeqCst))
+                .is_none_or(|m| m.shutting_down.load(Ordering::SeqCst) || m.gate.is_revoked())
         });
     }
 
@@ -270,7 +270,7 @@ impl SessionManager {
         // before the worker was in it.
         if let Err(refused) = self.gate.check_revoked() {
             worker.set_kill_reason(refused.to_string());
-            worker.kill();
+            worker.kill_in_background();
             return Err(refused.into());
         }
         Ok(worker)
@@ -348,11 +348,13 @@ impl SessionManager {
             .collect()
     }
 
-    /// Ends every worker (whole process groups) and refuses new work.
     /// Kills the interpreter of every session (its cells end crashed, with
-    /// `reason` among their notes); the sessions stay. Returns how many
-    /// were killed.
+    /// `reason` among their notes) and the warm pool's; the sessions stay.
+    /// Returns how many sessions' interpreters were killed.
     pub fn end_all(&self, reason: &str) -> usize {
+        for spare in self.pool.drain() {
+            spare.kill();
+        }
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         let mut ended = 0;
         for sess in sessions {
@@ -371,6 +373,7 @@ impl SessionManager {
         ended
     }
 
+    /// Ends every worker (whole process groups) and refuses new work.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
         let mut workers: Vec<Arc<Worker>> = self

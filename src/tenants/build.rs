@@ -216,6 +216,11 @@ impl TenantApp {
         })
     }
 
+    /// Its tokens are gone from the token file.
+    pub fn is_revoked(&self) -> bool {
+        self.gate.is_revoked()
+    }
+
     /// A token of the tenant is back: new work is admitted again. True when
     /// it was revoked.
     pub fn reinstate(&self) -> bool {

@@ -197,7 +197,13 @@ impl Instance {
             // Calls first: a call answered between the two reads has left
             // its cell (if it started one) among the unfinished.
             let calls = self.base.gate.calls_in_flight();
-            let unfinished: usize = self.live().iter().map(|t| t.manager.unfinished()).sum();
+            // A revoked tenant's results can be collected by no one.
+            let unfinished: usize = self
+                .live()
+                .iter()
+                .filter(|t| !t.is_revoked())
+                .map(|t| t.manager.unfinished())
+                .sum();
             if unfinished + calls == 0 || tokio::time::Instant::now() >= deadline {
                 return unfinished;
             }

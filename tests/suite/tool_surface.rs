@@ -818,11 +818,19 @@ async fn unknown_arguments_are_named_in_a_note_that_stays_short() {
         "{}",
         out.text
     );
-    // Known arguments only: no note.
+    // Known arguments only: no note. Nor for those read without being in
+    // the schema: `name` (an alias of `session`) and, with R off, `language`.
     let out = server
         .call("python_exec", json!({ "code": "1", "wait_s": 5 }))
         .await;
     assert!(!out.text.contains("ignored"), "{}", out.text);
+    let listed = json!({ "action": "list", "name": "default", "language": "python" });
+    let out = server.call("python_sessions", listed).await;
+    assert!(
+        !out.is_error && !out.text.contains("ignored"),
+        "{}",
+        out.text
+    );
 
     // An agent that floods the call with long unknown names gets a bounded note.
     let mut args = serde_json::Map::new();

@@ -90,7 +90,6 @@ export async function stdioClient(t, args = []) {
     return { client, workdir, stderr: () => log };
 }
 
-/** A free loopback TCP port (the OS picks it). */
 export const delay = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -118,9 +117,11 @@ export async function httpServer(t, args = []) {
     const listening = /listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/;
     const url = await new Promise((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`ferrepl did not log 'listening on' within 30 s; its stderr:\n${log}`)), 30_000);
+        let found = null;
         proc.stderr.on('data', (chunk) => {
             log += chunk;
-            const found = listening.exec(log);
+            if (found) return;
+            found = listening.exec(log);
             if (found) { clearTimeout(timer); resolve(found[1]); }
         });
         exited.then((how) => {
