@@ -68,6 +68,13 @@ async fn signal_logged(server: &HttpServer, signal: nix::sys::signal::Signal, lo
     );
 }
 
+/// Writes `contents` to the tokens file, sends SIGHUP and waits until the
+/// log shows `logged`.
+async fn reload_logged(server: &HttpServer, tokens: &Path, contents: String, logged: &str) {
+    std::fs::write(tokens, contents).expect("write the tokens file");
+    signal_logged(server, nix::sys::signal::Signal::SIGHUP, logged).await;
+}
+
 /// GET `path` with `headers`; the status and the whole body.
 async fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     http_exchange(port, "GET", path, headers, "").await
@@ -316,8 +323,7 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
     );
 
     let reload = async |contents: String, logged: &str| {
-        std::fs::write(&tokens, contents).unwrap();
-        signal_logged(&server, nix::sys::signal::Signal::SIGHUP, logged).await;
+        reload_logged(&server, &tokens, contents, logged).await;
     };
     reload(format!("{GAMMA} gamma\n"), "tokens reloaded").await;
     let gamma = connect(&server, "/t/gamma/mcp", GAMMA).await;
@@ -391,13 +397,8 @@ async fn a_revoked_tenants_running_work_is_killed_at_the_reload() {
     doomed.extend(marked_processes(&in_job).await);
     doomed.push(job.structured["pid"].as_u64().expect("the job's pid") as u32);
 
-    std::fs::write(&tokens, format!("{ALPHA} alpha\n")).unwrap();
-    signal_logged(
-        &server,
-        nix::sys::signal::Signal::SIGHUP,
-        "tenant 'beta' revoked: 1 interpreter(s) and 1 job(s) killed",
-    )
-    .await;
+    let revoked = "tenant 'beta' revoked: 1 interpreter(s) and 1 job(s) killed";
+    reload_logged(&server, &tokens, format!("{ALPHA} alpha\n"), revoked).await;
     for pid in doomed {
         assert!(
             wait_process_gone(pid, Duration::from_secs(30)).await,
@@ -407,13 +408,8 @@ async fn a_revoked_tenants_running_work_is_killed_at_the_reload() {
     let out = exec(&alpha, "y").await;
     assert!(!out.is_error && out.text.contains('1'), "{out:#?}");
 
-    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).unwrap();
-    signal_logged(
-        &server,
-        nix::sys::signal::Signal::SIGHUP,
-        "tenant 'beta' reinstated",
-    )
-    .await;
+    let both = format!("{ALPHA} alpha\n{BETA} beta\n");
+    reload_logged(&server, &tokens, both, "tenant 'beta' reinstated").await;
     let back = connect(&server, "/mcp", BETA).await;
     let ended = call(back.peer(), "python_wait", json!({ "wait_s": 30 })).await;
     assert!(
