@@ -98,8 +98,7 @@ impl Job {
     /// SIGKILL to the process group and to every descendant, so children
     /// that left the group (`setsid`, daemons) go too.
     pub(super) fn kill_all(&self) {
-        let running = self.lock().exit.is_none();
-        self.process.kill_all(running);
+        self.process.kill_all();
     }
 
     /// Kills a running job for going over a limit, with `reason` in its
@@ -190,7 +189,9 @@ async fn feed_stdin(job: Arc<Job>, mut stdin: Option<Input>, initial: Option<Str
 /// Records the job's exit; its slot in the instance's job budget is given
 /// back then.
 async fn watch_exit(job: Arc<Job>, mut child: tokio::process::Child, slot: Option<Slot>) {
-    let status = child.wait().await;
+    // The group is left alone: what the job started in the background may
+    // still be writing its output (see `drain_grace`).
+    let status = job.process.wait(&mut child, false).await;
     drop(slot);
     let cgroup = job.process.take_cgroup();
     if let Some(group) = &cgroup {

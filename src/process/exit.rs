@@ -61,6 +61,53 @@ impl ExitInfo {
 }
 
 impl Process {
+    /// Waits until `child` (this process) exits and reaps it. With
+    /// `end_group`, its process group is killed first, while the exited
+    /// leader still holds its pid (and so the group's id). The reap waits
+    /// for signals on their way to the pid ([`Process::signal_group`],
+    /// [`Process::kill_all`]), so none reaches a process that got the pid
+    /// since. Where the kernel has no pidfd, the exit is awaited by reaping,
+    /// and a signal sent just then could still go astray.
+    pub async fn wait(
+        &self,
+        child: &mut tokio::process::Child,
+        end_group: bool,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        #[cfg(target_os = "linux")]
+        if let Some(exited) = pidfd::Exit::watch(self.pid) {
+            loop {
+                exited.wait().await;
+                let mut reaped = self.reaping();
+                if end_group {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(self.pid as i32),
+                        Signal::SIGKILL,
+                    );
+                }
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        *reaped = true;
+                        return Ok(status);
+                    }
+                    Ok(None) => continue,
+                    Err(e) => {
+                        *reaped = true;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let status = child.wait().await;
+        if end_group {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.pid as i32),
+                Signal::SIGKILL,
+            );
+        }
+        *self.reaping() = true;
+        status
+    }
+
     /// Its cgroups, taken once it has exited (then [`release`]d).
     pub fn take_cgroup(&self) -> Option<Arc<Cgroup>> {
         self.cgroup().take()
@@ -85,5 +132,140 @@ pub async fn release(cgroup: Option<Arc<Cgroup>>) {
             drop(group)
         })
         .await;
+    }
+}
+
+/// A process's exit, seen through a pidfd: readable once the process has
+/// exited, before it is reaped.
+#[cfg(target_os = "linux")]
+mod pidfd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+
+    pub struct Exit(AsyncFd<OwnedFd>);
+
+    impl Exit {
+        /// None where the kernel has no pidfd_open (before 5.3) or `pid` is
+        /// not there.
+        pub fn watch(pid: u32) -> Option<Self> {
+            if pid == 0 {
+                return None;
+            }
+            // SAFETY: pidfd_open takes a pid and flags and returns a new fd
+            // or -1; it touches no memory of ours.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: the fd was just returned to us and nothing else owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            // SAFETY: the OwnedFd is a valid open fd and stays the same one
+            // for the AsyncFd's whole life (it owns it).
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+                .ok()
+                .map(Exit)
+        }
+
+        /// Returns once the process has exited.
+        pub async fn wait(&self) {
+            // A pidfd stays readable once its process exited; an error
+            // (the fd unusable) is as good as an exit: the caller reaps.
+            let _ = self.0.readable().await;
+        }
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use tokio::io::AsyncReadExt;
+
+    use crate::process::{Launch, Spawned, Stdio, spawn};
+
+    /// `sh -c script`, unconfined, with the pid of the background process
+    /// it printed on its first line.
+    async fn start(script: &str) -> (Spawned, i32) {
+        let dir = std::env::temp_dir();
+        let args: Vec<OsString> = vec!["-c".into(), script.into()];
+        let mut spawned = spawn(Launch {
+            program: Path::new("/bin/sh"),
+            args: &args,
+            cwd: &dir,
+            env: &[],
+            sandbox: None,
+            inherit_env: true,
+            home: dir.join("unused"),
+            label: "t",
+            egress: false,
+            stdio: Stdio::Pipes {
+                stdin: false,
+                control: Vec::new(),
+            },
+        })
+        .expect("spawn sh");
+        let mut line = Vec::new();
+        let stdout = &mut spawned.outputs[0].1;
+        let mut byte = [0u8; 1];
+        while stdout.read(&mut byte).await.expect("read stdout") == 1 && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        let pid = String::from_utf8_lossy(&line)
+            .trim()
+            .parse()
+            .expect("a pid");
+        (spawned, pid)
+    }
+
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    async fn gone(pid: i32) -> bool {
+        for _ in 0..400 {
+            if !alive(pid) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn the_group_ends_before_the_reap_and_no_signal_follows_it() {
+        let (mut sp, background) = start("sleep 600 & echo $!; exit 3").await;
+        let status = sp.process.wait(&mut sp.child, true).await.expect("wait");
+        assert_eq!(status.code(), Some(3));
+        assert!(*sp.process.unreaped(), "marked reaped");
+        assert!(
+            gone(background).await,
+            "the group's sleep outlived the reap"
+        );
+        // Reaped: its pid is no longer its own, so nothing is sent to it.
+        sp.process.signal_group(nix::sys::signal::Signal::SIGKILL);
+        sp.process.kill_all();
+    }
+
+    #[tokio::test]
+    async fn without_end_group_the_group_is_left_alone() {
+        let (mut sp, background) = start("sleep 600 & echo $!; exit 0").await;
+        sp.process.wait(&mut sp.child, false).await.expect("wait");
+        assert!(
+            alive(background),
+            "a job's background process must be left to finish"
+        );
+        // SAFETY: kill(2) has no memory effects.
+        unsafe { libc::kill(background, libc::SIGKILL) };
     }
 }

@@ -5,17 +5,19 @@
 //! sandbox is on; as the leader of a session of its own, so also of its own
 //! process group; with exactly the environment its policy gives it.
 //!
-//! `spawn` starts one (`spawn.rs`); its owner keeps the [`Process`], watches
-//! the child's exit with [`ExitInfo::now`], [`Process::remove_home`] and
-//! [`release`] (`exit.rs`), and ends it with [`Process::signal_group`] and
-//! [`Process::kill_all`] (`kill.rs`).
+//! `spawn` starts one (`spawn.rs`); its owner keeps the [`Process`], waits
+//! for the child's exit with [`Process::wait`] (which never reaps it while a
+//! signal is on its way to its pid), records it with [`ExitInfo::now`],
+//! cleans up with [`Process::remove_home`] and [`release`] (`exit.rs`), and
+//! ends it with [`Process::signal_group`] and [`Process::kill_all`]
+//! (`kill.rs`).
 
 mod exit;
 mod kill;
 mod spawn;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::sandbox::cgroup::Cgroup;
 
@@ -32,12 +34,25 @@ pub struct Process {
     home: Option<PathBuf>,
     /// Its cgroups (kernel-enforced limits), until it exits.
     cgroup: Mutex<Option<Arc<Cgroup>>>,
+    /// True once it is reaped: its pid may then name another process, so
+    /// nothing is sent to it. Signals are sent under the read lock, the
+    /// reap happens under the write lock ([`Process::wait`]).
+    reaped: RwLock<bool>,
 }
 
 impl Process {
     /// The pid of the process ferrepl started (0 if it was never known).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Held while a signal goes to its pid: it is not reaped meanwhile.
+    fn unreaped(&self) -> RwLockReadGuard<'_, bool> {
+        self.reaped.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn reaping(&self) -> RwLockWriteGuard<'_, bool> {
+        self.reaped.write().unwrap_or_else(|e| e.into_inner())
     }
 
     fn cgroup(&self) -> MutexGuard<'_, Option<Arc<Cgroup>>> {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use command_fds::{CommandFdExt, FdMapping};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -97,6 +97,7 @@ pub fn spawn(launch: Launch<'_>) -> std::io::Result<Spawned> {
         pid: child.id().unwrap_or(0),
         home: command.home,
         cgroup: Mutex::new(command.cgroup.map(Arc::new)),
+        reaped: RwLock::new(false),
     };
     Ok(Spawned {
         process,

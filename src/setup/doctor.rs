@@ -413,7 +413,7 @@ async fn run_confined(
         }
         Err(_) => {
             // Its whole tree: the launcher and whatever the program started.
-            process.kill_all(true);
+            process.kill_all();
             let _ = child.wait().await;
             Err(format!("no answer within {} s", limit.as_secs()))
         }

@@ -558,8 +558,7 @@ impl Worker {
 
     /// Ends the worker and every process below it (daemonized ones too).
     pub fn kill(&self) {
-        let running = self.lock().exit.is_none();
-        self.process.kill_all(running);
+        self.process.kill_all();
     }
 
     /// Like `kill`, for a caller that need not wait for the tree to be gone

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use nix::sys::signal::Signal;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -179,9 +178,8 @@ pub(super) async fn write_control(
 }
 
 pub(super) async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Worker>) {
-    let status = child.wait().await;
     // Whatever the worker left running in its group goes with it.
-    worker.signal_group(Signal::SIGKILL);
+    let status = worker.process.wait(&mut child, true).await;
     let cgroup = worker.process.take_cgroup();
     if let Some(hit) = cgroup.as_ref().and_then(|g| g.limit_hit()) {
         worker.set_kill_reason(format!(
