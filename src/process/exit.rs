@@ -74,38 +74,72 @@ impl Process {
         end_group: bool,
     ) -> std::io::Result<std::process::ExitStatus> {
         #[cfg(target_os = "linux")]
-        if let Some(exited) = pidfd::Exit::watch(self.pid) {
+        if let Some(exit) = pidfd::Exit::watch(self.pid)
+            && exit.wait().await
+        {
             loop {
-                exited.wait().await;
-                let mut reaped = self.reaping();
-                if end_group {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(self.pid as i32),
-                        Signal::SIGKILL,
-                    );
+                let reaped = self.reaping().await;
+                if let Some(status) = self.reap(child, end_group, reaped) {
+                    return status;
                 }
-                match child.try_wait() {
-                    Ok(Some(status)) => {
-                        *reaped = true;
-                        return Ok(status);
-                    }
-                    Ok(None) => continue,
-                    Err(e) => {
-                        *reaped = true;
-                        return Err(e);
-                    }
-                }
+                // Exited but not yet waitable (a tracer holds it).
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
         let status = child.wait().await;
         if end_group {
+            self.end_group();
+        }
+        *self.reaped.write().unwrap_or_else(|e| e.into_inner()) = true;
+        status
+    }
+
+    #[cfg(target_os = "linux")]
+    /// Reaps the exited `child` under `reaped` (ending its group first with
+    /// `end_group`); None while it cannot be reaped yet.
+    fn reap(
+        &self,
+        child: &mut tokio::process::Child,
+        end_group: bool,
+        mut reaped: std::sync::RwLockWriteGuard<'_, bool>,
+    ) -> Option<std::io::Result<std::process::ExitStatus>> {
+        if end_group {
+            self.end_group();
+        }
+        let status = child.try_wait().transpose()?;
+        *reaped = true;
+        Some(status)
+    }
+
+    /// SIGKILL to its process group.
+    fn end_group(&self) {
+        if self.pid > 0 {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(self.pid as i32),
                 Signal::SIGKILL,
             );
         }
-        *self.reaping() = true;
-        status
+    }
+
+    #[cfg(target_os = "linux")]
+    /// The reap's side of the lock, taken without blocking the async thread
+    /// while a kill walks the process tree under the read side.
+    async fn reaping(&self) -> std::sync::RwLockWriteGuard<'_, bool> {
+        loop {
+            if let Some(guard) = self.try_reaping() {
+                return guard;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn try_reaping(&self) -> Option<std::sync::RwLockWriteGuard<'_, bool>> {
+        match self.reaped.try_write() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// Its cgroups, taken once it has exited (then [`release`]d).
@@ -168,11 +202,10 @@ mod pidfd {
                 .map(Exit)
         }
 
-        /// Returns once the process has exited.
-        pub async fn wait(&self) {
-            // A pidfd stays readable once its process exited; an error
-            // (the fd unusable) is as good as an exit: the caller reaps.
-            let _ = self.0.readable().await;
+        /// Returns once the process has exited: true; false when the pidfd
+        /// can no longer be watched (the runtime is shutting down).
+        pub async fn wait(&self) -> bool {
+            self.0.readable().await.is_ok()
         }
     }
 }

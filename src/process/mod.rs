@@ -17,7 +17,7 @@ mod kill;
 mod spawn;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use crate::sandbox::cgroup::Cgroup;
 
@@ -49,10 +49,6 @@ impl Process {
     /// Held while a signal goes to its pid: it is not reaped meanwhile.
     fn unreaped(&self) -> RwLockReadGuard<'_, bool> {
         self.reaped.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn reaping(&self) -> RwLockWriteGuard<'_, bool> {
-        self.reaped.write().unwrap_or_else(|e| e.into_inner())
     }
 
     fn cgroup(&self) -> MutexGuard<'_, Option<Arc<Cgroup>>> {
