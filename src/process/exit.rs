@@ -88,58 +88,10 @@ impl Process {
         }
         let status = child.wait().await;
         if end_group {
-            self.end_group();
+            self.signal_group_now(Signal::SIGKILL);
         }
         *self.reaped.write().unwrap_or_else(|e| e.into_inner()) = true;
         status
-    }
-
-    #[cfg(target_os = "linux")]
-    /// Reaps the exited `child` under `reaped` (ending its group first with
-    /// `end_group`); None while it cannot be reaped yet.
-    fn reap(
-        &self,
-        child: &mut tokio::process::Child,
-        end_group: bool,
-        mut reaped: std::sync::RwLockWriteGuard<'_, bool>,
-    ) -> Option<std::io::Result<std::process::ExitStatus>> {
-        if end_group {
-            self.end_group();
-        }
-        let status = child.try_wait().transpose()?;
-        *reaped = true;
-        Some(status)
-    }
-
-    /// SIGKILL to its process group.
-    fn end_group(&self) {
-        if self.pid > 0 {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(self.pid as i32),
-                Signal::SIGKILL,
-            );
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    /// The reap's side of the lock, taken without blocking the async thread
-    /// while a kill walks the process tree under the read side.
-    async fn reaping(&self) -> std::sync::RwLockWriteGuard<'_, bool> {
-        loop {
-            if let Some(guard) = self.try_reaping() {
-                return guard;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    #[cfg(target_os = "linux")]
-    fn try_reaping(&self) -> Option<std::sync::RwLockWriteGuard<'_, bool>> {
-        match self.reaped.try_write() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
     }
 
     /// Its cgroups, taken once it has exited (then [`release`]d).
@@ -151,6 +103,46 @@ impl Process {
     pub async fn remove_home(&self) {
         if let Some(home) = self.home.clone() {
             let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(home)).await;
+        }
+    }
+}
+
+/// The reap under the lock (Linux: the exit is known before it, through a
+/// pidfd).
+#[cfg(target_os = "linux")]
+impl Process {
+    /// Reaps the exited `child` under `reaped` (ending its group first with
+    /// `end_group`); None while it cannot be reaped yet.
+    fn reap(
+        &self,
+        child: &mut tokio::process::Child,
+        end_group: bool,
+        mut reaped: std::sync::RwLockWriteGuard<'_, bool>,
+    ) -> Option<std::io::Result<std::process::ExitStatus>> {
+        if end_group {
+            self.signal_group_now(Signal::SIGKILL);
+        }
+        let status = child.try_wait().transpose()?;
+        *reaped = true;
+        Some(status)
+    }
+
+    /// The reap's side of the lock, taken without blocking the async thread
+    /// while a kill walks the process tree under the read side.
+    async fn reaping(&self) -> std::sync::RwLockWriteGuard<'_, bool> {
+        loop {
+            if let Some(guard) = self.try_reaping() {
+                return guard;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn try_reaping(&self) -> Option<std::sync::RwLockWriteGuard<'_, bool>> {
+        match self.reaped.try_write() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
 }

@@ -10,7 +10,15 @@ impl Process {
     /// (its pid could then lead another group).
     pub fn signal_group(&self, signal: Signal) {
         let reaped = self.unreaped();
-        if self.pid > 0 && !*reaped {
+        if !*reaped {
+            self.signal_group_now(signal);
+        }
+    }
+
+    /// `killpg` without the reap check: for the reap itself, which holds
+    /// the lock ([`Process::wait`]).
+    pub(super) fn signal_group_now(&self, signal: Signal) {
+        if self.pid > 0 {
             let _ = killpg(Pid::from_raw(self.pid as i32), signal);
         }
     }

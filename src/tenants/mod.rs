@@ -93,21 +93,17 @@ impl Instance {
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = table.clone();
         let mut done = format!("tokens reloaded from {}", path.display());
         for app in self.live() {
+            let name = app.tenant.name();
             if !revoked(&table, &app.tenant) {
                 if app.reinstate() {
-                    done.push_str(&format!("; tenant '{}' reinstated", app.tenant.name()));
+                    done.push_str(&format!("; tenant '{name}' reinstated"));
                 }
-                continue;
+            } else if let Some(ended) = app.revoke() {
+                done.push_str(&format!(
+                    "; tenant '{name}' revoked: {} interpreter(s) and {} job(s) killed",
+                    ended.sessions, ended.jobs
+                ));
             }
-            let Some(ended) = app.revoke() else {
-                continue;
-            };
-            done.push_str(&format!(
-                "; tenant '{}' revoked: {} interpreter(s) and {} job(s) killed",
-                app.tenant.name(),
-                ended.sessions,
-                ended.jobs
-            ));
         }
         Ok(done)
     }
