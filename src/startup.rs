@@ -115,6 +115,7 @@ fn sandbox_settings(
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h != Path::new("/"));
+    let view = sandbox::view::View::of_system();
     let mut hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
     // The stored sessions of every workspace (one inside this workspace
     // cannot be hidden from it; sessions there could already read it).
@@ -129,6 +130,22 @@ fn sandbox_settings(
         hidden.push(workdir.to_path_buf());
     }
     check_workspace(cfg, workdir, &hidden)?;
+    let own_files = server_files(cfg, state_dir, kept_in);
+    check_server_files(cfg, workdir, kept_in)?;
+    let mut read = access.read;
+    read.extend(path_entries(&view, &hidden, writable));
+    if cfg
+        .languages
+        .iter()
+        .any(|l| l.trim().eq_ignore_ascii_case("r"))
+    {
+        read.extend(r_dirs(cfg, writable));
+    }
+    read.retain(|p| !view.shows(p));
+    read.extend(sandbox::view::nix_store(&read));
+    read.sort();
+    read.dedup();
+    let covered = covered_files(&own_files, &view, &read);
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,
         network: cfg.network == config::Network::On,
@@ -141,9 +158,11 @@ fn sandbox_settings(
         max_open_files: cfg.max_open_files,
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
-        system: sandbox::paths::readable_except(&hidden),
+        view,
         hidden,
-        read: access.read,
+        read,
+        installer_read: Vec::new(),
+        covered,
         write: access.write,
         devices: cfg.allow_device.iter().map(abs).collect(),
         allowed_python: access.allowed_python,
@@ -164,10 +183,143 @@ fn sandbox_settings(
             sandbox_cfg.active
         );
     }
+    if sandbox_cfg.enabled() && !applied.namespaces {
+        // Landlock cannot carve a hole into a readable directory.
+        if let Some(file) = sandbox_cfg.covered.first() {
+            anyhow::bail!(
+                "{} is a file of ferrepl's own and lies in a directory sessions can read (without private namespaces it cannot be hidden there); move it outside {}",
+                file.display(),
+                readable_parent(&sandbox_cfg, file).display()
+            );
+        }
+    }
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
     }
     Ok(sandbox_cfg)
+}
+
+/// The files and directories ferrepl itself reads or writes: the tokens
+/// file, its runtime state (logs, policies, homes) and the stores.
+fn server_files(cfg: &Config, state_dir: &state::StateDir, kept_in: Option<&Path>) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = cfg
+        .auth_token_file
+        .iter()
+        .map(|f| f.canonicalize().unwrap_or_else(|_| f.clone()))
+        .collect();
+    files.push(state_dir.root().to_path_buf());
+    files.extend(kept_in.and_then(|d| d.canonicalize().ok()));
+    files
+}
+
+/// Refuses the tokens file or the stores inside the workspace or an
+/// --allow-read or --allow-write path: sessions could read them there.
+fn check_server_files(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> anyhow::Result<()> {
+    if cfg.sandbox == sandbox::SandboxMode::Off {
+        return Ok(());
+    }
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let mut own: Vec<(&str, PathBuf)> = Vec::new();
+    own.extend(
+        cfg.auth_token_file
+            .iter()
+            .map(|f| ("--auth-token-file", real(f))),
+    );
+    own.extend(kept_in.map(|d| ("--state-dir", real(d))));
+    let places = std::iter::once(workdir.to_path_buf()).chain(
+        cfg.allow_read
+            .iter()
+            .chain(&cfg.allow_write)
+            .map(|p| sandbox::paths::normalize(p, workdir)),
+    );
+    for place in places {
+        let place_real = real(&place);
+        if let Some((flag, file)) = own
+            .iter()
+            .find(|(_, f)| f.starts_with(&place) || f.starts_with(&place_real))
+        {
+            anyhow::bail!(
+                "{flag} {} lies inside {}, which sessions can read; keep ferrepl's own files outside the workspace and the --allow-read/--allow-write paths",
+                file.display(),
+                place.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The server's files that lie inside a path the view binds: covered there.
+fn covered_files(files: &[PathBuf], view: &sandbox::view::View, read: &[PathBuf]) -> Vec<PathBuf> {
+    files
+        .iter()
+        .filter(|f| view.shows(f) || read.iter().any(|r| f.starts_with(r) && *f != r))
+        .cloned()
+        .collect()
+}
+
+/// The readable directory that holds `file`, for a message.
+fn readable_parent<'a>(cfg: &'a sandbox::SandboxConfig, file: &'a Path) -> &'a Path {
+    cfg.view
+        .binds
+        .iter()
+        .chain(&cfg.read)
+        .find(|b| file.starts_with(b))
+        .map_or(file, PathBuf::as_path)
+}
+
+/// The operator's PATH entries sessions may run from: absolute directories
+/// outside the view's system part, the private places and what sessions
+/// can write; an entry's prefix when it is a `bin` directory (its
+/// libraries lie beside it), and its real location too.
+fn path_entries(
+    view: &sandbox::view::View,
+    hidden: &[PathBuf],
+    writable: &sandbox::paths::Writable,
+) -> Vec<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut out = Vec::new();
+    for entry in std::env::split_paths(&path) {
+        let Ok(real) = entry.canonicalize() else {
+            continue;
+        };
+        let private = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
+        if !entry.is_absolute()
+            || !real.is_dir()
+            || writable.contains(&entry)
+            || private(&entry)
+            || private(&real)
+        {
+            continue;
+        }
+        for dir in [entry, real] {
+            let dir = match dir.file_name().and_then(|n| n.to_str()) {
+                Some("bin" | "sbin") => dir.parent().map(Path::to_path_buf).unwrap_or(dir),
+                _ => dir,
+            };
+            if dir != Path::new("/") && !view.shows(&dir) {
+                out.push(dir);
+            }
+        }
+    }
+    out
+}
+
+/// R's installation: the prefix of the real `R` (its R_HOME lies there) and
+/// R_HOME itself, unless sessions can write them.
+fn r_dirs(cfg: &Config, writable: &sandbox::paths::Writable) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(real) = worker::r::resolve(cfg.r.as_deref()).and_then(|r| r.canonicalize().ok())
+        && let Some(prefix) = real.parent().and_then(Path::parent)
+    {
+        out.push(prefix.to_path_buf());
+    }
+    if let Some(home) = std::env::var_os("R_HOME").map(PathBuf::from)
+        && let Ok(home) = home.canonicalize()
+    {
+        out.push(home);
+    }
+    out.retain(|d| d != Path::new("/") && !writable.contains(d));
+    out
 }
 
 /// What sessions may read and write beyond the system and the workspace,
@@ -325,6 +477,13 @@ fn installer_settings(
         writable,
     );
     settings.cran = cfg.cran.clone();
+    // The operator's CA bundle: in the view of installers only.
+    sandbox_cfg.installer_read = settings
+        .cert
+        .iter()
+        .filter_map(|c| c.canonicalize().ok())
+        .filter(|c| !sandbox_cfg.view.shows(c))
+        .collect();
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");
         let listener = tokio::net::UnixListener::bind(&socket)
@@ -360,10 +519,10 @@ fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &Path) {
     };
     let readable = real.starts_with(&cfg.workspace)
         || cfg.read.iter().any(|r| real.starts_with(r))
-        || !cfg.hidden.iter().any(|h| real.starts_with(h));
+        || cfg.view.shows(&real);
     if !readable {
         tracing::warn!(
-            "the interpreter {} is {}, which sessions may not read (hidden place); start ferrepl with --allow-python {} or --python PATH",
+            "the interpreter {} is {}, which is not in the sandbox's view; start ferrepl with --allow-python {} or --python PATH",
             python.display(),
             real.display(),
             real.display()

@@ -133,14 +133,13 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         sandbox.environment(Some(home), launch.env),
     );
     policy.pty = pty && policy.mounts.is_some();
-    if launch.egress
-        && let (Some(relay), Some(plan)) = (&sandbox.egress, policy.mounts.as_mut())
-    {
-        plan.binds.push(crate::sandbox::Bind {
-            path: relay.socket.clone(),
-            writable: true,
-        });
-        policy.egress = Some(relay.clone());
+    if launch.egress {
+        sandbox.add_installer_reads(&mut policy);
+        // The relay reaches the proxy's socket through a descriptor its PID 1
+        // opens before the view is built: the socket is not in the view.
+        if let (Some(relay), true) = (&sandbox.egress, policy.mounts.is_some()) {
+            policy.egress = Some(relay.clone());
+        }
     }
     let cgroup = sandbox.cgroup_for(&mut policy, launch.label);
     let (program, args) = sandbox.wrap(&policy, launch.program, launch.args)?;

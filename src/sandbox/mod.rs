@@ -20,6 +20,7 @@ mod pty;
 mod relay;
 #[cfg(target_os = "linux")]
 mod seccomp;
+pub mod view;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -58,17 +59,45 @@ pub struct Bind {
     pub writable: bool,
 }
 
-/// How the launcher rebuilds the file system view in its namespaces.
+/// A symlink in the view (`path` -> `target`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkEntry {
+    pub path: String,
+    pub target: String,
+}
+
+/// A small file written into the view (`/etc/passwd`, `/etc/group`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub path: String,
+    pub content: String,
+}
+
+/// How the launcher builds the file system view in its namespaces: a new
+/// root, empty but for these.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MountPlan {
-    /// Exposed paths (read-only unless writable), on top of everything else.
+    /// Paths bound at their own place (read-only unless writable).
     pub binds: Vec<Bind>,
-    /// Covered by an empty read-only tmpfs.
+    #[serde(default)]
+    pub links: Vec<LinkEntry>,
+    #[serde(default)]
+    pub files: Vec<FileEntry>,
+    /// Files of the server's inside a bound path: covered (a file by an
+    /// empty one, a directory by an empty tmpfs).
     pub hide: Vec<String>,
     /// Host devices beyond the standard few (--allow-device).
     pub devices: Vec<String>,
     /// Size of the private /dev/shm.
     pub shm_bytes: u64,
+    /// The process's own temporary directory: `/tmp` points to it.
+    #[serde(default)]
+    pub tmp: String,
+    /// Directories made only on the way to a bound path (ferrepl's state
+    /// above the temporary directory, the workspace's parents): made
+    /// execute-only, so a path through them works but nothing lists them.
+    #[serde(default)]
+    pub sealed: Vec<String>,
 }
 
 /// PID 1 listens on 127.0.0.1:`port` in the program's network namespace and
@@ -84,6 +113,9 @@ pub struct EgressRelay {
 pub struct Policy {
     pub read: Vec<String>,
     pub write: Vec<String>,
+    /// Directories that may be listed (not read) beneath.
+    #[serde(default)]
+    pub list: Vec<String>,
     pub network: bool,
     pub landlock: bool,
     pub seccomp: bool,
@@ -155,13 +187,19 @@ pub struct SandboxConfig {
     pub workspace: PathBuf,
     /// The server's private state directory (policies handed to launchers).
     pub state: PathBuf,
-    /// Hidden from every process (home, host temp dir, /run, state).
+    /// Private places (homes, temporary and runtime directories, ferrepl's
+    /// state and stores): never in the view, and no workspace may hold one.
     pub hidden: Vec<PathBuf>,
-    /// Everything of the system outside `hidden`, as Landlock read rules
-    /// (listed once at start, not for every process).
-    pub system: Vec<PathBuf>,
-    /// Readable beyond the system: the operator's interpreters, uv, --allow-read.
+    /// The system part of the view (an allow-list: view.rs).
+    pub view: view::View,
+    /// Readable beyond the system: the operator's interpreters, uv, R, PATH
+    /// entries, --allow-read.
     pub read: Vec<PathBuf>,
+    /// Readable by package installers only: the CA bundle of the
+    /// operator's pip configuration.
+    pub installer_read: Vec<PathBuf>,
+    /// Files of the server's own that lie inside a bound path: covered.
+    pub covered: Vec<PathBuf>,
     /// Writable beyond the workspace: the operator's venvs, --allow-write.
     pub write: Vec<PathBuf>,
     /// Host devices added to the private /dev (--allow-device).
@@ -229,48 +267,34 @@ impl SandboxConfig {
     /// same for every process but for these: no tool argument reaches it.
     pub fn policy(&self, tmp: &Path, cwd: &Path, env: BTreeMap<String, String>) -> Policy {
         let show = |p: &Path| p.display().to_string();
-        let mut read: Vec<String> = self.system.iter().map(|p| show(p)).collect();
+        let workspace_writable = self.mode == SandboxMode::WorkspaceWrite;
+        // Landlock reads the same allow-list the view is built from (without
+        // namespaces it is the whole rule set).
+        let mut read: Vec<String> = self.view.binds.iter().map(|p| show(p)).collect();
+        read.extend(["/proc", "/etc/passwd", "/etc/group"].map(String::from));
         read.push(show(&self.workspace));
         read.extend(self.read.iter().map(|p| show(p)));
         // Device nodes one by one, never all of /dev (without namespaces
         // that would be the host's /dev/kmsg, loop devices, terminals...).
         let mut write = vec![show(tmp)];
         write.extend(WRITABLE_DEVICES.iter().map(|d| d.to_string()));
-        let workspace_writable = self.mode == SandboxMode::WorkspaceWrite;
         if workspace_writable {
             write.push(show(&self.workspace));
         }
         write.extend(self.write.iter().map(|p| show(p)));
         write.extend(self.devices.iter().map(|p| show(p)));
-        let mounts = self.namespaces.then(|| {
-            let mut binds = vec![
-                Bind {
-                    path: show(&self.workspace),
-                    writable: workspace_writable,
-                },
-                Bind {
-                    path: show(tmp),
-                    writable: true,
-                },
-            ];
-            binds.extend(self.read.iter().map(|p| Bind {
-                path: show(p),
-                writable: false,
-            }));
-            binds.extend(self.write.iter().map(|p| Bind {
-                path: show(p),
-                writable: true,
-            }));
-            MountPlan {
-                binds,
-                hide: self.hidden.iter().map(|p| show(p)).collect(),
-                devices: self.devices.iter().map(|p| show(p)).collect(),
-                shm_bytes: self.memory_limit.unwrap_or(1 << 30),
-            }
-        });
+        let mounts = self
+            .namespaces
+            .then(|| self.mount_plan(tmp, workspace_writable));
         Policy {
             read,
             write,
+            // Inside the view every name is allow-listed: listing is harmless.
+            list: if self.namespaces {
+                vec!["/".into()]
+            } else {
+                Vec::new()
+            },
             network: self.network,
             landlock: true,
             seccomp: true,
@@ -286,6 +310,78 @@ impl SandboxConfig {
             pty: false,
             egress: None,
             probe: false,
+        }
+    }
+
+    /// The view of a process whose temporary directory is `tmp`: the system
+    /// allow-list, the workspace, `tmp` alone, the operator's paths, and
+    /// accounts naming the process's uid with `tmp` as its home.
+    fn mount_plan(&self, tmp: &Path, workspace_writable: bool) -> MountPlan {
+        let show = |p: &Path| p.display().to_string();
+        let bind = |p: &Path, writable: bool| Bind {
+            path: show(p),
+            writable,
+        };
+        let mut binds: Vec<Bind> = self.view.binds.iter().map(|p| bind(p, false)).collect();
+        let system = binds.len();
+        binds.push(bind(&self.workspace, workspace_writable));
+        binds.push(bind(tmp, true));
+        binds.extend(self.read.iter().map(|p| bind(p, false)));
+        binds.extend(self.write.iter().map(|p| bind(p, true)));
+        // The parents of the system entries (/etc, /var/cache, /sys/...)
+        // hold only allow-listed names; the others hold private ones.
+        let open: Vec<&Path> = self.view.binds.iter().flat_map(|p| p.ancestors()).collect();
+        let mut sealed: Vec<String> = binds[system..]
+            .iter()
+            .flat_map(|b| Path::new(&b.path).ancestors().skip(1))
+            .filter(|a| *a != Path::new("/") && !open.contains(a))
+            .map(show)
+            .collect();
+        sealed.sort();
+        sealed.dedup();
+        // SAFETY: geteuid/getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (passwd, group) = self.view.accounts(uid, gid, &show(tmp));
+        MountPlan {
+            binds,
+            links: self
+                .view
+                .links
+                .iter()
+                .map(|l| LinkEntry {
+                    path: show(&l.path),
+                    target: show(&l.target),
+                })
+                .collect(),
+            files: vec![
+                FileEntry {
+                    path: "/etc/passwd".into(),
+                    content: passwd,
+                },
+                FileEntry {
+                    path: "/etc/group".into(),
+                    content: group,
+                },
+            ],
+            hide: self.covered.iter().map(|p| show(p)).collect(),
+            devices: self.devices.iter().map(|p| show(p)).collect(),
+            shm_bytes: self.memory_limit.unwrap_or(1 << 30),
+            tmp: show(tmp),
+            sealed,
+        }
+    }
+
+    /// A package installer's policy also reads the operator's CA bundle.
+    pub fn add_installer_reads(&self, policy: &mut Policy) {
+        for path in &self.installer_read {
+            let path = path.display().to_string();
+            policy.read.push(path.clone());
+            if let Some(plan) = policy.mounts.as_mut() {
+                plan.binds.push(Bind {
+                    path,
+                    writable: false,
+                });
+            }
         }
     }
 

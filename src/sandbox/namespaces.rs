@@ -2,12 +2,14 @@
 //! IPC and UTS namespaces (and network namespace when the network is off),
 //! entered by the launcher before it forks the namespace's PID 1.
 //!
-//! The file system view is rebuilt in place: every mount becomes read-only
-//! (so even a root-owned file outside the workspace cannot be chmod-ed or
-//! chown-ed), hidden places are covered by empty tmpfs, the paths the
-//! policy exposes are cloned before anything is covered and put back on
-//! top, `/dev` is a fresh tmpfs with a few host devices, a private devpts
-//! and a private `/dev/shm`, and `/proc` is the new PID namespace's own.
+//! The file system view is built from nothing: a fresh tmpfs becomes the
+//! root (pivot_root), and only what the plan names is bound into it, each
+//! path at its own place and read-only unless the plan makes it writable
+//! (the workspace, the process's temporary directory, --allow-write). The
+//! plan's symlinks and small files (`/etc/passwd`, `/etc/group`) are
+//! written into it, `/dev` is a fresh tmpfs with a few host devices, a
+//! private devpts and a private `/dev/shm`, and `/proc` is the new PID
+//! namespace's own. The old root is detached: nothing else is reachable.
 
 use std::ffi::CString;
 use std::io;
@@ -289,7 +291,9 @@ impl Exposed<'_> {
     }
 }
 
-/// Rebuilds the file system view of this (new) mount namespace.
+/// Builds the file system view of this (new) mount namespace: a fresh
+/// tmpfs root holding only the plan's binds, links and files, a private
+/// `/dev` and `/proc`; then pivots into it and lets the old root go.
 pub fn build(plan: &MountPlan) -> Result<(), NamespaceError> {
     mount(
         None,
@@ -303,18 +307,144 @@ pub fn build(plan: &MountPlan) -> Result<(), NamespaceError> {
     let exposed = clone_exposed(plan)?;
     let devices = clone_devices(plan)?;
 
-    // The whole system read-only, at the mount level.
-    set_attr(Path::new("/"), MOUNT_ATTR_LOCKED, 0, true)?;
-
-    build_dev(plan, devices)?;
-    build_proc()?;
-    hide_and_expose(plan, &exposed)?;
+    // The new root is assembled on the process's own temporary directory
+    // (a directory that always exists; its contents were cloned above).
+    let root = PathBuf::from(&plan.tmp);
+    mount_new(
+        "tmpfs",
+        &root,
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=0755,size=4m"),
+    )?;
+    let at = |p: &Path| inside(&root, p);
+    make_links(plan, &root)?;
+    write_files(plan, &root)?;
+    hide_and_expose(plan, &exposed, &root)?;
+    build_dev(plan, devices, &at(Path::new("/dev")))?;
+    // While the old root (and its /proc) is still visible: a user
+    // namespace may mount a proc only where one is fully visible.
+    build_proc(&at(Path::new("/proc")))?;
+    tmp_link(plan, &root)?;
+    seal(plan, &root)?;
+    pivot(&root)?;
+    set_attr(Path::new("/"), MOUNT_ATTR_LOCKED, 0, false)?;
     let name = b"ferrepl";
     // SAFETY: sethostname with a valid buffer, in our own UTS namespace.
     unsafe {
         libc::sethostname(name.as_ptr().cast(), name.len());
     }
     Ok(())
+}
+
+/// `path` (absolute) under the new root `root`.
+fn inside(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// The plan's symlinks (merged-/usr `/bin`, `/etc/localtime`...).
+fn make_links(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
+    for link in &plan.links {
+        let path = inside(root, Path::new(&link.path));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| NamespaceError::Mkdir {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        std::os::unix::fs::symlink(&link.target, &path).map_err(|source| {
+            NamespaceError::MountPoint {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// The plan's files (`/etc/passwd`, `/etc/group`), world-readable.
+fn write_files(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
+    use std::os::unix::fs::PermissionsExt;
+    for file in &plan.files {
+        let path = inside(root, Path::new(&file.path));
+        let made = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, &file.content))
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)));
+        made.map_err(|source| NamespaceError::MountPoint {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// `/tmp` leads to the process's own temporary directory, unless the view
+/// already has a `/tmp` (a workspace beneath it).
+fn tmp_link(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
+    let tmp = root.join("tmp");
+    if plan.tmp.is_empty() || std::fs::symlink_metadata(&tmp).is_ok() {
+        return Ok(());
+    }
+    std::os::unix::fs::symlink(&plan.tmp, &tmp).map_err(|source| NamespaceError::MountPoint {
+        path: tmp.clone(),
+        source,
+    })
+}
+
+/// Makes the plan's sealed directories execute-only: the paths through
+/// them work, listing them does not (not even for a uid-0 session, which
+/// has no capability to override it). Only directories of the new root's
+/// own tmpfs: a bound path keeps its modes.
+fn seal(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let own = std::fs::metadata(root)
+        .map_err(|source| NamespaceError::MountPoint {
+            path: root.to_path_buf(),
+            source,
+        })?
+        .dev();
+    for dir in &plan.sealed {
+        let path = inside(root, Path::new(dir));
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() && m.dev() == own => {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o111)).map_err(
+                    |source| NamespaceError::MountPoint {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Makes `root` the root of this mount namespace and detaches the old one
+/// (with every host mount under it).
+fn pivot(root: &Path) -> Result<(), NamespaceError> {
+    std::env::set_current_dir(root).map_err(|source| NamespaceError::Syscall {
+        what: "chdir",
+        path: root.to_path_buf(),
+        source,
+    })?;
+    let dot = c".";
+    // SAFETY: pivot_root and umount2 with valid strings; the old root is
+    // stacked on "." and detached at once.
+    unsafe {
+        if libc::syscall(libc::SYS_pivot_root, dot.as_ptr(), dot.as_ptr()) != 0 {
+            return Err(os_err("pivot_root to", root));
+        }
+        if libc::umount2(dot.as_ptr(), libc::MNT_DETACH) != 0 {
+            return Err(os_err("detach the old root from", root));
+        }
+    }
+    std::env::set_current_dir("/").map_err(|source| NamespaceError::Syscall {
+        what: "chdir",
+        path: PathBuf::from("/"),
+        source,
+    })
 }
 
 /// The exposed paths that exist, outermost first.
@@ -352,20 +482,28 @@ fn clone_devices(plan: &MountPlan) -> Result<Vec<(PathBuf, OwnedFd)>, NamespaceE
     Ok(devices)
 }
 
-/// Hidden places and exposed paths, outermost first (at the same spot,
-/// hiding first): an exposed path inside a hidden place shows, and a
-/// place hidden inside an exposed one (ferrepl's state inside a
-/// workspace that is /tmp itself) stays hidden.
-fn hide_and_expose(plan: &MountPlan, exposed: &[Exposed]) -> Result<(), NamespaceError> {
-    let hidden: Vec<PathBuf> = plan.hide.iter().map(PathBuf::from).collect();
+/// Covered files and exposed paths, outermost first (at the same spot,
+/// covering first): a path exposed inside a covered one shows, and a
+/// server file inside an exposed path stays covered.
+fn hide_and_expose(
+    plan: &MountPlan,
+    exposed: &[Exposed],
+    root: &Path,
+) -> Result<(), NamespaceError> {
+    let hidden: Vec<PathBuf> = plan
+        .hide
+        .iter()
+        .map(|h| inside(root, Path::new(h)))
+        .collect();
+    let targets: Vec<PathBuf> = exposed.iter().map(|e| inside(root, e.path())).collect();
     let mut steps: Vec<(usize, usize, Option<usize>)> = hidden
         .iter()
         .map(|h| (depth(h), 0, None))
         .chain(
-            exposed
+            targets
                 .iter()
                 .enumerate()
-                .map(|(i, e)| (depth(e.path()), 1, Some(i))),
+                .map(|(i, t)| (depth(t), 1, Some(i))),
         )
         .collect();
     let mut hide_order: Vec<&PathBuf> = hidden.iter().collect();
@@ -376,37 +514,41 @@ fn hide_and_expose(plan: &MountPlan, exposed: &[Exposed]) -> Result<(), Namespac
         match bind {
             None => {
                 if let Some(h) = next_hide.next() {
-                    hide(h, exposed, &hidden)?;
+                    hide(h, exposed, &targets, &hidden)?;
                 }
             }
-            Some(i) => expose(&exposed[i])?,
+            Some(i) => expose(&exposed[i], &targets[i])?,
         }
     }
     Ok(())
 }
 
-/// Puts an exposed path back on top of what covers it.
-fn expose(exposed: &Exposed) -> Result<(), NamespaceError> {
-    let path = exposed.path();
-    mount_point(path, exposed.dir)?;
-    attach(&exposed.tree, path)?;
+/// Puts an exposed path in place at `target`.
+fn expose(exposed: &Exposed, target: &Path) -> Result<(), NamespaceError> {
+    mount_point(target, exposed.dir)?;
+    attach(&exposed.tree, target)?;
     if exposed.bind.writable {
-        // The clone was taken before everything became read-only:
-        // it keeps the host's flags (a read-only submount stays
+        // The clone keeps the host's flags (a read-only submount stays
         // read-only); only set-uid and devices are taken away.
-        set_attr(path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)
+        set_attr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true)
     } else {
-        set_attr(path, MOUNT_ATTR_LOCKED, 0, true)
+        set_attr(target, MOUNT_ATTR_LOCKED, 0, true)
     }
 }
 
-/// Covers `h` with an empty tmpfs holding only the mount points of what
-/// will be mounted inside it, then makes it read-only.
-fn hide(h: &Path, exposed: &[Exposed], hidden: &[PathBuf]) -> Result<(), NamespaceError> {
+/// Covers `h` (inside the new root) with an empty file or an empty tmpfs
+/// holding only the mount points of what will be mounted inside it, then
+/// makes it read-only.
+fn hide(
+    h: &Path,
+    exposed: &[Exposed],
+    targets: &[PathBuf],
+    hidden: &[PathBuf],
+) -> Result<(), NamespaceError> {
     match std::fs::symlink_metadata(h) {
         Ok(m) if m.is_dir() => {}
         Ok(m) if m.is_file() => {
-            // A secret file: the (private) /dev/null read-only in its place.
+            // A secret file: the host's /dev/null, read-only, in its place.
             mount(Some("/dev/null"), h, None, libc::MS_BIND, None)?;
             return set_attr(h, MOUNT_ATTR_LOCKED, 0, false);
         }
@@ -418,32 +560,39 @@ fn hide(h: &Path, exposed: &[Exposed], hidden: &[PathBuf]) -> Result<(), Namespa
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         Some("mode=0755,size=1m"),
     )?;
-    let inside = |p: &Path| p.starts_with(h) && p != h;
-    for e in exposed {
-        if inside(e.path()) {
-            mount_point(e.path(), e.dir)?;
+    let inside_h = |p: &Path| p.starts_with(h) && p != h;
+    for (e, target) in exposed.iter().zip(targets) {
+        if inside_h(target) {
+            mount_point(target, e.dir)?;
         }
     }
-    for other in hidden.iter().filter(|p| inside(p)) {
+    for other in hidden.iter().filter(|p| inside_h(p)) {
         mount_point(other, true)?;
     }
     set_attr(h, MOUNT_ATTR_RDONLY, 0, false)
 }
 
-fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), NamespaceError> {
-    let dev = Path::new("/dev");
+/// A private `/dev` at `dev` (the new root's): a tmpfs with the host's
+/// standard devices, a devpts and a `/dev/shm` of its own.
+fn build_dev(
+    plan: &MountPlan,
+    devices: Vec<(PathBuf, OwnedFd)>,
+    dev: &Path,
+) -> Result<(), NamespaceError> {
+    mount_point(dev, true)?;
     mount_new(
         "tmpfs",
         dev,
         libc::MS_NOSUID | libc::MS_NOEXEC,
         Some("mode=0755,size=1m"),
     )?;
-    for (path, tree) in &devices {
-        mount_point(path, false)?;
-        attach(tree, path)?;
+    for (host, tree) in &devices {
+        let path = inside(dev, host.strip_prefix("/dev").unwrap_or(host));
+        mount_point(&path, false)?;
+        attach(tree, &path)?;
         // Read-only at the mount: the node's mode and owner are the host's
         // and must not change; reading and writing the device still work.
-        set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, false)?;
+        set_attr(&path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, false)?;
     }
     mount_new_dir(
         "devpts",
@@ -470,8 +619,9 @@ fn build_dev(plan: &MountPlan, devices: Vec<(PathBuf, OwnedFd)>) -> Result<(), N
     set_attr(dev, MOUNT_ATTR_RDONLY, 0, false)
 }
 
-fn build_proc() -> Result<(), NamespaceError> {
-    let proc_dir = Path::new("/proc");
+/// The new PID namespace's own `/proc` at `proc_dir`.
+fn build_proc(proc_dir: &Path) -> Result<(), NamespaceError> {
+    mount_point(proc_dir, true)?;
     mount_new(
         "proc",
         proc_dir,
@@ -479,13 +629,16 @@ fn build_proc() -> Result<(), NamespaceError> {
         None,
     )?;
     for p in PROC_READ_ONLY {
-        let path = Path::new(p);
+        let path = inside(
+            proc_dir,
+            Path::new(p).strip_prefix("/proc").unwrap_or(Path::new(p)),
+        );
         if !path.exists() {
             continue;
         }
         let s = path.to_string_lossy();
-        mount(Some(&s), path, None, libc::MS_BIND | libc::MS_REC, None)?;
-        set_attr(path, MOUNT_ATTR_LOCKED, 0, true)?;
+        mount(Some(&s), &path, None, libc::MS_BIND | libc::MS_REC, None)?;
+        set_attr(&path, MOUNT_ATTR_LOCKED, 0, true)?;
     }
     Ok(())
 }

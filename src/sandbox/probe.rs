@@ -70,11 +70,11 @@ fn confinement(cfg: &SandboxConfig, applied: &Applied, gap: Option<&str>) -> Vec
     )];
     parts.push(match (gap, applied.namespaces) {
         (_, true) => format!(
-            "private mount, PID, IPC, UTS{} namespaces (system read-only, home, /tmp and /run hidden, own /dev and /proc)",
+            "private mount, PID, IPC, UTS{} namespaces (a root of only the allow-listed system, read-only, with its own /dev and /proc)",
             if cfg.network { "" } else { " and network" }
         ),
         (Some(e), false) => format!(
-            "NO private namespaces ({e}): other processes, host Unix sockets in /tmp and /run, and file metadata outside the workspace are not isolated"
+            "NO private namespaces ({e}): reads are held to the allow-list by Landlock, but other processes, host Unix sockets and file metadata outside the workspace are not isolated"
         ),
         (None, false) => "no private namespaces on this system".into(),
     });

@@ -1,11 +1,13 @@
 //! The only way out of an installer's empty network namespace: PID 1
 //! listens on 127.0.0.1:PORT inside it and copies every connection to the
-//! server's egress proxy (a Unix socket bound into the sandbox), which
-//! decides what may be reached. The installer is told to use
+//! server's egress proxy (a Unix socket PID 1 opened before the view was
+//! built, so the socket is not in the view), which decides what may be
+//! reached. The installer is told to use
 //! `http://127.0.0.1:PORT` as its proxy.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +25,26 @@ pub enum RelayError {
     LoopbackUp(std::io::Error),
     #[error("relay on port {port}: {source}")]
     Listen { port: u16, source: std::io::Error },
+    #[error("the egress proxy's socket {path}: {source}")]
+    Proxy {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// The proxy's socket as a descriptor (O_PATH: nothing is connected yet),
+/// taken while the host's file system is still in view.
+pub fn open_proxy(path: &str) -> Result<OwnedFd, RelayError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| RelayError::Proxy {
+            path: path.to_string(),
+            source,
+        })?;
+    Ok(OwnedFd::from(file))
 }
 
 /// Brings the namespace's loopback interface up (it starts down).
@@ -57,8 +79,12 @@ pub fn listen(port: u16) -> Result<TcpListener, RelayError> {
 }
 
 /// Accepts and relays on threads of their own, for the life of PID 1.
-pub fn spawn(listener: TcpListener, socket: String) {
-    let socket = Arc::new(socket);
+pub fn spawn(listener: TcpListener, proxy: OwnedFd) {
+    // Connecting through the descriptor's /proc link reaches the socket it
+    // names, though its path is not in this mount namespace.
+    let socket = Arc::new(format!("/proc/self/fd/{}", proxy.as_raw_fd()));
+    // Held for the life of PID 1 (the link needs the descriptor open).
+    std::mem::forget(proxy);
     let active = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for client in listener.incoming() {

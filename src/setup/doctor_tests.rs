@@ -1,7 +1,7 @@
 //! Unit tests of doctor.rs.
 use super::*;
 
-const FULL: &str = "workspace-write: Landlock filesystem fully enforced; private mount, PID, IPC, UTS and network namespaces (system read-only, home, /tmp and /run hidden, own /dev and /proc); all capabilities dropped; seccomp filter on; network off (only Unix sockets); no_new_privs on; no memory limit";
+const FULL: &str = "workspace-write: Landlock filesystem fully enforced; private mount, PID, IPC, UTS and network namespaces (a root of only the allow-listed system, read-only, with its own /dev and /proc); all capabilities dropped; seccomp filter on; network off (only Unix sockets); no_new_privs on; no memory limit";
 
 fn find<'a>(items: &'a [Item], name: &str) -> &'a Item {
     items.iter().find(|i| i.name == name).expect(name)
@@ -46,7 +46,7 @@ fn missing_layers_say_why() {
     let active = FULL
         .replace("fully enforced", "not enforced (kernel without Landlock)")
         .replace("seccomp filter on", "seccomp unavailable (EINVAL)")
-        .replace(namespaces, "NO private namespaces (unshare: EPERM; retry): other processes, host Unix sockets in /tmp and /run, and file metadata outside the workspace are not isolated");
+        .replace(namespaces, "NO private namespaces (unshare: EPERM; retry): reads are held to the allow-list by Landlock, but other processes, host Unix sockets and file metadata outside the workspace are not isolated");
     let items = sandbox_items(&active, false, None, Err(libc::ENOSYS));
     let expected = [
         ("landlock", NO_LANDLOCK),

@@ -34,8 +34,9 @@ extern "C" fn on_forward(sig: libc::c_int) {
 
 /// What PID 1 holds for the program besides its status pipe.
 struct Extras {
-    /// The egress relay's listener (installers).
-    relay: Option<TcpListener>,
+    /// The egress relay's listener (installers), and the proxy's socket
+    /// opened (O_PATH) before the view was built: it is not in the view.
+    relay: Option<(TcpListener, OwnedFd)>,
     /// A terminal of the namespace's own devpts (pty jobs).
     terminal: Option<pty::Inner>,
 }
@@ -72,15 +73,19 @@ pub(super) fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
 /// (bound before the program starts, so it can connect at once) and the
 /// terminal.
 fn prepare(policy: &Policy) -> Result<Extras, LaunchError> {
+    let proxy = match &policy.egress {
+        Some(e) => Some(relay::open_proxy(&e.socket)?),
+        None => None,
+    };
     if let Some(plan) = &policy.mounts {
         namespaces::build(plan).map_err(LaunchError::FileSystemView)?;
     }
-    let relay = match &policy.egress {
-        Some(e) => {
+    let relay = match (&policy.egress, proxy) {
+        (Some(e), Some(proxy)) => {
             relay::loopback_up()?;
-            Some(relay::listen(e.port)?)
+            Some((relay::listen(e.port)?, proxy))
         }
-        None => None,
+        _ => None,
     };
     let terminal = if policy.pty {
         Some(pty::open().map_err(LaunchError::Pty)?)
@@ -94,9 +99,12 @@ fn prepare(policy: &Policy) -> Result<Extras, LaunchError> {
 /// (copying its terminal's bytes, if it has one). Its status.
 fn serve(policy: &Policy, extras: Extras, child: Pid, status: &OwnedFd) -> Option<WaitStatus> {
     // Threads only now: the program was forked from a single thread.
-    let relay_fd = extras.relay.as_ref().map(|l| l.as_raw_fd());
-    if let (Some(listener), Some(e)) = (extras.relay, &policy.egress) {
-        relay::spawn(listener, e.socket.clone());
+    let relay_fds = extras
+        .relay
+        .as_ref()
+        .map(|(l, proxy)| [l.as_raw_fd(), proxy.as_raw_fd()]);
+    if let Some((listener, proxy)) = extras.relay {
+        relay::spawn(listener, proxy);
     }
     set_handlers(policy.pty);
     let _ = term_signals().thread_unblock();
@@ -104,7 +112,7 @@ fn serve(policy: &Policy, extras: Extras, child: Pid, status: &OwnedFd) -> Optio
     if let Some(t) = &extras.terminal {
         keep.extend([0, 1, t.master_fd()]);
     }
-    keep.extend(relay_fd);
+    keep.extend(relay_fds.into_iter().flatten());
     close_fds_except(&keep);
     match extras.terminal {
         Some(t) => t.relay(child),

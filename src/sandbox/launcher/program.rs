@@ -233,6 +233,10 @@ fn landlock(policy: &Policy) -> Result<String, RulesetError> {
             existing(&policy.write),
             AccessFs::from_all(abi),
         ))?
+        .add_rules(path_beneath_rules(
+            existing(&policy.list),
+            AccessFs::ReadDir,
+        ))?
         .add_rules(net_rules)?
         .restrict_self()?;
     Ok(match status.ruleset {
