@@ -15,7 +15,9 @@
 #   5. where possible (root, unshare, setpriv, a built ferrepl), the pod's
 #      security context emulated on this host (deploy/k8s/emulate-pod-
 #      security.sh): with /proc unmasked ferrepl must get its namespaces;
-#      with the runtime's default mask it must not (why procMount: Unmasked).
+#      with the runtime's default mask it must not (why procMount: Unmasked);
+#      in both, a session (python_exec, shell_exec over MCP) must fail to read
+#      the tokens Secret mounted at /etc/ferrepl.
 #
 # Usage: bash scripts/deploy-check.sh     (DEPLOY_CHECK_EMULATE=0 skips 5)
 # Ends with "N passed, M failed"; exit 1 when something failed.
@@ -179,16 +181,21 @@ else
   if [ $rc0 = 2 ]; then
     skip "pod security emulation: $(echo "$out0" | tail -1)"
   else
-    if [ $rc0 = 0 ] && echo "$out0" | tail -1 | grep -q "NAMESPACES: yes"; then
-      ok "emulated pod (uid 10001, caps dropped, no_new_privs, read-only root, /proc unmasked): ferrepl has its namespaces"
+    # The last line says NAMESPACES, the one before it SECRET.
+    secret0=$(echo "$out0" | tail -2 | head -1)
+    if [ $rc0 = 0 ] && echo "$out0" | tail -1 | grep -q "NAMESPACES: yes" \
+       && echo "$secret0" | grep -q "^SECRET: unreadable"; then
+      ok "emulated pod (uid 10001, caps dropped, no_new_privs, read-only root, /proc unmasked): ferrepl has its namespaces; SECRET: unreadable (the tokens Secret at /etc/ferrepl is not in a session's view)"
     else
-      echo "$out0" | tail -5; bad "emulated pod with /proc unmasked: no namespaces"
+      echo "$out0" | tail -12; bad "emulated pod with /proc unmasked: expected namespaces and SECRET: unreadable"
     fi
     out1=$(MASK=1 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc1=$?
-    if [ $rc1 = 0 ] && echo "$out1" | tail -1 | grep -q "NAMESPACES: no"; then
-      ok "emulated pod with the runtime's default /proc mask: no namespaces, as expected ($(echo "$out1" | tail -1 | grep -o 'mount on /proc[^)]*)' | head -1))"
+    secret1=$(echo "$out1" | tail -2 | head -1)
+    if [ $rc1 = 0 ] && echo "$out1" | tail -1 | grep -q "NAMESPACES: no" \
+       && echo "$secret1" | grep -q "^SECRET: unreadable"; then
+      ok "emulated pod with the runtime's default /proc mask: no namespaces, as expected ($(echo "$out1" | tail -1 | grep -o 'mount on [^:]*: [^(]*' | head -1 | sed 's/ *$//')); SECRET: unreadable (Landlock refuses /etc/ferrepl/tokens)"
     else
-      echo "$out1" | tail -5; bad "emulated pod with masked /proc: expected ferrepl to lose its namespaces"
+      echo "$out1" | tail -12; bad "emulated pod with masked /proc: expected no namespaces and SECRET: unreadable"
     fi
   fi
 fi
