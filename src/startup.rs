@@ -133,7 +133,12 @@ fn sandbox_settings(
     let own_files = server_files(cfg, state_dir, kept_in);
     check_server_files(cfg, workdir, kept_in)?;
     let mut read = access.read;
-    read.extend(path_entries(&view, &hidden, writable));
+    read.extend(path_entries(
+        &std::env::var_os("PATH").unwrap_or_default(),
+        &view,
+        &hidden,
+        writable,
+    ));
     if cfg
         .languages
         .iter()
@@ -186,8 +191,16 @@ fn sandbox_settings(
     if sandbox_cfg.enabled() && !applied.namespaces {
         // Landlock cannot carve a hole into a readable directory.
         if let Some(file) = sandbox_cfg.covered.first() {
+            let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+            let flag = if cfg.auth_token_file.as_deref().map(real).as_ref() == Some(file) {
+                "--auth-token-file"
+            } else if kept_in.map(real).as_ref() == Some(file) {
+                "--state-dir"
+            } else {
+                "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)"
+            };
             anyhow::bail!(
-                "{} is a file of ferrepl's own and lies in a directory sessions can read (without private namespaces it cannot be hidden there); move it outside {}",
+                "{flag} {} lies inside {}, which sessions can read (without private namespaces it cannot be hidden there); move it outside",
                 file.display(),
                 readable_parent(&sandbox_cfg, file).display()
             );
@@ -270,15 +283,17 @@ fn readable_parent<'a>(cfg: &'a sandbox::SandboxConfig, file: &'a Path) -> &'a P
 /// The operator's PATH entries sessions may run from: absolute directories
 /// outside the view's system part, the private places and what sessions
 /// can write; an entry's prefix when it is a `bin` directory (its
-/// libraries lie beside it), and its real location too.
+/// libraries lie beside it), and its real location too. Never a directory
+/// right under `/` (`/opt/bin` shows itself, not `/opt`; an `/etc` entry
+/// shows nothing): that would show a whole system tree.
 fn path_entries(
+    path: &std::ffi::OsStr,
     view: &sandbox::view::View,
     hidden: &[PathBuf],
     writable: &sandbox::paths::Writable,
 ) -> Vec<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
     let mut out = Vec::new();
-    for entry in std::env::split_paths(&path) {
+    for entry in std::env::split_paths(path) {
         let Ok(real) = entry.canonicalize() else {
             continue;
         };
@@ -291,12 +306,13 @@ fn path_entries(
         {
             continue;
         }
+        let deep = |p: &Path| p.components().count() > 2;
         for dir in [entry, real] {
-            let dir = match dir.file_name().and_then(|n| n.to_str()) {
-                Some("bin" | "sbin") => dir.parent().map(Path::to_path_buf).unwrap_or(dir),
+            let dir = match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
+                (Some("bin" | "sbin"), Some(prefix)) if deep(prefix) => prefix.to_path_buf(),
                 _ => dir,
             };
-            if dir != Path::new("/") && !view.shows(&dir) {
+            if deep(&dir) && !view.shows(&dir) && !out.contains(&dir) {
                 out.push(dir);
             }
         }
@@ -527,5 +543,36 @@ fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &Path) {
             real.display(),
             real.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_entries_show_tool_prefixes_never_a_whole_system_tree() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let base = root.path().canonicalize().expect("canonical");
+        let tool_bin = base.join("opt/tool/bin");
+        let home_bin = base.join("home/u/.local/bin");
+        let ws_bin = base.join("ws/.venv/bin");
+        for d in [&tool_bin, &home_bin, &ws_bin] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        let path = std::env::join_paths([
+            tool_bin.as_path(),
+            home_bin.as_path(),
+            ws_bin.as_path(),
+            Path::new("/etc"),
+            Path::new("/"),
+            Path::new("relative/bin"),
+        ])
+        .expect("join");
+        let hidden = vec![base.join("home")];
+        let writable = sandbox::paths::Writable(vec![base.join("ws")]);
+        let view = sandbox::view::View::default();
+        let shown = path_entries(&path, &view, &hidden, &writable);
+        assert_eq!(shown, vec![base.join("opt/tool")]);
     }
 }

@@ -13,3 +13,7 @@ mod r_args;
 mod review;
 mod robustness;
 mod tenants;
+mod view;
+mod view_compat;
+mod view_hidden;
+mod view_state;
