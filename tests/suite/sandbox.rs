@@ -789,3 +789,129 @@ alive";
     server.assert_alive();
     server.close_and_wait().await;
 }
+
+// ------------------------------------------------ ferrepl's own files and the view
+
+/// Runs ferrepl with `args` and `envs` until it exits (it must refuse to
+/// start); its stderr.
+async fn refused(args: &[&str], envs: &[(&str, &Path)]) -> String {
+    let mut cmd = crate::support::server_command();
+    cmd.args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("ferrepl exits: it must refuse to start")
+        .expect("run ferrepl");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} must be refused: {stderr}");
+    stderr
+}
+
+#[tokio::test]
+async fn ferrepls_own_files_may_not_lie_where_sessions_write() {
+    let base = visible_outside_dir();
+    let (ws, shared) = (base.path().join("ws"), base.path().join("shared"));
+    std::fs::create_dir_all(shared.join("t")).expect("mkdir");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let p = |p: &Path| p.to_str().expect("utf-8").to_string();
+    // The runtime directory (policies, homes, logs) in an --allow-write path:
+    // a session could rewrite the next launcher's policy.
+    let stderr = refused(
+        &["--workdir", &p(&ws), "--allow-write", &p(&shared)],
+        &[("TMPDIR", &shared.join("t"))],
+    )
+    .await;
+    assert!(
+        stderr.contains("runtime directory") && stderr.contains("which sessions can read"),
+        "names the runtime directory: {stderr}"
+    );
+    // A tokens file reached through a symlink in the workspace: the agent
+    // could point it at its own tokens before a reload.
+    let real_tokens = base.path().join("tokens");
+    std::fs::write(&real_tokens, "own-files-token-0123456789abcdef\n").expect("write");
+    std::os::unix::fs::symlink(&real_tokens, ws.join("tokens")).expect("symlink");
+    let stderr = refused(
+        &[
+            "--workdir",
+            &p(&ws),
+            "--http",
+            "127.0.0.1:0",
+            "--auth-token-file",
+            &p(&ws.join("tokens")),
+        ],
+        &[],
+    )
+    .await;
+    assert!(
+        stderr.contains("--auth-token-file"),
+        "names the flag: {stderr}"
+    );
+    // A path bound read-only inside one sessions write: swappable.
+    let stderr = refused(
+        &[
+            "--workdir",
+            &p(&ws),
+            "--allow-write",
+            &p(&shared),
+            "--allow-read",
+            &p(&shared.join("t")),
+        ],
+        &[],
+    )
+    .await;
+    assert!(
+        stderr.contains("which sessions can write"),
+        "a nested bind is refused: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_tokens_file_in_a_bound_tool_directory_is_covered_under_every_alias() {
+    // A tool directory on PATH reached through a symlink, holding the
+    // tokens file: the view shows the tool, never the file.
+    let base = visible_outside_dir();
+    let tool = base.path().join("tool");
+    std::fs::create_dir_all(tool.join("bin")).expect("mkdir");
+    std::fs::create_dir_all(tool.join("etc")).expect("mkdir");
+    let secret = unique("ALIAS-TOKEN-");
+    let tokens = tool.join("etc/tokens");
+    std::fs::write(&tokens, format!("{secret}\n")).expect("write");
+    let alias = base.path().join("alias");
+    std::os::unix::fs::symlink(&tool, &alias).expect("symlink");
+    let path = format!(
+        "{}:{}",
+        alias.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let tokens_arg = tokens.to_str().expect("utf-8").to_string();
+    let server = StdioServer::start_with_env(
+        &["--auth-token-file", &tokens_arg],
+        &[("PATH", path.as_str())],
+    )
+    .await;
+    let code = format!(
+        "{ATTEMPT}\nimport os\nattempt('tool', lambda: os.path.isdir({tool}))\nattempt('real', lambda: open({real}).read())\nattempt('alias', lambda: open({alias}).read())\n",
+        tool = py_path(&tool.join("bin")),
+        real = py_path(&tokens),
+        alias = py_path(&alias.join("etc/tokens")),
+    );
+    let out = server.exec(&code).await;
+    out.assert_ok();
+    assert_eq!(
+        outcome(&out, "tool"),
+        "OK True",
+        "the tool is shown: {out:#?}"
+    );
+    for label in ["real", "alias"] {
+        assert!(
+            !outcome(&out, label).starts_with("OK"),
+            "{label}: the tokens file must be covered: {out:#?}"
+        );
+    }
+    assert!(!everything(&out).contains(&secret), "{out:#?}");
+}

@@ -11,6 +11,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config};
 use crate::{egress, installer, sandbox, state, worker};
 
+mod view;
+
 /// What the server starts with.
 pub struct Prepared {
     pub python: PathBuf,
@@ -88,6 +90,9 @@ pub fn prepare(
     )?;
     let installer = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
+        guard_own_files(cfg, &mut sandbox_cfg, (state_dir, kept_in), &writable)?;
+    }
+    if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);
     } else {
         tracing::warn!("sandbox: {}", sandbox_cfg.active);
@@ -115,7 +120,7 @@ fn sandbox_settings(
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h != Path::new("/"));
-    let view = sandbox::view::View::of_system();
+    let sys_view = sandbox::view::View::of_system();
     let mut hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
     // The stored sessions of every workspace (one inside this workspace
     // cannot be hidden from it; sessions there could already read it).
@@ -130,12 +135,10 @@ fn sandbox_settings(
         hidden.push(workdir.to_path_buf());
     }
     check_workspace(cfg, workdir, &hidden)?;
-    let own_files = server_files(cfg, state_dir, kept_in);
-    check_server_files(cfg, workdir, kept_in)?;
     let mut read = access.read;
-    read.extend(path_entries(
+    read.extend(view::path_entries(
         &std::env::var_os("PATH").unwrap_or_default(),
-        &view,
+        &sys_view,
         &hidden,
         writable,
     ));
@@ -144,13 +147,12 @@ fn sandbox_settings(
         .iter()
         .any(|l| l.trim().eq_ignore_ascii_case("r"))
     {
-        read.extend(r_dirs(cfg, writable));
+        read.extend(view::r_dirs(cfg, writable));
     }
-    read.retain(|p| !view.shows(p));
+    read.retain(|p| !sys_view.shows(p));
     read.extend(sandbox::view::nix_store(&read));
     read.sort();
     read.dedup();
-    let covered = covered_files(&own_files, &view, &read);
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: cfg.sandbox,
         network: cfg.network == config::Network::On,
@@ -163,11 +165,11 @@ fn sandbox_settings(
         max_open_files: cfg.max_open_files,
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
-        view,
+        view: sys_view,
         hidden,
         read,
         installer_read: Vec::new(),
-        covered,
+        covered: Vec::new(),
         write: access.write,
         devices: cfg.allow_device.iter().map(abs).collect(),
         allowed_python: access.allowed_python,
@@ -188,154 +190,41 @@ fn sandbox_settings(
             sandbox_cfg.active
         );
     }
-    if sandbox_cfg.enabled() && !applied.namespaces {
-        // Landlock cannot carve a hole into a readable directory.
-        if let Some(file) = sandbox_cfg.covered.first() {
-            let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-            let flag = if cfg.auth_token_file.as_deref().map(real).as_ref() == Some(file) {
-                "--auth-token-file"
-            } else if kept_in.map(real).as_ref() == Some(file) {
-                "--state-dir"
-            } else {
-                "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)"
-            };
-            anyhow::bail!(
-                "{flag} {} lies inside {}, which sessions can read (without private namespaces it cannot be hidden there); move it outside",
-                file.display(),
-                readable_parent(&sandbox_cfg, file).display()
-            );
-        }
-    }
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
     }
     Ok(sandbox_cfg)
 }
 
-/// The files and directories ferrepl itself reads or writes: the tokens
-/// file, its runtime state (logs, policies, homes) and the stores.
-fn server_files(cfg: &Config, state_dir: &state::StateDir, kept_in: Option<&Path>) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = cfg
-        .auth_token_file
+/// Where ferrepl's own files stand against the view: refused inside what
+/// sessions can write or an --allow-read path, covered inside anything else
+/// bound (refused there too without namespaces); and no bound path may lie
+/// inside another place sessions can write.
+fn guard_own_files(
+    cfg: &Config,
+    sandbox_cfg: &mut sandbox::SandboxConfig,
+    (state_dir, kept_in): (&state::StateDir, Option<&Path>),
+    writable: &sandbox::paths::Writable,
+) -> anyhow::Result<()> {
+    let files = view::own_files(cfg, state_dir, kept_in);
+    let allow_read: Vec<PathBuf> = cfg
+        .allow_read
         .iter()
-        .map(|f| f.canonicalize().unwrap_or_else(|_| f.clone()))
+        .map(|p| sandbox::paths::normalize(p, &sandbox_cfg.workspace))
         .collect();
-    files.push(state_dir.root().to_path_buf());
-    files.extend(kept_in.and_then(|d| d.canonicalize().ok()));
-    files
-}
-
-/// Refuses the tokens file or the stores inside the workspace or an
-/// --allow-read or --allow-write path: sessions could read them there.
-fn check_server_files(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> anyhow::Result<()> {
-    if cfg.sandbox == sandbox::SandboxMode::Off {
-        return Ok(());
-    }
-    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let mut own: Vec<(&str, PathBuf)> = Vec::new();
-    own.extend(
-        cfg.auth_token_file
-            .iter()
-            .map(|f| ("--auth-token-file", real(f))),
-    );
-    own.extend(kept_in.map(|d| ("--state-dir", real(d))));
-    let places = std::iter::once(workdir.to_path_buf()).chain(
-        cfg.allow_read
-            .iter()
-            .chain(&cfg.allow_write)
-            .map(|p| sandbox::paths::normalize(p, workdir)),
-    );
-    for place in places {
-        let place_real = real(&place);
-        if let Some((flag, file)) = own
-            .iter()
-            .find(|(_, f)| f.starts_with(&place) || f.starts_with(&place_real))
-        {
-            anyhow::bail!(
-                "{flag} {} lies inside {}, which sessions can read; keep ferrepl's own files outside the workspace and the --allow-read/--allow-write paths",
-                file.display(),
-                place.display()
-            );
-        }
+    view::check_own_files(&files, writable, &allow_read)?;
+    let mut nested: Vec<PathBuf> = sandbox_cfg.read.clone();
+    nested.extend(sandbox_cfg.write.iter().cloned());
+    nested.extend(sandbox_cfg.installer_read.iter().cloned());
+    nested.push(sandbox_cfg.workspace.clone());
+    view::check_nesting(&nested, writable)?;
+    let binds = view::bound_paths(sandbox_cfg);
+    if sandbox_cfg.namespaces {
+        sandbox_cfg.covered = view::covers(&files, &binds)?;
+    } else {
+        view::refuse_covered(&files, &binds)?;
     }
     Ok(())
-}
-
-/// The server's files that lie inside a path the view binds: covered there.
-fn covered_files(files: &[PathBuf], view: &sandbox::view::View, read: &[PathBuf]) -> Vec<PathBuf> {
-    files
-        .iter()
-        .filter(|f| view.shows(f) || read.iter().any(|r| f.starts_with(r) && *f != r))
-        .cloned()
-        .collect()
-}
-
-/// The readable directory that holds `file`, for a message.
-fn readable_parent<'a>(cfg: &'a sandbox::SandboxConfig, file: &'a Path) -> &'a Path {
-    cfg.view
-        .binds
-        .iter()
-        .chain(&cfg.read)
-        .find(|b| file.starts_with(b))
-        .map_or(file, PathBuf::as_path)
-}
-
-/// The operator's PATH entries sessions may run from: absolute directories
-/// outside the view's system part, the private places and what sessions
-/// can write; an entry's prefix when it is a `bin` directory (its
-/// libraries lie beside it), and its real location too. Never a directory
-/// right under `/` (`/opt/bin` shows itself, not `/opt`; an `/etc` entry
-/// shows nothing): that would show a whole system tree.
-fn path_entries(
-    path: &std::ffi::OsStr,
-    view: &sandbox::view::View,
-    hidden: &[PathBuf],
-    writable: &sandbox::paths::Writable,
-) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::env::split_paths(path) {
-        let Ok(real) = entry.canonicalize() else {
-            continue;
-        };
-        let private = |p: &Path| hidden.iter().any(|h| p.starts_with(h));
-        if !entry.is_absolute()
-            || !real.is_dir()
-            || writable.contains(&entry)
-            || private(&entry)
-            || private(&real)
-        {
-            continue;
-        }
-        let deep = |p: &Path| p.components().count() > 2;
-        for dir in [entry, real] {
-            let dir = match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
-                (Some("bin" | "sbin"), Some(prefix)) if deep(prefix) => prefix.to_path_buf(),
-                _ => dir,
-            };
-            if deep(&dir) && !view.shows(&dir) && !out.contains(&dir) {
-                out.push(dir);
-            }
-        }
-    }
-    out
-}
-
-/// R's installation: the prefix of the real `R` (its R_HOME lies there) and
-/// R_HOME itself, unless sessions can write them.
-fn r_dirs(cfg: &Config, writable: &sandbox::paths::Writable) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if let Some(real) = worker::r::resolve(cfg.r.as_deref()).and_then(|r| r.canonicalize().ok())
-        && let Some(prefix) = real.parent().and_then(Path::parent)
-    {
-        out.push(prefix.to_path_buf());
-    }
-    if let Some(home) = std::env::var_os("R_HOME").map(PathBuf::from)
-        && let Ok(home) = home.canonicalize()
-    {
-        out.push(home);
-    }
-    out.retain(|d| d != Path::new("/") && !writable.contains(d));
-    out
 }
 
 /// What sessions may read and write beyond the system and the workspace,
@@ -493,10 +382,21 @@ fn installer_settings(
         writable,
     );
     settings.cran = cfg.cran.clone();
-    // The operator's CA bundle: in the view of installers only.
+    // The operator's CA bundle: in the view of installers only, unless
+    // sessions could write it (then they could swap it for a symlink).
     sandbox_cfg.installer_read = settings
         .cert
         .iter()
+        .filter(|c| {
+            let ok = !writable.contains(c);
+            if !ok {
+                tracing::warn!(
+                    "the CA bundle {} lies where sessions can write; installers do not get it (move it outside the workspace and the writable paths)",
+                    c.display()
+                );
+            }
+            ok
+        })
         .filter_map(|c| c.canonicalize().ok())
         .filter(|c| !sandbox_cfg.view.shows(c))
         .collect();
@@ -543,36 +443,5 @@ fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &Path) {
             real.display(),
             real.display()
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn path_entries_show_tool_prefixes_never_a_whole_system_tree() {
-        let root = tempfile::tempdir().expect("tempdir");
-        let base = root.path().canonicalize().expect("canonical");
-        let tool_bin = base.join("opt/tool/bin");
-        let home_bin = base.join("home/u/.local/bin");
-        let ws_bin = base.join("ws/.venv/bin");
-        for d in [&tool_bin, &home_bin, &ws_bin] {
-            std::fs::create_dir_all(d).expect("mkdir");
-        }
-        let path = std::env::join_paths([
-            tool_bin.as_path(),
-            home_bin.as_path(),
-            ws_bin.as_path(),
-            Path::new("/etc"),
-            Path::new("/"),
-            Path::new("relative/bin"),
-        ])
-        .expect("join");
-        let hidden = vec![base.join("home")];
-        let writable = sandbox::paths::Writable(vec![base.join("ws")]);
-        let view = sandbox::view::View::default();
-        let shown = path_entries(&path, &view, &hidden, &writable);
-        assert_eq!(shown, vec![base.join("opt/tool")]);
     }
 }
