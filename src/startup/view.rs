@@ -296,7 +296,7 @@ mod tests {
             check_own_files(
                 std::slice::from_ref(&tokens),
                 &Writable(vec![]),
-                &[tools.clone()]
+                std::slice::from_ref(&tools)
             )
             .is_err()
         );
