@@ -237,31 +237,19 @@ fn etc_entries(etc: &Path) -> Vec<PathBuf> {
 
 /// A name for the sandbox's uid: the server user's own, else "ferrepl".
 fn user_name() -> String {
-    // SAFETY: getpwuid returns static storage or null; read at once.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if !pw.is_null() && !(*pw).pw_name.is_null() {
-            let name = std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy();
-            if valid_name(&name) {
-                return name.into_owned();
-            }
-        }
-    }
-    "ferrepl".into()
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid());
+    usable(user.ok().flatten().map(|u| u.name))
 }
 
+/// A name for the sandbox's gid: the server group's own, else "ferrepl".
 fn group_name() -> String {
-    // SAFETY: getgrgid returns static storage or null; read at once.
-    unsafe {
-        let gr = libc::getgrgid(libc::getegid());
-        if !gr.is_null() && !(*gr).gr_name.is_null() {
-            let name = std::ffi::CStr::from_ptr((*gr).gr_name).to_string_lossy();
-            if valid_name(&name) {
-                return name.into_owned();
-            }
-        }
-    }
-    "ferrepl".into()
+    let group = nix::unistd::Group::from_gid(nix::unistd::getegid());
+    usable(group.ok().flatten().map(|g| g.name))
+}
+
+fn usable(name: Option<String>) -> String {
+    name.filter(|n| valid_name(n))
+        .unwrap_or_else(|| "ferrepl".into())
 }
 
 /// A name that cannot break a passwd line.

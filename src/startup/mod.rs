@@ -397,8 +397,14 @@ fn installer_settings(
             }
             ok
         })
-        .filter_map(|c| c.canonicalize().ok())
-        .filter(|c| !sandbox_cfg.view.shows(c))
+        // Bound at the path installers are given (SSL_CERT_FILE, --cert).
+        .filter(|c| {
+            c.is_absolute()
+                && c
+                    .canonicalize()
+                    .is_ok_and(|real| !sandbox_cfg.view.shows(&real))
+        })
+        .cloned()
         .collect();
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");

@@ -915,3 +915,65 @@ async fn a_tokens_file_in_a_bound_tool_directory_is_covered_under_every_alias() 
     }
     assert!(!everything(&out).contains(&secret), "{out:#?}");
 }
+
+#[tokio::test]
+async fn only_install_jobs_see_the_operators_ca_bundle() {
+    // The operator's pip names a CA bundle outside every allow-listed place.
+    let base = visible_outside_dir();
+    let secret = unique("CA-BUNDLE-");
+    let ca = base.path().join("corp-ca.pem");
+    std::fs::write(&ca, format!("{secret}\n")).expect("write the bundle");
+    let ca_arg = ca.to_str().expect("utf-8").to_string();
+    let server = StdioServer::start_with_env(&[], &[("PIP_CERT", ca_arg.as_str())]).await;
+    let ws = server.workdir.path().to_path_buf();
+    let cell = format!(
+        r#"{ATTEMPT}
+import subprocess, sys, glob, os
+attempt('bundle', lambda: open({ca}).read())
+subprocess.run([sys.executable, '-m', 'venv', '--without-pip', '.venv'], check=True)
+site = glob.glob('.venv/lib/python*/site-packages')[0]
+line = "import os; open(%r, 'w').write(repr(open(os.environ['SSL_CERT_FILE']).read()))\n" % {report}
+open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
+"#,
+        ca = py_path(&ca),
+        report = py(path_string(&ws.join("ca-report.txt"))),
+    );
+    let out = server.exec(&cell).await;
+    out.assert_ok();
+    assert!(
+        !outcome(&out, "bundle").starts_with("OK"),
+        "a cell must not see the installers' bundle: {out:#?}"
+    );
+    let created = server
+        .call(
+            "python_sessions",
+            json!({ "action": "create", "session": "v", "venv": path_string(&ws.join(".venv")) }),
+        )
+        .await;
+    assert!(!created.is_error, "{created:#?}");
+    let mut install = server
+        .call(
+            "python_install",
+            json!({ "packages": ["ferrepl-ca-probe-not-a-package"], "session": "v", "wait_s": 50 }),
+        )
+        .await;
+    let job = install.str_field("job").to_string();
+    for _ in 0..10 {
+        if install.structured["status"] != "running" {
+            break;
+        }
+        install = server
+            .call("shell_wait", json!({ "job": job, "wait_s": 50 }))
+            .await;
+    }
+    let report = std::fs::read_to_string(ws.join("ca-report.txt"))
+        .unwrap_or_else(|e| panic!("the install job left no report ({e}): {install:#?}"));
+    assert!(
+        report.contains(&secret),
+        "the install job reads the operator's CA bundle: {report}"
+    );
+}
+
+fn path_string(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_string()
+}
