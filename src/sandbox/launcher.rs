@@ -111,6 +111,8 @@ enum PolicyError {
     },
     #[error("{0}: not a private policy file")]
     NotPrivate(String),
+    #[error("{0}: the policy file is not the one the server wrote")]
+    Changed(String),
     #[error("bad policy: {0}")]
     Parse(#[from] serde_json::Error),
 }
@@ -154,11 +156,30 @@ fn die_with_parent() {
     }
 }
 
-/// Reads the policy: `@FILE` (written by the server in its private state
-/// directory and removed here) or inline JSON.
+/// The SHA-256 of a policy, in hex.
+pub fn digest(policy: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(policy)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Reads the policy: `@FILE#SHA256` (written by the server in its private
+/// state directory, removed here, and refused unless its digest is the one
+/// on our command line) or inline JSON.
 fn read_policy(arg: &str) -> Result<Policy, PolicyError> {
     let text = match arg.strip_prefix('@') {
-        Some(path) => read_policy_file(path)?,
+        Some(file) => {
+            let (path, sum) = file
+                .rsplit_once('#')
+                .ok_or_else(|| PolicyError::Changed(file.to_string()))?;
+            let text = read_policy_file(path)?;
+            if digest(text.as_bytes()) != sum {
+                return Err(PolicyError::Changed(path.to_string()));
+            }
+            text
+        }
         None => arg.to_string(),
     };
     Ok(serde_json::from_str(&text)?)

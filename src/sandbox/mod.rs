@@ -83,9 +83,6 @@ pub struct MountPlan {
     pub links: Vec<LinkEntry>,
     #[serde(default)]
     pub files: Vec<FileEntry>,
-    /// Files of the server's inside a bound path: covered (a file by an
-    /// empty one, a directory by an empty tmpfs).
-    pub hide: Vec<String>,
     /// Host devices beyond the standard few (--allow-device).
     pub devices: Vec<String>,
     /// Size of the private /dev/shm.
@@ -198,8 +195,6 @@ pub struct SandboxConfig {
     /// Readable by package installers only: the CA bundle of the
     /// operator's pip configuration.
     pub installer_read: Vec<PathBuf>,
-    /// Files of the server's own that lie inside a bound path: covered.
-    pub covered: Vec<PathBuf>,
     /// Writable beyond the workspace: the operator's venvs, --allow-write.
     pub write: Vec<PathBuf>,
     /// Host devices added to the private /dev (--allow-device).
@@ -363,7 +358,6 @@ impl SandboxConfig {
                     content: group,
                 },
             ],
-            hide: self.covered.iter().map(|p| show(p)).collect(),
             devices: self.devices.iter().map(|p| show(p)).collect(),
             shm_bytes: self.memory_limit.unwrap_or(1 << 30),
             tmp: show(tmp),
@@ -399,7 +393,7 @@ impl SandboxConfig {
     /// The program and arguments that start `program args` under `policy`.
     /// The policy goes to the launcher in a file of the private state
     /// directory (the launcher removes it), not on a command line every
-    /// process can read.
+    /// process can read; its SHA-256 goes on the command line.
     pub fn wrap(
         &self,
         policy: &Policy,
@@ -422,8 +416,11 @@ impl SandboxConfig {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&file)?
             .write_all(&json)?;
+        // The file's digest travels on the command line, which nobody else
+        // can change: a policy swapped in the file is refused.
         let mut at = OsString::from("@");
         at.push(file.as_os_str());
+        at.push(format!("#{}", launcher::digest(&json)));
         let mut out: Vec<OsString> = vec![
             launcher::LAUNCH_ARG.into(),
             at,

@@ -278,7 +278,7 @@ fn depth(p: &Path) -> usize {
     p.components().count()
 }
 
-/// A path the policy exposes, cloned before anything covered it.
+/// A path the policy exposes, cloned while the host's tree is in view.
 struct Exposed<'a> {
     bind: &'a Bind,
     tree: OwnedFd,
@@ -319,7 +319,7 @@ pub fn build(plan: &MountPlan) -> Result<(), NamespaceError> {
     let at = |p: &Path| inside(&root, p);
     make_links(plan, &root)?;
     write_files(plan, &root)?;
-    hide_and_expose(plan, &exposed, &root)?;
+    expose_all(&exposed, &root)?;
     build_dev(plan, devices, &at(Path::new("/dev")))?;
     // While the old root (and its /proc) is still visible: a user
     // namespace may mount a proc only where one is fully visible.
@@ -482,43 +482,11 @@ fn clone_devices(plan: &MountPlan) -> Result<Vec<(PathBuf, OwnedFd)>, NamespaceE
     Ok(devices)
 }
 
-/// Covered files and exposed paths, outermost first (at the same spot,
-/// covering first): a path exposed inside a covered one shows, and a
-/// server file inside an exposed path stays covered.
-fn hide_and_expose(
-    plan: &MountPlan,
-    exposed: &[Exposed],
-    root: &Path,
-) -> Result<(), NamespaceError> {
-    let hidden: Vec<PathBuf> = plan
-        .hide
-        .iter()
-        .map(|h| inside(root, Path::new(h)))
-        .collect();
-    let targets: Vec<PathBuf> = exposed.iter().map(|e| inside(root, e.path())).collect();
-    let mut steps: Vec<(usize, usize, Option<usize>)> = hidden
-        .iter()
-        .map(|h| (depth(h), 0, None))
-        .chain(
-            targets
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (depth(t), 1, Some(i))),
-        )
-        .collect();
-    let mut hide_order: Vec<&PathBuf> = hidden.iter().collect();
-    hide_order.sort_by_key(|h| depth(h));
-    let mut next_hide = hide_order.into_iter();
-    steps.sort_by_key(|(d, kind, _)| (*d, *kind));
-    for (_, _, bind) in steps {
-        match bind {
-            None => {
-                if let Some(h) = next_hide.next() {
-                    hide(h, exposed, &targets, &hidden)?;
-                }
-            }
-            Some(i) => expose(&exposed[i], &targets[i])?,
-        }
+/// The exposed paths at their place in the new root, outermost first (a
+/// path inside another is attached on top of it).
+fn expose_all(exposed: &[Exposed], root: &Path) -> Result<(), NamespaceError> {
+    for e in exposed {
+        expose(e, &inside(root, e.path()))?;
     }
     Ok(())
 }
@@ -534,42 +502,6 @@ fn expose(exposed: &Exposed, target: &Path) -> Result<(), NamespaceError> {
     } else {
         set_attr(target, MOUNT_ATTR_LOCKED, 0, true)
     }
-}
-
-/// Covers `h` (inside the new root) with an empty file or an empty tmpfs
-/// holding only the mount points of what will be mounted inside it, then
-/// makes it read-only.
-fn hide(
-    h: &Path,
-    exposed: &[Exposed],
-    targets: &[PathBuf],
-    hidden: &[PathBuf],
-) -> Result<(), NamespaceError> {
-    match std::fs::symlink_metadata(h) {
-        Ok(m) if m.is_dir() => {}
-        Ok(m) if m.is_file() => {
-            // A secret file: the host's /dev/null, read-only, in its place.
-            mount(Some("/dev/null"), h, None, libc::MS_BIND, None)?;
-            return set_attr(h, MOUNT_ATTR_LOCKED, 0, false);
-        }
-        _ => return Ok(()),
-    }
-    mount_new(
-        "tmpfs",
-        h,
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        Some("mode=0755,size=1m"),
-    )?;
-    let inside_h = |p: &Path| p.starts_with(h) && p != h;
-    for (e, target) in exposed.iter().zip(targets) {
-        if inside_h(target) {
-            mount_point(target, e.dir)?;
-        }
-    }
-    for other in hidden.iter().filter(|p| inside_h(p)) {
-        mount_point(other, true)?;
-    }
-    set_attr(h, MOUNT_ATTR_RDONLY, 0, false)
 }
 
 /// A private `/dev` at `dev` (the new root's): a tmpfs with the host's

@@ -90,7 +90,7 @@ pub fn prepare(
     )?;
     let installer = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
-        guard_own_files(cfg, &mut sandbox_cfg, (state_dir, kept_in), &writable)?;
+        guard_own_files(cfg, &sandbox_cfg, (state_dir, kept_in), &writable)?;
     }
     if sandbox_cfg.enabled() {
         tracing::info!("sandbox: {}", sandbox_cfg.active);
@@ -122,8 +122,12 @@ fn sandbox_settings(
         .filter(|h| h.is_absolute() && h != Path::new("/"));
     let sys_view = sandbox::view::View::of_system();
     let mut hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
-    // The stored sessions of every workspace (one inside this workspace
-    // cannot be hidden from it; sessions there could already read it).
+    // Private places an --allow-read/--allow-write path may not hold (the
+    // stores and this instance's runtime directory are checked with
+    // ferrepl's own files, with their own message).
+    view::check_allow_paths(cfg, workdir, &hidden)?;
+    // The stored sessions of every workspace (one inside the workspace is
+    // refused with ferrepl's own files).
     if let Some(dir) = kept_in.and_then(|d| d.canonicalize().ok())
         && !dir.starts_with(workdir)
         && !hidden.iter().any(|h| dir.starts_with(h))
@@ -169,7 +173,6 @@ fn sandbox_settings(
         hidden,
         read,
         installer_read: Vec::new(),
-        covered: Vec::new(),
         write: access.write,
         devices: cfg.allow_device.iter().map(abs).collect(),
         allowed_python: access.allowed_python,
@@ -196,13 +199,12 @@ fn sandbox_settings(
     Ok(sandbox_cfg)
 }
 
-/// Where ferrepl's own files stand against the view: refused inside what
-/// sessions can write or an --allow-read path, covered inside anything else
-/// bound (refused there too without namespaces); and no bound path may lie
-/// inside another place sessions can write.
+/// Where ferrepl's own files stand against the view: refused inside
+/// anything sessions can write or read; and no bound path may lie inside
+/// another place sessions can write.
 fn guard_own_files(
     cfg: &Config,
-    sandbox_cfg: &mut sandbox::SandboxConfig,
+    sandbox_cfg: &sandbox::SandboxConfig,
     (state_dir, kept_in): (&state::StateDir, Option<&Path>),
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<()> {
@@ -213,18 +215,12 @@ fn guard_own_files(
         .map(|p| sandbox::paths::normalize(p, &sandbox_cfg.workspace))
         .collect();
     view::check_own_files(&files, writable, &allow_read)?;
-    let mut nested: Vec<PathBuf> = sandbox_cfg.read.clone();
-    nested.extend(sandbox_cfg.write.iter().cloned());
-    nested.extend(sandbox_cfg.installer_read.iter().cloned());
-    nested.push(sandbox_cfg.workspace.clone());
+    let mut nested = view::bound_paths(sandbox_cfg);
+    nested.extend(sandbox_cfg.devices.iter().cloned());
     view::check_nesting(&nested, writable)?;
-    let binds = view::bound_paths(sandbox_cfg);
-    if sandbox_cfg.namespaces {
-        sandbox_cfg.covered = view::covers(&files, &binds)?;
-    } else {
-        view::refuse_covered(&files, &binds)?;
-    }
-    Ok(())
+    // A cover would be a mount over one name, which a rename on the host
+    // (a rotated tokens file, a Kubernetes Secret's new version) undoes.
+    view::refuse_bound(&files, &view::bound_paths(sandbox_cfg))
 }
 
 /// What sessions may read and write beyond the system and the workspace,
@@ -382,30 +378,26 @@ fn installer_settings(
         writable,
     );
     settings.cran = cfg.cran.clone();
-    // The operator's CA bundle: in the view of installers only, unless
-    // sessions could write it (then they could swap it for a symlink).
+    // The operator's CA bundle: in the view of installers only, at its
+    // resolved path (the one they are given); not from where sessions
+    // write (they could swap it for a symlink).
+    let cert = settings.cert.take();
+    if let Some(c) = cert.as_ref().filter(|c| writable.contains(c)) {
+        tracing::warn!(
+            "the CA bundle {} lies where sessions can write; installers do not get it (move it outside the workspace and the writable paths)",
+            c.display()
+        );
+    }
+    settings.cert = cert
+        .filter(|c| !writable.contains(c))
+        .map(|c| c.canonicalize().unwrap_or(c));
     sandbox_cfg.installer_read = settings
         .cert
         .iter()
-        .filter(|c| {
-            let ok = !writable.contains(c);
-            if !ok {
-                tracing::warn!(
-                    "the CA bundle {} lies where sessions can write; installers do not get it (move it outside the workspace and the writable paths)",
-                    c.display()
-                );
-            }
-            ok
-        })
-        // Bound at the path installers are given (SSL_CERT_FILE, --cert).
-        .filter(|c| {
-            c.is_absolute()
-                && c
-                    .canonicalize()
-                    .is_ok_and(|real| !sandbox_cfg.view.shows(&real))
-        })
+        .filter(|c| c.is_absolute() && !sandbox_cfg.view.shows(c))
         .cloned()
         .collect();
+
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");
         let listener = tokio::net::UnixListener::bind(&socket)

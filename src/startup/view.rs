@@ -1,9 +1,7 @@
 //! Start-up decisions about the sandbox's view beyond the system
 //! allow-list: which PATH entries and R directories it shows, and where
 //! ferrepl's own files (tokens, runtime state, stores) stand against it:
-//! refused inside anything sessions can write or an `--allow-read` path,
-//! covered inside anything else the view binds (under every alias), and
-//! refused there too without namespaces (Landlock cannot carve a hole).
+//! refused inside anything sessions can write or read, under any alias.
 
 use std::path::{Path, PathBuf};
 
@@ -51,7 +49,10 @@ pub fn own_files(
         state_dir.root(),
     );
     if let Some(stores) = kept_in {
-        add("--state-dir", stores);
+        add(
+            "the stores (--state-dir, default ~/.local/state/ferrepl; --resume off keeps none)",
+            stores,
+        );
     }
     files
 }
@@ -82,18 +83,46 @@ pub fn check_own_files(
     Ok(())
 }
 
-/// Refuses a path the view binds that lies inside another place sessions
-/// can write: they could swap it (or a directory on its way) for a symlink
-/// before the next process is launched.
-pub fn check_nesting(binds: &[PathBuf], writable: &Writable) -> anyhow::Result<()> {
-    for bind in binds {
-        let inside = writable.0.iter().find(|w| {
-            let (w_real, b_real) = (real(w), real(bind));
-            *w != bind && w_real != b_real && (bind.starts_with(w) || b_real.starts_with(&w_real))
-        });
-        if let Some(w) = inside {
+/// Refuses an --allow-read/--allow-write path that holds a private place
+/// (a home, `/tmp`, `/run`: other programs' files and sockets, another
+/// ferrepl's runtime directory): name narrower paths.
+pub fn check_allow_paths(cfg: &Config, workdir: &Path, private: &[PathBuf]) -> anyhow::Result<()> {
+    for p in cfg.allow_read.iter().chain(&cfg.allow_write) {
+        let p = sandbox::paths::normalize(p, workdir);
+        let p_real = real(&p);
+        if let Some(h) = private
+            .iter()
+            .find(|h| h.starts_with(&p) || h.starts_with(&p_real))
+        {
             anyhow::bail!(
-                "{} lies inside {}, which sessions can write (and could swap for a symlink); give paths outside the workspace, --allow-write and venv paths",
+                "--allow-read/--allow-write {} holds {}, a private place (a home, a temporary or runtime directory, ferrepl's state) sessions must not see; name narrower paths",
+                p.display(),
+                h.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a path the view binds that sessions could steer: one inside
+/// another place they can write, or reached through a directory that
+/// resolves into one (they could swap it, or a symlink on its way, before
+/// the next process is launched: binds are resolved at every launch).
+pub fn check_nesting(binds: &[PathBuf], writable: &Writable) -> anyhow::Result<()> {
+    let places: Vec<(&PathBuf, PathBuf)> = writable.0.iter().map(|w| (w, real(w))).collect();
+    for bind in binds {
+        let steered = bind.ancestors().find_map(|a| {
+            let a_real = real(a);
+            places.iter().find_map(|(w, w_real)| {
+                let within = a.starts_with(w) || a_real.starts_with(w_real);
+                // The bind may be a writable place itself (a venv).
+                let itself = a == bind && (a == *w || a_real == *w_real);
+                (within && !itself).then_some(*w)
+            })
+        });
+        if let Some(w) = steered {
+            anyhow::bail!(
+                "{} lies in or is reached through {}, which sessions can write (and could swap for a symlink); give paths outside the workspace, --allow-write and venv paths",
                 bind.display(),
                 w.display()
             );
@@ -102,50 +131,30 @@ pub fn check_nesting(binds: &[PathBuf], writable: &Writable) -> anyhow::Result<(
     Ok(())
 }
 
-/// Where ferrepl's own files lie inside a bound path: covered there, under
-/// the path as bound and under its resolved form. Fails when a bound path
-/// is one of them.
-pub fn covers(files: &[OwnFile], binds: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for bind in binds {
+/// Where ferrepl's own files lie inside a bound path: under the path as
+/// bound and under its resolved form.
+fn inside_binds(file: &OwnFile, binds: &[PathBuf]) -> Option<PathBuf> {
+    binds.iter().find_map(|bind| {
         let bind_real = real(bind);
-        for file in files {
-            if file.real == bind_real || file.path == *bind {
-                anyhow::bail!(
-                    "{} {} is shown to every session as {}; keep ferrepl's own files out of the paths sessions read",
-                    file.flag,
-                    file.path.display(),
-                    bind.display()
-                );
-            }
-            for (base, of) in [
-                (&bind_real, &file.real),
-                (bind, &file.real),
-                (bind, &file.path),
-            ] {
-                if let Ok(rest) = of.strip_prefix(base) {
-                    out.push(bind.join(rest));
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    Ok(out)
+        [
+            (&bind_real, &file.real),
+            (bind, &file.real),
+            (bind, &file.path),
+        ]
+        .into_iter()
+        .any(|(base, of)| of.starts_with(base))
+        .then(|| bind.clone())
+    })
 }
 
-/// Without namespaces nothing can be covered: refuses a file of ferrepl's
-/// inside any bound path.
-pub fn refuse_covered(files: &[OwnFile], binds: &[PathBuf]) -> anyhow::Result<()> {
+/// Refuses a file of ferrepl's inside any bound path (a cover could not
+/// keep it: Landlock cannot carve a hole, and a mount over one name is
+/// undone when the host renames a new file over it).
+pub fn refuse_bound(files: &[OwnFile], binds: &[PathBuf]) -> anyhow::Result<()> {
     for file in files {
-        let covered = covers(std::slice::from_ref(file), binds)?;
-        if let Some(cover) = covered.first() {
-            let place = binds
-                .iter()
-                .find(|b| cover.starts_with(b))
-                .map_or(cover.as_path(), PathBuf::as_path);
+        if let Some(place) = inside_binds(file, binds) {
             anyhow::bail!(
-                "{} {} lies inside {}, which sessions can read (without private namespaces it cannot be hidden there); move it outside",
+                "{} {} lies inside {}, which sessions can read; move it outside the paths sessions see (docs/security.md lists them)",
                 file.flag,
                 file.path.display(),
                 place.display()
@@ -273,7 +282,7 @@ mod tests {
     }
 
     #[test]
-    fn own_files_are_refused_where_sessions_write_and_covered_under_every_alias() {
+    fn own_files_are_refused_where_sessions_write_or_read_under_every_alias() {
         let root = tempfile::tempdir().expect("tempdir");
         let base = root.path().canonicalize().expect("canonical");
         let (ws, tools) = (base.join("ws"), base.join("tools"));
@@ -303,16 +312,12 @@ mod tests {
 
         let alias = base.join("alias");
         std::os::unix::fs::symlink(&tools, &alias).expect("ln");
-        let covered = covers(
-            std::slice::from_ref(&tokens),
-            &[alias.clone(), tools.clone()],
-        )
-        .expect("covers");
-        assert_eq!(
-            covered,
-            vec![alias.join("etc/tokens"), tools.join("etc/tokens")]
-        );
-        assert!(covers(std::slice::from_ref(&tokens), &[tools.join("etc/tokens")]).is_err());
+        for bind in [&alias, &tools] {
+            let err = refuse_bound(std::slice::from_ref(&tokens), std::slice::from_ref(bind))
+                .expect_err("inside a bound path, under any alias");
+            assert!(err.to_string().contains("which sessions can read"), "{err}");
+        }
+        refuse_bound(std::slice::from_ref(&tokens), &[base.join("ws")]).expect("elsewhere");
     }
 
     #[test]
@@ -323,5 +328,11 @@ mod tests {
         assert!(check_nesting(&[w.join("venv")], &writable).is_err());
         check_nesting(&[w.clone(), root.path().join("other")], &writable)
             .expect("itself and outside");
+        // Reached through a symlink that resolves into the writable place.
+        std::fs::create_dir_all(w.join("d")).expect("mkdir");
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(w.join("d"), &link).expect("ln");
+        assert!(check_nesting(&[link.join("sub")], &writable).is_err());
+        assert!(check_nesting(std::slice::from_ref(&link), &writable).is_err());
     }
 }

@@ -335,8 +335,9 @@ async fn operator_files_inside_the_workspace_are_refused_at_start() {
     .await;
     drop(server);
 
-    // Without namespaces, a readable system directory is no place for it
-    // either (only root can put a file there).
+    // Nor is a directory the view binds (/usr), with or without namespaces:
+    // a cover over one name would not survive the file's rotation (only
+    // root can put a file there).
     if is_root() {
         let dir = Path::new("/usr/local/etc").join(unique("ferrepl-test-"));
         std::fs::create_dir_all(&dir).expect("mkdir under /usr/local/etc");
@@ -345,16 +346,17 @@ async fn operator_files_inside_the_workspace_are_refused_at_start() {
         let tokens = dir.join("tokens");
         std::fs::write(&tokens, format!("{BARE_TOKEN}\n")).expect("write tokens");
         chmod(&tokens, 0o600);
-        let stderr = refused_start(&[
-            "--http",
-            "127.0.0.1:0",
-            "--workdir",
-            &wsp,
-            "--no-namespaces",
-            "--auth-token-file",
-            path_str(&tokens),
-        ])
-        .await;
-        assert_names_the_tokens_file(&stderr, "a tokens file under /usr without namespaces");
+        for namespaces in [true, false] {
+            let mut args = vec!["--http", "127.0.0.1:0", "--workdir", &wsp];
+            if !namespaces {
+                args.push("--no-namespaces");
+            }
+            args.extend(["--auth-token-file", path_str(&tokens)]);
+            let stderr = refused_start(&args).await;
+            assert_names_the_tokens_file(
+                &stderr,
+                &format!("a tokens file under /usr (namespaces: {namespaces})"),
+            );
+        }
     }
 }
