@@ -375,3 +375,44 @@ fn close_fds_except(keep: &[i32]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `text` as a private policy file (the launcher removes it).
+    fn write_policy(path: &std::path::Path, text: &[u8]) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .expect("write the policy");
+        std::io::Write::write_all(&mut file, text).expect("write the policy");
+    }
+
+    #[test]
+    fn a_policy_file_that_is_not_the_servers_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("policy-1.json");
+        let json = serde_json::to_vec(&Policy::default()).expect("json");
+        let arg = format!("@{}#{}", path.display(), digest(&json));
+        write_policy(&path, &json);
+        read_policy(&arg).expect("the server's own policy");
+        assert!(!path.exists(), "the launcher removes the file");
+        // Swapped for another policy (landlock and seccomp off, say).
+        let other = serde_json::to_vec(&Policy {
+            landlock: true,
+            ..Policy::default()
+        })
+        .expect("json");
+        write_policy(&path, &other);
+        assert!(matches!(read_policy(&arg), Err(PolicyError::Changed(_))));
+        // No digest at all.
+        write_policy(&path, &json);
+        let bare = format!("@{}", path.display());
+        assert!(matches!(read_policy(&bare), Err(PolicyError::Changed(_))));
+    }
+}
