@@ -1,6 +1,7 @@
 //! The files the server itself reads and writes are out of every sandbox's
-//! view: the `--auth-token-file` tokens (also when they sit inside a bound
-//! directory such as `/usr/local/etc`), the `--state-dir` stores, and the
+//! view: the `--auth-token-file` tokens (one inside a bound directory such
+//! as `/usr/local/etc` is refused at start: view_hidden.rs), the
+//! `--state-dir` stores, and the
 //! runtime state directory (other processes' homes, output logs, policies,
 //! lock). Probed from a cell, a shell job, an install job (a `.pth` file in
 //! the session's venv runs when the installer's interpreter starts), an R
