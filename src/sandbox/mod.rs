@@ -184,9 +184,6 @@ pub struct SandboxConfig {
     pub workspace: PathBuf,
     /// The server's private state directory (policies handed to launchers).
     pub state: PathBuf,
-    /// Private places (homes, temporary and runtime directories, ferrepl's
-    /// state and stores): never in the view, and no workspace may hold one.
-    pub hidden: Vec<PathBuf>,
     /// The system part of the view (an allow-list: view.rs).
     pub view: view::View,
     /// Readable beyond the system: the operator's interpreters, uv, R, PATH
@@ -334,9 +331,8 @@ impl SandboxConfig {
             .collect();
         sealed.sort();
         sealed.dedup();
-        // SAFETY: geteuid/getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let (passwd, group) = self.view.accounts(uid, gid, &show(tmp));
+        let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        let (passwd, group) = self.view.accounts(uid.as_raw(), gid.as_raw(), &show(tmp));
         MountPlan {
             binds,
             links: self

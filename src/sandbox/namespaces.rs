@@ -252,17 +252,24 @@ fn set_attr(path: &Path, set: u64, clear: u64, recursive: bool) -> Result<(), Na
     Ok(())
 }
 
-/// Makes `path` exist as a mount point of the same kind as `like`.
+/// Makes the directories above `path`.
+fn make_parent(path: &Path) -> Result<(), NamespaceError> {
+    match path.parent() {
+        Some(parent) => std::fs::create_dir_all(parent).map_err(|source| NamespaceError::Mkdir {
+            path: parent.to_path_buf(),
+            source,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Makes `path` exist as a mount point: a directory, or a file (`dir`
+/// false).
 fn mount_point(path: &Path, dir: bool) -> Result<(), NamespaceError> {
     if std::fs::symlink_metadata(path).is_ok() {
         return Ok(());
     }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| NamespaceError::Mkdir {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
+    make_parent(path)?;
     let made = if dir {
         std::fs::create_dir(path)
     } else {
@@ -345,12 +352,7 @@ fn inside(root: &Path, path: &Path) -> PathBuf {
 fn make_links(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
     for link in &plan.links {
         let path = inside(root, Path::new(&link.path));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| NamespaceError::Mkdir {
-                path: parent.to_path_buf(),
-                source,
-            })?;
-        }
+        make_parent(&path)?;
         std::os::unix::fs::symlink(&link.target, &path).map_err(|source| {
             NamespaceError::MountPoint {
                 path: path.clone(),
@@ -366,10 +368,8 @@ fn write_files(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
     use std::os::unix::fs::PermissionsExt;
     for file in &plan.files {
         let path = inside(root, Path::new(&file.path));
-        let made = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, &file.content))
+        make_parent(&path)?;
+        let made = std::fs::write(&path, &file.content)
             .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)));
         made.map_err(|source| NamespaceError::MountPoint {
             path: path.clone(),
@@ -383,7 +383,7 @@ fn write_files(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
 /// already has a `/tmp` (a workspace beneath it).
 fn tmp_link(plan: &MountPlan, root: &Path) -> Result<(), NamespaceError> {
     let tmp = root.join("tmp");
-    if plan.tmp.is_empty() || std::fs::symlink_metadata(&tmp).is_ok() {
+    if std::fs::symlink_metadata(&tmp).is_ok() {
         return Ok(());
     }
     std::os::unix::fs::symlink(&plan.tmp, &tmp).map_err(|source| NamespaceError::MountPoint {

@@ -74,7 +74,7 @@ pub fn prepare(
     }
     if tenants && python.starts_with(workdir) {
         anyhow::bail!(
-            "the interpreter {} is inside --workdir, which holds the tenants' workspaces and is hidden from their sessions; give --python outside it",
+            "the interpreter {} is inside --workdir, which holds the tenants' workspaces and is not in their sessions' view; give --python outside it",
             python.display()
         );
     }
@@ -134,10 +134,6 @@ fn sandbox_settings(
     {
         hidden.push(dir);
     }
-    if tenants {
-        // Each tenant's session sees its own <workdir>/<tenant> only.
-        hidden.push(workdir.to_path_buf());
-    }
     check_workspace(cfg, workdir, &hidden)?;
     let mut read = access.read;
     read.extend(view::path_entries(
@@ -170,7 +166,6 @@ fn sandbox_settings(
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
         view: sys_view,
-        hidden,
         read,
         installer_read: Vec::new(),
         write: access.write,
