@@ -12,12 +12,15 @@
 #      scripts/cluster-sim.py runs) and on ferrepl.conf (pod names mapped to
 #      loopback; `resolve` dropped when this nginx predates 1.27.3); nginx
 #      comes from scripts/test-env.sh (Debian's nginx-light);
-#   5. where possible (root, unshare, setpriv, a built ferrepl), the pod's
-#      security context emulated on this host (deploy/k8s/emulate-pod-
-#      security.sh): with /proc unmasked ferrepl must get its namespaces;
-#      with the runtime's default mask it must not (why procMount: Unmasked);
-#      in both, a session (python_exec, shell_exec over MCP) must fail to read
-#      the tokens Secret mounted at /etc/ferrepl.
+#   5. where possible (root, unshare, nsenter, setpriv, a built ferrepl), the
+#      pod's security context emulated on this host (deploy/k8s/emulate-pod-
+#      security.sh: a pod user namespace, root in it with the manifest's
+#      capabilities): with /proc unmasked ferrepl must start with
+#      --sandbox-require (as the ConfigMap has it), get its namespaces and
+#      run two tenants' sessions as two uids; with the runtime's default mask
+#      it must get neither, and say "uid boundary DEGRADED" (why procMount:
+#      Unmasked); in both, a session (python_exec, shell_exec over MCP) must
+#      fail to read the tokens Secret mounted at /etc/ferrepl.
 #
 # Usage: bash scripts/deploy-check.sh     (DEPLOY_CHECK_EMULATE=0 skips 5)
 # Ends with "N passed, M failed"; exit 1 when something failed.
@@ -89,11 +92,27 @@ check(size(c["resources"]["requests"]["memory"]) <= have, "requests.memory > lim
 check(int(cm["FERREPL_TENANT_MAX_SESSIONS"]) < int(cm["FERREPL_MAX_SESSIONS"]),
       "FERREPL_TENANT_MAX_SESSIONS should be below FERREPL_MAX_SESSIONS (one tenant must not take every slot)")
 psc, csc = pod["securityContext"], c["securityContext"]
-check(psc.get("runAsNonRoot") is True and int(psc.get("runAsUser", 0)) != 0,
-      "runAsNonRoot/runAsUser: ferrepl needs a non-root user for its user namespaces")
-check(csc.get("capabilities", {}).get("drop") == ["ALL"] and not csc.get("capabilities", {}).get("add"),
-      "capabilities: drop ALL, add none")
+# ferrepl is root in the pod's own user namespace, never on the node.
+check(pod.get("hostUsers") is False, "hostUsers: false (ferrepl's root and capabilities must be the pod's only)")
+for name, sc in [("pod", psc)] + [(x["name"], x.get("securityContext") or {})
+                                  for x in pod["containers"] + pod.get("initContainers", [])]:
+    if sc.get("runAsUser") == 0:
+        check(pod.get("hostUsers") is False, f"{name}: runAsUser 0 only with hostUsers: false")
+uid = csc.get("runAsUser", psc.get("runAsUser"))
+check(uid == 0, "ferrepl must run as uid 0 (of the pod's user namespace) to give each tenant its own uid")
+check(csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True, "runAsNonRoot: true would refuse uid 0")
+caps = csc.get("capabilities", {})
+want = {"SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
+check(caps.get("drop") == ["ALL"] and set(caps.get("add") or []) == want and len(caps.get("add") or []) == len(want),
+      f"capabilities: drop ALL, add exactly {sorted(want)}")
 check(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")
+tokens_vol = [v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == "ferrepl-tokens"]
+check(tokens_vol and int(tokens_vol[0]["secret"].get("defaultMode", 0o644)) & 0o007 == 0,
+      "the tokens Secret must not be readable by others (defaultMode)")
+m = re.fullmatch(r"(\d+)-(\d+)", cm.get("FERREPL_TENANT_UIDS", ""))
+check(m and 1 <= int(m.group(1)) <= int(m.group(2)) <= 65533,
+      "FERREPL_TENANT_UIDS must be a range inside 1-65533 (the pod maps 0-65535; 65534 is nobody)")
+check(cm.get("FERREPL_SANDBOX_REQUIRE") == "true", "FERREPL_SANDBOX_REQUIRE must be \"true\"")
 check(csc.get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem: true")
 check(not csc.get("privileged"), "privileged must not be set")
 if csc.get("procMount") == "Unmasked":
@@ -116,7 +135,7 @@ if problems:
     print("\n".join("  - " + p for p in problems))
     sys.exit(1)
 PY
-then ok "manifests agree with ferrepl's flags (drain, ports, probes, memory, security context, router)"
+then ok "manifests agree with ferrepl's flags (drain, ports, probes, memory, security context, tenant uids, router)"
 else bad "manifests vs. ferrepl's flags"; fi
 
 # --- 3. ferrepl.conf is the rendered template --------------------------------
@@ -174,28 +193,31 @@ else
 fi
 
 # --- 5. security context emulated on this host ---------------------------------
+verdict() { echo "$1" | grep -m1 "^$2: " || echo "$2: (none)"; }   # output, SECRET/UIDS/NAMESPACES/sandbox
 if [ "${DEPLOY_CHECK_EMULATE:-1}" = 0 ]; then
   skip "pod security emulation (DEPLOY_CHECK_EMULATE=0)"
 else
-  out0=$(MASK=0 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc0=$?
+  # As the ConfigMap has it: --sandbox-require, which also refuses a shared uid.
+  out0=$(MASK=0 REQUIRE=1 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc0=$?
   if [ $rc0 = 2 ]; then
     skip "pod security emulation: $(echo "$out0" | tail -1)"
   else
-    # The last line says NAMESPACES, the one before it SECRET.
-    secret0=$(echo "$out0" | tail -2 | head -1)
-    if [ $rc0 = 0 ] && echo "$out0" | tail -1 | grep -q "NAMESPACES: yes" \
-       && echo "$secret0" | grep -q "^SECRET: unreadable"; then
-      ok "emulated pod (uid 10001, caps dropped, no_new_privs, read-only root, /proc unmasked): ferrepl has its namespaces; SECRET: unreadable (the tokens Secret at /etc/ferrepl is not in a session's view)"
+    if [ $rc0 = 0 ] && verdict "$out0" NAMESPACES | grep -q "^NAMESPACES: yes" \
+       && verdict "$out0" SECRET | grep -q "^SECRET: unreadable" \
+       && verdict "$out0" UIDS | grep -q "^UIDS: distinct" \
+       && ! verdict "$out0" sandbox | grep -q "uid boundary DEGRADED"; then
+      ok "emulated pod (root in a pod user namespace, the manifest's capabilities, no_new_privs, read-only root, /proc unmasked, --sandbox-require): ferrepl has its namespaces; $(verdict "$out0" UIDS); SECRET: unreadable (the tokens Secret at /etc/ferrepl is not in a session's view)"
     else
-      echo "$out0" | tail -12; bad "emulated pod with /proc unmasked: expected namespaces and SECRET: unreadable"
+      echo "$out0" | tail -15; bad "emulated pod with /proc unmasked and --sandbox-require: expected it to start, namespaces, UIDS: distinct and SECRET: unreadable"
     fi
     out1=$(MASK=1 bash deploy/k8s/emulate-pod-security.sh 2>&1); rc1=$?
-    secret1=$(echo "$out1" | tail -2 | head -1)
-    if [ $rc1 = 0 ] && echo "$out1" | tail -1 | grep -q "NAMESPACES: no" \
-       && echo "$secret1" | grep -q "^SECRET: unreadable"; then
-      ok "emulated pod with the runtime's default /proc mask: no namespaces, as expected ($(echo "$out1" | tail -1 | grep -o 'mount on [^:]*: [^(]*' | head -1 | sed 's/ *$//')); SECRET: unreadable (Landlock refuses /etc/ferrepl/tokens)"
+    if [ $rc1 = 0 ] && verdict "$out1" NAMESPACES | grep -q "^NAMESPACES: no" \
+       && verdict "$out1" SECRET | grep -q "^SECRET: unreadable" \
+       && verdict "$out1" UIDS | grep -q "^UIDS: SHARED" \
+       && verdict "$out1" sandbox | grep -q "uid boundary DEGRADED"; then
+      ok "emulated pod with the runtime's default /proc mask: no namespaces, as expected ($(verdict "$out1" NAMESPACES | grep -o 'mount on [^:]*: [^(]*' | head -1 | sed 's/ *$//')), so one uid for both tenants, reported as 'uid boundary DEGRADED'; SECRET: unreadable"
     else
-      echo "$out1" | tail -12; bad "emulated pod with masked /proc: expected no namespaces and SECRET: unreadable"
+      echo "$out1" | tail -15; bad "emulated pod with masked /proc: expected no namespaces, UIDS: SHARED, 'uid boundary DEGRADED' and SECRET: unreadable"
     fi
   fi
 fi

@@ -29,6 +29,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
     let kept_in = tenants::store::dir(&cfg);
+    // A root server's sessions run as uids of their own (the uid boundary).
+    let uids = if nix::unistd::geteuid().is_root() {
+        Some(std::sync::Arc::new(crate::sandbox::uids::TenantUids::open(
+            kept_in.as_deref(),
+            cfg.tenant_uids,
+        )?))
+    } else {
+        None
+    };
     let startup::Prepared {
         python,
         sandbox,
@@ -39,6 +48,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         &state_dir,
         kept_in.as_deref(),
         tokens.has_tenants(),
+        uids.as_deref(),
     )?;
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs);
     let base = tenants::Base {
@@ -53,6 +63,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         installer,
         log_dir,
         gate,
+        uids,
     };
     let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());
     if !instance.tokens().has_tenants() {

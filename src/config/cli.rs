@@ -79,6 +79,10 @@ pub struct Config {
     #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
     pub tenant_cpu_weight: u64,
 
+    /// Uids (and gids) a root server gives tenants, one each, kept by name in the state directory.
+    #[arg(long, env = "FERREPL_TENANT_UIDS", default_value = "20000-59999", value_parser = crate::sandbox::uids::parse_range, value_name = "START-END")]
+    pub tenant_uids: (u32, u32),
+
     /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
     /// until files are deleted (checked every few seconds).
     #[arg(long, env = "FERREPL_TENANT_DISK", value_name = "BYTES")]

@@ -193,10 +193,19 @@ fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, Fi
                     part.as_os_str(),
                     Mode::from_bits_truncate(0o777),
                 ) {
-                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Ok(()) => {
+                        let made =
+                            open_beneath(root.as_fd(), &prefix, dir_flags, ResolveFlag::empty());
+                        if let Ok(dir) = &made {
+                            give_to_owner(root, dir);
+                        }
+                        made
+                    }
+                    Err(Errno::EEXIST) => {
+                        open_beneath(root.as_fd(), &prefix, dir_flags, ResolveFlag::empty())
+                    }
                     Err(e) => return Err(FileError::io(rel, e.desc())),
                 }
-                open_beneath(root.as_fd(), &prefix, dir_flags, ResolveFlag::empty())
             }
             other => other,
         };
@@ -206,6 +215,32 @@ fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, Fi
         })?;
     }
     Ok(current)
+}
+
+/// What a root server creates in a workspace belongs to the workspace's
+/// owner (a tenant's uid, the operator's project's owner), as what the
+/// sessions create there does.
+fn give_to_owner(root: &OwnedFd, made: &OwnedFd) {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (Ok(owner), Ok(now)) = (nix::sys::stat::fstat(root), nix::sys::stat::fstat(made)) else {
+        return;
+    };
+    if (owner.st_uid, owner.st_gid) == (now.st_uid, now.st_gid) {
+        return;
+    }
+    // SAFETY: fchownat on descriptors we own, with an empty path (the
+    // descriptor itself, never a name that could be swapped).
+    unsafe {
+        libc::fchownat(
+            std::os::fd::AsRawFd::as_raw_fd(made),
+            c"".as_ptr(),
+            owner.st_uid,
+            owner.st_gid,
+            libc::AT_EMPTY_PATH,
+        );
+    }
 }
 
 pub(super) fn write(root: &OwnedFd, w: &FileWrite<'_>) -> Result<(), FileError> {
@@ -242,6 +277,7 @@ pub(super) fn write(root: &OwnedFd, w: &FileWrite<'_>) -> Result<(), FileError> 
             ) {
                 Ok(fd) => {
                     require_regular(rel, &fstat(rel, &fd)?, true)?;
+                    give_to_owner(root, &fd);
                     fd
                 }
                 // A symlink appeared since the check.

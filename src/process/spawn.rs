@@ -127,6 +127,12 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
     };
     let home = &launch.home;
     crate::state::fresh_private_dir(home)?;
+    if sandbox.namespaces
+        && let Some(id) = sandbox.identity
+    {
+        // The process's own: it runs as this uid.
+        std::os::unix::fs::chown(home, Some(id.uid), Some(id.gid))?;
+    }
     let mut policy = sandbox.policy(
         home,
         launch.cwd,

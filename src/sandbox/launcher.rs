@@ -272,7 +272,7 @@ fn prepare(args: &[String]) -> Result<(Policy, Vec<CString>), LaunchError> {
     SERVER.store(parent, Ordering::SeqCst);
     #[cfg(target_os = "linux")]
     if policy.mounts.is_some() {
-        super::namespaces::enter_user().map_err(LaunchError::UserNamespace)?;
+        super::namespaces::enter_user(policy.identity).map_err(LaunchError::UserNamespace)?;
     }
     Ok((policy, program))
 }
@@ -300,11 +300,16 @@ fn join_cgroups(policy: &Policy) -> Result<(), LaunchError> {
 #[cfg(target_os = "linux")]
 fn clone_pid1(policy: &Policy, program: &[CString], status_pipe: (OwnedFd, OwnedFd)) -> ! {
     let (read_end, write_end) = status_pipe;
-    let mut write_end = Some(write_end);
+    let idmappings = match &policy.mounts {
+        Some(plan) => super::namespaces::idmappings(plan, program_identity(policy))
+            .unwrap_or_else(|e| fail(LaunchError::FileSystemView(e))),
+        None => Vec::new(),
+    };
+    let mut pid1_args = Some((write_end, idmappings));
     let mut stack = vec![0u8; 4 << 20];
     let start_init = Box::new(|| -> isize {
-        match write_end.take() {
-            Some(w) => pid1::init(policy, program, w),
+        match pid1_args.take() {
+            Some((w, idmappings)) => pid1::init(policy, program, w, idmappings),
             None => 1,
         }
     });
@@ -325,6 +330,15 @@ fn clone_pid1(policy: &Policy, program: &[CString], status_pipe: (OwnedFd, Owned
             source,
         }),
     }
+}
+
+/// The uid and gid the program runs as.
+#[cfg(target_os = "linux")]
+fn program_identity(policy: &Policy) -> super::Identity {
+    policy.identity.unwrap_or(super::Identity {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+    })
 }
 
 /// Without namespaces: forks the program and supervises it.

@@ -20,6 +20,7 @@ mod pty;
 mod relay;
 #[cfg(target_os = "linux")]
 mod seccomp;
+pub mod uids;
 pub mod view;
 pub mod watch;
 
@@ -52,11 +53,23 @@ pub enum SandboxMode {
     WorkspaceWrite,
 }
 
+/// A uid and gid: the ones a root server's sandboxed programs run as, or
+/// the owner of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// A path put back into a namespace's file system view.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Bind {
     pub path: String,
     pub writable: bool,
+    /// Shown through an idmapped mount: files of this owner appear as the
+    /// program's own, and what it creates is stored as this owner's.
+    #[serde(default)]
+    pub idmap: Option<Identity>,
 }
 
 /// A symlink in the view (`path` -> `target`).
@@ -141,6 +154,10 @@ pub struct Policy {
     /// the server's pty).
     #[serde(default)]
     pub pty: bool,
+    /// The uid and gid the program runs as (a root server's sessions; with
+    /// namespaces only). None: the launcher's own.
+    #[serde(default)]
+    pub identity: Option<Identity>,
     /// Apply everything, then print what is active instead of exec'ing.
     #[serde(default)]
     pub probe: bool,
@@ -159,6 +176,9 @@ pub struct Applied {
     pub capabilities_dropped: bool,
     #[serde(default)]
     pub namespaces: bool,
+    /// The uid the program ended up with.
+    #[serde(default)]
+    pub uid: u32,
 }
 
 /// How the launcher reports Landlock fully enforced.
@@ -212,6 +232,30 @@ pub struct SandboxConfig {
     /// Where per-session cgroups can be made (None: the limits are enforced
     /// by the process-tree watch alone).
     pub cgroups: Option<cgroup::CgroupRoot>,
+    /// The uid and gid sessions run as (a root server with namespaces);
+    /// None: the server's own.
+    pub identity: Option<Identity>,
+    /// Whether idmapped mounts work here (real root, a file system that
+    /// allows them): operator-named places owned by another uid are shown
+    /// as the sessions' own.
+    pub idmap: bool,
+    /// --allow-read paths (idmapped like the workspace and --allow-write).
+    pub named_read: Vec<PathBuf>,
+    /// The owner of each idmapped place, fixed when the identity is set.
+    pub idmapped: Vec<(PathBuf, Identity)>,
+    /// Why sessions do not run as `identity` after all, or not through
+    /// idmapped mounts (found by the probe).
+    pub identity_gap: Option<String>,
+}
+
+/// The owner of `path` (following symlinks), if it exists.
+pub fn owner_of(path: &Path) -> Option<Identity> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Identity {
+        uid: meta.uid(),
+        gid: meta.gid(),
+    })
 }
 
 /// Device paths sessions and jobs may open for writing (with namespaces
@@ -300,6 +344,7 @@ impl SandboxConfig {
             cwd: show(cwd),
             server_pid: std::process::id(),
             pty: false,
+            identity: if self.namespaces { self.identity } else { None },
             egress: None,
             probe: false,
         }
@@ -313,6 +358,11 @@ impl SandboxConfig {
         let bind = |p: &Path, writable: bool| Bind {
             path: show(p),
             writable,
+            idmap: self
+                .idmapped
+                .iter()
+                .find(|(q, _)| q.as_path() == p)
+                .map(|(_, owner)| *owner),
         };
         let mut binds: Vec<Bind> = self.view.binds.iter().map(|p| bind(p, false)).collect();
         let system = binds.len();
@@ -331,8 +381,8 @@ impl SandboxConfig {
             .collect();
         sealed.sort();
         sealed.dedup();
-        let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-        let (passwd, group) = self.view.accounts(uid.as_raw(), gid.as_raw(), &show(tmp));
+        let id = self.program_identity();
+        let (passwd, group) = self.view.accounts(id.uid, id.gid, &show(tmp));
         MountPlan {
             binds,
             links: self
@@ -361,6 +411,53 @@ impl SandboxConfig {
         }
     }
 
+    /// The uid and gid sandboxed programs run as.
+    pub fn program_identity(&self) -> Identity {
+        match (self.namespaces, self.identity) {
+            (true, Some(id)) => id,
+            _ => Identity {
+                uid: nix::unistd::geteuid().as_raw(),
+                gid: nix::unistd::getegid().as_raw(),
+            },
+        }
+    }
+
+    /// Sessions run as `identity` (None: the server's uid). With idmapped
+    /// mounts, --allow-write and --allow-read paths owned by another uid,
+    /// and the workspace unless `owns_workspace`, are shown as the
+    /// sessions' own.
+    pub fn set_identity(&mut self, identity: Option<Identity>, owns_workspace: bool) {
+        self.identity = identity;
+        self.idmapped.clear();
+        if let Some(id) = identity {
+            // Its accounts' names: the owner's, where it is a known user.
+            let (user, group) = view::account_names(id.uid, id.gid);
+            self.view.user = user;
+            self.view.group = group;
+        }
+        let (Some(id), true) = (identity, self.idmap) else {
+            return;
+        };
+        let workspace = (!owns_workspace).then_some(&self.workspace);
+        let named = workspace
+            .into_iter()
+            .chain(&self.write)
+            .chain(&self.named_read);
+        for path in named {
+            if let Some(owner) = owner_of(path)
+                && owner.uid != id.uid
+                && !self.idmapped.iter().any(|(p, _)| p == path)
+            {
+                self.idmapped.push((path.clone(), owner));
+            }
+        }
+    }
+
+    /// Whether the workspace is shown through an idmapped mount.
+    pub fn workspace_idmapped(&self) -> bool {
+        self.idmapped.iter().any(|(p, _)| *p == self.workspace)
+    }
+
     /// A package installer's policy also reads the operator's CA bundle.
     pub fn add_installer_reads(&self, policy: &mut Policy) {
         for path in &self.installer_read {
@@ -370,6 +467,7 @@ impl SandboxConfig {
                 plan.binds.push(Bind {
                     path,
                     writable: false,
+                    idmap: None,
                 });
             }
         }

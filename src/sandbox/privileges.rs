@@ -15,10 +15,19 @@ const SECUREBITS: libc::c_ulong = (1 << 0) // SECBIT_NOROOT
 
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// The kernel refused to clear the capability sets.
+/// The kernel refused to clear the capability sets, or to switch to the
+/// program's uid and gid.
 #[derive(Debug, thiserror::Error)]
-#[error("capset: {0}")]
-pub struct CapsetError(std::io::Error);
+pub enum CapsetError {
+    #[error("capset: {0}")]
+    Capset(std::io::Error),
+    #[error("cannot run as uid {uid} gid {gid}: {source}")]
+    Identity {
+        uid: u32,
+        gid: u32,
+        source: std::io::Error,
+    },
+}
 
 #[repr(C)]
 struct CapHeader {
@@ -41,9 +50,32 @@ fn last_cap() -> u64 {
         .unwrap_or(63)
 }
 
+/// Switches to `identity` (no supplementary groups), keeping the
+/// capabilities until the caller clears them (SECBIT_NO_SETUID_FIXUP).
+fn become_identity(identity: crate::sandbox::Identity) -> Result<(), CapsetError> {
+    let fail = |source| CapsetError::Identity {
+        uid: identity.uid,
+        gid: identity.gid,
+        source,
+    };
+    // SAFETY: setgroups/setresgid/setresuid with plain values.
+    unsafe {
+        // Refused where a user namespace denies setgroups: the groups are
+        // then the launcher's, which maps only its own gid.
+        let _ = libc::setgroups(0, std::ptr::null());
+        if libc::setresgid(identity.gid, identity.gid, identity.gid) != 0
+            || libc::setresuid(identity.uid, identity.uid, identity.uid) != 0
+        {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
 /// Clears the bounding, ambient, inheritable, permitted and effective sets
-/// and locks the securebits. Returns whether every set ended up empty.
-pub fn drop_all() -> Result<bool, CapsetError> {
+/// and locks the securebits, switching to `identity` on the way. Returns
+/// whether every set ended up empty.
+pub fn drop_all(identity: Option<crate::sandbox::Identity>) -> Result<bool, CapsetError> {
     // SAFETY: prctl and capset with valid arguments and owned structs.
     unsafe {
         // Needs CAP_SETPCAP; an unprivileged process without a user
@@ -59,6 +91,9 @@ pub fn drop_all() -> Result<bool, CapsetError> {
             0,
             0,
         );
+        if let Some(identity) = identity {
+            become_identity(identity)?;
+        }
         let mut header = CapHeader {
             version: CAPABILITY_VERSION_3,
             pid: 0,
@@ -70,7 +105,7 @@ pub fn drop_all() -> Result<bool, CapsetError> {
             data.as_ptr(),
         ) != 0
         {
-            return Err(CapsetError(std::io::Error::last_os_error()));
+            return Err(CapsetError::Capset(std::io::Error::last_os_error()));
         }
     }
     Ok(all_empty())

@@ -18,6 +18,9 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
     let tmp = cfg.state.join("probe");
     std::fs::create_dir_all(&tmp)?;
     let mut gap = None;
+    if cfg.identity.is_some() && cfg.namespaces {
+        settle_identity(cfg, &tmp);
+    }
     if !cfg!(target_os = "linux") {
         cfg.namespaces = false;
         gap = Some("Linux only".to_string());
@@ -140,7 +143,44 @@ fn limits(cfg: &SandboxConfig) -> Vec<String> {
     ]
 }
 
+/// Finds how far the uid boundary goes here: the identity with idmapped
+/// mounts, without them (when the workspace is the identity's own), or not
+/// at all; records why in `identity_gap`.
+fn settle_identity(cfg: &mut SandboxConfig, tmp: &Path) {
+    let Some(id) = cfg.identity else {
+        return;
+    };
+    let owns_workspace = !cfg.workspace_idmapped();
+    let works = |cfg: &SandboxConfig| match run_probe(cfg, tmp) {
+        Ok(a) if a.uid == id.uid => Ok(()),
+        Ok(a) => Err(format!("the launcher ran as uid {}", a.uid)),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    let Err(first) = works(cfg) else {
+        return;
+    };
+    if !cfg.idmapped.is_empty() {
+        cfg.idmap = false;
+        cfg.set_identity(Some(id), owns_workspace);
+        if owns_workspace && works(cfg).is_ok() {
+            tracing::warn!(
+                "idmapped mounts are not available here ({first}); writable places owned by another uid are not writable by sessions"
+            );
+            cfg.identity_gap = Some(format!("no idmapped mounts: {first}"));
+            return;
+        }
+    }
+    tracing::warn!("sessions cannot run as uid {} here: {first}", id.uid);
+    cfg.set_identity(None, false);
+    cfg.identity_gap = Some(first);
+}
+
 fn run_probe(cfg: &SandboxConfig, tmp: &Path) -> anyhow::Result<Applied> {
+    if cfg.namespaces
+        && let Some(id) = cfg.identity
+    {
+        std::os::unix::fs::chown(tmp, Some(id.uid), Some(id.gid))?;
+    }
     let mut policy = cfg.policy(tmp, &cfg.workspace, cfg.environment(Some(tmp), &[]));
     policy.probe = true;
     let (exe, args) = cfg.wrap(&policy, Path::new("/bin/true"), &[])?;

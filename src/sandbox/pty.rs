@@ -35,8 +35,9 @@ pub struct Inner {
 }
 
 /// Opens a pty in the private devpts with the outer terminal's size, and
-/// puts the outer terminal (our fd 0) in raw mode.
-pub fn open() -> Result<Inner, PtyError> {
+/// puts the outer terminal (our fd 0) in raw mode. The slave belongs to
+/// the program's uid (`program`), so it can open `/dev/tty` again.
+pub fn open(program: crate::sandbox::Identity) -> Result<Inner, PtyError> {
     let err = PtyError::last;
     // SAFETY: plain libc calls on descriptors we own; buffers are sized.
     unsafe {
@@ -56,6 +57,9 @@ pub fn open() -> Result<Inner, PtyError> {
             return Err(err("ptsname"));
         }
         let slave = std::ffi::CStr::from_ptr(name.as_ptr()).to_owned();
+        if libc::chown(slave.as_ptr(), program.uid, program.gid) != 0 {
+            return Err(err("chown the terminal"));
+        }
         let mut size: libc::winsize = std::mem::zeroed();
         if libc::ioctl(0, libc::TIOCGWINSZ, &mut size) == 0 {
             libc::ioctl(fd, libc::TIOCSWINSZ, &size);

@@ -236,6 +236,17 @@ fn etc_entries(etc: &Path) -> Vec<PathBuf> {
 }
 
 /// A name for the sandbox's uid: the server user's own, else "ferrepl".
+/// The names of a session uid and gid other than the server's: the
+/// system's, else "ferrepl".
+pub fn account_names(uid: u32, gid: u32) -> (String, String) {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid));
+    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid));
+    (
+        usable(user.ok().flatten().map(|u| u.name)),
+        usable(group.ok().flatten().map(|g| g.name)),
+    )
+}
+
 fn user_name() -> String {
     let user = nix::unistd::User::from_uid(nix::unistd::geteuid());
     usable(user.ok().flatten().map(|u| u.name))

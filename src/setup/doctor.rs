@@ -330,14 +330,20 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
         items.push(item("venv", Warn, note));
         cfg.venv = None;
     }
-    match crate::startup::prepare(&cfg, dir, state, None, false) {
+    let uids = nix::unistd::geteuid().is_root().then(|| {
+        let kept = crate::tenants::store::dir(&cfg);
+        crate::sandbox::uids::TenantUids::peek(kept.as_deref(), cfg.tenant_uids)
+    });
+    match crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()) {
         Ok(prepared) => Some(prepared),
         Err(e) => {
             let why = format!("the server would refuse to start: {e:#}");
             items.push(item("sandbox", Missing, why));
             // With --sandbox-require, probed again without it to say what is missing.
             let retry = std::mem::replace(&mut cfg.sandbox_require, false);
-            retry.then(|| crate::startup::prepare(&cfg, dir, state, None, false).ok())?
+            retry.then(|| {
+                crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()).ok()
+            })?
         }
     }
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, Config};
 use crate::{egress, installer, sandbox, state, worker};
 
+mod identity;
 mod view;
 
 /// What the server starts with.
@@ -26,6 +27,7 @@ pub fn prepare(
     state_dir: &state::StateDir,
     kept_in: Option<&Path>,
     tenants: bool,
+    uids: Option<&sandbox::uids::TenantUids>,
 ) -> anyhow::Result<Prepared> {
     if tenants {
         check_shared_places(cfg, workdir, kept_in)?;
@@ -87,6 +89,7 @@ pub fn prepare(
         (&python, &base_python),
         &venvs,
         &writable,
+        uids,
     )?;
     let installer = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
@@ -114,6 +117,7 @@ fn sandbox_settings(
     pythons: (&Path, &Path),
     venvs: &[PathBuf],
     writable: &sandbox::paths::Writable,
+    uids: Option<&sandbox::uids::TenantUids>,
 ) -> anyhow::Result<sandbox::SandboxConfig> {
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
     let access = Access::granted(cfg, workdir, pythons, venvs, writable);
@@ -175,11 +179,25 @@ fn sandbox_settings(
         env: sandbox::env::inherited(&cfg.pass_env),
         active: String::new(),
         cgroups: None,
+        identity: None,
+        idmap: false,
+        named_read: cfg.allow_read.iter().map(abs).collect(),
+        idmapped: Vec::new(),
+        identity_gap: None,
     };
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
+    identity::choose(&mut sandbox_cfg, tenants, uids)?;
     let applied = sandbox::probe(&mut sandbox_cfg)?;
+    if sandbox_cfg.enabled() {
+        let (uid_part, degraded) = identity::describe(&sandbox_cfg, tenants);
+        if degraded && cfg.sandbox_require {
+            anyhow::bail!("--sandbox-require: {uid_part}");
+        }
+        sandbox_cfg.active.push_str("; ");
+        sandbox_cfg.active.push_str(&uid_part);
+    }
     if tenants && !applied.namespaces && !applied.landlock_full() {
         // Neither a private mount namespace nor Landlock would keep one
         // tenant's sessions out of another's workspace.

@@ -34,6 +34,8 @@ pub struct Base {
     /// (--tenant-memory).
     pub tenant_disk: Option<u64>,
     pub tenant_memory: Option<u64>,
+    /// Tenants' own uids (a root server; None: sessions keep the server's).
+    pub uids: Option<Arc<crate::sandbox::uids::TenantUids>>,
 }
 
 /// One tenant's running parts.
@@ -81,6 +83,17 @@ impl Base {
         settings.workdir = workdir.clone();
         let mut sandbox = self.sandbox.clone();
         sandbox.workspace = workdir.clone();
+        if let (Tenant::Named(name), Some(uids), Some(_)) = (tenant, &self.uids, sandbox.identity) {
+            // Its own uid, owning its workspace; the server keeps its access.
+            let id = uids.identity_of(name)?;
+            crate::sandbox::uids::give_workspace(&workdir, id)
+                .with_context(|| format!("cannot give {} to uid {}", workdir.display(), id.uid))?;
+            sandbox.set_identity(Some(id), true);
+            sandbox.active = sandbox.active.replace(
+                "each tenant's own uid",
+                &format!("this tenant's own uid {}", id.uid),
+            );
+        }
         let mut cgroup = None;
         if let (Tenant::Named(name), Some(root)) = (tenant, &self.sandbox.cgroups) {
             let (tenant_root, group) =

@@ -43,9 +43,15 @@ struct Extras {
 
 /// PID 1 of the new PID namespace: builds the file system view, starts the
 /// program, reaps orphans, and reports the program's status on `status`.
-pub(super) fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
+pub(super) fn init(
+    policy: &Policy,
+    program: &[CString],
+    status: OwnedFd,
+    idmappings: Vec<namespaces::Idmapping>,
+) -> ! {
     die_with_parent();
-    let extras = prepare(policy).unwrap_or_else(|e| fail(e));
+    let extras = prepare(policy, &idmappings).unwrap_or_else(|e| fail(e));
+    drop(idmappings);
     // SAFETY: single-threaded; the child goes straight to start_program.
     let child = match unsafe { fork() } {
         Err(e) => fail(LaunchError::Fork(e)),
@@ -72,13 +78,14 @@ pub(super) fn init(policy: &Policy, program: &[CString], status: OwnedFd) -> ! {
 /// Before the program is forked: the file system view, the relay's port
 /// (bound before the program starts, so it can connect at once) and the
 /// terminal.
-fn prepare(policy: &Policy) -> Result<Extras, LaunchError> {
+fn prepare(policy: &Policy, idmappings: &[namespaces::Idmapping]) -> Result<Extras, LaunchError> {
     let proxy = match &policy.egress {
         Some(e) => Some(relay::open_proxy(&e.socket)?),
         None => None,
     };
+    let program = super::program_identity(policy);
     if let Some(plan) = &policy.mounts {
-        namespaces::build(plan).map_err(LaunchError::FileSystemView)?;
+        namespaces::build(plan, idmappings).map_err(LaunchError::FileSystemView)?;
     }
     let relay = match (&policy.egress, proxy) {
         (Some(e), Some(proxy)) => {
@@ -88,7 +95,7 @@ fn prepare(policy: &Policy) -> Result<Extras, LaunchError> {
         _ => None,
     };
     let terminal = if policy.pty {
-        Some(pty::open().map_err(LaunchError::Pty)?)
+        Some(pty::open(program).map_err(LaunchError::Pty)?)
     } else {
         None
     };

@@ -129,15 +129,20 @@ pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
     #[cfg(target_os = "linux")]
     {
         use crate::sandbox::privileges;
-        match privileges::drop_all() {
+        match privileges::drop_all(policy.identity) {
             Ok(empty) => {
                 applied.capabilities_dropped = empty && privileges::bounding_empty();
+            }
+            Err(e @ privileges::CapsetError::Identity { .. }) => {
+                // Never run on as root when another uid was asked for.
+                return Err(ApplyError::Capabilities(e));
             }
             Err(e) if policy.require && !privileges::all_empty() => {
                 return Err(ApplyError::Capabilities(e));
             }
             Err(_) => applied.capabilities_dropped = privileges::all_empty(),
         }
+        applied.uid = nix::unistd::getuid().as_raw();
     }
     #[cfg(target_os = "linux")]
     confine(policy, &mut applied)?;
