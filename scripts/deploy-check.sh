@@ -102,7 +102,7 @@ uid = csc.get("runAsUser", psc.get("runAsUser"))
 check(uid == 0, "ferrepl must run as uid 0 (of the pod's user namespace) to give each tenant its own uid")
 check(csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True, "runAsNonRoot: true would refuse uid 0")
 caps = csc.get("capabilities", {})
-want = {"SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
+want = {"SETUID", "SETGID", "SETFCAP", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
 check(caps.get("drop") == ["ALL"] and set(caps.get("add") or []) == want and len(caps.get("add") or []) == len(want),
       f"capabilities: drop ALL, add exactly {sorted(want)}")
 check(csc.get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false")

@@ -6,8 +6,9 @@
 # as different uids:
 #
 #   * hostUsers: false: a user namespace mapping 65,536 ids, 0-65535 inside
-#     to host 100000-165535 (the kubelet's first range); ferrepl runs as root
-#     inside it (runAsUser: 0), unprivileged on the host;
+#     to host 100000-165535 (the kubelet likewise picks a range above
+#     65535); ferrepl runs as root inside it (runAsUser: 0), unprivileged on
+#     the host;
 #   * in it, a private mount and PID namespace with a fresh /proc, masked the
 #     way container runtimes (runc, crun) mask it by default (`procMount:
 #     Default`): /dev/null over /proc/kcore, /proc/keys, /proc/timer_list...,
@@ -53,7 +54,6 @@ root=$(cd "$here/../.." && pwd)
 bin=${FERREPL_BIN:-$root/target/debug/ferrepl}
 mask=${MASK:-1}
 python=${PYTHON:-/usr/bin/python3}
-
 require=${REQUIRE:-0}
 base=100000   # host uid/gid of the pod's root; the pod maps 65,536 from here
 ids=65536

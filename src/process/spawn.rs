@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -83,6 +83,9 @@ struct Command {
     env: Env,
     home: Option<PathBuf>,
     cgroup: Option<Cgroup>,
+    /// The uid and gid the program runs as when not the server's: its
+    /// pipes become its own, so it can open `/dev/stdout` or `/dev/fd/3`.
+    owner: Option<crate::sandbox::Identity>,
 }
 
 /// Starts `launch`. Every process ferrepl runs starts here.
@@ -118,6 +121,7 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         env,
         home: None,
         cgroup: None,
+        owner: None,
     };
     let sandbox = match launch.sandbox {
         Some(sandbox) if sandbox.enabled() => sandbox,
@@ -127,9 +131,8 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
     };
     let home = &launch.home;
     crate::state::fresh_private_dir(home)?;
-    if sandbox.namespaces
-        && let Some(id) = sandbox.identity
-    {
+    let owner = sandbox.identity.filter(|_| sandbox.namespaces);
+    if let Some(id) = owner {
         // The process's own: it runs as this uid.
         std::os::unix::fs::chown(home, Some(id.uid), Some(id.gid))?;
     }
@@ -156,6 +159,7 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         env: Env::Only(BTreeMap::new()),
         home: Some(home.clone()),
         cgroup,
+        owner,
     })
 }
 
@@ -187,13 +191,21 @@ fn spawn_pipes(
     // id): no session or job may reach the server's controlling terminal,
     // which is often the operator's.
     // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    let owner = command.owner;
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            if let Some(id) = owner {
+                give_pipes(&[0, 1, 2], id);
+            }
             Ok(())
         });
+    }
+    if let Some(id) = owner {
+        let fds: Vec<i32> = control.iter().map(AsRawFd::as_raw_fd).collect();
+        give_pipes(&fds, id);
     }
     if !control.is_empty() {
         let mappings = (CONTROL_FD..)
@@ -218,6 +230,20 @@ fn spawn_pipes(
     }
     let stdin = child.stdin.take().map(|s| Box::new(s) as Input);
     Ok((child, outputs, stdin))
+}
+
+/// Gives the pipes among `fds` to `id` (never a file or a device: stdin
+/// may be /dev/null). Async-signal-safe: fstat and fchown only.
+fn give_pipes(fds: &[i32], id: crate::sandbox::Identity) {
+    for &fd in fds {
+        // SAFETY: fstat into a zeroed struct we own; fchown on a descriptor.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+                libc::fchown(fd, id.uid, id.gid);
+            }
+        }
+    }
 }
 
 fn spawn_pty(command: &Command, cwd: &Path, rows: u16, cols: u16) -> std::io::Result<Started> {

@@ -491,6 +491,11 @@ fn sandbox_items(
         Some(s) => (Missing, format!("{s}: sessions reach the network")),
         None => unknown(),
     };
+    let uid = match (part("sessions run as"), part("uid boundary")) {
+        (Some(s), _) => (Good, s.to_string()),
+        (None, Some(s)) => (Warn, s.to_string()),
+        (None, None) => unknown(),
+    };
     let all = [
         ("landlock", landlock),
         ("seccomp", seccomp),
@@ -498,6 +503,7 @@ fn sandbox_items(
         ("cgroups", cgroups),
         ("privileges", privileges),
         ("network-isolation", network),
+        ("uid", uid),
     ];
     all.map(|(name, (status, detail))| item(name, status, detail))
         .to_vec()

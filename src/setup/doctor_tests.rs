@@ -1,7 +1,7 @@
 //! Unit tests of doctor.rs.
 use super::*;
 
-const FULL: &str = "workspace-write: Landlock filesystem fully enforced; private mount, PID, IPC, UTS and network namespaces (a root of only the allow-listed system, read-only, with its own /dev and /proc); all capabilities dropped; seccomp filter on; network off (only Unix sockets); no_new_privs on; no memory limit";
+const FULL: &str = "workspace-write: Landlock filesystem fully enforced; private mount, PID, IPC, UTS and network namespaces (a root of only the allow-listed system, read-only, with its own /dev and /proc); all capabilities dropped; seccomp filter on; network off (only Unix sockets); no_new_privs on; no memory limit; sessions run as uid 20000, the workspace's owner";
 
 fn find<'a>(items: &'a [Item], name: &str) -> &'a Item {
     items.iter().find(|i| i.name == name).expect(name)
@@ -33,6 +33,7 @@ fn a_full_sandbox_is_ok_but_for_cgroups() {
         "namespaces",
         "privileges",
         "network-isolation",
+        "uid",
     ] {
         assert_eq!(find(&items, name).status, Good, "{name}: {items:?}");
     }
@@ -46,7 +47,8 @@ fn missing_layers_say_why() {
     let active = FULL
         .replace("fully enforced", "not enforced (kernel without Landlock)")
         .replace("seccomp filter on", "seccomp unavailable (EINVAL)")
-        .replace(namespaces, "NO private namespaces (unshare: EPERM; retry): reads are held to the allow-list by Landlock, but other processes, host Unix sockets and file metadata outside the workspace are not isolated");
+        .replace(namespaces, "NO private namespaces (unshare: EPERM; retry): reads are held to the allow-list by Landlock, but other processes, host Unix sockets and file metadata outside the workspace are not isolated")
+        .replace("sessions run as uid 20000, the workspace's owner", "uid boundary DEGRADED: sessions run as root without capabilities (unshare: EPERM)");
     let items = sandbox_items(&active, false, None, Err(libc::ENOSYS));
     let expected = [
         ("landlock", NO_LANDLOCK),
@@ -58,6 +60,9 @@ fn missing_layers_say_why() {
         assert_eq!(found.status, Missing, "{found:?}");
         assert!(found.detail.contains(why), "{found:?}");
     }
+    let uid = find(&items, "uid");
+    assert_eq!(uid.status, Warn, "{uid:?}");
+    assert!(uid.detail.contains("DEGRADED"), "{uid:?}");
 }
 
 #[test]
