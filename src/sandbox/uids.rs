@@ -100,6 +100,24 @@ impl TenantUids {
                 gid: *uid,
             });
         }
+        // Other servers may share the state directory: allocate under a
+        // lock, from the table as it is on disk now.
+        let _lock = match &self.file {
+            Some(path) => {
+                let lock = lock(path)?;
+                for (k, v) in load(path)? {
+                    table.insert(k, v);
+                }
+                if let Some(uid) = table.get(name) {
+                    return Ok(Identity {
+                        uid: *uid,
+                        gid: *uid,
+                    });
+                }
+                Some(lock)
+            }
+            None => None,
+        };
         let taken: Vec<u32> = table.values().copied().collect();
         let free = Free::read();
         let uid = (self.range.0..=self.range.1)
@@ -122,6 +140,30 @@ impl TenantUids {
         let uid = table.values().next().copied().unwrap_or(self.range.0);
         Identity { uid, gid: uid }
     }
+}
+
+/// An exclusive lock beside the table, held while the file is dropped.
+fn lock(path: &Path) -> Result<std::fs::File, UidError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock_path = path.with_extension("lock");
+    let err = |source| UidError::Write {
+        path: lock_path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path)
+        .map_err(err)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    Ok(file)
 }
 
 fn load(path: &Path) -> Result<BTreeMap<String, u32>, UidError> {
