@@ -13,6 +13,7 @@ mod r_args;
 mod review;
 mod robustness;
 mod tenants;
+mod uids;
 mod view;
 mod view_compat;
 mod view_hidden;
