@@ -227,7 +227,13 @@ fn give_to_owner(root: &OwnedFd, made: &OwnedFd) {
     let (Ok(owner), Ok(now)) = (nix::sys::stat::fstat(root), nix::sys::stat::fstat(made)) else {
         return;
     };
-    if (owner.st_uid, owner.st_gid) == (now.st_uid, now.st_gid) {
+    // Only what the server itself just made: never another owner's inode
+    // swapped in, never a file with other names (a hard link).
+    let dir = now.st_mode & libc::S_IFMT == libc::S_IFDIR;
+    if (owner.st_uid, owner.st_gid) == (now.st_uid, now.st_gid)
+        || now.st_uid != 0
+        || now.st_nlink != if dir { 2 } else { 1 }
+    {
         return;
     }
     // SAFETY: fchownat on descriptors we own, with an empty path (the

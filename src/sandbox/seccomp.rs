@@ -160,6 +160,28 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError>
     rules.insert(libc::SYS_mknodat, devices(2)?);
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_mknod, devices(1)?);
+    // Set-user-ID and set-group-ID bits: where a session owns another
+    // owner's files (an idmapped workspace shows root's as its own), such
+    // a program would run as that owner on the host, outside the sandbox.
+    // (A file created with them loses them at its first write.)
+    let set_id = |arg: u8| -> Result<Vec<SeccompRule>, BackendError> {
+        [libc::S_ISUID, libc::S_ISGID]
+            .iter()
+            .map(|bit| {
+                rule(vec![cond(
+                    arg,
+                    SeccompCmpOp::MaskedEq(*bit as u64),
+                    *bit as u64,
+                )?])
+            })
+            .collect()
+    };
+    rules.insert(libc::SYS_fchmod, set_id(1)?);
+    rules.insert(libc::SYS_fchmodat, set_id(2)?);
+    // fchmodat2: 452 on every architecture (not yet in libc everywhere).
+    rules.insert(452, set_id(2)?);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_chmod, set_id(1)?);
     Ok(rules)
 }
 

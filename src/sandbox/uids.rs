@@ -190,10 +190,21 @@ fn load(path: &Path) -> Result<BTreeMap<String, u32>, UidError> {
         .take(1 << 20)
         .read_to_string(&mut text)
         .map_err(read_err)?;
-    serde_json::from_str(&text).map_err(|source| UidError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })
+    let table: BTreeMap<String, u32> =
+        serde_json::from_str(&text).map_err(|source| UidError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    // Root, nobody, or one uid for two names would undo the boundary.
+    let mut seen: Vec<u32> = table.values().copied().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != table.len() || seen.iter().any(|u| *u == 0 || *u == 65534) {
+        return Err(read_err(std::io::Error::other(
+            "it gives uid 0, 65534 or one uid to two names",
+        )));
+    }
+    Ok(table)
 }
 
 /// Written beside, then renamed over: a crash leaves the old table or the new.
@@ -279,17 +290,21 @@ impl Free {
 }
 
 /// Gives a tenant's workspace (and what is in it) to its uid, once: files
-/// the server made there before are the tenant's too. Symbolic links are
-/// changed themselves, never followed.
+/// the server made there before are the tenant's too. Never follows a
+/// symbolic link, never leaves the workspace's file system, and leaves
+/// alone files with other names elsewhere (hard links).
 pub fn give_workspace(dir: &Path, id: Identity) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(dir)?;
-    if meta.uid() == id.uid && meta.gid() == id.gid {
+    let top = std::fs::symlink_metadata(dir)?;
+    if top.uid() == id.uid && top.gid() == id.gid {
         return Ok(());
     }
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {
         let meta = std::fs::symlink_metadata(&path)?;
+        if meta.dev() != top.dev() || (!meta.is_dir() && meta.nlink() > 1) {
+            continue;
+        }
         std::os::unix::fs::lchown(&path, Some(id.uid), Some(id.gid))?;
         if meta.is_dir() {
             for entry in std::fs::read_dir(&path)? {

@@ -27,7 +27,23 @@ pub fn choose(
         return Ok(());
     }
     match sandbox::owner_of(&cfg.workspace) {
-        Some(owner) if owner.uid != 0 => cfg.set_identity(Some(owner), true),
+        Some(owner) if owner.uid != 0 => {
+            // The owner's own group, never the directory's (a root group
+            // there would give sessions gid 0).
+            let gid = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(owner.uid))
+                .ok()
+                .flatten()
+                .map(|u| u.gid.as_raw())
+                .filter(|g| *g != 0)
+                .unwrap_or(owner.uid);
+            cfg.set_identity(
+                Some(sandbox::Identity {
+                    uid: owner.uid,
+                    gid,
+                }),
+                true,
+            );
+        }
         _ => cfg.set_identity(Some(uids.identity_of(sandbox::uids::SOLE)?), false),
     }
     Ok(())

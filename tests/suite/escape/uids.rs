@@ -353,6 +353,34 @@ async fn a_root_servers_session_and_job_run_as_a_uid_of_their_own() {
     assert!(!sandbox.contains("DEGRADED"), "{sandbox}");
 }
 
+/// Attack: in a root-owned workspace shown as the session's own (idmapped),
+/// copy a shell and make it set-user-ID and set-group-ID: on the host it
+/// would be root's, and run as root for anyone who executes it. Both
+/// chmod(2) forms are refused, and the host copy keeps no set-id bit. (As
+/// the server's own uid, the same: no set-id program is made anywhere.)
+#[tokio::test]
+async fn a_session_cannot_leave_a_set_id_program_in_the_workspace() {
+    let place = Place::new();
+    let server = StdioServer::launch(place.launch("3100080-3100089", &[])).await;
+    let code = "import os, shutil\nshutil.copy('/bin/sh', 'sh2')\nfd = os.open('sh2', os.O_RDONLY)\nfor how, call in [('chmod', lambda m: os.chmod('sh2', m)), ('fchmod', lambda m: os.fchmod(fd, m))]:\n    for mode in (0o4755, 0o2755, 0o6755):\n        try:\n            call(mode)\n            print('ALLOWED', how, oct(mode))\n        except PermissionError:\n            print('REFUSED', how, oct(mode))\nos.chmod('sh2', 0o755)\nprint('PLAIN OK')";
+    let out = server.call("python_exec", json!({ "code": code })).await;
+    let stdout = out.str_field("stdout");
+    assert!(!stdout.contains("ALLOWED"), "{out:#?}");
+    assert_eq!(stdout.matches("REFUSED").count(), 6, "{out:#?}");
+    assert!(
+        stdout.contains("PLAIN OK"),
+        "an ordinary chmod still works: {out:#?}"
+    );
+    let mode = std::fs::metadata(place.ws().join("sh2"))
+        .expect("sh2")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o6000, 0, "no set-id bit on the host: {mode:o}");
+    if is_root() {
+        assert_eq!(owner(&place.ws().join("sh2")), 0, "root's on the host");
+    }
+}
+
 /// Claim: a root server alone in a workspace owned by a user (uid 4242)
 /// runs its sessions as that user, and what the session and the server's
 /// own tools (file_write, python_export) create there is that user's, so
