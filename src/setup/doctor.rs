@@ -331,7 +331,7 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
         cfg.venv = None;
     }
     let uids = nix::unistd::geteuid().is_root().then(|| {
-        let kept = crate::tenants::store::dir(&cfg);
+        let kept = crate::tenants::store::dir_path(&cfg);
         crate::sandbox::uids::TenantUids::peek(kept.as_deref(), cfg.tenant_uids)
     });
     match crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()) {

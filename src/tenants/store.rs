@@ -76,14 +76,19 @@ fn default_state_dir() -> Option<std::path::PathBuf> {
         .map(|d| d.join("ferrepl"))
 }
 
+/// Where the stores live (nothing is created).
+pub fn dir_path(cfg: &Config) -> Option<std::path::PathBuf> {
+    if cfg.resume == "off" {
+        return None;
+    }
+    cfg.state_dir.clone().or_else(default_state_dir)
+}
+
 /// The directory the stores live in, created (0700) now so that start-up
 /// can hide it from every session before any store is opened. None when
 /// sessions are not kept.
 pub fn dir(cfg: &Config) -> Option<std::path::PathBuf> {
-    if cfg.resume == "off" {
-        return None;
-    }
-    let dir = cfg.state_dir.clone().or_else(default_state_dir)?;
+    let dir = dir_path(cfg)?;
     use std::os::unix::fs::DirBuilderExt;
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
