@@ -11,16 +11,14 @@ use crate::config::Config;
 use crate::config::settings::Settings;
 use crate::session::gate::Gate;
 use crate::tenants::{self, Tenant, TokenTable};
-use crate::worker::Language;
 use crate::{mcp, session, startup, state};
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let settings = Settings::from_config(&cfg)?;
-    let languages = parse_languages(&cfg.languages)?;
-    let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &languages)
+    let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &settings.languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
-    let tokens = read_tokens(&cfg)?;
+    let tokens = TokenTable::from_config(&cfg)?;
     if tokens.has_tenants() && cfg.http.is_none() {
         anyhow::bail!(
             "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
@@ -52,11 +50,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     )?;
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs);
     let base = tenants::Base {
-        tenant_disk: parse_size(cfg.tenant_disk.as_deref(), "--tenant-disk")?,
-        tenant_memory: parse_size(cfg.tenant_memory.as_deref(), "--tenant-memory")?,
+        tenant_disk: settings.tenant_disk,
+        tenant_memory: settings.tenant_memory,
+        languages: settings.languages.clone(),
         cfg: cfg.clone(),
         settings,
-        languages,
         groups,
         python,
         sandbox,
@@ -73,11 +71,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
-    let drain = match cfg.http {
-        Some(_) => Some(crate::units::seconds(cfg.drain_seconds, "--drain-seconds")?),
-        None => None,
-    };
-    spawn_signal_watch(instance.clone(), shutdown.clone(), drain);
+    spawn_signal_watch(
+        instance.clone(),
+        shutdown.clone(),
+        instance.base().settings.drain,
+    );
     {
         // End the workers as soon as shutdown starts, so calls in flight
         // finish at once instead of holding the transport open.
@@ -101,44 +99,6 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
-}
-
-/// The bearer tokens: --auth-token-file, else --auth-token, else none.
-fn read_tokens(cfg: &Config) -> anyhow::Result<TokenTable> {
-    if let Some(file) = &cfg.auth_token_file {
-        return TokenTable::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
-    }
-    Ok(match cfg.auth_token.as_deref().map(str::trim) {
-        Some(t) if !t.is_empty() => TokenTable::single(t),
-        _ => TokenTable::open(),
-    })
-}
-
-fn parse_size(value: Option<&str>, flag: &str) -> anyhow::Result<Option<u64>> {
-    match value {
-        Some(v) => crate::units::parse_bytes(v).with_context(|| flag.to_string()),
-        None => Ok(None),
-    }
-}
-
-/// `--languages`: each named once, at least one.
-fn parse_languages(names: &[String]) -> anyhow::Result<Vec<Language>> {
-    let mut out = Vec::new();
-    for name in names.iter().map(|n| n.trim().to_ascii_lowercase()) {
-        if name.is_empty() {
-            continue;
-        }
-        let lang = Language::parse(&name).ok_or_else(|| {
-            anyhow::anyhow!("--languages: unknown language '{name}'; choose from python, r")
-        })?;
-        if !out.contains(&lang) {
-            out.push(lang);
-        }
-    }
-    if out.is_empty() {
-        anyhow::bail!("--languages: name at least one of python, r");
-    }
-    Ok(out)
 }
 
 async fn serve_stdio(

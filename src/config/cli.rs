@@ -10,12 +10,12 @@ use clap::Parser;
 pub enum Command {
     /// Add ferrepl to agent clients' MCP configuration (claude-code, claude-desktop, codex,
     /// cursor, vscode, gemini, all), keeping everything else in their files.
-    Install(crate::setup::InstallArgs),
+    Install(super::commands::InstallArgs),
     /// Remove ferrepl from agent clients' MCP configuration.
-    Uninstall(crate::setup::InstallArgs),
+    Uninstall(super::commands::InstallArgs),
     /// Check this machine before connecting an agent: interpreters, sandbox layers, package
     /// index reachability, configured clients. Exit code 1 when something required is missing.
-    Doctor(crate::setup::doctor::DoctorOptions),
+    Doctor(super::commands::DoctorOptions),
 }
 
 #[derive(Debug, Clone, Parser)]

@@ -38,6 +38,14 @@ pub struct Settings {
     pub structured: bool,
     /// --checkpoints: frozen copies kept per session (0: none).
     pub checkpoints: usize,
+    /// --languages, each once.
+    pub languages: Vec<crate::worker::Language>,
+    /// Each tenant's workspace quota (--tenant-disk) and memory budget
+    /// (--tenant-memory).
+    pub tenant_disk: Option<u64>,
+    pub tenant_memory: Option<u64>,
+    /// HTTP: how long running cells get at SIGTERM (None over stdio).
+    pub drain: Option<Duration>,
 }
 
 impl Settings {
@@ -82,6 +90,13 @@ impl Settings {
             job_ttl: seconds(cfg.job_ttl, "--job-ttl")?,
             structured: cfg.structured_content,
             checkpoints: cfg.checkpoints,
+            languages: parse_languages(&cfg.languages)?,
+            tenant_disk: parse_size(cfg.tenant_disk.as_deref(), "--tenant-disk")?,
+            tenant_memory: parse_size(cfg.tenant_memory.as_deref(), "--tenant-memory")?,
+            drain: match cfg.http {
+                Some(_) => Some(seconds(cfg.drain_seconds, "--drain-seconds")?),
+                None => None,
+            },
         })
     }
 
@@ -131,4 +146,31 @@ impl Settings {
             gate: None,
         }
     }
+}
+
+fn parse_size(value: Option<&str>, flag: &str) -> anyhow::Result<Option<u64>> {
+    match value {
+        Some(v) => crate::units::parse_bytes(v).with_context(|| flag.to_string()),
+        None => Ok(None),
+    }
+}
+
+/// `--languages`: each named once, at least one.
+fn parse_languages(names: &[String]) -> anyhow::Result<Vec<crate::worker::Language>> {
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim().to_ascii_lowercase()) {
+        if name.is_empty() {
+            continue;
+        }
+        let lang = crate::worker::Language::parse(&name).ok_or_else(|| {
+            anyhow::anyhow!("--languages: unknown language '{name}'; choose from python, r")
+        })?;
+        if !out.contains(&lang) {
+            out.push(lang);
+        }
+    }
+    if out.is_empty() {
+        anyhow::bail!("--languages: name at least one of python, r");
+    }
+    Ok(out)
 }

@@ -257,7 +257,7 @@ impl ServerHandler for FerreplServer {
         let _in_flight = self.manager.call_started();
         // The label is resolved before the request moves into the router:
         // a `&'static str`, so nothing is allocated per call.
-        let tool = crate::metrics::tool_label(&request.name);
+        let tool = crate::metrics::tool_label(&request.name, super::groups::tool_names());
         let unknown = self
             .tool_router
             .get(&request.name)

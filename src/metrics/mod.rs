@@ -7,11 +7,12 @@
 //! Recording is an atomic add (plus, for a labelled family, a hash and a
 //! read lock); the tool-call path, which is benchmarked, uses per-tool
 //! handles created once so it does not even hash. Every label value is a
-//! `&'static str` from a fixed set (the enums below, the tool table,
-//! `Language`, `CellStatus`), so the number of series is bounded whatever
-//! agents send.
+//! `&'static str` from a fixed set (the enums below, and tool names the
+//! server maps to its own table or "unknown"), so the number of series is
+//! bounded whatever agents send. A leaf: it names its own label types and
+//! imports nothing of the crate.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, text};
@@ -21,8 +22,43 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::session::report::CellStatus;
-use crate::worker::Language;
+/// A session's language, as a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LanguageLabel {
+    Python,
+    R,
+}
+
+impl LanguageLabel {
+    const ALL: [LanguageLabel; 2] = [LanguageLabel::Python, LanguageLabel::R];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LanguageLabel::Python => "python",
+            LanguageLabel::R => "r",
+        }
+    }
+}
+
+/// How a cell ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CellOutcome {
+    Ok,
+    Error,
+    Interrupted,
+    Crashed,
+}
+
+impl CellOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellOutcome::Ok => "ok",
+            CellOutcome::Error => "error",
+            CellOutcome::Interrupted => "interrupted",
+            CellOutcome::Crashed => "crashed",
+        }
+    }
+}
 
 /// The Content-Type of what [`render`] returns.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -162,11 +198,11 @@ impl JobKind {
 }
 
 /// The statuses a cell can end with.
-const FINAL_STATUSES: [CellStatus; 4] = [
-    CellStatus::Ok,
-    CellStatus::Error,
-    CellStatus::Interrupted,
-    CellStatus::Crashed,
+const FINAL_STATUSES: [CellOutcome; 4] = [
+    CellOutcome::Ok,
+    CellOutcome::Error,
+    CellOutcome::Interrupted,
+    CellOutcome::Crashed,
 ];
 
 const SANDBOX_REFUSALS: [SandboxRefusal; 5] = [
@@ -196,8 +232,8 @@ struct Metrics {
     registry: Registry,
     tool_calls: Family<Labels, Counter>,
     tool_seconds: HistogramFamily,
-    /// Indexed like `crate::mcp::groups::tool_names()`, then "unknown".
-    tools: Vec<(&'static str, OnceLock<ToolSeries>)>,
+    /// Each tool's series, made on its first call.
+    tools: RwLock<Vec<(&'static str, Arc<ToolSeries>)>>,
     cells: Family<Labels, Counter>,
     worker_starts: Family<Labels, Counter>,
     oom_kills: Counter,
@@ -288,10 +324,7 @@ impl Metrics {
             "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk, revoked: the tenant's tokens removed)",
         );
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
-        let tools = crate::mcp::groups::tool_names()
-            .chain(std::iter::once(UNKNOWN_TOOL))
-            .map(|name| (name, OnceLock::new()))
-            .collect();
+        let tools = RwLock::new(Vec::new());
         let metrics = Metrics {
             registry: r,
             tool_calls,
@@ -314,16 +347,16 @@ impl Metrics {
     /// rates work) from the first scrape; the per-tool series, two dozen
     /// tools with a histogram each, appear on first use.
     fn preset_zeros(&self) {
-        for language in Language::ALL {
+        for language in LanguageLabel::ALL {
             for status in FINAL_STATUSES {
                 self.cells.get_or_create_owned(&[
-                    ("language", language.key()),
+                    ("language", language.as_str()),
                     ("status", status.as_str()),
                 ]);
             }
             for outcome in ["started", "failed"] {
                 self.worker_starts
-                    .get_or_create_owned(&[("language", language.key()), ("outcome", outcome)]);
+                    .get_or_create_owned(&[("language", language.as_str()), ("outcome", outcome)]);
             }
         }
         preset(
@@ -353,42 +386,47 @@ impl Metrics {
         );
     }
 
-    fn tool(&self, name: &str) -> &ToolSeries {
-        let slot = self
-            .tools
-            .iter()
-            .find(|(known, _)| *known == name)
-            .or_else(|| self.tools.last());
-        let Some((label, series)) = slot else {
-            unreachable!("the tool list always ends with 'unknown'")
+    /// The series of `label` (one of the server's tool names, or
+    /// "unknown": the caller bounds the set).
+    fn tool(&self, label: &'static str) -> Arc<ToolSeries> {
+        let known = |tools: &[(&'static str, Arc<ToolSeries>)]| {
+            tools
+                .iter()
+                .find(|(name, _)| *name == label)
+                .map(|(_, series)| series.clone())
         };
-        series.get_or_init(|| {
-            let counter = |outcome: ToolOutcome| {
-                self.tool_calls
-                    .get_or_create_owned(&[("tool", *label), ("outcome", outcome.as_str())])
-            };
-            ToolSeries {
-                outcomes: [
-                    counter(ToolOutcome::Ok),
-                    counter(ToolOutcome::Error),
-                    counter(ToolOutcome::ProtocolError),
-                ],
-                seconds: self.tool_seconds.get_or_create_owned(&[("tool", *label)]),
-            }
-        })
+        if let Some(series) = known(&self.tools.read().unwrap_or_else(|e| e.into_inner())) {
+            return series;
+        }
+        let mut tools = self.tools.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(series) = known(&tools) {
+            return series;
+        }
+        let counter = |outcome: ToolOutcome| {
+            self.tool_calls
+                .get_or_create_owned(&[("tool", label), ("outcome", outcome.as_str())])
+        };
+        let series = Arc::new(ToolSeries {
+            outcomes: [
+                counter(ToolOutcome::Ok),
+                counter(ToolOutcome::Error),
+                counter(ToolOutcome::ProtocolError),
+            ],
+            seconds: self.tool_seconds.get_or_create_owned(&[("tool", label)]),
+        });
+        tools.push((label, series.clone()));
+        series
     }
 }
 
-/// The tool label a tool name is counted under: its own when it is one of
-/// ferrepl's tools, "unknown" otherwise.
-pub fn tool_label(name: &str) -> &'static str {
-    crate::mcp::groups::tool_names()
-        .find(|known| *known == name)
-        .unwrap_or(UNKNOWN_TOOL)
+/// The label a tool name is counted under: its own when `known` holds it
+/// (the server's tools), "unknown" otherwise.
+pub fn tool_label(name: &str, mut known: impl Iterator<Item = &'static str>) -> &'static str {
+    known.find(|k| *k == name).unwrap_or(UNKNOWN_TOOL)
 }
 
 /// A finished tool call.
-pub fn tool_call(tool: &str, outcome: ToolOutcome, took: Duration) {
+pub fn tool_call(tool: &'static str, outcome: ToolOutcome, took: Duration) {
     let series = metrics().tool(tool);
     let index = match outcome {
         ToolOutcome::Ok => 0,
@@ -400,19 +438,19 @@ pub fn tool_call(tool: &str, outcome: ToolOutcome, took: Duration) {
 }
 
 /// A cell that reached its final status.
-pub fn cell_finished(language: Language, status: CellStatus) {
+pub fn cell_finished(language: LanguageLabel, status: CellOutcome) {
     metrics()
         .cells
-        .get_or_create(&[("language", language.key()), ("status", status.as_str())])
+        .get_or_create(&[("language", language.as_str()), ("status", status.as_str())])
         .inc();
 }
 
 /// An interpreter launch: ready (`started`) or not.
-pub fn worker_start(language: Language, started: bool) {
+pub fn worker_start(language: LanguageLabel, started: bool) {
     let outcome = if started { "started" } else { "failed" };
     metrics()
         .worker_starts
-        .get_or_create(&[("language", language.key()), ("outcome", outcome)])
+        .get_or_create(&[("language", language.as_str()), ("outcome", outcome)])
         .inc();
 }
 

@@ -92,12 +92,18 @@ fn tool_calls_are_counted_and_timed() {
 
 #[test]
 fn unknown_tools_share_one_label() {
-    assert_eq!(tool_label("python_exec"), "python_exec");
-    assert_eq!(tool_label("no_such_tool"), UNKNOWN_TOOL);
+    let known = || ["python_exec", "python_wait"].into_iter();
+    assert_eq!(tool_label("python_exec", known()), "python_exec");
+    assert_eq!(tool_label("no_such_tool", known()), UNKNOWN_TOOL);
     let unknown = r#"ferrepl_tool_calls_total{tool="unknown",outcome="protocol_error"}"#;
     let before = render(&[], false);
-    tool_call("no_such_tool", ToolOutcome::ProtocolError, Duration::ZERO);
-    tool_call("another one", ToolOutcome::ProtocolError, Duration::ZERO);
+    for name in ["no_such_tool", "another one"] {
+        tool_call(
+            tool_label(name, known()),
+            ToolOutcome::ProtocolError,
+            Duration::ZERO,
+        );
+    }
     let after = render(&[], false);
     assert_eq!(sample(&after, unknown) - sample(&before, unknown), 2.0);
     assert!(!after.contains("no_such_tool") && !after.contains("another one"));
@@ -109,11 +115,11 @@ fn other_counters_move() {
     let cases: [(&str, fn()); 7] = [
         (
             r#"ferrepl_cells_total{language="python",status="interrupted"}"#,
-            || cell_finished(Language::Python, CellStatus::Interrupted),
+            || cell_finished(LanguageLabel::Python, CellOutcome::Interrupted),
         ),
         (
             r#"ferrepl_worker_starts_total{language="r",outcome="failed"}"#,
-            || worker_start(Language::R, false),
+            || worker_start(LanguageLabel::R, false),
         ),
         ("ferrepl_oom_kills_total", || oom_kills(1)),
         (r#"ferrepl_limit_kills_total{limit="processes"}"#, || {

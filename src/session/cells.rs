@@ -213,7 +213,9 @@ impl SessionManager {
         }
         // Here, not where a result is collected: a cell ends once however
         // many waits look at it, and also when no call ever collects it.
-        crate::metrics::cell_finished(sess.language, report.status);
+        if let Some(outcome) = report.status.outcome() {
+            crate::metrics::cell_finished(sess.language.metric(), outcome);
+        }
         st.last_cell = run.number;
         let log = std::mem::take(&mut run.log);
         self.keep_log(st, log);

@@ -25,6 +25,18 @@ pub enum CellStatus {
 }
 
 impl CellStatus {
+    /// How a finished cell is counted (None while it runs or waits).
+    pub fn outcome(self) -> Option<crate::metrics::CellOutcome> {
+        use crate::metrics::CellOutcome;
+        match self {
+            CellStatus::Ok => Some(CellOutcome::Ok),
+            CellStatus::Error => Some(CellOutcome::Error),
+            CellStatus::Interrupted => Some(CellOutcome::Interrupted),
+            CellStatus::Crashed => Some(CellOutcome::Crashed),
+            CellStatus::Running | CellStatus::WaitingInput => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             CellStatus::Ok => "ok",

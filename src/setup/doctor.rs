@@ -62,24 +62,7 @@ pub fn long_version() -> String {
     format!("{} ({})", env!("CARGO_PKG_VERSION"), parts.join(", "))
 }
 
-/// `ferrepl doctor`'s flags. The server's other settings come from its
-/// FERREPL_* variables, as they would when it starts.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct DoctorOptions {
-    /// Print one JSON object (items with name, status, detail) instead of text.
-    #[arg(long)]
-    pub json: bool,
-    /// The Python to check (default: as the server picks it: FERREPL_PYTHON, the nearest .venv
-    /// upward from the workspace, python3 on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub python: Option<PathBuf>,
-    /// The R to check (default: FERREPL_R, $R_HOME/bin/R, R on PATH).
-    #[arg(long = "r", value_name = "PATH")]
-    pub r: Option<PathBuf>,
-    /// The workspace sessions would use (default: FERREPL_WORKDIR, else the current directory).
-    #[arg(long, value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-}
+pub use crate::config::commands::DoctorOptions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 enum Status {

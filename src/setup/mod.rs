@@ -7,33 +7,12 @@ pub mod doctor;
 pub mod install;
 mod probe;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clients::{Client, Platform, Scope};
 use install::{Entry, Outcome};
 
-/// Arguments of `ferrepl install` and `ferrepl uninstall`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct InstallArgs {
-    /// claude-code, claude-desktop, codex, cursor, vscode, gemini, or all (comma separated or repeated).
-    #[arg(long = "client", value_name = "CLIENT", required = true)]
-    pub clients: Vec<String>,
-    /// user: the client's own configuration; project: the files clients read in --workdir
-    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json).
-    #[arg(long, default_value = "user", value_parser = ["user", "project"])]
-    pub scope: String,
-    /// The workspace ferrepl serves (written as its --workdir); with --scope project, where the
-    /// project's files are (default: the current directory).
-    #[arg(long, value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-    /// Print what would change and write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Arguments for the server, after `--` (e.g. -- --languages python,r).
-    #[arg(last = true, value_name = "SERVER ARGS")]
-    pub server_args: Vec<String>,
-}
+pub use crate::config::commands::InstallArgs;
 
 /// How clients start this ferrepl: this binary's absolute path, or `uvx
 /// ferrepl` when it runs from uv's cache.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::tokens::Tenant;
 use crate::config::Config;
 use crate::config::settings::Settings;
+use crate::config::tokens::Tenant;
 use crate::installer::InstallerSettings;
 use crate::jobs::JobManager;
 use crate::mcp::groups::ToolGroups;

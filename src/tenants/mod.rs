@@ -5,16 +5,14 @@
 
 pub mod build;
 pub mod store;
-pub mod tokens;
-
-use std::collections::HashMap;
+pub use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+pub use crate::config::tokens::{Tenant, TokenTable};
 pub use build::{Base, TenantApp};
-pub use tokens::{Tenant, TokenTable};
 
 /// The tenants of one server process.
 pub struct Instance {

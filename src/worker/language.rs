@@ -32,6 +32,14 @@ impl Language {
         }
     }
 
+    /// As metrics label it.
+    pub fn metric(self) -> crate::metrics::LanguageLabel {
+        match self {
+            Language::Python => crate::metrics::LanguageLabel::Python,
+            Language::R => crate::metrics::LanguageLabel::R,
+        }
+    }
+
     /// As `--languages` and tool names spell it.
     pub fn key(self) -> &'static str {
         match self {

@@ -215,12 +215,12 @@ pub async fn launch_ready(
     let worker = match launch(spec).await {
         Ok(worker) => worker,
         Err(e) => {
-            crate::metrics::worker_start(spec.language, false);
+            crate::metrics::worker_start(spec.language.metric(), false);
             return Err(e);
         }
     };
     let ready = worker.wait_ready(timeout).await;
-    crate::metrics::worker_start(spec.language, ready.is_ok());
+    crate::metrics::worker_start(spec.language.metric(), ready.is_ok());
     match ready {
         Ok(_) => Ok(worker),
         Err(e) => {

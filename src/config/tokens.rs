@@ -42,6 +42,17 @@ impl TokenTable {
         }
     }
 
+    /// The server's tokens: --auth-token-file, else --auth-token, else none.
+    pub fn from_config(cfg: &super::Config) -> anyhow::Result<Self> {
+        if let Some(file) = &cfg.auth_token_file {
+            return Self::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
+        }
+        Ok(match cfg.auth_token.as_deref().map(str::trim) {
+            Some(t) if !t.is_empty() => Self::single(t),
+            _ => Self::open(),
+        })
+    }
+
     pub fn read(path: &Path) -> Result<Self, String> {
         let text =
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -1,0 +1,45 @@
+//! The arguments of ferrepl's subcommands (`install`, `uninstall`,
+//! `doctor`), parsed with the server's flags; `setup` carries them out.
+
+use std::path::PathBuf;
+
+/// Arguments of `ferrepl install` and `ferrepl uninstall`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InstallArgs {
+    /// claude-code, claude-desktop, codex, cursor, vscode, gemini, or all (comma separated or repeated).
+    #[arg(long = "client", value_name = "CLIENT", required = true)]
+    pub clients: Vec<String>,
+    /// user: the client's own configuration; project: the files clients read in --workdir
+    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json).
+    #[arg(long, default_value = "user", value_parser = ["user", "project"])]
+    pub scope: String,
+    /// The workspace ferrepl serves (written as its --workdir); with --scope project, where the
+    /// project's files are (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Print what would change and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Arguments for the server, after `--` (e.g. -- --languages python,r).
+    #[arg(last = true, value_name = "SERVER ARGS")]
+    pub server_args: Vec<String>,
+}
+
+/// `ferrepl doctor`'s flags. The server's other settings come from its
+/// FERREPL_* variables, as they would when it starts.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DoctorOptions {
+    /// Print one JSON object (items with name, status, detail) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The Python to check (default: as the server picks it: FERREPL_PYTHON, the nearest .venv
+    /// upward from the workspace, python3 on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// The R to check (default: FERREPL_R, $R_HOME/bin/R, R on PATH).
+    #[arg(long = "r", value_name = "PATH")]
+    pub r: Option<PathBuf>,
+    /// The workspace sessions would use (default: FERREPL_WORKDIR, else the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+}
