@@ -24,6 +24,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
         );
     }
+    raise_open_files();
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
     let kept_in = tenants::store::dir(&cfg);
@@ -99,6 +100,22 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
+}
+
+/// The soft limit on open descriptors raised to the hard one: every
+/// connection, session pipe and log takes one, and the usual soft 1024 is
+/// what a flood of half-open connections would exhaust first.
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft < hard {
+        match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!("open files: soft limit raised from {soft} to {hard}"),
+            Err(e) => tracing::warn!("open files: cannot raise the soft limit {soft}: {e}"),
+        }
+    }
 }
 
 async fn serve_stdio(

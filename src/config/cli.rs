@@ -528,6 +528,46 @@ pub struct Config {
     )]
     pub max_connections: usize,
 
+    /// HTTP: seconds a connection gets to send each request head (and 6 times as long for its
+    /// body); then it is closed. Counted from its first byte, or from its opening.
+    #[arg(
+        long,
+        env = "FERREPL_HTTP_HEADER_TIMEOUT",
+        default_value_t = 10.0,
+        value_name = "SECONDS"
+    )]
+    pub http_header_timeout: f64,
+
+    /// HTTP: seconds a keep-alive connection may sit with no request in flight before it is
+    /// closed (a stream or a call in progress is never cut).
+    #[arg(
+        long,
+        env = "FERREPL_HTTP_IDLE_TIMEOUT",
+        default_value_t = 120.0,
+        value_name = "SECONDS"
+    )]
+    pub http_idle_timeout: f64,
+
+    /// HTTP: TCP connections open at once, authenticated or not; past it new ones are closed
+    /// (not --max-connections, which counts MCP sessions).
+    #[arg(
+        long,
+        env = "FERREPL_HTTP_MAX_CONNECTIONS",
+        default_value_t = 4096,
+        value_name = "N"
+    )]
+    pub http_max_connections: usize,
+
+    /// HTTP: TCP connections one peer address may hold (0: no cap; behind a proxy every
+    /// connection comes from its address).
+    #[arg(
+        long,
+        env = "FERREPL_HTTP_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub http_max_connections_per_peer: usize,
+
     /// Largest request accepted, in bytes: an HTTP body or one stdio line.
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
     pub max_request_bytes: usize,

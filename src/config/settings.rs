@@ -24,6 +24,21 @@ pub struct OutputSizes {
     pub log_bytes: u64,
 }
 
+/// The HTTP listener's bounds, before anyone is authenticated.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// To send each request head (from its first byte, or the opening);
+    /// a body gets 6 times as long.
+    pub header_timeout: Duration,
+    /// With no request in flight.
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    /// 0: no per-peer cap.
+    pub max_per_peer: usize,
+    /// Largest request head.
+    pub max_head_bytes: usize,
+}
+
 /// Everything but what start-up has to discover (interpreter, sandbox).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -46,6 +61,7 @@ pub struct Settings {
     pub tenant_memory: Option<u64>,
     /// HTTP: how long running cells get at SIGTERM (None over stdio).
     pub drain: Option<Duration>,
+    pub http: HttpLimits,
 }
 
 impl Settings {
@@ -96,6 +112,13 @@ impl Settings {
             drain: match cfg.http {
                 Some(_) => Some(seconds(cfg.drain_seconds, "--drain-seconds")?),
                 None => None,
+            },
+            http: HttpLimits {
+                header_timeout: seconds(cfg.http_header_timeout, "--http-header-timeout")?,
+                idle_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
+                max_connections: cfg.http_max_connections.max(1),
+                max_per_peer: cfg.http_max_connections_per_peer,
+                max_head_bytes: 64 * 1024,
             },
         })
     }

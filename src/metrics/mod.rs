@@ -242,6 +242,7 @@ struct Metrics {
     egress_refusals: Family<Label, Counter>,
     admission_refusals: Family<Label, Counter>,
     jobs_started: Family<Label, Counter>,
+    http_refusals: Family<Label, Counter>,
 }
 
 fn call_histogram() -> Histogram {
@@ -324,6 +325,10 @@ impl Metrics {
             "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk, revoked: the tenant's tokens removed)",
         );
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
+        let http_refusals = family(
+            "http_refusals",
+            "HTTP connections refused or closed before a request was served (max_connections, per_peer, header_timeout, idle_timeout, body_timeout)",
+        );
         let tools = RwLock::new(Vec::new());
         let metrics = Metrics {
             registry: r,
@@ -338,6 +343,7 @@ impl Metrics {
             egress_refusals,
             admission_refusals,
             jobs_started,
+            http_refusals,
         };
         metrics.preset_zeros();
         metrics
@@ -378,6 +384,17 @@ impl Metrics {
             &self.admission_refusals,
             "reason",
             &["draining", "instance_full", "jobs_full", "disk_full"],
+        );
+        preset(
+            &self.http_refusals,
+            "reason",
+            &[
+                "max_connections",
+                "per_peer",
+                "header_timeout",
+                "idle_timeout",
+                "body_timeout",
+            ],
         );
         preset(
             &self.jobs_started,
@@ -490,6 +507,14 @@ pub fn egress_refusal(reason: EgressRefusal) {
 pub fn admission_refusal(reason: &'static str) {
     metrics()
         .admission_refusals
+        .get_or_create(&[("reason", reason)])
+        .inc();
+}
+
+/// An HTTP connection refused or closed by the listener's bounds.
+pub fn http_refusal(reason: &'static str) {
+    metrics()
+        .http_refusals
         .get_or_create(&[("reason", reason)])
         .inc();
 }

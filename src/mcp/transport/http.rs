@@ -17,7 +17,6 @@ use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -102,16 +101,10 @@ pub async fn serve(
     }
 
     tracing::info!("listening on http://{local}/mcp");
-    let server = axum::serve(
-        listener.tap_io(|tcp| {
-            // Without it every response waits on delayed ACKs (~40 ms a call).
-            let _ = tcp.set_nodelay(true);
-        }),
-        router,
-    )
-    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let bounds = instance.base().settings.http;
+    let server = super::listener::serve(listener, router, bounds, shutdown.clone());
     tokio::select! {
-        r = server => r.context("HTTP server failed"),
+        () = server => Ok(()),
         _ = async {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;

@@ -1,0 +1,487 @@
+//! The HTTP accept loop: every connection is bounded before anyone is
+//! authenticated. A connection must finish each request head within the
+//! header timeout (counted from its first byte, or from its opening), and
+//! one with no request in flight is closed after the idle timeout; a
+//! request body must arrive within the header timeout's multiple (a slow
+//! body holds nothing for long). Connections are capped in total and, when
+//! asked, per peer address; past a cap a new connection is closed at once.
+//! A response still being sent (an SSE stream, a call in progress) is never
+//! cut. HTTP is parsed by hyper; nothing here reads a byte of it.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+pub use crate::config::settings::HttpLimits as Bounds;
+
+/// Why a connection was refused or closed, as counted in
+/// `ferrepl_http_refusals_total{reason}`.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    MaxConnections,
+    PerPeer,
+    HeaderTimeout,
+    IdleTimeout,
+    BodyTimeout,
+}
+
+impl Refusal {
+    fn as_str(self) -> &'static str {
+        match self {
+            Refusal::MaxConnections => "max_connections",
+            Refusal::PerPeer => "per_peer",
+            Refusal::HeaderTimeout => "header_timeout",
+            Refusal::IdleTimeout => "idle_timeout",
+            Refusal::BodyTimeout => "body_timeout",
+        }
+    }
+}
+
+/// Counts a refusal and logs it, at most once per reason every 10 s (with
+/// how many there were since).
+fn refused(reason: Refusal, peer: IpAddr) {
+    crate::metrics::http_refusal(reason.as_str());
+    static LAST: Mutex<Vec<(&'static str, Instant, u64)>> = Mutex::new(Vec::new());
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    let key = reason.as_str();
+    match last.iter_mut().find(|(k, _, _)| *k == key) {
+        Some((_, at, count)) if now.duration_since(*at) < Duration::from_secs(10) => *count += 1,
+        Some((_, at, count)) => {
+            tracing::warn!(
+                "HTTP connection refused or closed ({key}) from {peer}; {} more since the last report",
+                *count
+            );
+            *at = now;
+            *count = 0;
+        }
+        None => {
+            tracing::warn!("HTTP connection refused or closed ({key}) from {peer}");
+            last.push((key, now, 0));
+        }
+    }
+}
+
+/// What a connection is doing, shared by its reader, its service and its
+/// watchdog. Times are milliseconds since the connection opened.
+struct Activity {
+    opened: Instant,
+    /// Requests whose response has not been sent in full.
+    in_flight: AtomicUsize,
+    /// When the bytes of a request head began to arrive (u64::MAX: none
+    /// waiting). A new connection waits from its opening.
+    head_since: AtomicU64,
+    /// The last byte read or the last response finished.
+    last_active: AtomicU64,
+}
+
+const NONE: u64 = u64::MAX;
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            head_since: AtomicU64::new(0),
+            last_active: AtomicU64::new(0),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.opened.elapsed().as_millis() as u64
+    }
+
+    fn read(&self) {
+        let now = self.now();
+        self.last_active.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            let _ =
+                self.head_since
+                    .compare_exchange(NONE, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_since.store(NONE, Ordering::Release);
+    }
+
+    fn request_done(&self) {
+        self.last_active.store(self.now(), Ordering::Relaxed);
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Why the connection should close now, if it should; else how long
+    /// until it next needs a look.
+    fn check(&self, bounds: &Bounds) -> Result<Duration, Refusal> {
+        let now = self.now();
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Ok(bounds.header_timeout.min(bounds.idle_timeout));
+        }
+        let left = |since: u64, limit: Duration| {
+            (limit.as_millis() as u64).saturating_sub(now.saturating_sub(since))
+        };
+        let head = self.head_since.load(Ordering::Acquire);
+        if head != NONE {
+            return match left(head, bounds.header_timeout) {
+                0 => Err(Refusal::HeaderTimeout),
+                ms => Ok(Duration::from_millis(ms)),
+            };
+        }
+        match left(
+            self.last_active.load(Ordering::Relaxed),
+            bounds.idle_timeout,
+        ) {
+            0 => Err(Refusal::IdleTimeout),
+            ms => Ok(Duration::from_millis(ms)),
+        }
+    }
+}
+
+/// The TCP stream, telling its connection's activity about every read.
+struct Watched {
+    tcp: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+}
+
+/// A response body that tells the connection when it is done (sent in
+/// full, or dropped).
+struct Tracked {
+    body: Body,
+    activity: Option<Arc<Activity>>,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(a) = self.activity.take() {
+            a.request_done();
+        }
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled
+            && let Some(a) = self.activity.take()
+        {
+            a.request_done();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body that must arrive whole by a deadline.
+struct Deadline {
+    body: Body,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    peer: IpAddr,
+}
+
+impl http_body::Body for Deadline {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            refused(Refusal::BodyTimeout, self.peer);
+            return Poll::Ready(Some(Err(axum::Error::new(
+                "the request body did not arrive in time",
+            ))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Open connections, in total and per peer address.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    per_peer: HashMap<IpAddr, usize>,
+}
+
+/// A slot in [`Open`], given back on drop.
+struct Slot {
+    open: Arc<Mutex<Open>>,
+    peer: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.per_peer.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                open.per_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+fn take_slot(open: &Arc<Mutex<Open>>, peer: IpAddr, bounds: &Bounds) -> Result<Slot, Refusal> {
+    let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+    if o.total >= bounds.max_connections {
+        return Err(Refusal::MaxConnections);
+    }
+    let mine = o.per_peer.get(&peer).copied().unwrap_or(0);
+    if bounds.max_per_peer > 0 && mine >= bounds.max_per_peer {
+        return Err(Refusal::PerPeer);
+    }
+    o.total += 1;
+    *o.per_peer.entry(peer).or_insert(0) += 1;
+    Ok(Slot {
+        open: open.clone(),
+        peer,
+    })
+}
+
+/// Serves `router` on `listener` until `shutdown`, then lets the
+/// connections finish their responses (the caller bounds how long).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    bounds: Bounds,
+    shutdown: CancellationToken,
+) {
+    let open = Arc::new(Mutex::new(Open::default()));
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors or memory: back off rather than spin.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let slot = match take_slot(&open, peer.ip(), &bounds) {
+            Ok(slot) => slot,
+            Err(reason) => {
+                refused(reason, peer.ip());
+                drop(tcp);
+                continue;
+            }
+        };
+        // Without it every response waits on delayed ACKs (~40 ms a call).
+        let _ = tcp.set_nodelay(true);
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(serve_connection(tcp, peer, router, bounds, shutdown, slot));
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    bounds: Bounds,
+    shutdown: CancellationToken,
+    _slot: Slot,
+) {
+    let activity = Activity::new();
+    let io = TokioIo::new(Watched {
+        tcp,
+        activity: activity.clone(),
+    });
+    let body_time = bounds.header_timeout * 6;
+    let service = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            activity.request_started();
+            let (parts, body) = req.into_parts();
+            let body = Body::new(Deadline {
+                body: Body::new(body),
+                sleep: Box::pin(tokio::time::sleep(body_time)),
+                peer: peer.ip(),
+            });
+            let mut req = Request::from_parts(parts, body);
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            let router = router.clone();
+            let activity = activity.clone();
+            async move {
+                let response = router.oneshot(req).await.unwrap_or_else(|e| match e {});
+                let (parts, body) = response.into_parts();
+                let tracked = Tracked {
+                    body,
+                    activity: Some(activity),
+                };
+                Ok::<_, std::convert::Infallible>(hyper::Response::from_parts(parts, tracked))
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        .max_buf_size(bounds.max_head_bytes.max(8192))
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let wait = match activity.check(&bounds) {
+            Ok(wait) => wait,
+            Err(reason) => {
+                refused(reason, peer.ip());
+                return;
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> Bounds {
+        Bounds {
+            header_timeout: Duration::from_millis(50),
+            idle_timeout: Duration::from_millis(200),
+            max_connections: 2,
+            max_per_peer: 1,
+            max_head_bytes: 16 * 1024,
+        }
+    }
+
+    #[test]
+    fn caps_count_in_total_and_per_peer_and_free_on_drop() {
+        let open = Arc::new(Mutex::new(Open::default()));
+        let (a, b, c): (IpAddr, IpAddr, IpAddr) = (
+            "127.0.0.1".parse().expect("ip"),
+            "127.0.0.2".parse().expect("ip"),
+            "127.0.0.3".parse().expect("ip"),
+        );
+        let first = take_slot(&open, a, &bounds()).expect("first");
+        assert!(matches!(
+            take_slot(&open, a, &bounds()),
+            Err(Refusal::PerPeer)
+        ));
+        let second = take_slot(&open, b, &bounds()).expect("another peer");
+        assert!(matches!(
+            take_slot(&open, c, &bounds()),
+            Err(Refusal::MaxConnections)
+        ));
+        drop(first);
+        drop(second);
+        take_slot(&open, a, &bounds()).expect("freed");
+    }
+
+    #[test]
+    fn a_silent_connection_times_out_on_its_head_and_an_idle_one_later() {
+        let activity = Activity::new();
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(
+            activity.check(&bounds()),
+            Err(Refusal::HeaderTimeout)
+        ));
+        // A request answered: idle, not waiting for a head.
+        activity.request_started();
+        assert!(activity.check(&bounds()).is_ok(), "in flight: never cut");
+        activity.request_done();
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(activity.check(&bounds()).is_ok(), "idle, within its limit");
+        std::thread::sleep(Duration::from_millis(160));
+        assert!(matches!(
+            activity.check(&bounds()),
+            Err(Refusal::IdleTimeout)
+        ));
+    }
+}
