@@ -129,14 +129,15 @@ async fn serve_open_probes(
         "health and metrics on http://{}/metrics",
         listener.local_addr()?
     );
-    tokio::spawn(async move {
-        let served = axum::serve(listener, probes::open_router(state))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(e) = served {
-            tracing::error!("--metrics-addr listener failed: {e}");
-        }
-    });
+    // Bounded like the main listener: it is often reachable by more than
+    // the monitoring.
+    let bounds = state.instance.base().settings.http;
+    tokio::spawn(super::listener::serve(
+        listener,
+        probes::open_router(state),
+        bounds,
+        shutdown,
+    ));
     Ok(())
 }
 
