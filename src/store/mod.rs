@@ -13,11 +13,11 @@ mod schema;
 mod tests;
 mod writer;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
@@ -166,31 +166,26 @@ impl Store {
     /// its workspace and applies retention.
     pub fn open(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         check_principal(&cfg.principal)?;
-        private_dir(&cfg.dir)?;
-        remove_unused(&cfg.dir, cfg.keep);
+        let dir = StateDir::open(&cfg.dir)?;
+        remove_unused(&dir, cfg.keep);
         let hash = fnv1a(cfg.workspace.as_os_str().as_bytes());
-        let path = cfg
-            .dir
-            .join(format!("{hash:016x}-{}.sqlite3", cfg.principal));
-        let lock_path = with_suffix(&path, ".lock");
-        let lock = match lock(&lock_path)? {
+        let name = format!("{hash:016x}-{}.sqlite3", cfg.principal);
+        let path = dir.real.join(&name);
+        let lock = match lock(&dir, &format!("{name}.lock"))? {
             Ok(lock) => lock,
             Err(holder_pid) => return Ok(Opened::Locked { path, holder_pid }),
         };
         // Created here, not by SQLite, so that it is never readable by others.
-        create_private(&path)?;
-        let mut conn = Connection::open(&path)?;
+        dir.create_private(&name)?;
+        // By the directory's real path, with no link allowed in it: a
+        // component swapped for a symbolic link since is refused.
+        let mut conn =
+            Connection::open_with_flags(&path, open_flags() | OpenFlags::SQLITE_OPEN_CREATE)?;
         schema::configure(&conn)?;
         schema::prepare(&mut conn, &path, &cfg.workspace)?;
         schema::apply_retention(&mut conn, cfg, now_unix())?;
         for suffix in ["", "-wal", "-shm"] {
-            let file = with_suffix(&path, suffix);
-            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io("restrict", &file)(e));
-                }
-                _ => {}
-            }
+            dir.restrict(&format!("{name}{suffix}"))?;
         }
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -230,8 +225,7 @@ impl Store {
     }
 
     fn load_where(&self, only: Option<&str>) -> Result<Vec<StoredSession>, StoreError> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = Connection::open_with_flags(&self.path, flags)?;
+        let mut conn = Connection::open_with_flags(&self.path, open_flags())?;
         conn.busy_timeout(Duration::from_millis(2000))?;
         schema::load(&mut conn, only)
     }
@@ -356,52 +350,171 @@ fn check_principal(principal: &str) -> Result<(), StoreError> {
     }
 }
 
-/// Creates `dir` mode 0700 if missing; an existing one must already be
-/// private, since the store holds the code sessions ran.
-fn private_dir(dir: &Path) -> Result<(), StoreError> {
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io("create directory", dir))?;
-        // The umask may have taken bits off; 0700 is what we mean.
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(io("set the mode of", dir))?;
-    }
-    let meta = std::fs::metadata(dir).map_err(io("inspect", dir))?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    let shown = dir.display();
-    if !meta.is_dir() {
-        return Err(StoreError::Unsafe(format!(
-            "the state directory {shown} is not a directory; point --state-dir at a directory"
-        )));
-    }
-    if meta.uid() != euid {
-        return Err(StoreError::Unsafe(format!(
-            "the state directory {shown} is owned by uid {}, not by this user (uid {euid}); point --state-dir at a directory of your own",
-            meta.uid()
-        )));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(StoreError::Unsafe(format!(
-            "the state directory {shown} is writable by group or others (mode {:o}); run chmod go-w on it or use another --state-dir",
-            meta.mode() & 0o7777
-        )));
-    }
-    Ok(())
+/// How the store's database is opened: never through a symbolic link.
+fn open_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW
 }
 
-/// Takes the workspace's lock, recording this pid in it: Ok(Err(pid)) when
-/// another process holds it (with its pid, if it wrote one).
-fn lock(path: &Path) -> Result<Result<File, Option<u32>>, StoreError> {
-    let mut file = create_private(path)?;
+/// The state directory, opened once (its last component not followed) and
+/// checked, then reached through its descriptor: nothing a session could
+/// plant later (a symbolic link, another directory) redirects the
+/// server's writes. `real` is its path with no link in it, for SQLite.
+struct StateDir {
+    fd: std::os::fd::OwnedFd,
+    real: PathBuf,
+}
+
+impl StateDir {
+    /// Creates `dir` mode 0700 if missing; an existing one must be a
+    /// directory (not a symbolic link) of this user, not writable by
+    /// others, since the store holds the code sessions ran. (Group-writable
+    /// is allowed: a Kubernetes fsGroup volume is.)
+    fn open(dir: &Path) -> Result<Self, StoreError> {
+        use nix::fcntl::OFlag;
+        let shown = dir.display();
+        if std::fs::symlink_metadata(dir).is_err() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io("create directory", dir))?;
+            // The umask may have taken bits off; 0700 is what we mean.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io("set the mode of", dir))?;
+        }
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| match e {
+            nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => StoreError::Unsafe(format!(
+                "the state directory {shown} is a symbolic link or not a directory; point --state-dir at the directory itself"
+            )),
+            e => io("open", dir)(e.into()),
+        })?;
+        let meta = nix::sys::stat::fstat(&fd).map_err(|e| io("inspect", dir)(e.into()))?;
+        let euid = nix::unistd::geteuid().as_raw();
+        if meta.st_uid != euid {
+            return Err(StoreError::Unsafe(format!(
+                "the state directory {shown} is owned by uid {}, not by this user (uid {euid}); point --state-dir at a directory of your own",
+                meta.st_uid
+            )));
+        }
+        if meta.st_mode & 0o002 != 0 {
+            return Err(StoreError::Unsafe(format!(
+                "the state directory {shown} is writable by others (mode {:o}); run chmod o-w on it or use another --state-dir",
+                meta.st_mode & 0o7777
+            )));
+        }
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .unwrap_or_else(|_| dir.to_path_buf());
+        Ok(Self { fd, real })
+    }
+
+    /// Opens `name` in the directory (never through a link), creating it
+    /// mode 0600; it must be a regular file of this user. An existing file
+    /// keeps its content.
+    fn create_private(&self, name: &str) -> Result<File, StoreError> {
+        use nix::fcntl::OFlag;
+        let path = self.real.join(name);
+        let fd = nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDWR
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NONBLOCK,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| io("create", &path)(e.into()))?;
+        let meta = nix::sys::stat::fstat(&fd).map_err(|e| io("inspect", &path)(e.into()))?;
+        if meta.st_mode & libc::S_IFMT != libc::S_IFREG
+            || meta.st_uid != nix::unistd::geteuid().as_raw()
+        {
+            return Err(StoreError::Unsafe(format!(
+                "{} is not a regular file of this user; remove it",
+                path.display()
+            )));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Makes `name` mode 0600 if it exists (never through a link).
+    fn restrict(&self, name: &str) -> Result<(), StoreError> {
+        match self.create_existing(name) {
+            Ok(Some(file)) => file
+                .set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io("restrict", &self.real.join(name))),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `name` opened if it exists as a regular file of this user.
+    fn create_existing(&self, name: &str) -> Result<Option<File>, StoreError> {
+        use nix::fcntl::OFlag;
+        match nix::fcntl::openat(
+            &self.fd,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            Ok(fd) => {
+                let meta = nix::sys::stat::fstat(&fd)
+                    .map_err(|e| io("inspect", &self.real.join(name))(e.into()))?;
+                if meta.st_mode & libc::S_IFMT != libc::S_IFREG
+                    || meta.st_uid != nix::unistd::geteuid().as_raw()
+                {
+                    return Err(StoreError::Unsafe(format!(
+                        "{} is not a regular file of this user; remove it",
+                        self.real.join(name).display()
+                    )));
+                }
+                Ok(Some(File::from(fd)))
+            }
+            Err(nix::errno::Errno::ENOENT) => Ok(None),
+            Err(e) => Err(io("open", &self.real.join(name))(e.into())),
+        }
+    }
+
+    /// Removes `name` from the directory if it is a regular file of this
+    /// user (never what a link points to).
+    fn remove(&self, name: &str) {
+        use nix::fcntl::AtFlags;
+        let ours =
+            nix::sys::stat::fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|m| {
+                m.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && m.st_uid == nix::unistd::geteuid().as_raw()
+            });
+        if ours {
+            let _ = nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+        }
+    }
+
+    /// When `name` was last written (None: no such file of ours).
+    fn modified(&self, name: &str) -> Option<std::time::SystemTime> {
+        use nix::fcntl::AtFlags;
+        let m = nix::sys::stat::fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        let secs = u64::try_from(m.st_mtime).ok()?;
+        Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+    }
+}
+
+/// Takes the lock `name` in the directory, recording this pid in it:
+/// Ok(Err(pid)) when another process holds it (with its pid, if it wrote
+/// one).
+fn lock(dir: &StateDir, name: &str) -> Result<Result<File, Option<u32>>, StoreError> {
+    let path = dir.real.join(name);
+    let mut file = dir.create_private(name)?;
     // SAFETY: flock on an fd we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
-            return Err(io("lock", path)(e));
+            return Err(io("lock", &path)(e));
         }
         let mut text = String::new();
         let pid = file
@@ -412,54 +525,48 @@ fn lock(path: &Path) -> Result<Result<File, Option<u32>>, StoreError> {
     }
     file.set_len(0)
         .and_then(|()| writeln!(file, "{}", std::process::id()))
-        .map_err(io("write", path))?;
+        .map_err(io("write", &path))?;
     Ok(Ok(file))
 }
 
 /// Removes the stores of other workspaces (gone, or not used) that nobody
 /// wrote for longer than `keep` and no server holds: retention by age,
-/// across workspaces.
-fn remove_unused(dir: &Path, keep: Duration) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// across workspaces. Only regular files of this user, named through the
+/// directory's descriptor.
+fn remove_unused(dir: &StateDir, keep: Duration) {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.fd.as_raw_fd())) else {
         return;
     };
     let now = std::time::SystemTime::now();
-    let unused = |p: &Path| {
-        std::fs::metadata(p)
-            .and_then(|m| m.modified())
-            .map_or(true, |t| now.duration_since(t).unwrap_or_default() > keep)
+    let unused = |name: &str| {
+        dir.modified(name)
+            .is_none_or(|t| now.duration_since(t).unwrap_or_default() > keep)
     };
     for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("sqlite3")
-            || !unused(&path)
-            || !unused(&with_suffix(&path, "-wal"))
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !name.ends_with(".sqlite3")
+            || dir.modified(&name).is_none()
+            || !unused(&name)
+            || !unused(&format!("{name}-wal"))
         {
             continue;
         }
-        let lock_path = with_suffix(&path, ".lock");
         // Held while removing, so no server opens it meanwhile.
-        let Ok(Ok(_held)) = lock(&lock_path) else {
+        let lock_name = format!("{name}.lock");
+        let Ok(Ok(_held)) = lock(dir, &lock_name) else {
             continue;
         };
         for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(with_suffix(&path, suffix));
+            dir.remove(&format!("{name}{suffix}"));
         }
-        let _ = std::fs::remove_file(&lock_path);
-        tracing::info!("removed the unused session store {}", path.display());
+        dir.remove(&lock_name);
+        tracing::info!(
+            "removed the unused session store {}",
+            dir.real.join(&name).display()
+        );
     }
-}
-
-/// Opens `path`, creating it mode 0600; an existing file keeps its content.
-fn create_private(path: &Path) -> Result<File, StoreError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(io("create", path))
 }
 
 /// FNV-1a, 64-bit: stable across builds and platforms, unlike std's hasher,
@@ -468,12 +575,6 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
-}
-
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StoreError {

@@ -2,7 +2,7 @@
 //! (never sleeps) and reads back, usually after a reopen.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -383,7 +383,7 @@ fn an_unsafe_state_dir_is_refused() {
     std::fs::set_permissions(&cfg.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let err = Store::open(&cfg).unwrap_err();
     assert!(matches!(err, StoreError::Unsafe(_)), "{err:?}");
-    assert!(err.to_string().contains("chmod go-w"), "{err}");
+    assert!(err.to_string().contains("chmod o-w"), "{err}");
     assert_eq!(
         std::fs::read_dir(&cfg.dir).unwrap().count(),
         0,
@@ -394,6 +394,49 @@ fn an_unsafe_state_dir_is_refused() {
     file.dir = tmp.path().join("a-file");
     std::fs::write(&file.dir, "").unwrap();
     assert!(matches!(Store::open(&file), Err(StoreError::Unsafe(_))));
+
+    // A state directory swapped for a symbolic link (a session planting one
+    // where it could write): refused, nothing created where it points.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let mut linked = config(tmp.path(), "/ws/a");
+    linked.dir = tmp.path().join("linked");
+    std::os::unix::fs::symlink(&elsewhere, &linked.dir).unwrap();
+    let err = Store::open(&linked).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+    // Group-writable (a Kubernetes fsGroup volume) is allowed.
+    let mut group = config(tmp.path(), "/ws/a");
+    group.dir = tmp.path().join("group");
+    std::fs::create_dir(&group.dir).unwrap();
+    std::fs::set_permissions(&group.dir, std::fs::Permissions::from_mode(0o770)).unwrap();
+    assert!(matches!(Store::open(&group), Ok(Opened::Ready(_))));
+}
+
+#[test]
+fn a_store_file_swapped_for_a_link_is_neither_followed_nor_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), "/ws/a");
+    std::fs::create_dir(&cfg.dir).unwrap();
+    std::fs::set_permissions(&cfg.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let target = tmp.path().join("victim");
+    std::fs::write(&target, "keep me").unwrap();
+    // An old store's name pointing at a file elsewhere: cleanup must not
+    // remove what it points to, nor the link as if it were a store.
+    let old = cfg.dir.join("00000000000000aa-local.sqlite3");
+    std::os::unix::fs::symlink(&target, &old).unwrap();
+    let mut aged = config(tmp.path(), "/ws/a");
+    aged.keep = Duration::ZERO;
+    let _store = open(&aged);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    // The store itself where a link was planted: refused, not followed.
+    let hash = fnv1a(b"/ws/b");
+    let planted = cfg.dir.join(format!("{hash:016x}-local.sqlite3"));
+    std::os::unix::fs::symlink(&target, &planted).unwrap();
+    let err = Store::open(&config(tmp.path(), "/ws/b")).unwrap_err();
+    assert!(!matches!(err, StoreError::Schema { .. }), "{err:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
 }
 
 #[test]
@@ -483,4 +526,10 @@ fn the_store_keeps_to_its_size_bound() {
         "the least recently updated session goes first"
     );
     assert_eq!(ids(&kept[0]), [2], "then the last one's oldest cells");
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }

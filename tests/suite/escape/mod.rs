@@ -7,6 +7,7 @@
 mod args;
 mod degraded;
 mod files;
+mod front_door;
 mod isolation;
 mod privileges;
 mod r_args;
