@@ -242,7 +242,12 @@ impl InstallerSettings {
             flags.extend(["--extra-index-url".to_string(), u.clone()]);
         }
         if !self.source_builds {
-            flags.extend(["--only-binary".to_string(), ":all:".to_string()]);
+            // uv's own switch: nothing is built, local projects included.
+            flags.extend([
+                "--only-binary".to_string(),
+                ":all:".to_string(),
+                "--no-build".to_string(),
+            ]);
         }
         flags
     }

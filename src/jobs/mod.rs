@@ -102,6 +102,9 @@ pub struct JobSpec {
     pub pty: bool,
     /// The tool that reads the job's whole output (default shell_output).
     pub reader: Option<&'static str>,
+    /// Directories of the server's the job may read (an install's copies
+    /// of local wheels).
+    pub extra_read: Vec<PathBuf>,
 }
 
 /// An install job and the packages it installs.
@@ -247,6 +250,7 @@ impl JobManager {
             home: self.cfg.log_dir.join(format!("job-home-{n}")),
             label: &format!("j{n}"),
             egress: spec.egress,
+            extra_read: &spec.extra_read,
             stdio,
         })
         .map_err(|e| JobError::Spawn(e.to_string()))
@@ -416,6 +420,16 @@ impl JobManager {
         if job.lock().exit.is_none() {
             let _ = rx.changed().await;
         }
+    }
+
+    /// A new directory name of the server's own (never made before),
+    /// for files it hands a job.
+    pub fn private_dir(&self, what: &str) -> PathBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.cfg
+            .log_dir
+            .join(format!("{what}-{n}-{}", std::process::id()))
     }
 
     /// Where jobs start: the workspace.

@@ -227,6 +227,7 @@ mod tests {
             home: dir.join("unused"),
             label: "t",
             egress: false,
+            extra_read: &[],
             stdio: Stdio::Pipes {
                 stdin: false,
                 control: Vec::new(),

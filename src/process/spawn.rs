@@ -56,6 +56,8 @@ pub struct Launch<'a> {
     /// A package installer: it reaches the egress proxy (with
     /// `--network packages`), nothing else.
     pub egress: bool,
+    /// Paths of the server's it may read besides the policy's.
+    pub extra_read: &'a [PathBuf],
     pub stdio: Stdio,
 }
 
@@ -142,6 +144,7 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         sandbox.environment(Some(home), launch.env),
     );
     policy.pty = pty && policy.mounts.is_some();
+    sandbox.add_reads(&mut policy, launch.extra_read);
     if launch.egress {
         sandbox.add_installer_reads(&mut policy);
         // The relay reaches the proxy's socket through a descriptor its PID 1

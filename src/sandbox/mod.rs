@@ -460,7 +460,12 @@ impl SandboxConfig {
 
     /// A package installer's policy also reads the operator's CA bundle.
     pub fn add_installer_reads(&self, policy: &mut Policy) {
-        for path in &self.installer_read {
+        self.add_reads(policy, &self.installer_read);
+    }
+
+    /// `paths` readable (and in the view, read-only) besides the policy's.
+    pub fn add_reads(&self, policy: &mut Policy, paths: &[PathBuf]) {
+        for path in paths {
             let path = path.display().to_string();
             policy.read.push(path.clone());
             if let Some(plan) = policy.mounts.as_mut() {

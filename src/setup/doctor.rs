@@ -368,6 +368,7 @@ async fn run_confined(
         home: state.path().join(format!("doctor-{name}")),
         label: "doctor",
         egress: false,
+        extra_read: &[],
         stdio: crate::process::Stdio::Pipes {
             stdin: false,
             control: vec![],

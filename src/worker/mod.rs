@@ -274,6 +274,7 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         home: spec.log_dir.join(format!("home-{launch_no}")),
         label: &format!("w{launch_no}"),
         egress: false,
+        extra_read: &[],
         stdio: Stdio::Pipes {
             stdin: false,
             control: channel.child,

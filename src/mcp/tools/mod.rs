@@ -4,6 +4,7 @@
 //! what the agent reads, with what to do next.
 
 pub mod files;
+mod install_spec;
 pub mod more;
 pub mod packages;
 pub mod python;

@@ -34,28 +34,6 @@ pub(super) fn shell_quote(s: &str) -> String {
 /// that are not a virtual environment, saying what to do instead.
 const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, session: ..., venv: .venv}\")";
 
-/// Whether pip would build `spec` from source even with `--only-binary
-/// :all:`, which it ignores for direct references: a URL, `name @ URL`, a
-/// local path or directory that is not a wheel (pip takes a bare name for a
-/// directory when one of that name exists in its working directory, the
-/// workspace).
-fn would_build(spec: &str, workdir: &std::path::Path) -> bool {
-    let s = spec.trim();
-    let target = match s
-        .split_once(" @ ")
-        .or_else(|| s.split_once('@').filter(|(_, r)| r.contains("://")))
-    {
-        Some((_, url)) => url.trim(),
-        None => s,
-    };
-    let local = target.starts_with(['.', '/', '~'])
-        || target.contains('/')
-        || workdir.join(target).exists();
-    let direct = target.contains("://") || local;
-    let path = target.split(['#', '?']).next().unwrap_or(target);
-    direct && !path.to_ascii_lowercase().ends_with(".whl")
-}
-
 #[tool_router(router = packages_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
@@ -82,9 +60,18 @@ Install {} once it has finished.",
             }
             return Ok(result);
         }
-        check_packages(&p.packages, self.jobs.installer(), self.jobs.workdir())?;
-        let spec = self.install_job(&session, &p.packages, p.upgrade.unwrap_or(false));
-        let job = self.jobs.start(spec)?;
+        let (packages, copies) = self.installable(&p.packages)?;
+        let upgrade = p.upgrade.unwrap_or(false);
+        let mut spec = self.install_job(&session, &packages, &p.packages, upgrade);
+        spec.extra_read.extend(copies.clone());
+        let job = match self.jobs.start(spec) {
+            Ok(job) => job,
+            Err(e) => {
+                copies.iter().for_each(|c| drop(std::fs::remove_dir_all(c)));
+                return Err(e.into());
+            }
+        };
+        self.remove_when_done(&job, copies);
         self.jobs
             .set_install(&session, job.clone(), p.packages.clone());
         self.refresh_imports_when_done(&job, &session);
@@ -112,9 +99,103 @@ Install {} once it has finished.",
 }
 
 impl FerreplServer {
+    /// The specs as the installer gets them: each checked, local wheels
+    /// replaced by the server's private copies (the directories returned,
+    /// shown to the install job read-only).
+    fn installable(
+        &self,
+        packages: &[String],
+    ) -> Result<(Vec<String>, Vec<std::path::PathBuf>), ToolError> {
+        use super::install_spec::{Install, classify};
+        let settings = self.jobs.installer();
+        check_packages(packages)?;
+        if settings.source_builds {
+            return Ok((packages.to_vec(), Vec::new()));
+        }
+        let mut out = Vec::new();
+        let mut copies = Vec::new();
+        for spec in packages {
+            match classify(spec, self.jobs.workdir()) {
+                Install::Index | Install::RemoteWheel => out.push(spec.clone()),
+                Install::LocalWheel(rel) => {
+                    let (dir, file) = self.copy_wheel(&rel)?;
+                    copies.push(dir);
+                    out.push(file.display().to_string());
+                }
+                Install::Builds(what) => {
+                    copies.iter().for_each(|c| drop(std::fs::remove_dir_all(c)));
+                    return Err(ToolError::new(format!(
+                        "'{spec}' is {what}: installs take wheels only (a build backend would run with the installer's network access). \
+Name a package (its wheel comes from the index), a .whl file in the workspace or a wheel URL, or ask the operator to start ferrepl with --allow-source-builds."
+                    )));
+                }
+            }
+        }
+        Ok((out, copies))
+    }
+
+    /// A local wheel read through the workspace's own descriptor (a
+    /// regular file, never a link out of it) and copied into a directory
+    /// of the server's: what the installer reads cannot be swapped.
+    fn copy_wheel(&self, rel: &str) -> Result<(std::path::PathBuf, std::path::PathBuf), ToolError> {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self
+            .files
+            .read(rel, MAX_WHEEL_BYTES)
+            .map_err(|e| ToolError::new(format!("the wheel '{rel}' cannot be read: {e}")))?;
+        let name = std::path::Path::new(&data.shown)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "package.whl".into());
+        let dir = self.jobs.private_dir("wheels");
+        let copied = (|| -> std::io::Result<std::path::PathBuf> {
+            crate::state::fresh_private_dir(&dir)?;
+            // Readable by the install job's uid (a root server's sessions
+            // run as another).
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+            let file = dir.join(&name);
+            std::fs::write(&file, &data.data)?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+            Ok(file)
+        })();
+        match copied {
+            Ok(file) => Ok((dir, file)),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(ToolError::new(format!(
+                    "cannot copy the wheel '{rel}' for the installer: {e}"
+                )))
+            }
+        }
+    }
+
+    /// The wheels' copies go once the install has ended.
+    fn remove_when_done(&self, job: &Arc<crate::jobs::Job>, copies: Vec<std::path::PathBuf>) {
+        if copies.is_empty() {
+            return;
+        }
+        let (jobs, job) = (self.jobs.clone(), job.clone());
+        tokio::spawn(async move {
+            while jobs.status_of(&job).is_none() {
+                jobs.changed(&job).await;
+            }
+            for dir in copies {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        });
+    }
+
     /// The install as a job: the venv check, then uv (when on PATH) or pip
     /// with the installer's flags and environment.
-    fn install_job(&self, session: &str, packages: &[String], upgrade: bool) -> JobSpec {
+    /// `shown`: the packages as the agent named them (a local wheel's copy
+    /// is what the installer gets).
+    fn install_job(
+        &self,
+        session: &str,
+        packages: &[String],
+        shown: &[String],
+        upgrade: bool,
+    ) -> JobSpec {
         let settings = self.jobs.installer();
         let python = shell_quote(&self.manager.session_python(session).display().to_string());
         let upgrade = if upgrade { " --upgrade" } else { "" };
@@ -145,7 +226,14 @@ impl FerreplServer {
         };
         let check = format!("{python} -I -c {} && ", shell_quote(VENV_CHECK));
         JobSpec {
-            shown: Some(format!("{head} {packages}")),
+            shown: Some(format!(
+                "{head} {}",
+                shown
+                    .iter()
+                    .map(|s| shell_quote(s))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
             command: format!("{check}{head} {flags} {packages}"),
             env: settings.env().into_iter().collect(),
             egress: true,
@@ -176,13 +264,11 @@ impl FerreplServer {
     }
 }
 
-/// Refuses what is not a package to install: nothing, installer options,
-/// and (unless the operator allowed source builds) anything pip would build.
-fn check_packages(
-    packages: &[String],
-    settings: &crate::installer::InstallerSettings,
-    workdir: &std::path::Path,
-) -> Result<(), ToolError> {
+/// Largest local wheel copied for the installer.
+const MAX_WHEEL_BYTES: u64 = 512 << 20;
+
+/// Refuses what is not a package to install: nothing, installer options.
+fn check_packages(packages: &[String]) -> Result<(), ToolError> {
     if packages.is_empty() {
         return Err(ToolError::new(
             "packages is empty: name at least one package or wheel path",
@@ -196,47 +282,5 @@ fn check_packages(
             "'{bad}' is not a package: pass names, specifiers or paths only (no installer options)"
         )));
     }
-    if !settings.source_builds
-        && let Some(bad) = packages.iter().find(|s| would_build(s, workdir))
-    {
-        return Err(ToolError::new(format!(
-            "'{bad}' is a source distribution, project directory or repository: installs take wheels only \
-(a build script would run with the installer's network access). Name a package (its wheel comes from the index), \
-a .whl file or URL, or ask the operator to start ferrepl with --allow-source-builds."
-        )));
-    }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::would_build;
-
-    #[test]
-    fn direct_references_that_are_not_wheels_would_build() {
-        let ws = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(ws.path().join("six")).expect("mkdir");
-        let dir = ws.path();
-        for spec in [
-            "https://example.com/x-1.0.tar.gz",
-            "docopt @ https://files.example/docopt-0.6.2.tar.gz",
-            "git+https://github.com/a/b",
-            "./proj",
-            "/abs/proj",
-            "dist/x-1.0.tar.gz",
-            "six",
-        ] {
-            assert!(would_build(spec, dir), "{spec}");
-        }
-        for spec in [
-            "numpy",
-            "numpy>=2",
-            "pandas[excel]==2.2",
-            "./dist/x-1.0-py3-none-any.whl",
-            "https://files.example/x-1.0-py3-none-any.whl#sha256=ab",
-            "x @ https://files.example/x-1.0-py3-none-any.WHL",
-        ] {
-            assert!(!would_build(spec, dir), "{spec}");
-        }
-    }
 }

@@ -79,6 +79,7 @@ impl FerreplServer {
             shown: None,
             egress: false,
             reader: None,
+            extra_read: Vec::new(),
         };
         let job = self.jobs.start(spec)?;
         let wait = self.manager.wait_window(secs(p.wait_s));

@@ -8,6 +8,7 @@ mod args;
 mod degraded;
 mod files;
 mod front_door;
+mod install_specs;
 mod isolation;
 mod privileges;
 mod r_args;
