@@ -67,9 +67,14 @@ pub struct Config {
     )]
     pub drain_seconds: f64,
 
-    /// Most sessions of one tenant (default: --max-sessions, which bounds the whole instance).
+    /// Most sessions of one tenant (default: half of --max-sessions, at least 1).
     #[arg(long, env = "FERREPL_TENANT_MAX_SESSIONS", value_name = "N")]
     pub tenant_max_sessions: Option<usize>,
+
+    /// Jobs (shell and install) one tenant may run at once (default: half of --max-jobs, at
+    /// least 1, so one tenant cannot take every slot).
+    #[arg(long, env = "FERREPL_TENANT_MAX_JOBS", value_name = "N")]
+    pub tenant_max_jobs: Option<usize>,
 
     /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
     #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]

@@ -163,7 +163,7 @@ impl JobManager {
         self.prune();
         // The instance's job budget (--max-jobs) is the gate's.
         let slot = match &self.cfg.gate {
-            Some(gate) => Some(gate.instance.job_slot()?),
+            Some(gate) => Some(gate.job_slot()?),
             None => None,
         };
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -383,7 +383,13 @@ impl Metrics {
         preset(
             &self.admission_refusals,
             "reason",
-            &["draining", "instance_full", "jobs_full", "disk_full"],
+            &[
+                "draining",
+                "instance_full",
+                "jobs_full",
+                "tenant_jobs_full",
+                "disk_full",
+            ],
         );
         preset(
             &self.http_refusals,

@@ -29,6 +29,10 @@ pub enum Refusal {
     )]
     InstanceJobsFull { limit: usize },
     #[error(
+        "this tenant runs {limit} jobs, its share of the instance (--tenant-max-jobs); wait for one with shell_wait, stop one with shell_wait {{job, signal: \"TERM\"}}, or retry later"
+    )]
+    TenantJobsFull { limit: usize },
+    #[error(
         "the workspace and the sessions' temporary directories (HOME, TMPDIR) use {used} of their {limit} quota (--tenant-disk): new cells and jobs are refused until files are deleted (rm through shell_exec or python)",
         used = human_bytes(*.used),
         limit = human_bytes(*.limit)
@@ -51,6 +55,7 @@ impl Refusal {
             Refusal::Draining => "draining",
             Refusal::InstanceFull { .. } => "instance_full",
             Refusal::InstanceJobsFull { .. } => "jobs_full",
+            Refusal::TenantJobsFull { .. } => "tenant_jobs_full",
             Refusal::DiskFull { .. } | Refusal::DiskUncounted { .. } => "disk_full",
         });
         self
@@ -98,7 +103,7 @@ impl Gate {
     /// Counts a tool call until the guard is dropped.
     pub fn call_started(&self) -> Slot {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Slot(self.calls.clone())
+        Slot(self.calls.clone(), None)
     }
 
     /// Tool calls being served now.
@@ -118,7 +123,7 @@ impl Gate {
                 }
                 .counted()
             })?;
-        Ok(Slot(self.jobs.clone()))
+        Ok(Slot(self.jobs.clone(), None))
     }
 
     /// Counts `manager` in from now on; `load` first adds its stored
@@ -167,13 +172,16 @@ impl Gate {
     }
 }
 
-/// One unit of a count (a call in flight, a running job), given back when
-/// dropped.
-pub struct Slot(Arc<AtomicUsize>);
+/// One unit of a count (a call in flight, a running job: the instance's,
+/// and the tenant's), given back when dropped.
+pub struct Slot(Arc<AtomicUsize>, Option<Arc<AtomicUsize>>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        if let Some(tenant) = &self.1 {
+            tenant.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -183,6 +191,10 @@ pub struct TenantGate {
     pub instance: Arc<Gate>,
     quota: Option<WorkspaceQuota>,
     revoked: AtomicBool,
+    /// Its running jobs, at most its share (--tenant-max-jobs): one tenant
+    /// cannot take every job slot of the instance.
+    jobs: Arc<AtomicUsize>,
+    max_jobs: usize,
 }
 
 impl std::fmt::Debug for TenantGate {
@@ -195,12 +207,40 @@ impl std::fmt::Debug for TenantGate {
 }
 
 impl TenantGate {
-    pub fn new(instance: Arc<Gate>, quota: Option<WorkspaceQuota>) -> Arc<Self> {
+    /// `max_jobs`: the tenant's share of the instance's jobs.
+    pub fn new(instance: Arc<Gate>, quota: Option<WorkspaceQuota>, max_jobs: usize) -> Arc<Self> {
         Arc::new(Self {
             instance,
             quota,
             revoked: AtomicBool::new(false),
+            jobs: Arc::new(AtomicUsize::new(0)),
+            max_jobs: max_jobs.max(1),
         })
+    }
+
+    /// A slot for one more running job: the tenant's share first, then the
+    /// instance's budget; held until the job exits.
+    pub fn job_slot(&self) -> Result<Slot, Refusal> {
+        self.jobs
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_jobs).then_some(n + 1)
+            })
+            .map_err(|_| {
+                Refusal::TenantJobsFull {
+                    limit: self.max_jobs,
+                }
+                .counted()
+            })?;
+        match self.instance.job_slot() {
+            Ok(mut slot) => {
+                slot.1 = Some(self.jobs.clone());
+                Ok(slot)
+            }
+            Err(e) => {
+                self.jobs.fetch_sub(1, Ordering::SeqCst);
+                Err(e)
+            }
+        }
     }
 
     /// Sets whether the tenant's tokens are revoked. Set before its work is
@@ -334,7 +374,7 @@ mod tests {
         let areas = dirs.iter().map(|d| Workspace::new(d.path()).unwrap());
         let areas: Vec<Workspace> = areas.collect();
         let quota = WorkspaceQuota::watch(areas, 64 * 1024);
-        let gate = TenantGate::new(Gate::new(4, 4), Some(quota));
+        let gate = TenantGate::new(Gate::new(4, 4), Some(quota), 4);
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskFull { .. }), "{e}");
         assert!(e.to_string().contains("--tenant-disk"), "{e}");
@@ -343,8 +383,24 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_takes_at_most_its_share_of_the_jobs() {
+        let instance = Gate::new(4, 3);
+        let alice = TenantGate::new(instance.clone(), None, 2);
+        let bob = TenantGate::new(instance, None, 2);
+        let a1 = alice.job_slot().expect("alice 1");
+        let _a2 = alice.job_slot().expect("alice 2");
+        let e = alice.job_slot().err().expect("alice is at her share");
+        assert!(e.to_string().contains("--tenant-max-jobs"), "{e}");
+        let _b1 = bob.job_slot().expect("bob still gets one");
+        let e = bob.job_slot().err().expect("the instance is full");
+        assert!(matches!(e, Refusal::InstanceJobsFull { .. }), "{e}");
+        drop(a1);
+        bob.job_slot().expect("a slot given back serves bob");
+    }
+
+    #[test]
     fn a_revoked_tenant_is_refused_until_reinstated() {
-        let gate = TenantGate::new(Gate::new(4, 4), None);
+        let gate = TenantGate::new(Gate::new(4, 4), None, 4);
         assert!(gate.admit_work().is_ok());
         gate.set_revoked(true);
         let e = gate.admit_work().expect_err("revoked");
@@ -363,7 +419,7 @@ mod tests {
             limit: 1 << 40,
             used: Arc::new(AtomicU64::new(UNCOUNTED)),
         };
-        let gate = TenantGate::new(Gate::new(4, 4), Some(quota));
+        let gate = TenantGate::new(Gate::new(4, 4), Some(quota), 4);
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskUncounted { .. }), "{e}");
         assert!(e.to_string().contains("could not be measured"), "{e}");

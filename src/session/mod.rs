@@ -132,7 +132,7 @@ pub enum SessionError {
     #[error("invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'")]
     BadName(String),
     #[error(
-        "cannot create session '{name}': the limit of {limit} sessions is reached (--max-sessions); reuse a session or reset one"
+        "cannot create session '{name}': the limit of {limit} sessions is reached (--max-sessions, or a tenant's share: --tenant-max-sessions); reuse, reset or delete a session"
     )]
     TooMany { name: String, limit: usize },
     #[error("session '{session}': {source}")]

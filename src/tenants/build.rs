@@ -109,11 +109,20 @@ impl Base {
             sandbox.cgroups = Some(tenant_root);
             cgroup = Some(group);
         }
+        // Each named tenant's share: by default half the instance's, so
+        // one tenant at its limit leaves room for the others.
+        let half = |n: usize| (n / 2).max(1);
+        let mut job_share = usize::MAX;
         if let Tenant::Named(_) = tenant {
             settings.limits.max_sessions = self
                 .cfg
                 .tenant_max_sessions
-                .unwrap_or(self.cfg.max_sessions)
+                .unwrap_or(half(self.cfg.max_sessions))
+                .max(1);
+            job_share = self
+                .cfg
+                .tenant_max_jobs
+                .unwrap_or(half(self.cfg.max_jobs))
                 .max(1);
         }
         let sandbox = Arc::new(sandbox);
@@ -134,7 +143,7 @@ impl Base {
             }
             _ => None,
         };
-        let gate = TenantGate::new(self.gate.clone(), quota);
+        let gate = TenantGate::new(self.gate.clone(), quota, job_share);
         let tenant_gate = gate.clone();
         let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
 

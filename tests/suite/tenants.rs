@@ -517,9 +517,65 @@ async fn the_instance_session_budget_counts_every_tenant() {
     );
 }
 
+/// One tenant at its share leaves the others theirs: with --max-jobs 2 and
+/// --max-sessions 4, each tenant gets one job and two sessions by default;
+/// alpha at both limits is refused with its share named, and beta still
+/// gets a job and a session.
+#[tokio::test]
+async fn a_tenant_at_its_share_leaves_the_others_theirs() {
+    let (_dir, _server, alpha, beta) =
+        two_tenants(&["--tools", "all", "--max-jobs", "2", "--max-sessions", "4"]).await;
+    let shell = |client: &Client, command: &str| {
+        let args = json!({ "command": command, "wait_s": 0 });
+        let peer = client.peer().clone();
+        async move { call(&peer, "shell_exec", args).await }
+    };
+    let first = shell(&alpha, "sleep 600").await;
+    assert!(!first.is_error, "{first:#?}");
+    let out = shell(&alpha, "sleep 600").await;
+    assert!(
+        out.is_error && out.text.contains("--tenant-max-jobs"),
+        "{out:#?}"
+    );
+    let out = call(
+        beta.peer(),
+        "shell_exec",
+        json!({ "command": "echo beta-ran", "wait_s": 30 }),
+    )
+    .await;
+    assert!(!out.is_error && out.text.contains("beta-ran"), "{out:#?}");
+
+    assert!(!exec(&alpha, "1").await.is_error);
+    let second = json!({ "code": "2", "session": "second" });
+    assert!(!call(alpha.peer(), "python_exec", second).await.is_error);
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": "3", "session": "third" }),
+    )
+    .await;
+    assert!(
+        out.is_error && out.text.contains("--tenant-max-sessions"),
+        "{out:#?}"
+    );
+    assert!(
+        !exec(&beta, "1").await.is_error,
+        "beta still gets a session"
+    );
+}
+
 #[tokio::test]
 async fn jobs_count_toward_the_instance_and_never_share_a_home() {
-    let (_dir, server, alpha, beta) = two_tenants(&["--tools", "all", "--max-jobs", "2"]).await;
+    // Shares as large as the instance: the instance's own budget is tested.
+    let (_dir, server, alpha, beta) = two_tenants(&[
+        "--tools",
+        "all",
+        "--max-jobs",
+        "2",
+        "--tenant-max-jobs",
+        "2",
+    ])
+    .await;
     // A job of `command`, waited for `wait_s` seconds.
     let shell = |client: &Client, command: &str, wait_s: u64| {
         let args = json!({ "command": command, "wait_s": wait_s });
