@@ -1018,7 +1018,10 @@ async fn install_until_done(server: &StdioServer, packages: &[&str]) -> ToolOutp
 
 #[tokio::test]
 async fn r_install_of_a_local_source_package_is_loadable_at_once() {
-    let server = r_server().await;
+    // A local source package builds: the operator has to allow it.
+    let mut args = R_LANGS.to_vec();
+    args.push("--allow-source-builds");
+    let server = StdioServer::start(&args).await;
     let tarball = build_test_package(server.workdir.path()).await;
     assert_r_ok(&r_exec(&server, "before_install <- 7").await);
     let pid = session_pid(&server, "r").await;

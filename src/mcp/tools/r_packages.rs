@@ -28,7 +28,7 @@ impl FerreplServer {
             let report = self.drive_job(job, wait, call, false).await?;
             return Ok(job_result(&report, R_INSTALL_HINT));
         }
-        let (names, files) = split_packages(&p.packages)?;
+        let (names, files) = split_packages(&p.packages, self.jobs.installer().source_builds)?;
         let spec = self.r_install_job(&names, &files);
         let job = self.jobs.start(spec)?;
         self.jobs
@@ -96,7 +96,15 @@ if (length(miss)) {{ message('not installed: ', paste(miss, collapse = ', ')); q
 
 /// CRAN names (letters, digits and dots, starting with a letter) and
 /// workspace source tarballs; anything else is refused before a job starts.
-fn split_packages(packages: &[String]) -> Result<(Vec<String>, Vec<String>), ToolError> {
+/// CRAN names, and (when the operator allows source builds) local source
+/// tarballs: a tarball's configure script and Makevars run code of the
+/// agent's with the installer's network access, as a Python build backend
+/// would. (CRAN on Linux is source-only too, but from the allowed
+/// repositories.)
+fn split_packages(
+    packages: &[String],
+    source_builds: bool,
+) -> Result<(Vec<String>, Vec<String>), ToolError> {
     if packages.is_empty() {
         return Err(ToolError::new(
             "packages is empty: name at least one R package",
@@ -113,7 +121,12 @@ fn split_packages(packages: &[String]) -> Result<(Vec<String>, Vec<String>), Too
             && !p.contains("://");
         match (is_name, is_file) {
             (true, _) => names.push(p.to_string()),
-            (_, true) => files.push(p.to_string()),
+            (_, true) if source_builds => files.push(p.to_string()),
+            (_, true) => {
+                return Err(ToolError::new(format!(
+                    "'{p}' is a local source package: its build scripts would run with the installer's network access. Install CRAN packages by name, or ask the operator to start ferrepl with --allow-source-builds."
+                )));
+            }
             _ => {
                 return Err(ToolError::new(format!(
                     "'{p}' is not an R package: pass CRAN names (e.g. data.table) or paths of .tar.gz source packages in the workspace"
@@ -137,7 +150,7 @@ mod tests {
     #[test]
     fn only_names_and_tarballs_pass() {
         let ok = ["data.table", "ggplot2", "dist/mypkg_0.1.tar.gz"].map(String::from);
-        let (names, files) = split_packages(&ok).expect("valid");
+        let (names, files) = split_packages(&ok, true).expect("valid");
         assert_eq!(names, ["data.table", "ggplot2"]);
         assert_eq!(files, ["dist/mypkg_0.1.tar.gz"]);
         assert_eq!(package_of_tarball(&files[0]), "mypkg");
@@ -149,7 +162,12 @@ mod tests {
             "2pkg",
             "",
         ] {
-            assert!(split_packages(&[bad.to_string()]).is_err(), "{bad}");
+            assert!(split_packages(&[bad.to_string()], true).is_err(), "{bad}");
         }
+        // Without source builds a local tarball is refused, by name.
+        let local = ["dist/mypkg_0.1.tar.gz".to_string()];
+        let e = split_packages(&local, false).expect_err("a local build");
+        assert!(format!("{e:?}").contains("--allow-source-builds"), "{e:?}");
+        split_packages(&ok[..2], false).expect("CRAN names need no flag");
     }
 }

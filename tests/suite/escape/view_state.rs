@@ -323,6 +323,8 @@ async fn server_files_probe(place: Place) {
         "python,r",
         "--warm-pool",
         "0",
+        // The R probe is a local source package: its code runs as it builds.
+        "--allow-source-builds",
     ];
     let server = HttpServer::launch(Launch::new(&args)).await;
     let alice = connect(&server, ALICE).await;
