@@ -113,16 +113,12 @@ impl Gate {
 
     /// A slot for one more running job, held until it exits.
     pub fn job_slot(&self) -> Result<Slot, Refusal> {
-        self.jobs
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_jobs).then_some(n + 1)
-            })
-            .map_err(|_| {
-                Refusal::InstanceJobsFull {
-                    limit: self.max_jobs,
-                }
-                .counted()
-            })?;
+        if !take_one(&self.jobs, self.max_jobs) {
+            return Err(Refusal::InstanceJobsFull {
+                limit: self.max_jobs,
+            }
+            .counted());
+        }
         Ok(Slot(self.jobs.clone(), None))
     }
 
@@ -170,6 +166,15 @@ impl Gate {
         }
         Ok(add())
     }
+}
+
+/// Adds one to `count` unless it has reached `max`; whether it did.
+fn take_one(count: &AtomicUsize, max: usize) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 /// One unit of a count (a call in flight, a running job: the instance's,
@@ -221,16 +226,12 @@ impl TenantGate {
     /// A slot for one more running job: the tenant's share first, then the
     /// instance's budget; held until the job exits.
     pub fn job_slot(&self) -> Result<Slot, Refusal> {
-        self.jobs
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_jobs).then_some(n + 1)
-            })
-            .map_err(|_| {
-                Refusal::TenantJobsFull {
-                    limit: self.max_jobs,
-                }
-                .counted()
-            })?;
+        if !take_one(&self.jobs, self.max_jobs) {
+            return Err(Refusal::TenantJobsFull {
+                limit: self.max_jobs,
+            }
+            .counted());
+        }
         match self.instance.job_slot() {
             Ok(mut slot) => {
                 slot.1 = Some(self.jobs.clone());
