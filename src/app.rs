@@ -49,7 +49,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         tokens.has_tenants(),
         uids.as_deref(),
     )?;
-    let gate = Gate::new(cfg.max_sessions, cfg.max_jobs);
+    let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,

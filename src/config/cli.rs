@@ -76,6 +76,11 @@ pub struct Config {
     #[arg(long, env = "FERREPL_TENANT_MAX_JOBS", value_name = "N")]
     pub tenant_max_jobs: Option<usize>,
 
+    /// Warm-pool interpreters one tenant may hold (default: half of --warm-pool, at least 1
+    /// when it is not 0); with tenants, --warm-pool counts over all of them.
+    #[arg(long, env = "FERREPL_TENANT_WARM_POOL", value_name = "N")]
+    pub tenant_warm_pool: Option<usize>,
+
     /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
     #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]
     pub tenant_memory: Option<String>,

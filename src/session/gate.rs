@@ -74,14 +74,20 @@ pub struct Gate {
     jobs: Arc<AtomicUsize>,
     max_jobs: usize,
     managers: Mutex<Vec<Weak<SessionManager>>>,
+    /// Interpreters in the warm pools over all tenants, at most
+    /// `max_pooled` (--warm-pool): idle memory no tenant count can multiply.
+    pooled: Arc<AtomicUsize>,
+    max_pooled: usize,
     /// Held while a session is counted and added, so that tenants creating
     /// sessions at once cannot overshoot the instance's limit together.
     creating: Mutex<()>,
 }
 
 impl Gate {
-    pub fn new(max_sessions: usize, max_jobs: usize) -> Arc<Self> {
+    pub fn new(max_sessions: usize, max_jobs: usize, max_pooled: usize) -> Arc<Self> {
         Arc::new(Self {
+            pooled: Arc::new(AtomicUsize::new(0)),
+            max_pooled,
             draining: AtomicBool::new(false),
             calls: Arc::new(AtomicUsize::new(0)),
             max_sessions: max_sessions.max(1),
@@ -120,6 +126,20 @@ impl Gate {
             .counted());
         }
         Ok(Slot(self.jobs.clone(), None))
+    }
+
+    /// A place in the instance's warm pool for one more interpreter, held
+    /// while it waits there; None when the pools hold --warm-pool already.
+    pub(super) fn pool_slot(&self) -> Option<Slot> {
+        take_one(&self.pooled, self.max_pooled).then(|| Slot(self.pooled.clone(), None))
+    }
+
+    /// A pooled interpreter left its pool (taken, died): every tenant whose
+    /// pool is short may take the place, not only the one that used it.
+    pub(super) fn pool_place_freed(&self) {
+        for manager in self.managers() {
+            manager.top_up_pool();
+        }
     }
 
     /// Counts `manager` in from now on; `load` first adds its stored
@@ -375,7 +395,7 @@ mod tests {
         let areas = dirs.iter().map(|d| Workspace::new(d.path()).unwrap());
         let areas: Vec<Workspace> = areas.collect();
         let quota = WorkspaceQuota::watch(areas, 64 * 1024);
-        let gate = TenantGate::new(Gate::new(4, 4), Some(quota), 4);
+        let gate = TenantGate::new(Gate::new(4, 4, 1), Some(quota), 4);
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskFull { .. }), "{e}");
         assert!(e.to_string().contains("--tenant-disk"), "{e}");
@@ -385,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_tenant_takes_at_most_its_share_of_the_jobs() {
-        let instance = Gate::new(4, 3);
+        let instance = Gate::new(4, 3, 1);
         let alice = TenantGate::new(instance.clone(), None, 2);
         let bob = TenantGate::new(instance, None, 2);
         let a1 = alice.job_slot().expect("alice 1");
@@ -400,8 +420,21 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_pools_hold_at_most_the_instance_places() {
+        let instance = Gate::new(4, 4, 2);
+        let first = instance.pool_slot().expect("place 1");
+        let _second = instance.pool_slot().expect("place 2");
+        assert!(instance.pool_slot().is_none(), "a third place");
+        drop(first);
+        assert!(
+            instance.pool_slot().is_some(),
+            "a freed place is taken again"
+        );
+    }
+
+    #[test]
     fn a_revoked_tenant_is_refused_until_reinstated() {
-        let gate = TenantGate::new(Gate::new(4, 4), None, 4);
+        let gate = TenantGate::new(Gate::new(4, 4, 1), None, 4);
         assert!(gate.admit_work().is_ok());
         gate.set_revoked(true);
         let e = gate.admit_work().expect_err("revoked");
@@ -420,7 +453,7 @@ mod tests {
             limit: 1 << 40,
             used: Arc::new(AtomicU64::new(UNCOUNTED)),
         };
-        let gate = TenantGate::new(Gate::new(4, 4), Some(quota), 4);
+        let gate = TenantGate::new(Gate::new(4, 4, 1), Some(quota), 4);
         let e = first_refusal(&gate).await;
         assert!(matches!(e, Refusal::DiskUncounted { .. }), "{e}");
         assert!(e.to_string().contains("could not be measured"), "{e}");

@@ -359,7 +359,11 @@ impl SessionManager {
         durable: Durability,
         gate: Arc<gate::TenantGate>,
     ) -> Arc<Self> {
-        let pool = Arc::new(pool::WarmPool::new(limits.warm_pool, limits.start_timeout));
+        let pool = Arc::new(pool::WarmPool::new(
+            limits.warm_pool,
+            limits.start_timeout,
+            gate.instance.clone(),
+        ));
         let manager = Self {
             spec,
             python_on,

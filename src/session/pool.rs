@@ -10,35 +10,41 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::gate::{Gate, Slot};
 use crate::worker::{self, LaunchSpec, Worker};
 
 pub(super) struct WarmPool {
+    /// This tenant's share (--tenant-warm-pool; --warm-pool alone).
     target: usize,
+    /// The instance's places over every tenant's pool (--warm-pool).
+    instance: Arc<Gate>,
     /// --start-timeout: how long a pooled worker may take to become ready.
     start_timeout: Duration,
-    ready: Mutex<VecDeque<Arc<Worker>>>,
+    ready: Mutex<VecDeque<(Arc<Worker>, Slot)>>,
     /// A refill task is running (at most one).
     refilling: AtomicBool,
 }
 
 impl WarmPool {
-    pub(super) fn new(target: usize, start_timeout: Duration) -> Self {
+    pub(super) fn new(target: usize, start_timeout: Duration, instance: Arc<Gate>) -> Self {
         Self {
             target,
+            instance,
             start_timeout,
             ready: Mutex::new(VecDeque::new()),
             refilling: AtomicBool::new(false),
         }
     }
 
-    fn ready(&self) -> MutexGuard<'_, VecDeque<Arc<Worker>>> {
+    fn ready(&self) -> MutexGuard<'_, VecDeque<(Arc<Worker>, Slot)>> {
         self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The oldest pooled worker still alive; dead ones are dropped.
+    /// The oldest pooled worker still alive; dead ones are dropped. Its
+    /// place in the instance's pool is given back.
     pub(super) fn take(&self) -> Option<Arc<Worker>> {
         let mut ready = self.ready();
-        while let Some(w) = ready.pop_front() {
+        while let Some((w, _place)) = ready.pop_front() {
             if w.exit_info().is_none() {
                 return Some(w);
             }
@@ -50,7 +56,7 @@ impl WarmPool {
     pub(super) fn len(&self) -> usize {
         self.ready()
             .iter()
-            .filter(|w| w.exit_info().is_none())
+            .filter(|(w, _)| w.exit_info().is_none())
             .count()
     }
 
@@ -71,13 +77,16 @@ impl WarmPool {
         let pool = self.clone();
         tokio::spawn(async move {
             let mut failed = false;
+            // Every place of the instance's pool is taken: the next freed
+            // place refills (Gate::pool_place_freed), not a retry here.
+            let mut no_place = false;
             // Workers that die while pooled are replaced, but not forever:
             // a run launches at most twice the pool's size.
             let mut launches = pool.target * 2;
             loop {
                 let missing = {
                     let mut ready = pool.ready();
-                    ready.retain(|w| w.exit_info().is_none());
+                    ready.retain(|(w, _)| w.exit_info().is_none());
                     pool.target.saturating_sub(ready.len())
                 };
                 if missing == 0 || stop() {
@@ -90,6 +99,12 @@ impl WarmPool {
                     failed = true;
                     break;
                 }
+                // A place in the instance's pool first: when other tenants'
+                // pools hold them all, this one waits for a freed place.
+                let Some(place) = pool.instance.pool_slot() else {
+                    no_place = true;
+                    break;
+                };
                 launches -= 1;
                 // One start at a time, and only ready workers in the pool:
                 // a take never waits on a start the pool began.
@@ -104,7 +119,7 @@ impl WarmPool {
                             w.kill_in_background();
                             break;
                         }
-                        ready.push_back(w);
+                        ready.push_back((w, place));
                     }
                     Err(e) => {
                         // Whatever stops a launch here (the interpreter is
@@ -121,7 +136,7 @@ impl WarmPool {
             // A take that came while this task was finishing saw `refilling`
             // set and started nothing: look once more.
             let short = pool.len() < pool.target;
-            if short && !failed && !stop() {
+            if short && !failed && !no_place && !stop() {
                 pool.refill(spec, stop);
             }
         });
@@ -129,6 +144,6 @@ impl WarmPool {
 
     /// Empties the pool (shutdown); the caller ends the workers.
     pub(super) fn drain(&self) -> Vec<Arc<Worker>> {
-        self.ready().drain(..).collect()
+        self.ready().drain(..).map(|(w, _)| w).collect()
     }
 }

@@ -196,9 +196,16 @@ impl SessionManager {
             _ => worker::launch_ready(&self.spec, timeout).await?,
         };
         if !self.warming.load(Ordering::SeqCst) {
-            self.refill_pool();
+            self.gate.instance.pool_place_freed();
         }
         Ok(worker)
+    }
+
+    /// Refills this tenant's pool if it is short and warmed up already.
+    pub(super) fn top_up_pool(self: &Arc<Self>) {
+        if !self.warming.load(Ordering::SeqCst) && self.pool.len() < self.pool.target() {
+            self.refill_pool();
+        }
     }
 
     /// Tops the warm pool up in the background (--warm-pool).

@@ -124,6 +124,11 @@ impl Base {
                 .tenant_max_jobs
                 .unwrap_or(half(self.cfg.max_jobs))
                 .max(1);
+            let pool = usize::from(self.cfg.warm_pool);
+            if pool > 0 {
+                settings.limits.warm_pool =
+                    self.cfg.tenant_warm_pool.unwrap_or(half(pool)).min(pool);
+            }
         }
         let sandbox = Arc::new(sandbox);
         let workspace = files::Workspace::new(&workdir)

@@ -33,7 +33,10 @@ async fn serve(lines: &str, extra: &[&str]) -> (tempfile::TempDir, HttpServer) {
 }
 
 async fn start(tokens: &Path, extra: &[&str]) -> HttpServer {
-    let mut args = vec!["--auth-token-file", path_str(tokens), "--warm-pool", "0"];
+    let mut args = vec!["--auth-token-file", path_str(tokens)];
+    if !extra.contains(&"--warm-pool") {
+        args.extend(["--warm-pool", "0"]);
+    }
     args.extend_from_slice(extra);
     HttpServer::start(&args, &[]).await
 }
@@ -523,8 +526,18 @@ async fn the_instance_session_budget_counts_every_tenant() {
 /// gets a job and a session.
 #[tokio::test]
 async fn a_tenant_at_its_share_leaves_the_others_theirs() {
-    let (_dir, _server, alpha, beta) =
-        two_tenants(&["--tools", "all", "--max-jobs", "2", "--max-sessions", "4"]).await;
+    // Two pooled interpreters over the instance: one each by default.
+    let (_dir, _server, alpha, beta) = two_tenants(&[
+        "--tools",
+        "all",
+        "--max-jobs",
+        "2",
+        "--max-sessions",
+        "4",
+        "--warm-pool",
+        "2",
+    ])
+    .await;
     let shell = |client: &Client, command: &str| {
         let args = json!({ "command": command, "wait_s": 0 });
         let peer = client.peer().clone();
@@ -562,6 +575,55 @@ async fn a_tenant_at_its_share_leaves_the_others_theirs() {
         !exec(&beta, "1").await.is_error,
         "beta still gets a session"
     );
+
+    // Installs are jobs: alpha's share holds them too.
+    let out = call(
+        alpha.peer(),
+        "python_install",
+        json!({ "packages": ["six"], "wait_s": 0 }),
+    )
+    .await;
+    assert!(
+        out.is_error && out.text.contains("--tenant-max-jobs"),
+        "{out:#?}"
+    );
+
+    // The warm pool: alpha took two interpreters and refilled, yet holds at
+    // most her share, and beta's pool fills to his.
+    let status = call(
+        alpha.peer(),
+        "python_sessions",
+        json!({ "action": "status" }),
+    )
+    .await;
+    assert!(status.text.contains(" warm-pool=1"), "{}", status.text);
+    let alpha_pool = pool_of(&alpha).await;
+    assert!(alpha_pool <= 1, "alpha's pool holds {alpha_pool}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pool_of(&beta).await != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "beta's warm pool never got its place"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(pool_of(&alpha).await <= 1);
+}
+
+/// How many interpreters the tenant's warm pool holds ready now.
+async fn pool_of(client: &Client) -> usize {
+    let out = call(
+        client.peer(),
+        "python_sessions",
+        json!({ "action": "status" }),
+    )
+    .await;
+    assert!(!out.is_error, "{out:#?}");
+    out.text
+        .lines()
+        .find_map(|l| l.strip_prefix("warm pool: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no warm pool line in {}", out.text))
 }
 
 #[tokio::test]
