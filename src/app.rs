@@ -39,6 +39,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     let startup::Prepared {
         python,
+        kept_venvs,
         sandbox,
         installer,
     } = startup::prepare(
@@ -58,6 +59,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         settings,
         groups,
         python,
+        kept_venvs,
         sandbox,
         installer,
         log_dir,

@@ -144,6 +144,7 @@ impl Settings {
             cell_log_bytes: self.output.log_bytes,
             sandbox: Some(sandbox),
             checkpoints: self.checkpoints > 0,
+            venv: None,
         }
     }
 

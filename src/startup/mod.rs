@@ -17,8 +17,19 @@ mod view;
 /// What the server starts with.
 pub struct Prepared {
     pub python: PathBuf,
+    /// Where the venvs ferrepl keeps for workspaces go, and the interpreter
+    /// they are made from: when the interpreter is not a venv and the
+    /// operator named none (installs then work on first use).
+    pub kept_venvs: Option<KeptVenvs>,
     pub sandbox: sandbox::SandboxConfig,
     pub installer: installer::InstallerSettings,
+}
+
+/// The venvs kept in the state directory (`<root>/venvs/...`).
+#[derive(Debug, Clone)]
+pub struct KeptVenvs {
+    pub root: PathBuf,
+    pub base: PathBuf,
 }
 
 pub fn prepare(
@@ -33,6 +44,8 @@ pub fn prepare(
         check_shared_places(cfg, workdir, kept_in)?;
     }
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
+    // Judged from the path as named: a venv's interpreter links to its base.
+    let named_a_venv = worker::session_venv::in_a_venv(&python);
     // What sessions can write: nothing there is trusted or run by the
     // server outside the sandbox.
     let mut writable = sandbox::paths::Writable(vec![workdir.to_path_buf()]);
@@ -74,6 +87,27 @@ pub fn prepare(
         python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
         source = worker::python::PythonSource::VenvFlag;
     }
+    let kept_venvs = match (source, kept_in) {
+        (worker::python::PythonSource::Path | worker::python::PythonSource::Flag, Some(root))
+            if !named_a_venv && !writable.contains(&python) =>
+        {
+            Some(KeptVenvs {
+                root: root.to_path_buf(),
+                base: python.clone(),
+            })
+        }
+        _ => None,
+    };
+    if let (Some(kept), false) = (&kept_venvs, tenants) {
+        // The sole tenant's: writable in the view (and idmapped like the
+        // workspace when that is root's), so it is named before the
+        // sandbox is settled. Tenants' are added as each is built.
+        let owner = sandbox::owner_of(workdir);
+        let dir = worker::session_venv::prepare_dir(&kept.root, workdir, "local", owner)
+            .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
+        venvs.push(dir.clone());
+        writable.0.push(dir);
+    }
     if tenants && python.starts_with(workdir) {
         anyhow::bail!(
             "the interpreter {} is inside --workdir, which holds the tenants' workspaces and is not in their sessions' view; give --python outside it",
@@ -102,6 +136,7 @@ pub fn prepare(
     }
     Ok(Prepared {
         python,
+        kept_venvs,
         sandbox: sandbox_cfg,
         installer,
     })

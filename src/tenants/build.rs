@@ -26,6 +26,8 @@ pub struct Base {
     pub languages: Vec<Language>,
     pub groups: ToolGroups,
     pub python: PathBuf,
+    /// The venvs kept for workspaces whose interpreter is not one.
+    pub kept_venvs: Option<crate::startup::KeptVenvs>,
     pub sandbox: SandboxConfig,
     pub installer: InstallerSettings,
     pub log_dir: PathBuf,
@@ -83,6 +85,7 @@ impl Base {
         settings.workdir = workdir.clone();
         let mut sandbox = self.sandbox.clone();
         sandbox.workspace = workdir.clone();
+        let venv = self.kept_venv(tenant, &workdir, &mut sandbox)?;
         if let (Tenant::Named(name), Some(uids), Some(_)) = (tenant, &self.uids, sandbox.identity) {
             // Its own uid, owning its workspace; the server keeps its access.
             let id = uids.identity_of(name)?;
@@ -156,12 +159,16 @@ impl Base {
         job_config.gate = Some(gate.clone());
         let jobs = JobManager::new(job_config);
         jobs.spawn_resource_watch();
-        let spec = settings.launch_spec(
+        let mut spec = settings.launch_spec(
             Language::Python,
             self.python.clone(),
             &log_dir,
             sandbox.clone(),
         );
+        if let Some(venv) = venv {
+            spec.program = venv.python();
+            spec.venv = Some(Arc::new(venv));
+        }
         let r_spec = self
             .languages
             .contains(&Language::R)
@@ -192,6 +199,46 @@ impl Base {
             gate: tenant_gate,
             _cgroup: cgroup,
         })
+    }
+
+    /// The venv kept for the tenant's workspace, when its interpreter is
+    /// not one: a named tenant's is added to its view here, writable and
+    /// its own (the sole tenant's was added at start-up).
+    fn kept_venv(
+        &self,
+        tenant: &Tenant,
+        workdir: &Path,
+        sandbox: &mut SandboxConfig,
+    ) -> anyhow::Result<Option<worker::session_venv::SessionVenv>> {
+        let Some(kept) = &self.kept_venvs else {
+            return Ok(None);
+        };
+        let owner = match (tenant, &self.uids, sandbox.identity) {
+            (Tenant::Named(name), Some(uids), Some(_)) => Some(uids.identity_of(name)?),
+            (Tenant::Named(_), _, _) => None,
+            (Tenant::Sole, _, _) => crate::sandbox::owner_of(workdir),
+        };
+        let dir = worker::session_venv::prepare_dir(&kept.root, workdir, tenant.name(), owner)
+            .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
+        if let Tenant::Named(_) = tenant {
+            sandbox.write.push(dir.clone());
+            sandbox.allowed_python.push(dir.clone());
+        }
+        // Shell jobs and subprocesses run the same interpreter as the
+        // sessions, and see what python_install put there.
+        let bin = dir.join("bin").display().to_string();
+        let path = match sandbox.env.get("PATH") {
+            Some(rest) if !rest.is_empty() => format!("{bin}:{rest}"),
+            _ => bin,
+        };
+        sandbox.env.insert("PATH".into(), path);
+        sandbox
+            .env
+            .insert("VIRTUAL_ENV".into(), dir.display().to_string());
+        Ok(Some(worker::session_venv::SessionVenv::new(
+            dir,
+            kept.base.clone(),
+        )))
     }
 
     /// Where a tenant's output logs and its processes' temporary homes go:

@@ -14,6 +14,7 @@ pub mod python;
 pub mod r;
 mod readers;
 mod requests;
+pub mod session_venv;
 
 pub use language::Language;
 
@@ -97,6 +98,9 @@ pub struct LaunchSpec {
     /// Fork checkpoints (Python): the driver keeps an anchor process and
     /// answers checkpoint, switch and drop requests.
     pub checkpoints: bool,
+    /// The venv ferrepl keeps for the workspace (`program` is its
+    /// interpreter), made before the first interpreter starts.
+    pub venv: Option<Arc<session_venv::SessionVenv>>,
 }
 
 #[derive(Debug, Clone)]
@@ -237,6 +241,19 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         program: spec.program.display().to_string(),
         source,
     };
+    if let Some(venv) = &spec.venv
+        && venv.python() == spec.program
+    {
+        venv.ensure(spec, Duration::from_secs(60))
+            .await
+            .map_err(|e| {
+                spawn_err(std::io::Error::other(format!(
+                    "the sessions' venv {} could not be made from {}: {e}",
+                    venv.dir.display(),
+                    venv.base.display()
+                )))
+            })?;
+    }
     // The sandbox launcher would report a missing program only as an early
     // exit: say it plainly, with how to get one.
     let program = &spec.program;

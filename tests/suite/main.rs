@@ -35,6 +35,7 @@ mod files_and_packages;
 mod http_sessions;
 mod http_transport;
 mod install;
+mod kept_venv;
 mod large_output;
 mod long_running;
 mod long_running_http;
