@@ -145,6 +145,8 @@ pub struct OutputParams {
     pub session: Option<String>,
     /// Default: the latest.
     pub cell: Option<u64>,
+    /// An install's job instead: its full log.
+    pub job: Option<String>,
     #[serde(flatten)]
     pub window: WindowParams,
 }

@@ -126,6 +126,18 @@ impl SessionManager {
             .unwrap_or_else(|| self.spec.program.clone())
     }
 
+    /// Makes the kept venv session `name` runs, if it runs one and it is
+    /// not made yet (an install may come before any interpreter started).
+    pub async fn ready_venv(&self, name: &str) -> Result<(), String> {
+        let python = self.session_python(name);
+        match &self.spec.venv {
+            Some(venv) if venv.python() == python => {
+                venv.ensure(&self.spec, self.limits.start_timeout).await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The interpreter sessions of `lang` run by default.
     pub fn interpreter_of(&self, lang: Language) -> PathBuf {
         self.spec_for(lang)

@@ -83,6 +83,27 @@ const PREFIXES: &str = "import sys\n(sys.prefix, sys.base_prefix)";
 async fn a_plain_interpreter_installs_on_first_use_into_a_venv_kept_outside_the_workspace() {
     let place = Place::new();
     let server = place.server(&[]).await;
+    // The first call installs: the venv is made for it if no interpreter
+    // started yet.
+    let file = wheel(&place.workspace(), "kept_pkg");
+    let out = server
+        .call(
+            "python_install",
+            json!({ "packages": [file], "wait_s": 120 }),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    assert_eq!(out.structured["exit_code"], 0, "{out:#?}");
+    // A short result: what was installed; the log is one call away.
+    assert!(out.text.contains("Installed kept-pkg 1.0 in "), "{out:#?}");
+    assert!(!out.text.contains("Processing"), "{out:#?}");
+    let job = out.str_field("job").to_string();
+    let log = server.call("python_output", json!({ "job": job })).await;
+    assert!(
+        !log.is_error && log.text.contains("Successfully installed kept-pkg-1.0"),
+        "{log:#?}"
+    );
+
     let out = server.exec("import sys\nsys.prefix").await;
     out.assert_ok();
     let prefix = PathBuf::from(value(&out));
@@ -96,15 +117,6 @@ async fn a_plain_interpreter_installs_on_first_use_into_a_venv_kept_outside_the_
     // The interpreter's own packages stay importable (pip is one).
     server.exec("import pip").await.assert_ok();
 
-    let file = wheel(&place.workspace(), "kept_pkg");
-    let out = server
-        .call(
-            "python_install",
-            json!({ "packages": [file], "wait_s": 120 }),
-        )
-        .await;
-    assert!(!out.is_error, "{out:#?}");
-    assert_eq!(out.structured["exit_code"], 0, "{out:#?}");
     let out = server.exec("import kept_pkg\nkept_pkg.VALUE").await;
     out.assert_ok();
     assert_eq!(out.value(), Some("7"));

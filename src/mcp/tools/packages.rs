@@ -61,6 +61,12 @@ Install {} once it has finished.",
             return Ok(result);
         }
         let (packages, copies) = self.installable(&p.packages)?;
+        if let Err(e) = self.manager.ready_venv(&session).await {
+            copies.iter().for_each(|c| drop(std::fs::remove_dir_all(c)));
+            return Err(ToolError::new(format!(
+                "session '{session}' has no venv to install into: {e}"
+            )));
+        }
         let upgrade = p.upgrade.unwrap_or(false);
         let mut spec = self.install_job(&session, &packages, &p.packages, upgrade);
         spec.extra_read.extend(copies.clone());
@@ -84,15 +90,20 @@ Install {} once it has finished.",
             );
         }
         if report.state.status == JobStatus::Exited && report.state.exit_code == Some(0) {
-            let note = match self.manager.refresh_imports(&session).await {
-                Ok(()) => format!(
-                    "Installed; the packages import in session '{session}' now (no restart needed)."
-                ),
+            let imports = match self.manager.refresh_imports(&session).await {
+                Ok(()) => format!("they import in session '{session}' now"),
                 Err(e) => format!(
-                    "Installed, but the running session could not refresh its imports ({e}); reset the session (python_sessions) if an import fails."
+                    "the running session could not refresh its imports ({e}); reset the session (python_sessions) if an import fails"
                 ),
             };
-            prepend(&mut result, &format!("[ferrepl] {note}"));
+            let what = installed(&report.output.combined)
+                .unwrap_or_else(|| "the packages (already satisfied or as the log shows)".into());
+            let line = format!(
+                "Installed {what} in {:.1} s; {imports}. Full log: python_output {{job: \"{}\"}}.",
+                report.elapsed_ms / 1000.0,
+                report.state.job
+            );
+            return Ok(short_result(&report, &line));
         }
         Ok(result)
     }
@@ -237,7 +248,7 @@ Name a package (its wheel comes from the index), a .whl file in the workspace or
             command: format!("{check}{head} {flags} {packages}"),
             env: settings.env().into_iter().collect(),
             egress: true,
-            reader: Some("shell_output (with --tools shell)"),
+            reader: Some("python_output {job}"),
             ..JobSpec::default()
         }
     }
@@ -264,6 +275,38 @@ Name a package (its wheel comes from the index), a .whl file in the workspace or
     }
 }
 
+/// A successful install's result: one line for what was installed, the
+/// installer's log left out (python_output {job} reads it).
+fn short_result(report: &crate::jobs::JobReport, line: &str) -> CallToolResult {
+    let mut report = report.clone();
+    report.notes.push(line.to_string());
+    report.output.combined.clear();
+    report.output.stdout.clear();
+    report.output.stderr.clear();
+    job_result(&report, INSTALL_HINT)
+}
+
+/// What an installer's output says it installed ("name version, ..."): pip's
+/// "Successfully installed a-1.0 b-2.0", uv's " + a==1.0" lines.
+fn installed(log: &str) -> Option<String> {
+    let mut found = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("Successfully installed ") {
+            for item in rest.split_whitespace() {
+                match item.rsplit_once('-') {
+                    Some((name, version)) => found.push(format!("{name} {version}")),
+                    None => found.push(item.to_string()),
+                }
+            }
+        } else if let Some(rest) = line.trim_start().strip_prefix("+ ")
+            && let Some((name, version)) = rest.trim().split_once("==")
+        {
+            found.push(format!("{name} {version}"));
+        }
+    }
+    (!found.is_empty()).then(|| found.join(", "))
+}
+
 /// Largest local wheel copied for the installer.
 const MAX_WHEEL_BYTES: u64 = 512 << 20;
 
@@ -283,4 +326,18 @@ fn check_packages(packages: &[String]) -> Result<(), ToolError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::installed;
+
+    #[test]
+    fn what_an_installer_says_it_installed() {
+        let pip = "Processing ./a.whl\nInstalling collected packages: six, my-pkg\nSuccessfully installed my-pkg-1.0 six-1.16.0\n";
+        assert_eq!(installed(pip).as_deref(), Some("my-pkg 1.0, six 1.16.0"));
+        let uv = "Resolved 2 packages in 3ms\nInstalled 2 packages in 4ms\n + numpy==2.1.0\n + six==1.16.0\n";
+        assert_eq!(installed(uv).as_deref(), Some("numpy 2.1.0, six 1.16.0"));
+        assert_eq!(installed("Requirement already satisfied: six\n"), None);
+    }
 }

@@ -75,6 +75,16 @@ impl FerreplServer {
     }
 
     pub(crate) fn read_output(&self, lang: Language, p: OutputParams) -> ToolResult {
+        if let Some(job) = &p.job {
+            let (job, bytes, dropped, running) = self.jobs.output(job)?;
+            let source = window::Source {
+                origin: window::Origin::Job(job.id().to_string()),
+                running,
+                bytes,
+                dropped,
+            };
+            return window::reply(source, &p.window);
+        }
         let session = self.session_in(&p.session, lang)?;
         let (cell, running, bytes, dropped) = self.manager.cell_output(&session, p.cell)?;
         let source = window::Source {

@@ -70,6 +70,9 @@ impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn shell_exec(&self, args: Parameters<ShellExecParams>, call: Call) -> ToolResult {
         let p = args.0;
+        // `python` on the job's PATH is the kept venv's once it is made; a
+        // failure here shows when a session starts, not in the job.
+        let _ = self.manager.ready_venv("default").await;
         let spec = JobSpec {
             command: p.command,
             cwd: p.cwd.map(Into::into),
