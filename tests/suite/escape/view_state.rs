@@ -115,6 +115,19 @@ fn problems(text: &str, targets: &[Target], extra_own: &[PathBuf]) -> Vec<String
         own.len() >= extra_own.len() + 2,
         "no TMPDIR/HOME in the report:\n{text}"
     );
+    // Alice's own venv, kept for her workspace in the state dir, is hers
+    // to read and write (bound alone into her view); bob's is not.
+    own.extend(
+        targets
+            .iter()
+            .map(|t| &t.path)
+            .filter(|p| {
+                p.parent().and_then(Path::file_name) == Some("venvs".as_ref())
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().ends_with("-alice"))
+            })
+            .cloned(),
+    );
     let mut found = Vec::new();
     for (i, target) in targets.iter().enumerate() {
         let path = &target.path;
@@ -382,6 +395,12 @@ async fn server_files_probe(place: Place) {
         stores > 0,
         "no store file in --state-dir {}",
         place.state.display()
+    );
+    assert!(
+        targets.iter().any(|t| t.dir
+            && t.path.parent().and_then(Path::file_name) == Some("venvs".as_ref())
+            && t.path.to_string_lossy().ends_with("-bob")),
+        "bob's kept venv is among the targets alice must not reach"
     );
     walk(&runtime, &mut targets);
     let list: String = targets
