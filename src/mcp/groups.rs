@@ -45,6 +45,49 @@ pub fn language_of(tool: &str) -> Language {
         .unwrap_or(Language::Python)
 }
 
+/// Why `name` is not a tool of this server, and what to call instead:
+/// `exposed` are the tools it lists.
+pub fn unknown_tool<'a>(name: &str, exposed: impl Iterator<Item = &'a str>) -> String {
+    let shown: String = name.chars().take(64).collect();
+    if let Some((_, group, lang)) = tools().find(|(n, _, _)| *n == name) {
+        let why = match lang {
+            Some(Language::R) => format!(
+                "R is not enabled here (--languages) or group '{group}' is left out (--tools)"
+            ),
+            _ => format!("its group '{group}' is left out by this server's --tools"),
+        };
+        return format!("tool '{shown}' is not enabled: {why}; the operator can enable it");
+    }
+    let exposed: Vec<&str> = exposed.collect();
+    let closest = exposed
+        .iter()
+        .min_by_key(|t| edit_distance(name, t))
+        .map(|t| format!("; did you mean '{t}'?"))
+        .unwrap_or_default();
+    format!(
+        "no tool named '{shown}'{closest} This server has {} tools (tools/list names them).",
+        exposed.len()
+    )
+}
+
+/// Levenshtein distance over characters (names are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().take(64).enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
 /// The groups a user can pick; `all` is every group.
 pub const GROUPS: &[&str] = &["python", "packages", "more", "shell", "files"];
 const DEFAULT_GROUPS: &[&str] = &["python", "packages"];
@@ -106,6 +149,21 @@ impl ToolGroups {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_tool_is_named_with_the_closest() {
+        let exposed = ["python_exec", "python_wait", "python_sessions"];
+        let text = unknown_tool("pyhton_exec", exposed.into_iter());
+        assert!(
+            text.contains("'pyhton_exec'") && text.contains("did you mean 'python_exec'"),
+            "{text}"
+        );
+        let text = unknown_tool("shell_exec", exposed.into_iter());
+        assert!(
+            text.contains("group 'shell'") && text.contains("--tools"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn groups_filter_tools() {

@@ -258,6 +258,14 @@ impl ServerHandler for FerreplServer {
         // The label is resolved before the request moves into the router:
         // a `&'static str`, so nothing is allocated per call.
         let tool = crate::metrics::tool_label(&request.name, super::groups::tool_names());
+        if self.tool_router.get(&request.name).is_none() {
+            let listed = self.tool_router.list_all();
+            let names = listed.iter().map(|t| t.name.as_ref());
+            let message = super::groups::unknown_tool(&request.name, names);
+            let outcome = crate::metrics::ToolOutcome::ProtocolError;
+            crate::metrics::tool_call(tool, outcome, started.elapsed());
+            return Err(McpError::invalid_params(message, None));
+        }
         let unknown = self
             .tool_router
             .get(&request.name)

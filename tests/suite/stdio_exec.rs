@@ -393,7 +393,7 @@ async fn huge_output_does_not_corrupt_the_protocol() {
 
 #[tokio::test]
 async fn bad_arguments_and_unknown_tools_do_not_kill_the_server() {
-    let mut server = StdioServer::start(&[]).await;
+    let mut server = StdioServer::start(&["--tools", "python"]).await;
 
     for args in [json!({}), json!({ "code": 42 }), json!({ "code": null })] {
         match server.try_call("python_exec", args.clone()).await {
@@ -407,14 +407,25 @@ async fn bad_arguments_and_unknown_tools_do_not_kill_the_server() {
         }
     }
 
-    match server.try_call("no_such_tool", json!({})).await {
-        Ok(result) => assert_eq!(
-            result.is_error,
-            Some(true),
-            "an unknown tool should be an error, got {result:#?}"
-        ),
-        Err(rmcp::ServiceError::McpError(_)) => {}
-        Err(other) => panic!("an unknown tool broke the connection: {other}"),
+    // An unknown tool is an invalid-params error naming it and the closest
+    // tool; a known tool left out by --tools says which group.
+    let refusals = [
+        ("pyhton_exec", "did you mean 'python_exec'"),
+        ("file_read", "group 'files'"),
+    ];
+    for (name, says) in refusals {
+        match server.try_call(name, json!({})).await {
+            Err(rmcp::ServiceError::McpError(e)) => {
+                assert_eq!(e.code.0, -32602, "{e:?}");
+                assert!(
+                    e.message.contains(&format!("'{name}'")) && e.message.contains(says),
+                    "{name}: {}",
+                    e.message
+                );
+            }
+            Ok(result) => panic!("an unknown tool should be refused, got {result:#?}"),
+            Err(other) => panic!("an unknown tool broke the connection: {other}"),
+        }
     }
 
     let out = server.exec("1 + 1").await;
