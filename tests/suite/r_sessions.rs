@@ -232,6 +232,17 @@ async fn visible_values_print_as_in_the_console_and_variables_persist() {
     assert_r_ok(&kept);
     assert_text_has(&kept, &["[1] 5"]);
 
+    // A print method's leading blank lines are dropped (summary.lm starts
+    // with "\nCall:"); what a cell cat()s is kept as written.
+    let summary = r_exec(&server, "summary(lm(mpg ~ wt, mtcars))").await;
+    assert_r_ok(&summary);
+    assert!(
+        summary.str_field("stdout").starts_with("Call:\n"),
+        "{summary:#?}"
+    );
+    let written = r_exec(&server, "cat('\\nhi\\n')").await;
+    assert_eq!(written.str_field("stdout"), "\nhi\n", "{written:#?}");
+
     let string = r_exec(&server, "paste('a', x)\nx * 2").await;
     assert_r_ok(&string);
     let text = &string.text;

@@ -151,6 +151,17 @@ print_value <- function(x) {
   eval(printer, env)
 }
 
+# A visible value as the console prints it, without the blank lines some
+# print methods start with (summary.lm's "\nCall:"): they cost the agent
+# and say nothing. Large values print as they come.
+print_top <- function(x) {
+  if (utils::object.size(x) > 65536) return(invisible(print_value(x)))
+  out <- utils::capture.output(print_value(x))
+  first <- match(TRUE, nzchar(out))
+  if (!is.na(first)) cat(paste0(out[first:length(out)], '\n'), sep = '')
+  invisible(x)
+}
+
 # Evaluates the cell's expressions at top level, printing visible values.
 run_exprs <- function(exprs) {
   state$base_n <- sys.nframe()
@@ -160,7 +171,7 @@ run_exprs <- function(exprs) {
     ferrepl_top <- as.call(list(.Internal, as.call(list(EVAL_SYM, as.call(list(quote, expr)), globalenv(), baseenv()))))
     vis <- withVisible(eval(ferrepl_top, globalenv()))
     state$set_last_value(vis$value)
-    if (vis$visible) print_value(vis$value)
+    if (vis$visible) print_top(vis$value)
   }
 }
 
