@@ -231,11 +231,12 @@ impl FerreplServer {
                     if !interrupt_on_cancel {
                         return Err(ToolError::new("the call was cancelled by the client; the cell keeps running"));
                     }
-                    // The client gave up on this call: stop the cell, keep the session.
+                    // The client gave up on this call: stop the cell (or the
+                    // rebuild it was queued after), keep the session.
                     let manager = self.manager.clone();
                     let session = session.to_string();
                     tokio::spawn(async move {
-                        if let Err(e) = manager.interrupt(&session).await {
+                        if let Err(e) = manager.cancel(&session).await {
                             tracing::debug!("interrupt after cancellation: {e}");
                         }
                     });

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::time::Instant as TokioInstant;
 
 use super::durable::Pending;
-use super::report::{BackgroundOutput, CellReport, CellStatus, Images};
+use super::report::{CellReport, CellStatus, Images};
+use super::resume::{Ready, uncollected};
 use super::source::{CellSource, HISTORY_PREVIEW_CHARS, StoredSource};
 use super::{HistoryEntry, Session, SessionError, SessionManager, SessionState};
 use crate::output::log::CellLog;
@@ -208,7 +209,10 @@ impl SessionManager {
         };
         self.checkpoint_after(sess, st, run.number, &report);
         if run.replay {
-            st.completed = Some(report);
+            // For the rebuild's task, never a result of the agent's.
+            if let Some(rb) = st.rebuild.as_mut() {
+                rb.replayed = Some(report);
+            }
             return;
         }
         // Here, not where a result is collected: a cell ends once however
@@ -281,52 +285,23 @@ impl SessionManager {
         if let Some(target) = parent {
             self.branch_to(&sess, target).await?;
         }
-        let worker = self.ready_worker(&sess).await?;
-        let mut carried = Vec::new();
+        let worker = match self.ready(&sess, Some(&source)).await? {
+            Ready::Worker(worker) => worker,
+            // Queued after the rebuild: followed like a running cell.
+            Ready::Rebuilding(worker) => return self.collect(&sess, &worker, wait).await,
+        };
         let (background, after, number) = {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
-            if let Some(run) = &st.running {
-                return Err(busy(&sess, run));
+            if let Some(busy) = busy_now(&sess, &st) {
+                return Err(busy);
             }
-            if let Some(prev) = st.completed.take() {
-                carried.push(format!(
-                    "Cell {} finished before this call ({}); its result had not been collected:\n{}",
-                    prev.cell,
-                    prev.status.as_str(),
-                    prev.brief()
-                ));
-            }
-            // Taken before the cell starts: whatever is there was written
-            // after the previous cell finished.
-            let mut background = worker.take_output();
-            let late = background.take_log();
-            let last_cell = st.last_cell;
-            if let Some(prev) = st.logs.back_mut().filter(|l| l.cell == last_cell) {
-                prev.add_all(late);
-            }
-            worker.start_cell_log(self.limits.cell_log_bytes);
-            let background_images = st.background_images.take();
-            if st.pending == Some(Pending::Crashed) {
-                // Not rebuilt: this cell starts a new path in the fresh interpreter.
-                st.clear_path();
-            }
+            let carried = st.completed.take().map(uncollected).unwrap_or_default();
             let number = st.next_cell;
-            worker
-                .send(&source.request(number))
-                .map_err(|source| SessionError::Worker {
-                    session: sess.name.clone(),
-                    source,
-                })?;
+            let source = Arc::new(StoredSource::of(&source));
+            let background = self.send_cell(&sess, &mut st, &worker, number, source)?;
             st.next_cell += 1;
-            st.delivered = None;
-            st.last_used = Instant::now();
-            st.notes.append(&mut carried);
-            let mut run =
-                self.new_running_cell(number, sess.language, Arc::new(StoredSource::of(&source)));
-            run.parent = st.head();
-            run.images.extend(background_images, self.limits.max_images);
-            st.running = Some(run);
+            st.notes.extend(carried);
             (background, st.last_cell, number)
         };
         self.arm_time_limit(&sess, &worker, number);
@@ -335,6 +310,45 @@ impl SessionManager {
             return Ok(report);
         }
         Ok(report.with_background(after, background.render()))
+    }
+
+    /// Sends cell `number` running `source` and makes it the running cell;
+    /// returns the output that arrived since the previous cell finished.
+    pub(super) fn send_cell(
+        &self,
+        sess: &Session,
+        st: &mut SessionState,
+        worker: &Worker,
+        number: u64,
+        source: Arc<StoredSource>,
+    ) -> Result<Capture, SessionError> {
+        // Taken before the cell starts: whatever is there was written
+        // after the previous cell finished.
+        let mut background = worker.take_output();
+        let late = background.take_log();
+        let last_cell = st.last_cell;
+        if let Some(prev) = st.logs.back_mut().filter(|l| l.cell == last_cell) {
+            prev.add_all(late);
+        }
+        worker.start_cell_log(self.limits.cell_log_bytes);
+        let background_images = st.background_images.take();
+        if st.pending == Some(Pending::Crashed) {
+            // Not rebuilt: this cell starts a new path in the fresh interpreter.
+            st.clear_path();
+        }
+        worker
+            .send(&source.as_source().request(number))
+            .map_err(|source| SessionError::Worker {
+                session: sess.name.clone(),
+                source,
+            })?;
+        st.delivered = None;
+        st.last_used = Instant::now();
+        let mut run = self.new_running_cell(number, sess.language, source);
+        run.parent = st.head();
+        run.images.extend(background_images, self.limits.max_images);
+        st.running = Some(run);
+        Ok(background)
     }
 
     /// The record of a cell just sent to the worker.
@@ -371,6 +385,12 @@ impl SessionManager {
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
         self.follow(name, wait, |sess, st| {
+            if st.rebuild.is_some() {
+                // The rebuild's task hands over to the queued cell.
+                if let Some(w) = &st.worker {
+                    return Ok(ControlFlow::Continue(w.clone()));
+                }
+            }
             if st.running.is_none() && st.completed.is_none() {
                 // The response that carried the last result may have been
                 // lost (a dropped connection, a client timeout): give it again.
@@ -418,6 +438,9 @@ impl SessionManager {
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
         self.follow(name, wait, |sess, st| {
+            if let Some(rb) = &st.rebuild {
+                return Err(super::resume::rebuilding_error(sess, rb));
+            }
             let worker = st.worker.clone();
             let Some(run) = st.running.as_mut() else {
                 return Err(SessionError::NotWaitingInput {
@@ -457,11 +480,12 @@ impl SessionManager {
 
     pub(super) fn next_wake(&self, worker: &Worker, deadline: TokioInstant) -> TokioInstant {
         match worker.exit_info() {
-            Some(e) => {
+            // Once past, `refresh` has taken the death in already.
+            Some(e) if e.at + self.limits.crash_grace > Instant::now() => {
                 let at = TokioInstant::from_std(e.at + self.limits.crash_grace);
                 at.min(deadline)
             }
-            None => deadline,
+            _ => deadline,
         }
     }
 
@@ -473,6 +497,10 @@ impl SessionManager {
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
         self.watch(sess, worker, wait, |st, timed_out| {
+            if let Some(rb) = &st.rebuild {
+                // The queued cell (if any) runs once it is done.
+                return timed_out.then(|| super::resume::running_report(sess, rb));
+            }
             if let Some(done) = st.completed.take() {
                 let notes = std::mem::take(&mut st.notes);
                 let done = done.with_notes_first(notes);
@@ -517,9 +545,9 @@ impl SessionManager {
         .await
     }
 
-    /// Re-checks the session whenever its worker reports something (and
-    /// when a crash's grace runs out) until `check` gives an answer;
-    /// `check` is told whether `wait` has passed.
+    /// Re-checks the session whenever its worker reports something, a
+    /// rebuild ends (and when a crash's grace runs out) until `check` gives
+    /// an answer; `check` is told whether `wait` has passed.
     pub(super) async fn watch<T>(
         &self,
         sess: &Arc<Session>,
@@ -529,8 +557,10 @@ impl SessionManager {
     ) -> T {
         let deadline = TokioInstant::now() + wait;
         let mut rx = worker.subscribe();
+        let mut changed = sess.changed.subscribe();
         loop {
             rx.borrow_and_update();
+            changed.borrow_and_update();
             {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
@@ -541,6 +571,7 @@ impl SessionManager {
             let wake = self.next_wake(worker, deadline);
             tokio::select! {
                 _ = rx.changed() => {}
+                _ = changed.changed() => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -555,6 +586,15 @@ pub(super) fn redelivery(st: &SessionState) -> Option<CellReport> {
         last.cell
     );
     Some(last.clone().with_note(&note))
+}
+
+/// Why a call that needs the interpreter idle cannot run now: a rebuild
+/// under way, or a running cell.
+pub(super) fn busy_now(sess: &Session, st: &SessionState) -> Option<SessionError> {
+    if let Some(rb) = &st.rebuild {
+        return Some(super::resume::rebuilding_error(sess, rb));
+    }
+    st.running.as_ref().map(|run| busy(sess, run))
 }
 
 pub(super) fn busy(sess: &Session, run: &RunningCell) -> SessionError {
@@ -572,27 +612,5 @@ pub(super) fn busy(sess: &Session, run: &RunningCell) -> SessionError {
             }
             None => String::new(),
         },
-    }
-}
-
-impl CellReport {
-    pub(super) fn with_note(mut self, note: &str) -> Self {
-        self.notes.push(note.to_string());
-        self
-    }
-
-    pub(super) fn with_notes_first(mut self, mut notes: Vec<String>) -> Self {
-        notes.append(&mut self.notes);
-        self.notes = notes;
-        self
-    }
-
-    pub(super) fn with_background(
-        mut self,
-        after_cell: u64,
-        output: crate::output::RenderedOutput,
-    ) -> Self {
-        self.background = Some(BackgroundOutput { after_cell, output });
-        self
     }
 }

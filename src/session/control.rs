@@ -68,6 +68,10 @@ impl SessionManager {
     pub fn running_cell(&self, name: &str) -> Option<(u64, String, f64)> {
         let sess = self.existing(name).ok()?;
         let st = sess.lock();
+        if st.rebuild.is_some() {
+            // The rebuild's cells are not new ones: the queued cell is.
+            return super::resume::queued_cell(&st);
+        }
         st.running
             .as_ref()
             .map(|r| (r.number, r.code.clone(), r.elapsed_secs()))
@@ -85,15 +89,15 @@ impl SessionManager {
         } else {
             self.existing(name)?
         };
+        // A dormant session is rebuilt first: inspecting it shows its state.
+        let worker = self.ready_worker(&sess).await?;
         if sess.language == Language::R {
             // R has one thread: the driver reads requests only between cells.
             let st = sess.lock();
-            if let Some(run) = &st.running {
-                return Err(super::cells::busy(&sess, run));
+            if let Some(busy) = super::cells::busy_now(&sess, &st) {
+                return Err(busy);
             }
         }
-        // A dormant session is rebuilt first: inspecting it shows its state.
-        let worker = self.ready_worker(&sess).await?;
         let reply = worker
             .control(op, args, self.limits.inspect_timeout)
             .await
@@ -179,8 +183,8 @@ impl SessionManager {
         if let Ok(sess) = self.existing(name) {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
-            if let Some(run) = &st.running {
-                return Err(super::cells::busy(&sess, run));
+            if let Some(busy) = super::cells::busy_now(&sess, &st) {
+                return Err(busy);
             }
         }
         self.control(name, "namespace", args).await
@@ -292,6 +296,9 @@ impl SessionManager {
     pub fn progress(&self, name: &str) -> Option<(f64, String)> {
         let sess = self.existing(name).ok()?;
         let st = sess.lock();
+        if let Some(rebuilding) = super::resume::rebuild_progress(&sess, &st) {
+            return Some(rebuilding);
+        }
         let run = st.running.as_ref()?;
         let line = st
             .worker

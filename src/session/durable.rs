@@ -7,6 +7,7 @@
 use std::time::SystemTime;
 
 use super::report::CellStatus;
+use super::resume::Ready;
 use super::source::{HISTORY_PREVIEW_CHARS, StoredSource};
 use super::*;
 use crate::store::{CellRecord, SessionRecord, Store};
@@ -76,7 +77,7 @@ impl Pending {
         matches!(self, Pending::Dormant | Pending::Branch(_))
     }
 
-    fn why(self) -> String {
+    pub(super) fn why(self) -> String {
         match self {
             Pending::Dormant => "dormant since the server restarted".into(),
             Pending::Crashed => "its interpreter had crashed".into(),
@@ -281,24 +282,20 @@ impl SessionManager {
         );
     }
 
-    /// The session's worker, ready for a call: a dormant session is rebuilt
-    /// first (the account goes into the session's notes).
+    /// The session's worker for a call that needs its state (python_inspect,
+    /// ...): a session that must be rebuilt is, within the call's default
+    /// window; the account waits in the notes for the next result.
     pub(super) async fn ready_worker(
         self: &Arc<Self>,
         sess: &Arc<Session>,
     ) -> Result<Arc<Worker>, SessionError> {
-        refused(sess)?;
-        let worker = self.ensure_worker(sess).await?;
-        if !sess.lock().pending.is_some_and(Pending::rebuilds_on_use) {
-            return Ok(worker);
+        match self.ready(sess, None).await? {
+            Ready::Worker(worker) => Ok(worker),
+            Ready::Rebuilding(worker) => {
+                self.await_rebuild(sess, &worker, self.wait_window(None))
+                    .await
+            }
         }
-        let _guard = sess.start_lock.lock().await;
-        let Some(pending) = sess.lock().pending.filter(|p| p.rebuilds_on_use()) else {
-            return Ok(worker);
-        };
-        let account = self.rebuild(sess, &worker, &pending.why()).await;
-        sess.lock().notes.push(account);
-        Ok(worker)
     }
 
     /// A cell's `parent`: unless the interpreter holds the state right after
@@ -314,8 +311,8 @@ impl SessionManager {
         let (chain, cut) = {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
-            if let Some(run) = &st.running {
-                return Err(super::cells::busy(sess, run));
+            if let Some(busy) = super::cells::busy_now(sess, &st) {
+                return Err(busy);
             }
             if st.head().unwrap_or(0) == target && st.pending.is_none() {
                 return Ok(());
@@ -363,21 +360,63 @@ impl SessionManager {
         Ok(())
     }
 
-    /// python_sessions restore: rebuilds a crashed or dormant session.
+    /// python_sessions restore: rebuilds a crashed or dormant session,
+    /// within the default window; past it the rebuild goes on and the
+    /// message says how to follow it.
     pub async fn restore(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
         let sess = self.existing(name)?;
-        let Some(pending) = sess.lock().pending else {
-            return Err(SessionError::Invalid(format!(
-                "session '{name}' has nothing to restore: its interpreter holds the state of its cells (python_history lists them); python_sessions action=reset starts it afresh"
-            )));
+        let under_way = sess.lock().rebuild.is_some();
+        if !under_way {
+            let Some(pending) = sess.lock().pending else {
+                return Err(SessionError::Invalid(format!(
+                    "session '{name}' has nothing to restore: its interpreter holds the state of its cells (python_history lists them); python_sessions action=reset starts it afresh"
+                )));
+            };
+            refused(&sess)?;
+            let worker = self.ensure_worker(&sess).await?;
+            let _guard = sess.start_lock.lock().await;
+            let mut st = sess.lock();
+            if st.rebuild.is_none() && st.pending == Some(pending) {
+                // The account replaces the note that a fresh interpreter started.
+                st.notes.clear();
+                self.begin_rebuild(&sess, &mut st, &worker);
+            }
+        }
+        let Some((id, worker)) = ({
+            let st = sess.lock();
+            st.rebuild.as_ref().map(|r| r.id).zip(st.worker.clone())
+        }) else {
+            return self.rebuilt_account(&sess, None);
         };
-        let why = pending.why();
-        refused(&sess)?;
-        let worker = self.ensure_worker(&sess).await?;
-        // The account replaces the note that a fresh interpreter started.
-        sess.lock().notes.clear();
-        let _guard = sess.start_lock.lock().await;
-        Ok(self.rebuild(&sess, &worker, &why).await)
+        match self
+            .await_rebuild(&sess, &worker, self.wait_window(None))
+            .await
+        {
+            Ok(_) => self.rebuilt_account(&sess, Some(id)),
+            Err(SessionError::Rebuilding(now)) => Ok(format!(
+                "{}. The next result says what was re-run.",
+                now.replacen("session", "Session", 1)
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The account of rebuild `id` (or the last one), taken out of the
+    /// notes unless a queued cell's result carries it.
+    fn rebuilt_account(&self, sess: &Session, id: Option<u64>) -> Result<String, SessionError> {
+        let mut st = sess.lock();
+        match st.rebuilt.clone() {
+            Some((done, text, queued)) if id.is_none_or(|id| id == done) => {
+                if !queued {
+                    st.notes.retain(|n| *n != text);
+                }
+                Ok(text)
+            }
+            _ => Err(SessionError::Invalid(format!(
+                "session '{}' has nothing to restore: its interpreter holds the state of its cells",
+                sess.name
+            ))),
+        }
     }
 
     /// The offer made when an interpreter died under a cell.
@@ -400,7 +439,7 @@ impl SessionManager {
 }
 
 /// A stored session whose settings the current policy refuses cannot run.
-fn refused(sess: &Session) -> Result<(), SessionError> {
+pub(super) fn refused(sess: &Session) -> Result<(), SessionError> {
     match &sess.refused {
         Some(why) => Err(SessionError::Invalid(format!(
             "session '{}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again",

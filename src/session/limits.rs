@@ -120,7 +120,7 @@ impl SessionManager {
                     .iter()
                     .filter(|(_, s)| {
                         let st = s.lock();
-                        st.running.is_none() && st.last_used.elapsed() > ttl
+                        st.running.is_none() && st.rebuild.is_none() && st.last_used.elapsed() > ttl
                     })
                     .map(|(name, _)| name.clone())
                     .collect();
@@ -134,8 +134,12 @@ impl SessionManager {
 
     /// SIGINT to the running cell; escalates to a second SIGINT, then a kill.
     /// Returns the cell's final result.
+    /// During a rebuild: stops it, and the queued cell does not run.
     pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
         let sess = self.existing(name)?;
+        if let Some(stopped) = self.interrupt_rebuild(&sess).await {
+            return stopped;
+        }
         let (worker, cell) = {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);

@@ -16,6 +16,7 @@ mod pool;
 mod rebuild;
 mod registry;
 pub mod report;
+mod resume;
 mod source;
 mod stored;
 
@@ -158,6 +159,9 @@ pub enum SessionError {
     },
     #[error("{0}")]
     Inspect(String),
+    /// A rebuild runs: what it re-runs and how to follow or stop it.
+    #[error("{0}")]
+    Rebuilding(String),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -214,6 +218,10 @@ struct SessionState {
     skip: usize,
     /// Recent cells' outputs, values and images, for exports (bounded).
     kept: export::KeptResults,
+    /// A rebuild under way (a task of its own), and the cell queued after it.
+    rebuild: Option<resume::Rebuilding>,
+    /// The last rebuild's id, account, and whether a cell was queued after it.
+    rebuilt: Option<(u64, String, bool)>,
 }
 
 impl SessionState {
@@ -239,6 +247,8 @@ impl SessionState {
             checkpoints: checkpoints::Checkpoints::default(),
             skip: 0,
             kept: export::KeptResults::default(),
+            rebuild: None,
+            rebuilt: None,
         }
     }
 }
@@ -256,8 +266,10 @@ pub struct Session {
     /// policy: it cannot be resumed.
     refused: Option<String>,
     state: Mutex<SessionState>,
-    /// Serialises starting a worker for this session.
+    /// Serialises starting a worker (or a rebuild) for this session.
     start_lock: tokio::sync::Mutex<()>,
+    /// Bumped when a rebuild ends, for calls waiting on the session.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// A row of `python_history`.
@@ -281,8 +293,8 @@ pub struct HistoryEntry {
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct SessionInfo {
     pub name: String,
-    /// idle, busy, waiting_input, dead, starting, or dormant (kept from
-    /// before a restart; its first use rebuilds it).
+    /// idle, busy, waiting_input, dead, starting, dormant (kept from
+    /// before a restart; its first use rebuilds it), or rebuilding.
     pub state: String,
     pub pid: Option<u32>,
     pub cells: u64,
@@ -310,11 +322,17 @@ impl Session {
             refused: None,
             state: Mutex::new(SessionState::fresh()),
             start_lock: tokio::sync::Mutex::new(()),
+            changed: tokio::sync::watch::Sender::new(0),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the calls waiting on this session (see `SessionManager::watch`).
+    fn touch(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -429,7 +447,7 @@ impl SessionManager {
     }
 }
 
-/// See [`SessionManager::wait_window`].
+/// See [`SessionManager::wait_window`]; the default is bounded by `max` too.
 fn wait_window(requested: Option<f64>, default: Duration, max: Duration) -> Duration {
     match requested {
         Some(s) if s.is_finite() && s >= 0.0 => {
@@ -439,7 +457,7 @@ fn wait_window(requested: Option<f64>, default: Duration, max: Duration) -> Dura
                 Duration::try_from_secs_f64(s).map_or(max, |d| d.min(max))
             }
         }
-        _ => default,
+        _ => default.min(max),
     }
 }
 
@@ -460,6 +478,8 @@ mod wait_window_tests {
         assert_eq!(w(Some(f64::NAN)), default);
         assert_eq!(w(Some(f64::INFINITY)), default);
         assert_eq!(w(Some(-1.0)), default);
+        let small_max = Duration::from_secs(2);
+        assert_eq!(wait_window(None, default, small_max), small_max);
         let huge_max = Duration::MAX;
         assert_eq!(wait_window(Some(1e300), default, huge_max), huge_max);
     }

@@ -1,9 +1,12 @@
 //! Rebuilding a session's state by re-running the cells of its path in a
 //! fresh interpreter (after a restart, a crash or a switch to a branch
-//! without a checkpoint), and the account of what was re-run.
+//! without a checkpoint), and the account of what was re-run. It runs as a
+//! task of its own (`resume.rs` starts it and hands over the queued cell),
+//! so no call waits for it longer than its window.
 
 use super::durable::{PathCell, ranges};
 use super::report::CellStatus;
+use super::resume::RebuildJob;
 use super::*;
 
 /// What one rebuild did, for the agent.
@@ -11,13 +14,17 @@ use super::*;
 pub(super) struct Account {
     rerun: Vec<u64>,
     skipped: Vec<(u64, String)>,
-    failed: Vec<(u64, String)>,
+    pub(super) failed: Vec<(u64, String)>,
+    /// The path's earliest cells are no longer kept.
+    lacks_oldest: bool,
     stopped: Option<String>,
+    /// Cells that should have been re-run and were not (the rebuild stopped).
+    missing: Vec<u64>,
     secs: f64,
 }
 
 impl Account {
-    fn describe(&self, session: &str, why: &str) -> String {
+    pub(super) fn describe(&self, session: &str, why: &str) -> String {
         let mut text = if self.rerun.is_empty() {
             format!("Session '{session}' ({why}): no cell was re-run.")
         } else {
@@ -33,18 +40,40 @@ impl Account {
         for (id, error) in &self.failed {
             text.push_str(&format!(" Cell {id} failed when re-run: {error}."));
         }
+        if self.lacks_oldest {
+            text.push_str(" The earliest cells of this state are no longer kept (the store's retention or the 16 MiB bound on code kept per session), so the rebuilt state may lack them.");
+        }
         if let Some(stop) = &self.stopped {
-            text.push_str(&format!(
-                " Stopped early: {stop}; later cells were not re-run."
-            ));
+            text.push_str(&format!(" Stopped early: {stop}."));
+        }
+        match self.missing.as_slice() {
+            [] => {}
+            [one] => text.push_str(&format!(
+                " Cell {one} was not re-run: the session lacks its effects."
+            )),
+            many => text.push_str(&format!(
+                " Cells {} were not re-run: the session lacks their effects.",
+                ranges(many)
+            )),
         }
         text
+    }
+
+    /// The rebuild stops at runnable cell `from` (which is not counted as
+    /// re-run): it and the later ones are missing.
+    fn stop(&mut self, why: String, rest: &[&PathCell]) {
+        self.stopped = Some(why);
+        self.missing = rest.iter().map(|c| c.id).collect();
     }
 }
 
 /// The cells of `path` after the first `skip` that can be re-run; the
 /// others go into the account with why.
-fn runnable<'a>(path: &'a [PathCell], skip: usize, account: &mut Account) -> Vec<&'a PathCell> {
+pub(super) fn runnable<'a>(
+    path: &'a [PathCell],
+    skip: usize,
+    account: &mut Account,
+) -> Vec<&'a PathCell> {
     path.iter()
         .skip(skip)
         .filter(|c| {
@@ -66,37 +95,31 @@ fn runnable<'a>(path: &'a [PathCell], skip: usize, account: &mut Account) -> Vec
         .collect()
 }
 
+/// How re-running one cell went.
+enum Replayed {
+    Done(Box<CellReport>),
+    /// Still running when the rebuild's time ran out, or asking for input.
+    Stalled,
+    /// An interrupt asked the rebuild to stop before the cell was sent.
+    Stopped(String),
+    /// The rebuild was ended (reset, delete): the task leaves the session.
+    Gone,
+}
+
 impl SessionManager {
-    /// Re-runs the session's path in `worker` (a fresh interpreter) and
-    /// says what it did. The path is cut where it stopped.
-    pub(super) async fn rebuild(
-        &self,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        why: &str,
-    ) -> String {
-        // The re-run cells' results are collected and dropped: notes meant
-        // for the agent's own cell wait aside meanwhile.
-        let (path, cut, kept, skip, notes) = {
-            let mut st = sess.lock();
-            st.pending = None;
-            let skip = std::mem::take(&mut st.skip);
-            let notes = std::mem::take(&mut st.notes);
-            (
-                st.path.clone(),
-                st.path_cut,
-                st.completed.take(),
-                skip,
-                notes,
-            )
+    /// The body of a rebuild's task: re-runs the path in `worker` (a fresh
+    /// interpreter), then hands the session over (`end_rebuild`).
+    pub(super) async fn run_rebuild(
+        self: Arc<Self>,
+        sess: Arc<Session>,
+        worker: Arc<Worker>,
+        job: RebuildJob,
+    ) {
+        let mut account = Account {
+            lacks_oldest: job.cut,
+            ..Account::default()
         };
-        let mut account = Account::default();
-        if cut {
-            account.stopped = Some(
-                "the earliest cells of this state are no longer kept (the store's retention or the 16 MiB bound on code kept per session), so the rebuilt state may lack them".into(),
-            );
-        }
-        let runnable = runnable(&path, skip, &mut account);
+        let runnable = runnable(&job.path, job.skip, &mut account);
         let started = Instant::now();
         let reached = if runnable.len() > self.durable.max_cells {
             account.stopped = Some(format!(
@@ -104,29 +127,16 @@ impl SessionManager {
                 runnable.len(),
                 self.durable.max_cells
             ));
-            0
+            Some(0)
         } else {
-            self.replay_all(sess, worker, &path, runnable, started, &mut account)
+            self.replay_all(&sess, &worker, &job, runnable, started, &mut account)
                 .await
         };
-        account.secs = started.elapsed().as_secs_f64();
-        let head = {
-            let mut st = sess.lock();
-            let failed: Vec<u64> = account.failed.iter().map(|(id, _)| *id).collect();
-            st.path.truncate(reached);
-            for c in st.path.iter_mut().filter(|c| failed.contains(&c.id)) {
-                c.status = CellStatus::Error;
-            }
-            st.path_bytes = st.path.iter().map(|c| c.source.size()).sum();
-            st.delivered = None;
-            st.completed = kept;
-            st.notes = notes;
-            st.head()
+        let Some(reached) = reached else {
+            return;
         };
-        if reached < path.len() {
-            self.persist_head(sess, head);
-        }
-        account.describe(&sess.name, why)
+        account.secs = started.elapsed().as_secs_f64();
+        self.end_rebuild(&sess, &worker, &job, account, reached);
     }
 
     /// Runs one cell of a rebuild; its output is dropped.
@@ -134,15 +144,23 @@ impl SessionManager {
         &self,
         sess: &Arc<Session>,
         worker: &Arc<Worker>,
+        id: u64,
         cell: &PathCell,
         wait: Duration,
-    ) -> Result<CellReport, SessionError> {
+    ) -> Result<Replayed, SessionError> {
         {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
             if let Some(run) = &st.running {
                 return Err(super::cells::busy(sess, run));
             }
+            let Some(rb) = st.rebuild.as_mut().filter(|r| r.id == id) else {
+                return Ok(Replayed::Gone);
+            };
+            if let Some(stop) = &rb.stop {
+                return Ok(Replayed::Stopped(stop.clone()));
+            }
+            rb.current = Some(cell.id);
             drop(worker.take_output());
             worker.start_cell_log(self.limits.cell_log_bytes);
             worker
@@ -155,30 +173,58 @@ impl SessionManager {
             run.replay = true;
             st.running = Some(run);
         }
-        self.collect(sess, worker, wait).await
+        Ok(self
+            .watch(sess, worker, wait, |st, timed_out| {
+                let prompt = st.running.as_ref().is_some_and(|r| r.prompt.is_some());
+                let Some(rb) = st.rebuild.as_mut().filter(|r| r.id == id) else {
+                    return Some(Replayed::Gone);
+                };
+                if let Some(report) = rb.replayed.take() {
+                    return Some(Replayed::Done(Box::new(report)));
+                }
+                (timed_out || prompt).then_some(Replayed::Stalled)
+            })
+            .await)
     }
 
-    /// Re-runs `runnable` (cells of `path`) one by one until the time runs
-    /// out or the interpreter cannot go on; how many cells of `path` the
-    /// interpreter then holds.
+    /// Re-runs `runnable` (cells of the job's path) one by one until the
+    /// time runs out, an interrupt stops it or the interpreter cannot go
+    /// on; how many cells of the path the interpreter then holds (None: the
+    /// rebuild was ended under it).
     async fn replay_all(
         &self,
         sess: &Arc<Session>,
         worker: &Arc<Worker>,
-        path: &[PathCell],
+        job: &RebuildJob,
         runnable: Vec<&PathCell>,
         started: Instant,
         account: &mut Account,
-    ) -> usize {
+    ) -> Option<usize> {
         let deadline = started + self.durable.max_time;
-        for cell in runnable.into_iter() {
+        for (i, cell) in runnable.iter().enumerate() {
             let left = deadline.saturating_duration_since(Instant::now());
-            let stop = match self.replay_one(sess, worker, cell, left).await {
-                Ok(r) if r.status == CellStatus::Ok => {
+            let replayed = self.replay_one(sess, worker, job.id, cell, left).await;
+            let stop = match replayed {
+                Ok(Replayed::Gone) => return None,
+                Ok(Replayed::Stopped(stop)) => {
+                    Some(format!("{stop} before cell {} was re-run", cell.id))
+                }
+                Ok(Replayed::Done(r)) if r.status == CellStatus::Ok => {
                     account.rerun.push(cell.id);
                     None
                 }
-                Ok(r) if matches!(r.status, CellStatus::Error | CellStatus::Interrupted) => {
+                Ok(Replayed::Done(r))
+                    if r.status == CellStatus::Interrupted
+                        && self.stop_asked(sess, job.id).is_some() =>
+                {
+                    let stop = self.stop_asked(sess, job.id).unwrap_or_default();
+                    Some(format!("{stop} while it re-ran cell {}", cell.id))
+                }
+                Ok(Replayed::Done(r)) if r.status == CellStatus::Crashed => Some(format!(
+                    "the interpreter crashed re-running cell {}",
+                    cell.id
+                )),
+                Ok(Replayed::Done(r)) => {
                     let error = r.error.map_or_else(
                         || r.status.as_str().to_string(),
                         |e| format!("{}: {}", e.kind, e.message),
@@ -186,13 +232,11 @@ impl SessionManager {
                     account.failed.push((cell.id, error));
                     None
                 }
-                Ok(r) if r.status == CellStatus::Crashed => Some(format!(
-                    "the interpreter crashed re-running cell {}",
-                    cell.id
-                )),
-                Ok(_) => {
+                Ok(Replayed::Stalled) => {
                     self.stop_cell(sess, worker, cell.id, None).await;
-                    sess.lock().completed = None;
+                    if let Some(rb) = sess.lock().rebuild.as_mut() {
+                        rb.replayed = None;
+                    }
                     Some(format!(
                         "cell {} was still running when --resume-max-seconds ({:.0} s) ran out, or asked for input; it was interrupted",
                         cell.id,
@@ -202,10 +246,55 @@ impl SessionManager {
                 Err(e) => Some(e.to_string()),
             };
             if let Some(stop) = stop {
-                account.stopped = Some(stop);
-                return path.iter().position(|c| c.id == cell.id).unwrap_or(0);
+                account.stop(stop, &runnable[i..]);
+                return Some(job.path.iter().position(|c| c.id == cell.id).unwrap_or(0));
             }
         }
-        path.len()
+        Some(job.path.len())
+    }
+
+    /// Why an interrupt asked rebuild `id` to stop, if it did.
+    fn stop_asked(&self, sess: &Session, id: u64) -> Option<String> {
+        let st = sess.lock();
+        st.rebuild
+            .as_ref()
+            .filter(|r| r.id == id)
+            .and_then(|r| r.stop.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_account_names_the_cells_a_stopped_rebuild_did_not_re_run() {
+        let account = Account {
+            rerun: vec![1, 2],
+            skipped: vec![(3, "it had failed".into())],
+            stopped: Some(
+                "interrupted by python_wait with interrupt: true while it re-ran cell 4".into(),
+            ),
+            missing: vec![4, 5, 6],
+            secs: 1.25,
+            ..Account::default()
+        };
+        assert_eq!(
+            account.describe("data", "dormant since the server restarted"),
+            "Session 'data' (dormant since the server restarted) was rebuilt by re-running cells 1-2 in 1.2 s. \
+             Cell 3 was skipped: it had failed. \
+             Stopped early: interrupted by python_wait with interrupt: true while it re-ran cell 4. \
+             Cells 4-6 were not re-run: the session lacks their effects."
+        );
+        let one = Account {
+            missing: vec![2],
+            ..Account::default()
+        };
+        assert!(
+            one.describe("s", "why")
+                .ends_with("Cell 2 was not re-run: the session lacks its effects."),
+            "{}",
+            one.describe("s", "why")
+        );
     }
 }

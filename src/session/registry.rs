@@ -128,7 +128,7 @@ impl SessionManager {
             .filter(|sess| {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
-                st.running.is_some() || st.completed.is_some()
+                st.running.is_some() || st.completed.is_some() || st.rebuild.is_some()
             })
             .count()
     }
@@ -227,6 +227,12 @@ impl SessionManager {
         {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
+            if st.rebuild.is_some()
+                && let Some(w) = &st.worker
+            {
+                // The rebuild's task owns its interpreter, dead or alive.
+                return Ok(w.clone());
+            }
             if let Some(w) = &st.worker {
                 match w.exit_info() {
                     None => return Ok(w.clone()),
@@ -290,15 +296,17 @@ impl SessionManager {
         } else {
             self.existing(name)?
         };
-        let (old, stopped) = {
+        let (old, stopped, rebuild) = {
             let mut st = sess.lock();
             st.completed = None;
             st.delivered = None;
             st.notes.clear();
             st.clear_path();
-            let stopped = st.running.take().map(|r| r.number);
-            (st.worker.take(), stopped)
+            let rebuild = st.rebuild.take().map(|rb| super::resume::ended_note(&rb));
+            let stopped = st.running.take().filter(|r| !r.replay).map(|r| r.number);
+            (st.worker.take(), stopped, rebuild)
         };
+        sess.touch();
         if let Some(old) = old {
             old.kill_in_background();
         }
@@ -315,6 +323,7 @@ impl SessionManager {
                 " Cell {cell}, which was still running, was stopped."
             ));
         }
+        msg.extend(rebuild);
         Ok(msg)
     }
 
@@ -334,12 +343,16 @@ impl SessionManager {
                 let worker = st.worker.clone();
                 let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
                 let state = report::session_state(&st);
+                let running_cell = match &st.rebuild {
+                    Some(_) => super::resume::queued_cell(&st).map(|q| q.0),
+                    None => st.running.as_ref().map(|r| r.number),
+                };
                 SessionInfo {
                     name: sess.name.clone(),
                     state: state.to_string(),
                     pid: worker.as_ref().filter(|_| !dead).map(|w| w.pid()),
                     cells: st.cells_run,
-                    running_cell: st.running.as_ref().map(|r| r.number),
+                    running_cell,
                     memory_bytes: worker
                         .as_ref()
                         .filter(|_| !dead)
@@ -558,15 +571,19 @@ impl SessionManager {
         self.sessions().remove(name);
         self.forget_stored(name);
         let mut st = sess.lock();
-        let running = st.running.take().map(|r| r.number);
+        let rebuild = st.rebuild.take().map(|rb| super::resume::ended_note(&rb));
+        let running = st.running.take().filter(|r| !r.replay).map(|r| r.number);
         if let Some(w) = st.worker.take() {
             w.kill();
         }
         st.logs.clear();
+        drop(st);
+        sess.touch();
         let mut msg = format!("Session '{name}' was deleted; its interpreter and processes ended.");
         if let Some(cell) = running {
             msg.push_str(&format!(" Cell {cell}, which was running, was stopped."));
         }
+        msg.extend(rebuild);
         if super::is_default_name(name) {
             msg.push_str(" The next call without a session name starts a fresh default session.");
         }

@@ -190,20 +190,42 @@ impl CellReport {
     }
 }
 
+impl CellReport {
+    pub(super) fn with_note(mut self, note: &str) -> Self {
+        self.notes.push(note.to_string());
+        self
+    }
+
+    pub(super) fn with_notes_first(mut self, mut notes: Vec<String>) -> Self {
+        notes.append(&mut self.notes);
+        self.notes = notes;
+        self
+    }
+
+    pub(super) fn with_background(mut self, after_cell: u64, output: RenderedOutput) -> Self {
+        self.background = Some(BackgroundOutput { after_cell, output });
+        self
+    }
+}
+
 /// The states `python_sessions` lists, in its words.
-pub const SESSION_STATES: [&str; 6] = [
+pub const SESSION_STATES: [&str; 7] = [
     "idle",
     "busy",
     "waiting_input",
     "starting",
     "dead",
     "dormant",
+    "rebuilding",
 ];
 
 /// A session's state as `python_sessions` lists it and the metrics count it.
 pub(super) fn session_state(st: &super::SessionState) -> &'static str {
     let worker = st.worker.as_ref();
     let dead = worker.is_some_and(|w| w.exit_info().is_some());
+    if st.rebuild.is_some() {
+        return "rebuilding";
+    }
     match (worker, &st.running) {
         (_, None) if st.pending == Some(super::durable::Pending::Dormant) => "dormant",
         (None, _) => "starting",

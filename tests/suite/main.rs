@@ -42,6 +42,7 @@ mod long_running_http;
 mod packages_egress;
 mod r_sessions;
 mod r_setup;
+mod resume_window;
 mod rich_output;
 mod sandbox;
 mod shell_jobs;
