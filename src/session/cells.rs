@@ -582,7 +582,7 @@ impl SessionManager {
 pub(super) fn redelivery(st: &SessionState) -> Option<CellReport> {
     let last = st.delivered.as_ref()?;
     let note = format!(
-        "Delivered again: this result of cell {} was returned before; no cell is running.",
+        "Sent again: this result of cell {} was sent to a call before (that client may not have received it); no cell is running.",
         last.cell
     );
     Some(last.clone().with_note(&note))

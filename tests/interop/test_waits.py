@@ -5,7 +5,7 @@ the official Python SDK over stdio and HTTP.
   default 50 s is under the TypeScript SDK's 60 s timeout): a cell asked to
   wait 90 s returns `running` and keeps going; python_wait collects it.
 * A client killed in the middle of a call (HTTP): a new client finds the
-  session and collects the result, delivered again if the orphaned call took
+  session and collects the result, sent again if the orphaned call took
   it first.
 
 Cells wait on a gate file in the workspace, never on a timer.

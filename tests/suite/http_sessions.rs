@@ -80,7 +80,7 @@ async fn clients_share_sessions_by_name_and_a_reconnecting_client_gets_the_resul
     let second = server.connect(None).await;
     let again = tool(&second, "python_wait", json!({})).await;
     let text = ok_text(&again);
-    assert!(text.contains("Delivered again"), "{again:#?}");
+    assert!(text.contains("Sent again"), "{again:#?}");
     assert!(
         text.contains("42") && text.contains("-- ok | cell 1 |"),
         "{again:#?}"
@@ -152,7 +152,7 @@ async fn python_wait_repeats_the_last_result_until_a_new_cell_starts() {
         let again = server.call("python_wait", json!({})).await;
         let text = ok_text(&again);
         assert!(
-            text.contains("Delivered again") && text.contains("42"),
+            text.contains("Sent again") && text.contains("42"),
             "{again:#?}"
         );
         assert!(text.contains("-- ok | cell 1 |"), "{again:#?}");
@@ -165,7 +165,7 @@ async fn python_wait_repeats_the_last_result_until_a_new_cell_starts() {
         "an error result is repeated as an error: {again:#?}"
     );
     assert!(
-        again.text.contains("ZeroDivisionError") && again.text.contains("Delivered again"),
+        again.text.contains("ZeroDivisionError") && again.text.contains("Sent again"),
         "{again:#?}"
     );
     // A reset forgets it: there is nothing left to deliver.

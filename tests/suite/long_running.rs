@@ -480,7 +480,7 @@ pub(crate) async fn scenario_wait_window(srv: &LongRunningServer) {
     assert_eq!(again.cell(), first.cell(), "same cell: {again:#?}");
     assert_eq!(again.value(), Some("'done'"), "{again:#?}");
     assert!(
-        again.notes_text().contains("Delivered again"),
+        again.notes_text().contains("Sent again"),
         "a repeated result says it was delivered before: {again:#?}"
     );
 }

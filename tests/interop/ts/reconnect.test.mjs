@@ -2,7 +2,7 @@
 // client A (a separate process) starts a cell that waits for a file, and is
 // SIGKILLed mid-call; once the file exists, a NEW client (a new transport
 // session) gets the result from python_wait — fresh, or re-delivered with a
-// "delivered again" note if the orphaned call took it. And that python_wait
+// "sent again" note if the orphaned call took it. And that python_wait
 // after a finished, already returned cell returns that result again, saying so.
 
 import assert from 'node:assert/strict';
@@ -63,11 +63,11 @@ describe('results survive their HTTP client', { concurrency: true }, () => {
         const first = await call(client, 'python_exec', { code: '6*7' });
         assert.equal(footerStatus(first), 'ok', text(first));
         assert.match(text(first), /^42$/m);
-        assert.doesNotMatch(text(first), /delivered again/i);
+        assert.doesNotMatch(text(first), /sent again/i);
 
         const again = await call(client, 'python_wait', {});
         assert.match(text(again), /^42$/m);
-        assert.match(text(again), /delivered again/i);
+        assert.match(text(again), /sent again/i);
         assert.equal(footerStatus(again), 'ok', text(again));
         assert.match(text(again), /-- ok \| cell \d+ \| session default \|/);
         // The same cell as the first result.
