@@ -14,7 +14,8 @@ pub enum Command {
     /// Remove ferrepl from agent clients' MCP configuration.
     Uninstall(super::commands::InstallArgs),
     /// Check this machine before connecting an agent: interpreters, sandbox layers, package
-    /// index reachability, configured clients. Exit code 1 when something required is missing.
+    /// index reachability, configured clients, for the server flags given before it
+    /// (`ferrepl --python X doctor`). Exit code 1 when something required is missing.
     Doctor(super::commands::DoctorOptions),
 }
 
@@ -436,6 +437,27 @@ pub struct Config {
         value_name = "MODE"
     )]
     pub default_session: DefaultSession,
+
+    /// With `--default-session per-client`: seconds a client's sessions outlive it. They end
+    /// once their last result is collected, or when this runs out (a running cell is stopped);
+    /// a new session needing room ends the oldest first.
+    #[arg(
+        long,
+        env = "FERREPL_CLIENT_GRACE",
+        default_value_t = 600,
+        value_name = "SECONDS"
+    )]
+    pub client_grace: u64,
+
+    /// Seconds an HTTP MCP connection (an Mcp-Session-Id) may go without a request before it
+    /// ends; a client then starts a new one.
+    #[arg(
+        long,
+        env = "FERREPL_HTTP_SESSION_IDLE",
+        default_value_t = 300,
+        value_name = "SECONDS"
+    )]
+    pub http_session_idle: u64,
 
     /// Shell and install jobs that may run at once, over all tenants (each
     /// tenant may run as many).

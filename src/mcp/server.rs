@@ -86,6 +86,9 @@ pub struct FerreplServer {
     /// The session an omitted `session` argument names.
     default_session: String,
     tool_router: ToolRouter<Self>,
+    /// Per-client: the connection's own sessions, let go when the last
+    /// clone of this server (the connection's) is dropped.
+    _client: Option<Arc<crate::session::clients::ClientSessions>>,
 }
 
 impl FerreplServer {
@@ -100,7 +103,19 @@ impl FerreplServer {
             structured: app.structured,
             default_session,
             tool_router: app.router.clone(),
+            _client: None,
         }
+    }
+
+    /// The server of one connection under `--default-session per-client`:
+    /// its default sessions (`default-N`, `r-N`) end after it, `grace` at
+    /// most after it is gone.
+    pub fn per_client(app: &AppParts, n: u64, grace: std::time::Duration) -> Self {
+        let mut server = Self::new(app, format!("{}-{n}", crate::session::DEFAULT_SESSION));
+        let names = vec![server.default_session.clone(), format!("r-{n}")];
+        let owned = crate::session::clients::ClientSessions::new(&app.manager, names, grace);
+        server._client = Some(Arc::new(owned));
+        server
     }
 
     /// The tools `groups` expose, with schemas every client accepts and each
@@ -179,7 +194,11 @@ impl FerreplServer {
         lang: Language,
     ) -> Result<String, crate::session::SessionError> {
         let name = match s.as_deref().filter(|s| !s.is_empty()) {
-            Some(name) => name.to_string(),
+            Some(name) => {
+                // A gone client's session, named by a call: taken over.
+                self.manager.claim(name);
+                name.to_string()
+            }
             None => crate::session::default_for(lang, &self.default_session),
         };
         self.manager.check_language(&name, lang)?;

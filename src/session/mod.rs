@@ -7,6 +7,7 @@
 
 mod cells;
 mod checkpoints;
+pub mod clients;
 mod control;
 mod durable;
 mod export;
@@ -358,6 +359,8 @@ pub struct SessionManager {
     /// when its name is next used, instead of a fresh session overwriting
     /// its stored cells.
     left_stored: Mutex<std::collections::BTreeSet<String>>,
+    /// Per-client default sessions whose client is gone.
+    gone: clients::GoneClients,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -395,6 +398,7 @@ impl SessionManager {
             started: Instant::now(),
             gate,
             left_stored: Mutex::new(Default::default()),
+            gone: Default::default(),
         };
         let manager = Arc::new(manager);
         let stored = manager.read_stored();

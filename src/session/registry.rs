@@ -23,11 +23,12 @@ impl SessionManager {
     /// waiting (R spends most of its start attaching its default packages,
     /// which then overlaps the client's handshake); Python's spare worker
     /// only once they are ready, so that it does not slow them down.
-    pub fn warm_up(self: &Arc<Self>) {
+    pub fn warm_up(self: &Arc<Self>, start_defaults: bool) {
         let defaults = [
             (DEFAULT_R_SESSION, Language::R),
             (DEFAULT_SESSION, Language::Python),
         ];
+        let defaults = defaults.into_iter().filter(move |_| start_defaults);
         self.warming.store(true, Ordering::SeqCst);
         let this = self.clone();
         tokio::spawn(async move {
@@ -82,6 +83,47 @@ impl SessionManager {
             s.lock().last_used = Instant::now();
             return Ok(s.clone());
         }
+        let mut evicted = None;
+        let (sess, new, reviving) = loop {
+            match self.admit(name, lang, spec.clone(), options.clone()) {
+                Ok(added) => break added,
+                // Full: a session whose client is gone makes room first.
+                Err(
+                    e @ (SessionError::TooMany { .. }
+                    | SessionError::Refused(gate::Refusal::InstanceFull { .. })),
+                ) => {
+                    let instance = matches!(e, SessionError::Refused(_));
+                    match (evicted.is_none(), self.evict_for_room(instance)) {
+                        (true, Some(gone)) => evicted = Some(gone),
+                        _ => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        if let Some(gone) = evicted {
+            sess.lock().notes.push(format!(
+                "Session '{gone}', whose client had disconnected, was ended to make room for this one."
+            ));
+        }
+        if new {
+            self.persist_session(&sess);
+        } else if reviving {
+            // Brought back from the store: it may be of the other language.
+            self.check_language(name, lang)?;
+        }
+        Ok(sess)
+    }
+
+    /// Adds session `name` if the instance and the tenant have room: the
+    /// session, whether it is new, whether it came back from the store.
+    fn admit(
+        &self,
+        name: &str,
+        lang: Language,
+        spec: Option<LaunchSpec>,
+        options: Option<SessionOptions>,
+    ) -> Result<(Arc<Session>, bool, bool), SessionError> {
         let revived = self.revive_stored(name);
         let reviving = revived.is_some();
         // Counted over every tenant of the instance, then over this one.
@@ -101,22 +143,15 @@ impl SessionManager {
             map.insert(name.to_string(), sess.clone());
             Ok((sess, new))
         });
-        let (sess, new) = match added.map_err(SessionError::from).and_then(|added| added) {
-            Ok(added) => added,
+        match added.map_err(SessionError::from).and_then(|added| added) {
+            Ok((sess, new)) => Ok((sess, new, reviving)),
             Err(e) => {
                 if reviving {
                     self.leave_stored(name);
                 }
-                return Err(e);
+                Err(e)
             }
-        };
-        if new {
-            self.persist_session(&sess);
-        } else if reviving {
-            // Brought back from the store: it may be of the other language.
-            self.check_language(name, lang)?;
         }
-        Ok(sess)
     }
 
     /// Cells still running and results no call has collected yet: what a

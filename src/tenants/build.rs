@@ -181,7 +181,11 @@ impl Base {
             durable,
             gate,
         );
-        manager.warm_up();
+        // Per-client sessions are each client's own: none is started ahead
+        // (stateless requests create the shared one when they come).
+        let per_client = self.cfg.default_session == crate::config::DefaultSession::PerClient
+            && self.cfg.http.is_some();
+        manager.warm_up(!per_client);
         manager.spawn_reaper();
         manager.spawn_resource_watch();
         let parts = AppParts::new(

@@ -40,6 +40,7 @@ mod large_output;
 mod long_running;
 mod long_running_http;
 mod packages_egress;
+mod per_client;
 mod r_sessions;
 mod r_setup;
 mod resume_window;

@@ -48,26 +48,54 @@ pub(super) struct HttpState {
     endpoints: Mutex<HashMap<Tenant, Endpoint>>,
     config: StreamableHttpServerConfig,
     per_client: bool,
+    /// An MCP connection with no request for this long ends (--http-session-idle).
+    session_idle: std::time::Duration,
+    /// How long a per-client session outlives its client (--client-grace).
+    client_grace: std::time::Duration,
     /// Transport sessions one tenant may hold open (--max-connections).
     max_connections: usize,
     pub(super) origin_rules: probes::OriginRules,
 }
 
+/// The listening sockets of `--http` and `--metrics-addr`, bound once the
+/// start-up checks have passed and before any session starts: an address
+/// in use is refused with nothing started.
+pub struct Listeners {
+    main: tokio::net::TcpListener,
+    metrics: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    pub async fn bind(addr: SocketAddr, cfg: &Config) -> anyhow::Result<Self> {
+        let main = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--http: cannot listen on {addr}"))?;
+        let metrics = match cfg.metrics_addr {
+            Some(at) => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("--metrics-addr: cannot listen on {at}"))?,
+            ),
+            None => None,
+        };
+        Ok(Self { main, metrics })
+    }
+}
+
 pub async fn serve(
-    addr: SocketAddr,
+    listeners: Listeners,
     cfg: &Config,
     instance: Arc<Instance>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    if !addr.ip().is_loopback() && !instance.needs_token() {
-        anyhow::bail!(
-            "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token-file FILE (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
-        );
-    }
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let Listeners {
+        main: listener,
+        metrics,
+    } = listeners;
     let local = listener.local_addr()?;
+    // Checked before anything started (startup::preflight); again here, as
+    // the last word before the socket is served.
+    crate::startup::preflight::exposure(local, instance.needs_token())?;
     let origin_rules = probes::OriginRules::new(cfg);
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(origin_rules.hosts.clone())
@@ -79,6 +107,8 @@ pub async fn serve(
         endpoints: Mutex::new(HashMap::new()),
         config,
         per_client: cfg.default_session == DefaultSession::PerClient,
+        session_idle: std::time::Duration::from_secs(cfg.http_session_idle.max(1)),
+        client_grace: std::time::Duration::from_secs(cfg.client_grace),
         max_connections: cfg.max_connections.max(1),
         origin_rules,
     });
@@ -96,8 +126,8 @@ pub async fn serve(
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state.clone());
 
-    if let Some(addr) = cfg.metrics_addr {
-        serve_open_probes(addr, state.clone(), shutdown.clone()).await?;
+    if let Some(metrics) = metrics {
+        serve_open_probes(metrics, state.clone(), shutdown.clone())?;
     }
 
     tracing::info!("listening on http://{local}/mcp");
@@ -115,16 +145,13 @@ pub async fn serve(
     }
 }
 
-/// `/healthz`, `/readyz` and `/metrics` on `addr` without token or Host
-/// checks (--metrics-addr), until shutdown.
-async fn serve_open_probes(
-    addr: SocketAddr,
+/// `/healthz`, `/readyz` and `/metrics` on `listener` without token or
+/// Host checks (--metrics-addr), until shutdown.
+fn serve_open_probes(
+    listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--metrics-addr: cannot listen on {addr}"))?;
     tracing::info!(
         "health and metrics on http://{}/metrics",
         listener.local_addr()?
@@ -184,7 +211,9 @@ impl HttpState {
         if let Some(e) = endpoints.get(tenant) {
             return Ok(e.clone());
         }
-        let sessions = Arc::new(LocalSessionManager::default());
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(self.session_idle);
+        let sessions = Arc::new(sessions);
         let shared = {
             let app = app.clone();
             move || Ok(FerreplServer::new(&app.parts, DEFAULT_SESSION.to_string()))
@@ -195,12 +224,10 @@ impl HttpState {
         // has no connection, so it gets the shared one.
         let (service, stateless) = if self.per_client {
             let clients = AtomicU64::new(0);
+            let grace = self.client_grace;
             let per_connection = move || {
                 let n = clients.fetch_add(1, Ordering::Relaxed) + 1;
-                Ok(FerreplServer::new(
-                    &app.parts,
-                    format!("{DEFAULT_SESSION}-{n}"),
-                ))
+                Ok(FerreplServer::per_client(&app.parts, n, grace))
             };
             (
                 StreamableHttpService::new(per_connection, sessions.clone(), self.config.clone()),
