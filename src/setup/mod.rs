@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod doctor;
 pub mod install;
+pub mod launch;
 mod probe;
 
 use std::process::ExitCode;
@@ -13,19 +14,6 @@ use clients::{Client, Platform, Scope};
 use install::{Entry, Outcome};
 
 pub use crate::config::commands::InstallArgs;
-
-/// How clients start this ferrepl: this binary's absolute path, or `uvx
-/// ferrepl` when it runs from uv's cache.
-fn command() -> Result<(String, Vec<String>), String> {
-    let exe = std::env::current_exe()
-        .and_then(|p| p.canonicalize())
-        .map_err(|e| format!("cannot tell where this ferrepl is: {e}"))?;
-    let shown = exe.display().to_string();
-    if shown.contains("/uv/") && (shown.contains("/archive-v") || shown.contains("/builds-v")) {
-        return Ok(("uvx".into(), vec!["ferrepl".into()]));
-    }
-    Ok((shown, Vec::new()))
-}
 
 /// `--max-wait` among the server arguments (ferrepl's default otherwise).
 fn max_wait(args: &[String]) -> f64 {
@@ -73,7 +61,17 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
         None => std::env::current_dir()
             .map_err(|e| format!("cannot read the current directory: {e}"))?,
     };
-    let (program, mut server_args) = command()?;
+    // How clients start this ferrepl (launch.rs says how it is chosen); an
+    // uninstall writes no command, so it needs none.
+    let (program, mut server_args) = if remove {
+        (String::new(), Vec::new())
+    } else {
+        let launch = launch::decide(&launch::Context::current()?)?;
+        if let Some(note) = &launch.note {
+            eprintln!("note: {note}");
+        }
+        (launch.command, launch.args)
+    };
     if let Some(dir) = &workdir {
         server_args.extend(["--workdir".to_string(), dir.display().to_string()]);
     }

@@ -2,12 +2,13 @@
 //! fake home: entries added next to other servers, comments and formatting
 //! kept (JSON with comments, TOML), a second run changes nothing, a backup
 //! of what was there, malformed files refused and left untouched, removal
-//! restores the rest, dry runs write nothing.
+//! restores the rest, dry runs write nothing; the entry written starts a
+//! working server, and under uvx names uvx and what it installed from.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::support::server_binary;
+use crate::support::{Launch, StdioServer, server_binary};
 
 struct Home {
     dir: tempfile::TempDir,
@@ -35,8 +36,15 @@ impl Home {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        std::process::Command::new(server_binary())
+        self.run_as(server_binary(), args, &[])
+    }
+
+    /// `binary args...` in this home, with `envs` set.
+    fn run_as(&self, binary: &Path, args: &[&str], envs: &[(&str, &Path)]) -> Output {
+        std::process::Command::new(binary)
             .args(args)
+            .env_remove("UV")
+            .envs(envs.iter().copied())
             .env("HOME", self.dir.path())
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("CODEX_HOME")
@@ -277,5 +285,206 @@ fn an_update_shows_the_command_before_and_after() {
         stdout(&removed).contains("  was: ") && stdout(&removed).contains("--max-sessions 4"),
         "{}",
         said(&removed)
+    );
+}
+
+/// The entry as a client reads it: command and arguments.
+fn claude_entry(home: &Home) -> (String, Vec<String>) {
+    let claude: serde_json::Value =
+        serde_json::from_str(&home.read(".claude.json")).expect(".claude.json is JSON");
+    let entry = &claude["mcpServers"]["ferrepl"];
+    let command = entry["command"].as_str().expect("command").to_string();
+    let args = entry["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("an argument").to_string())
+        .collect();
+    (command, args)
+}
+
+/// What `install` writes is a command that works: started exactly as the
+/// client would start it, it answers the handshake and runs a cell.
+#[tokio::test]
+async fn the_written_entry_starts_a_working_server() {
+    let home = Home::new();
+    home.write("proj/data.txt", "x");
+    let out = home.run(&["install", "--client", "claude-code", "--workdir", "proj"]);
+    assert!(out.status.success(), "{}", said(&out));
+    // The binary under test is cargo's build output: its path is written,
+    // with a note on what would remove it.
+    assert!(said(&out).contains("cargo clean"), "{}", said(&out));
+    let (command, args) = claude_entry(&home);
+    assert_eq!(command, exe());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = StdioServer::launch(
+        Launch::new(&args)
+            .binary(Path::new(&command))
+            .without_workdir_flag(),
+    )
+    .await;
+    let cell = server.exec("6 * 7").await;
+    assert_eq!(cell.assert_ok().value(), Some("42"));
+    let listed = server.exec("import os; sorted(os.listdir('.'))").await;
+    assert!(
+        listed
+            .assert_ok()
+            .value()
+            .is_some_and(|v| v.contains("data.txt")),
+        "the entry's --workdir was not the project: {listed:#?}"
+    );
+}
+
+/// A fake uv cache environment holding this ferrepl (hard-linked, so that
+/// it really runs from there), with uv and uvx beside each other.
+struct UvEnv {
+    root: tempfile::TempDir,
+    exe: PathBuf,
+    dist_info: PathBuf,
+}
+
+impl UvEnv {
+    fn new() -> Self {
+        // In the build's scratch directory rather than /tmp, so that a wheel
+        // beside it counts as staying (unless the checkout itself is there).
+        let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let at = |rel: &str| root.path().join(rel);
+        for dir in ["cache/archive-v0/Xy9/bin", "uvbin", "dist"] {
+            std::fs::create_dir_all(at(dir)).expect("mkdir");
+        }
+        std::fs::write(
+            at("cache/CACHEDIR.TAG"),
+            "Signature: 8a477f597d28d172789f06886806bc55\n",
+        )
+        .expect("tag");
+        let exe = at("cache/archive-v0/Xy9/bin/ferrepl");
+        if std::fs::hard_link(server_binary(), &exe).is_err() {
+            std::fs::copy(server_binary(), &exe).expect("copy ferrepl");
+        }
+        let dist_info =
+            at("cache/archive-v0/Xy9/lib/python3.11/site-packages/ferrepl-0.1.0.dist-info");
+        std::fs::create_dir_all(&dist_info).expect("mkdir");
+        std::fs::write(dist_info.join("RECORD"), "").expect("RECORD");
+        for tool in ["uv", "uvx", "dist/ferrepl-0.1.0-py3-none-any.whl"] {
+            let p = if tool.contains('/') {
+                at(tool)
+            } else {
+                at(&format!("uvbin/{tool}"))
+            };
+            std::fs::write(p, "").expect("fixture");
+        }
+        UvEnv {
+            root,
+            exe,
+            dist_info,
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.path().join(rel).canonicalize().expect(rel)
+    }
+
+    /// Records the environment as installed by uvx from `wheel` (None: the index).
+    fn installed_from(&self, wheel: Option<&Path>) {
+        let record = self.dist_info.join("direct_url.json");
+        match wheel {
+            Some(w) => {
+                let url = url::Url::from_file_path(w).expect("file URL");
+                std::fs::write(
+                    record,
+                    format!("{{\"url\":\"{url}\",\"archive_info\":{{}}}}"),
+                )
+                .expect("direct_url.json");
+            }
+            None => {
+                let _ = std::fs::remove_file(record);
+            }
+        }
+    }
+
+    fn install(&self, home: &Home) -> Output {
+        let uv = self.path("uvbin/uv");
+        home.run_as(
+            &self.exe,
+            &["install", "--client", "claude-code,codex"],
+            &[("UV", &uv)],
+        )
+    }
+}
+
+fn under_temp(path: &Path) -> bool {
+    [std::env::temp_dir(), PathBuf::from("/tmp")]
+        .iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .any(|d| path.starts_with(d))
+}
+
+/// Run by uvx (from uv's cache), install never writes the cache's path: it
+/// writes uvx, by absolute path, with the wheel uvx installed from when that
+/// stays, `uvx ferrepl` when it came from the index, and refuses a wheel in
+/// a temporary directory, leaving the files untouched.
+#[test]
+fn under_uvx_the_entry_names_uvx_and_where_it_came_from() {
+    let uv = UvEnv::new();
+    let uvx = uv.path("uvbin/uvx").display().to_string();
+    let home = Home::new();
+
+    let wheel = uv.path("dist/ferrepl-0.1.0-py3-none-any.whl");
+    uv.installed_from(Some(&wheel));
+    let out = uv.install(&home);
+    if under_temp(&wheel) {
+        // The checkout itself sits in a temporary directory.
+        assert!(
+            !out.status.success() && said(&out).contains("temporary"),
+            "{}",
+            said(&out)
+        );
+    } else {
+        assert!(out.status.success(), "{}", said(&out));
+        let wheel = wheel.display().to_string();
+        assert_eq!(
+            claude_entry(&home),
+            (
+                uvx.clone(),
+                vec!["--from".into(), wheel.clone(), "ferrepl".into()]
+            )
+        );
+        let codex = home.read(".codex/config.toml");
+        assert!(
+            codex.contains(&format!("command = \"{uvx}\""))
+                && codex.contains(&format!("args = [\"--from\", \"{wheel}\", \"ferrepl\"]")),
+            "{codex}"
+        );
+    }
+
+    uv.installed_from(None);
+    let out = uv.install(&home);
+    assert!(out.status.success(), "{}", said(&out));
+    assert_eq!(
+        claude_entry(&home),
+        (uvx.clone(), vec!["ferrepl".to_string()])
+    );
+
+    let temp = tempfile::tempdir().expect("tempdir");
+    let temp_wheel = temp.path().join("ferrepl-0.1.0-py3-none-any.whl");
+    std::fs::write(&temp_wheel, "").expect("wheel");
+    uv.installed_from(Some(&temp_wheel.canonicalize().expect("wheel")));
+    let before = (home.read(".claude.json"), home.read(".codex/config.toml"));
+    let out = uv.install(&home);
+    assert!(
+        !out.status.success()
+            && said(&out).contains("temporary directory")
+            && said(&out).contains("uv tool install"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(
+        before,
+        (home.read(".claude.json"), home.read(".codex/config.toml"))
+    );
+    assert!(
+        !said(&out).contains("/archive-v0/"),
+        "the cache's path was offered: {}",
+        said(&out)
     );
 }
