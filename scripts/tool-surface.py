@@ -30,19 +30,26 @@ import tempfile
 import threading
 import time
 
-# Budgets: (label, profile, measure, limit).
+# Budgets, shared with tests/suite/tool_surface.rs.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tool-budgets.json")) as f:
+    LIMITS = json.load(f)
+# (label, profile, measure, limit); "r+PROFILE" measures what R adds to PROFILE.
 BUDGETS = [
-    ("model-visible, default profile", "default", "visible", 4000),
-    ("model-visible, --tools all", "all", "visible", 8000),
-    ("tools array, --tools all", "all", "tools_json", 12000),
-    ("1+1 response line, default profile", "default", "line", 250),
-    ("1+1 response line, --tools all", "all", "line", 250),
+    ("model-visible, default profile", "default", "visible", LIMITS["default_visible"]),
+    ("model-visible, --tools all", "all", "visible", LIMITS["all_visible"]),
+    ("tools array, --tools all", "all", "tools_json", LIMITS["all_tools_json"]),
+    ("1+1 response line, default profile", "default", "line", LIMITS["one_plus_one_line"]),
+    ("1+1 response line, --tools all", "all", "line", LIMITS["one_plus_one_line"]),
+    ("R adds, default profile", "r+default", "visible", LIMITS["r_added_visible"]),
+    ("R adds, --tools all", "r+all", "visible", LIMITS["r_added_visible"]),
 ]
 
 PROFILES = [
     ("default", []),
     ("all", ["--tools", "all"]),
     ("all+structured", ["--tools", "all", "--structured-content"]),
+    ("default+r", ["--languages", "python,r"]),
+    ("all+r", ["--tools", "all", "--languages", "python,r"]),
 ]
 
 TIMEOUT_S = 60.0
@@ -227,6 +234,11 @@ def main():
             continue
         report(name, shown, measures[name])
 
+    # What R adds to a profile: the difference of the two runs.
+    for base in ("default", "all"):
+        if base in measures and f"{base}+r" in measures:
+            added = measures[f"{base}+r"]["visible"] - measures[base]["visible"]
+            measures[f"r+{base}"] = {"visible": added}
     print("== budgets")
     for label, profile, key, limit in BUDGETS:
         if profile not in measures:

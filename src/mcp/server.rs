@@ -7,7 +7,8 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use crate::worker::Language;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    Implementation, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
@@ -26,7 +27,7 @@ use crate::session::{SessionError, SessionManager};
 /// The server's instructions: the rules every tool shares, said once.
 const INSTRUCTIONS: &str = "Python sessions whose variables persist between calls; each session is its own interpreter process, \
 created on first use (session defaults to \"default\"). A result ends with a status line: ok, error, running, waiting_input, interrupted or crashed. \
-A call returns within wait_s; a cell still going then returns 'running' and keeps running: \
+A call returns within wait_s (seconds; default {default}, at most {max}); a cell still going then returns 'running' and keeps running: \
 python_wait collects it, answers its input() or interrupts it.";
 
 /// R's tools take Python's argument types; what their arguments mean in R
@@ -37,6 +38,14 @@ const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
     ("r_wait", "eof", ""),
     ("r_wait", "interrupt", ""),
     ("r_inspect", "name", "e.g. \"df$x\"."),
+    // Said by Python's tools, which R's sit beside.
+    ("r_exec", "parent", ""),
+    ("r_output", "grep", ""),
+    ("r_output", "limit", ""),
+    ("r_complete", "cursor", ""),
+    // The same window as python_output.
+    ("shell_output", "grep", ""),
+    ("shell_output", "limit", ""),
 ];
 
 /// Added to the instructions when R is enabled.
@@ -54,6 +63,8 @@ pub struct AppParts {
     /// The exposed tools with portable schemas, built once: over HTTP every
     /// connection gets its own server.
     router: ToolRouter<FerreplServer>,
+    /// The tenant's MCP tasks, which outlive their connections.
+    tasks: Arc<super::tasks::TaskStore>,
 }
 
 impl AppParts {
@@ -64,7 +75,10 @@ impl AppParts {
         groups: ToolGroups,
         structured: bool,
     ) -> Self {
-        let router = FerreplServer::router(&groups, structured, manager.wait_bounds());
+        let router = FerreplServer::router(&groups, structured);
+        // Each working task follows one cell or job.
+        let (max_jobs, job_ttl) = jobs.limits();
+        let tasks = super::tasks::TaskStore::new(manager.max_sessions() + max_jobs, job_ttl);
         Self {
             manager,
             jobs,
@@ -72,6 +86,7 @@ impl AppParts {
             groups,
             structured,
             router,
+            tasks: Arc::new(tasks),
         }
     }
 }
@@ -86,6 +101,7 @@ pub struct FerreplServer {
     /// The session an omitted `session` argument names.
     default_session: String,
     tool_router: ToolRouter<Self>,
+    pub(super) tasks: Arc<super::tasks::TaskStore>,
     /// Per-client: the connection's own sessions, let go when the last
     /// clone of this server (the connection's) is dropped.
     _client: Option<Arc<crate::session::clients::ClientSessions>>,
@@ -103,6 +119,7 @@ impl FerreplServer {
             structured: app.structured,
             default_session,
             tool_router: app.router.clone(),
+            tasks: app.tasks.clone(),
             _client: None,
         }
     }
@@ -120,11 +137,7 @@ impl FerreplServer {
 
     /// The tools `groups` expose, with schemas every client accepts and each
     /// `wait_s` saying its bounds; output schemas only with `structured`.
-    fn router(
-        groups: &ToolGroups,
-        structured: bool,
-        (default_wait, max_wait): (f64, f64),
-    ) -> ToolRouter<Self> {
+    fn router(groups: &ToolGroups, structured: bool) -> ToolRouter<Self> {
         let mut router = Self::python_router()
             + Self::sessions_router()
             + Self::more_router()
@@ -134,13 +147,10 @@ impl FerreplServer {
             + Self::r_packages_router()
             + Self::file_router();
         router.map.retain(|name, _| groups.exposes(name));
-        let wait_doc =
-            format!("Seconds to wait (default {default_wait:.0}, at most {max_wait:.0}).");
         for route in router.map.values_mut() {
             let tool = &mut route.attr;
             let mut input = (*tool.input_schema).clone();
             schema::portable(&mut input);
-            schema::describe_property(&mut input, "wait_s", &wait_doc);
             if !groups.languages().contains(&Language::R) {
                 // Python-only servers do not pay for R's words.
                 schema::remove_property(&mut input, "language");
@@ -169,7 +179,11 @@ impl FerreplServer {
 
     /// The server's instructions, with R's line when R tools are exposed.
     fn instructions(&self) -> String {
-        let mut text = INSTRUCTIONS.to_string();
+        // wait_s's bounds, said once here rather than in every tool's schema.
+        let (default, max) = self.manager.wait_bounds();
+        let mut text = INSTRUCTIONS
+            .replace("{default}", &format!("{default:.0}"))
+            .replace("{max}", &format!("{max:.0}"));
         if self.groups.languages().contains(&Language::R) {
             text.push_str(R_INSTRUCTIONS);
         }
@@ -217,7 +231,7 @@ impl FerreplServer {
         call: Call,
     ) -> ToolResult {
         let lang = call.language();
-        let wait = self.manager.wait_window(args::secs(wait_s));
+        let wait = call.window(&self.manager, wait_s);
         let session = self.session_in(session, lang)?;
         let fut = self.manager.exec(&session, lang, source, parent, wait);
         self.drive(&session, (call, true), fut).await
@@ -266,6 +280,35 @@ impl FerreplServer {
     }
 }
 
+impl FerreplServer {
+    /// Runs a call through the tool router and finishes its result: without
+    /// structuredContent unless asked for, argument errors in plain words,
+    /// ignored arguments named.
+    pub(super) async fn route(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+        unknown: Option<String>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tcc = ToolCallContext::new(self, request, context);
+        let mut response = self.tool_router.call(tcc).await?;
+        if let CallToolResponse::Complete(result) = &mut response {
+            if !self.structured {
+                result.structured_content = None;
+            } else if let Some(value) = &mut result.structured_content {
+                // Optional fields are left out rather than null: the output
+                // schemas do not allow null (see schema.rs).
+                schema::strip_nulls(value);
+            }
+            args::plain_argument_error(result);
+            if let Some(note) = unknown {
+                args::add_note(result, note);
+            }
+        }
+        Ok(response)
+    }
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for FerreplServer {
     async fn call_tool(
@@ -290,8 +333,15 @@ impl ServerHandler for FerreplServer {
             .tool_router
             .get(&request.name)
             .and_then(|t| args::unknown_arguments_note(t, request.arguments.as_ref()));
-        let tcc = ToolCallContext::new(self, request, context);
-        let mut response = match self.tool_router.call(tcc).await {
+        if super::tasks::wanted(&request.name, &context)
+            && let Some(opened) = self.tasks.open(&request.name)
+        {
+            // Counted when its task ends.
+            return self
+                .call_as_task(opened, request, context, unknown, started)
+                .await;
+        }
+        let response = match self.route(request, context, unknown).await {
             Ok(response) => response,
             Err(e) => {
                 let outcome = crate::metrics::ToolOutcome::ProtocolError;
@@ -299,25 +349,38 @@ impl ServerHandler for FerreplServer {
                 return Err(e);
             }
         };
-        let mut outcome = crate::metrics::ToolOutcome::Ok;
-        if let CallToolResponse::Complete(result) = &mut response {
-            if result.is_error == Some(true) {
-                outcome = crate::metrics::ToolOutcome::Error;
+        let outcome = match &response {
+            CallToolResponse::Complete(r) if r.is_error == Some(true) => {
+                crate::metrics::ToolOutcome::Error
             }
-            if !self.structured {
-                result.structured_content = None;
-            } else if let Some(value) = &mut result.structured_content {
-                // Optional fields are left out rather than null: the output
-                // schemas do not allow null (see schema.rs).
-                schema::strip_nulls(value);
-            }
-            args::plain_argument_error(result);
-            if let Some(note) = unknown {
-                args::add_note(result, note);
-            }
-        }
+            _ => crate::metrics::ToolOutcome::Ok,
+        };
         crate::metrics::tool_call(tool, outcome, started.elapsed());
         Ok(response)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        Ok(GetTaskResult::new(self.tasks.get(&request.task_id)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.update(&request.task_id)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.tasks.cancel(&request.task_id)
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -326,6 +389,7 @@ impl ServerHandler for FerreplServer {
                 .enable_tools()
                 .enable_resources()
                 .enable_prompts()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))

@@ -60,7 +60,7 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
     ("python_namespace", "Edit variables", &[Idempotent, ClosedWorld],
      "Set a variable from JSON, delete some, or clear all, without running code. Example: {\"action\": \"set\", \"name\": \"cfg\", \"value\": {\"lr\": 0.1}}"),
     ("r_exec", "Run R", &[],
-     "Run R code in a persistent session: output, warnings, plots (PNG), errors with their calls. Example: {\"code\": \"summary(rnorm(9))\"}"),
+     "Run R code in a persistent session: output, warnings, plots, errors. Example: {\"code\": \"summary(rnorm(9))\"}"),
     ("r_wait", "Wait for an R cell", &[NotDestructive, ClosedWorld],
      "Follow a 'running' or 'waiting_input' R cell: wait, answer readline(), or interrupt."),
     ("r_output", "Read R cell output", &[ReadOnly],
@@ -70,13 +70,13 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
     ("r_install", "Install R packages", &[NotDestructive, Idempotent],
      "Install R packages into the workspace's library; library() finds them at once."),
     ("r_complete", "Complete R code", &[ReadOnly],
-     "Completions at the cursor from the R session's live objects. Example: {\"code\": \"mtcars$m\"}"),
+     "Completions at the cursor from the R session's live objects."),
     ("shell_exec", "Run a shell command", &[],
      "Run a shell command (sh -c) as a job; returns when it exits or, still running, after wait_s. Example: {\"command\": \"pytest -x -q\"}"),
     ("shell_wait", "Wait for a job", &[ClosedWorld],
      "Follow a job: its new output once it exits or wait_s passes; first types input or sends a signal if given."),
     ("shell_output", "Read job output", &[ReadOnly],
-     "Read a job's full output, like python_output."),
+     "Read a job's full output: a window or grep, like python_output."),
     ("file_list", "List files", &[ReadOnly],
      "List a workspace directory as a tree with sizes. Paths in all file tools are relative to the workspace."),
     ("file_read", "Read a file", &[ReadOnly],
@@ -145,7 +145,7 @@ pub struct OutputParams {
     pub session: Option<String>,
     /// Default: the latest.
     pub cell: Option<u64>,
-    /// An install's job instead: its full log.
+    /// Or a job's full log.
     pub job: Option<String>,
     #[serde(flatten)]
     pub window: WindowParams,

@@ -45,19 +45,14 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 // ------------------------------------------------------------------ budgets
 
-/// Model-visible characters (tools plus instructions) of the default profile.
-const DEFAULT_VISIBLE_BUDGET: usize = 4000;
-/// Model-visible characters (tools plus instructions) of `--tools all` (8,000
-/// until python_export and branching came, about 600 more).
-const ALL_VISIBLE_BUDGET: usize = 8500;
-/// The whole tools array of `--tools all` as compact JSON.
-const ALL_TOOLS_JSON_BUDGET: usize = 12000;
-/// What R's tools (and their line of instructions) add to the default
-/// profile with `--languages python,r` (2,000 until r_exec took `parent`
-/// for branching, about 110 more).
-const R_VISIBLE_BUDGET: usize = 2150;
-/// The JSON-RPC response line of python_exec `1+1`.
-const ONE_PLUS_ONE_LINE_BUDGET: usize = 250;
+/// The budgets, shared with scripts/tool-surface.py.
+fn budget(key: &str) -> usize {
+    let all: Value = serde_json::from_str(include_str!("../../scripts/tool-budgets.json"))
+        .expect("scripts/tool-budgets.json is JSON");
+    all[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no budget {key} in scripts/tool-budgets.json")) as usize
+}
 
 // ------------------------------------------------------------------ names
 
@@ -334,9 +329,10 @@ impl Surface {
 async fn default_profile_fits_its_budget() {
     let surface = Surface::of(&[]).await;
     println!("{}", surface.table());
+    let limit = budget("default_visible");
     assert!(
-        surface.visible() <= DEFAULT_VISIBLE_BUDGET,
-        "the default profile shows the model {} characters, over its budget of {DEFAULT_VISIBLE_BUDGET} \
+        surface.visible() <= limit,
+        "the default profile shows the model {} characters, over its budget of {limit} \
          (scripts/tool-surface.py prints the details):\n{}",
         surface.visible(),
         surface.table()
@@ -367,9 +363,20 @@ async fn r_tools_add_at_most_their_budget_and_only_when_enabled() {
     }
     let added = both.visible() - python.visible();
     println!("{}", both.table());
+    // And to --tools all, whose R tools add r_complete.
+    let all = Surface::of(&["--tools", "all"]).await;
+    let all_r = Surface::of(&["--tools", "all", "--languages", "python,r"]).await;
+    let limit = budget("r_added_visible");
+    let added_all = all_r.visible() - all.visible();
     assert!(
-        added <= R_VISIBLE_BUDGET,
-        "R adds {added} model-visible characters to the default profile, over its budget of {R_VISIBLE_BUDGET}:\n{}",
+        added_all <= limit,
+        "R adds {added_all} model-visible characters to --tools all, over its budget of {limit}:\n{}",
+        all_r.table()
+    );
+    let limit = budget("r_added_visible");
+    assert!(
+        added <= limit,
+        "R adds {added} model-visible characters to the default profile, over its budget of {limit}:\n{}",
         both.table()
     );
 }
@@ -378,16 +385,18 @@ async fn r_tools_add_at_most_their_budget_and_only_when_enabled() {
 async fn all_profile_fits_its_budgets() {
     let surface = Surface::of(&["--tools", "all"]).await;
     println!("{}", surface.table());
+    let limit = budget("all_visible");
     assert!(
-        surface.visible() <= ALL_VISIBLE_BUDGET,
-        "--tools all shows the model {} characters, over its budget of {ALL_VISIBLE_BUDGET}:\n{}",
+        surface.visible() <= limit,
+        "--tools all shows the model {} characters, over its budget of {limit}:\n{}",
         surface.visible(),
         surface.table()
     );
+    let limit = budget("all_tools_json");
     assert!(
-        surface.tools_json() <= ALL_TOOLS_JSON_BUDGET,
+        surface.tools_json() <= limit,
         "the tools array of --tools all is {} characters of JSON, over its budget of \
-         {ALL_TOOLS_JSON_BUDGET}:\n{}",
+         {limit}:\n{}",
         surface.tools_json(),
         surface.table()
     );
@@ -662,10 +671,11 @@ async fn one_plus_one_is_one_short_line_of_text() {
         )
         .await;
     println!("{} characters: {line}", chars(&line));
+    let limit = budget("one_plus_one_line");
     assert!(
-        chars(&line) <= ONE_PLUS_ONE_LINE_BUDGET,
+        chars(&line) <= limit,
         "the response line of python_exec 1+1 is {} characters, over its budget of \
-         {ONE_PLUS_ONE_LINE_BUDGET}:\n{line}",
+         {limit}:\n{line}",
         chars(&line)
     );
     assert!(
