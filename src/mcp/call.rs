@@ -1,8 +1,8 @@
 //! What a tool call takes from its request besides the arguments: the
 //! language of the tool it called (a body shared by `python_x` and its R
 //! twin `r_x` serves the one it was called by), the client's progress token
-//! and its cancellation. Tools name it as one argument (`call: Call`); rmcp
-//! fills it in.
+//! and its cancellation, and whether it runs in an MCP task (tasks.rs).
+//! Tools name it as one argument (`call: Call`); rmcp fills it in.
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -10,6 +10,9 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::{ErrorData as McpError, Peer, RoleServer};
 use tokio_util::sync::CancellationToken;
 
+use crate::mcp::args::{Seconds, secs};
+use crate::mcp::tasks::{TASK_WAIT, TaskLink};
+use crate::session::SessionManager;
 use crate::worker::Language;
 
 /// How often a call that runs long reports progress.
@@ -20,6 +23,9 @@ pub(crate) struct Call {
     progress: Option<ProgressToken>,
     peer: Peer<RoleServer>,
     ct: CancellationToken,
+    /// In a task: the work is followed to its end and progress becomes the
+    /// task's status message.
+    task: Option<TaskLink>,
 }
 
 impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
@@ -30,6 +36,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
             progress: request.meta.get_progress_token(),
             peer: request.peer.clone(),
             ct: request.ct.clone(),
+            task: request.extensions.get::<TaskLink>().cloned(),
         })
     }
 }
@@ -49,16 +56,29 @@ impl Call {
     }
 
     pub(crate) fn wants_progress(&self) -> bool {
-        self.progress.is_some()
+        self.progress.is_some() || self.task.is_some()
+    }
+
+    /// How long the call waits for its cell or job: `wait_s` within
+    /// `--max-wait`, or in a task until the work ends.
+    pub(crate) fn window(
+        &self,
+        manager: &SessionManager,
+        wait_s: Option<Seconds>,
+    ) -> std::time::Duration {
+        match self.task {
+            Some(_) => TASK_WAIT,
+            None => manager.wait_window(secs(wait_s)),
+        }
     }
 
     /// Reports that `what` (a cell when empty) has run `elapsed` seconds,
     /// with its last line of output; a client that cannot take it only
     /// misses a report.
     pub(crate) async fn report(&self, elapsed: f64, what: &str, line: &str) {
-        let Some(token) = &self.progress else {
+        if self.progress.is_none() && self.task.is_none() {
             return;
-        };
+        }
         let mut message = if what.is_empty() {
             format!("running for {elapsed:.0} s")
         } else {
@@ -68,6 +88,14 @@ impl Call {
             message.push_str(": ");
             message.push_str(line);
         }
+        if let Some(task) = &self.task {
+            // A task's progress is read with tasks/get.
+            task.set_status(message);
+            return;
+        }
+        let Some(token) = &self.progress else {
+            return;
+        };
         let param = ProgressNotificationParam::new(token.clone(), elapsed).with_message(message);
         if let Err(e) = self.peer.notify_progress(param).await {
             tracing::debug!("progress notification not sent: {e}");

@@ -8,6 +8,7 @@ pub mod render;
 pub mod schema;
 pub mod server;
 pub mod surface;
+pub mod tasks;
 pub mod tools;
 pub mod transport;
 pub mod window;

@@ -14,6 +14,11 @@ impl SessionManager {
         wait_window(requested, self.limits.default_wait, self.limits.max_wait)
     }
 
+    /// Sessions this manager (a tenant's) holds at most.
+    pub fn max_sessions(&self) -> usize {
+        self.limits.max_sessions
+    }
+
     /// `--default-wait` and `--max-wait` in seconds, for the instructions.
     pub fn wait_bounds(&self) -> (f64, f64) {
         (

@@ -51,6 +51,7 @@ mod stdio_exec;
 mod stdio_protocol;
 mod stdio_sessions;
 mod surface_args;
+mod tasks;
 mod tenants;
 mod tool_surface;
 mod warm_pool;

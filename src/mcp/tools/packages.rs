@@ -8,7 +8,7 @@ use rmcp::{tool, tool_router};
 
 use super::shell::job_result;
 use crate::jobs::{Job, JobSpec, JobStatus};
-use crate::mcp::args::{Parameters, secs};
+use crate::mcp::args::Parameters;
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::server::FerreplServer;
@@ -40,7 +40,7 @@ impl FerreplServer {
     async fn python_install(&self, args: Parameters<InstallParams>, call: Call) -> ToolResult {
         let p = args.0;
         let session = self.session_in(&p.session, crate::worker::Language::Python)?;
-        let wait = self.manager.wait_window(secs(p.wait_s));
+        let wait = call.window(&self.manager, p.wait_s);
         if let Some((job, running)) = self.jobs.running_install(&session) {
             // The agent repeats the call after a 'running' result: follow
             // the install under way; two installers in one venv at once

@@ -7,7 +7,7 @@ use rmcp::{tool, tool_router};
 use super::packages::{prepend, shell_quote};
 use super::shell::job_result;
 use crate::jobs::JobSpec;
-use crate::mcp::args::{Parameters, secs};
+use crate::mcp::args::Parameters;
 use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::server::FerreplServer;
@@ -22,7 +22,7 @@ impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn r_install(&self, Parameters(p): Parameters<RInstallParams>, call: Call) -> ToolResult {
         let session = self.session_in(&p.session, Language::R)?;
-        let wait = self.manager.wait_window(secs(p.wait_s));
+        let wait = call.window(&self.manager, p.wait_s);
         // Installs are keyed by session; R's and Python's never share a name.
         if let Some((job, _)) = self.jobs.running_install(&session) {
             let report = self.drive_job(job, wait, call, false).await?;

@@ -85,7 +85,7 @@ impl FerreplServer {
             extra_read: Vec::new(),
         };
         let job = self.jobs.start(spec)?;
-        let wait = self.manager.wait_window(secs(p.wait_s));
+        let wait = call.window(&self.manager, p.wait_s);
         let report = self.drive_job(job, wait, call, true).await?;
         Ok(job_result(&report, SHELL_HINT))
     }

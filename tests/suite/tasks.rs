@@ -1,0 +1,487 @@
+//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663)
+//! through rmcp's client, which drives it (the Python SDK 2.3 and the
+//! TypeScript SDK 1.32 have no client side for it): a client that declares
+//! the extension gets a task instead of `running` for python_exec, r_exec,
+//! python_install, r_install and shell_exec; tasks/cancel interrupts; a task
+//! outlives its client and another client of the tenant collects it; a
+//! stateless request (protocol 2026-07-28) declares it per request; every
+//! other client sees today's behaviour.
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
+    ClientConfig, DetailedTask, GetTaskParams, Implementation, TaskPayload, TaskStatus,
+};
+use rmcp::{Peer, RoleClient};
+use serde_json::{Value, json};
+
+use crate::support::{
+    CALL_TIMEOUT, HttpServer, Launch, StdioServer, ToolOutput, call, http_exchange, path_str,
+    real_python3, tool_names,
+};
+
+/// A client that declares the tasks extension at initialize.
+fn tasks_client() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-test", "0"),
+    )
+}
+
+/// How a task-capable call was answered.
+enum Answer {
+    Result(ToolOutput),
+    Task(String),
+}
+
+async fn call_once(peer: &Peer<RoleClient>, tool: &str, args: Value) -> Answer {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    if let Value::Object(map) = args {
+        params = params.with_arguments(map);
+    }
+    let answer = tokio::time::timeout(CALL_TIMEOUT, peer.call_tool_once(params))
+        .await
+        .unwrap_or_else(|_| panic!("tools/call {tool} did not answer"))
+        .unwrap_or_else(|e| panic!("tools/call {tool} failed: {e}"));
+    match answer {
+        CallToolResponse::Complete(result) => Answer::Result(ToolOutput::from_result(result)),
+        CallToolResponse::Task(created) => {
+            assert_eq!(created.task.status, TaskStatus::Working, "{created:?}");
+            assert_eq!(
+                created.task.ttl_ms, None,
+                "a working task lives as long as its work"
+            );
+            assert!(created.task.poll_interval_ms.is_some(), "{created:?}");
+            Answer::Task(created.task.task_id)
+        }
+        other => panic!("tools/call {tool}: unexpected answer {other:?}"),
+    }
+}
+
+/// The id of the task a call became (it must have become one).
+async fn start_task(peer: &Peer<RoleClient>, tool: &str, args: Value) -> String {
+    match call_once(peer, tool, args).await {
+        Answer::Task(id) => id,
+        Answer::Result(out) => panic!("{tool} answered at once instead of as a task: {out:#?}"),
+    }
+}
+
+async fn get(peer: &Peer<RoleClient>, id: &str) -> DetailedTask {
+    peer.get_task(GetTaskParams::new(id.to_string()))
+        .await
+        .unwrap_or_else(|e| panic!("tasks/get {id}: {e}"))
+        .task
+}
+
+/// Polls a task until it has ended (bounded).
+async fn settled(peer: &Peer<RoleClient>, id: &str, within: Duration) -> DetailedTask {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let task = get(peer, id).await;
+        if task.status().is_terminal() {
+            return task;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} still {:?} after {within:?}: {task:?}",
+            task.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tool result a completed task holds.
+fn completed(task: &DetailedTask) -> ToolOutput {
+    match &task.payload {
+        TaskPayload::Completed { result } => {
+            let result: CallToolResult = serde_json::from_value(Value::Object(result.clone()))
+                .unwrap_or_else(|e| {
+                    panic!("a task result that is no CallToolResult ({e}): {task:?}")
+                });
+            ToolOutput::from_result(result)
+        }
+        other => panic!("expected a completed task, got {other:?} in {task:?}"),
+    }
+}
+
+/// A result's text without its status line's cell number and time.
+fn comparable(out: &ToolOutput) -> (String, Value) {
+    let mut lines: Vec<&str> = out.text.lines().collect();
+    let status = lines.pop().unwrap_or_default();
+    let kept: Vec<&str> = status
+        .split(" | ")
+        .filter(|p| !p.starts_with("cell "))
+        .collect();
+    let head = kept.get(..kept.len().saturating_sub(1)).unwrap_or_default();
+    let mut structured = out.structured.clone();
+    if let Some(map) = structured.as_object_mut() {
+        map.remove("elapsed_ms");
+        map.remove("cell");
+    }
+    (
+        format!("{}\n{}", lines.join("\n"), head.join(" | ")),
+        structured,
+    )
+}
+
+const LONG_CELL: &str = "import time\nprint('start')\ntime.sleep(2.5)\nprint('end')\n6*7";
+
+#[tokio::test]
+async fn a_long_cell_runs_as_a_task_past_max_wait_and_completes_with_python_execs_result() {
+    // --max-wait 1: a call returns within a second; a task has no such bound.
+    let server = HttpServer::start(&["--max-wait", "1"], &[]).await;
+    let client = server.connect_with(tasks_client(), None).await;
+    let peer = client.peer();
+
+    // Work done within the window is answered at once, as today.
+    match call_once(peer, "python_exec", json!({ "code": "1+1" })).await {
+        Answer::Result(out) => assert_eq!(out.assert_ok().value(), Some("2")),
+        Answer::Task(id) => panic!("a quick cell became task {id}"),
+    }
+
+    let id = start_task(
+        peer,
+        "python_exec",
+        json!({ "code": LONG_CELL, "wait_s": 0.3 }),
+    )
+    .await;
+    let working = get(peer, &id).await;
+    assert_eq!(working.status(), TaskStatus::Working, "{working:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let working = get(peer, &id).await;
+    let message = working.task.status_message.clone().unwrap_or_default();
+    assert!(
+        working.status() == TaskStatus::Working && message.contains("running for"),
+        "a working task says how long it has run: {working:?}"
+    );
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Completed, "{done:?}");
+    assert!(done.task.ttl_ms.is_some_and(|ms| ms >= 60_000), "{done:?}");
+    let from_task = completed(&done);
+    from_task.assert_ok();
+    assert_eq!(from_task.value(), Some("42"));
+    assert_eq!(from_task.str_field("stdout"), "start\nend\n");
+    assert!(
+        done.task
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("-- ok | cell ")),
+        "{done:?}"
+    );
+    // The result is fetched again as often as asked, while kept.
+    assert_eq!(completed(&get(peer, &id).await).text, from_task.text);
+
+    // The same cell through a client without tasks, given time enough
+    // (another server: this one's --max-wait is 1 s).
+    let plain_server = HttpServer::start(&[], &[]).await;
+    let plain = plain_server.connect(None).await;
+    let direct = call(
+        plain.peer(),
+        "python_exec",
+        json!({ "code": LONG_CELL, "wait_s": 30 }),
+    )
+    .await;
+    assert_eq!(comparable(&from_task), comparable(&direct));
+}
+
+#[tokio::test]
+async fn tasks_cancel_interrupts_the_cell_and_the_session_keeps_its_variables() {
+    let server = HttpServer::start(&[], &[]).await;
+    let client = server.connect_with(tasks_client(), None).await;
+    let peer = client.peer();
+    match call_once(peer, "python_exec", json!({ "code": "kept = 41" })).await {
+        Answer::Result(out) => {
+            out.assert_ok();
+        }
+        Answer::Task(id) => panic!("a quick cell became task {id}"),
+    }
+    let code = "import time\nprint('looping')\nwhile True: time.sleep(0.05)";
+    let id = start_task(peer, "python_exec", json!({ "code": code, "wait_s": 0.5 })).await;
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel is acknowledged");
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+    assert!(
+        done.task
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.contains("cancelled") && m.contains("interrupted")),
+        "{done:?}"
+    );
+    // The interrupted cell's result is python_wait's to give.
+    let out = call(peer, "python_wait", json!({ "wait_s": 10 })).await;
+    assert_eq!(out.status(), "interrupted", "{out:#?}");
+    assert!(out.text.contains("looping"), "{out:#?}");
+    let out = call(peer, "python_exec", json!({ "code": "kept + 1" })).await;
+    assert_eq!(out.assert_ok().value(), Some("42"));
+    // A cancelled task cannot be cancelled into anything else; an unknown
+    // one is invalid params.
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("cancelling an ended task is acknowledged");
+    assert_eq!(get(peer, &id).await.status(), TaskStatus::Cancelled);
+    let err = peer
+        .get_task(GetTaskParams::new("no-such-task".to_string()))
+        .await
+        .expect_err("an unknown task");
+    assert!(err.to_string().contains("no task 'no-such-task'"), "{err}");
+}
+
+#[tokio::test]
+async fn input_in_a_task_completes_it_with_waiting_input_and_python_wait_answers() {
+    let server = HttpServer::start(&[], &[]).await;
+    let client = server.connect_with(tasks_client(), None).await;
+    let peer = client.peer();
+    let code = "import time\ntime.sleep(1)\nname = input('name? ')\nprint('hello', name)";
+    let id = start_task(peer, "python_exec", json!({ "code": code, "wait_s": 0.2 })).await;
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    let out = completed(&done);
+    assert_eq!(out.status(), "waiting_input", "{out:#?}");
+    assert!(out.text.contains("name? "), "{out:#?}");
+    let out = call(peer, "python_wait", json!({ "input": "ada", "wait_s": 10 })).await;
+    out.assert_ok();
+    assert!(out.text.contains("hello ada"), "{out:#?}");
+}
+
+#[tokio::test]
+async fn a_task_outlives_its_client_and_another_client_of_the_tenant_collects_it() {
+    let server = HttpServer::start(&[], &[]).await;
+    let first = server.connect_with(tasks_client(), None).await;
+    let code = "import time\ntime.sleep(2)\nprint('finished without its client')";
+    let id = start_task(
+        first.peer(),
+        "python_exec",
+        json!({ "code": code, "wait_s": 0.2 }),
+    )
+    .await;
+    first.cancel().await.expect("the first client disconnects");
+
+    let second = server.connect_with(tasks_client(), None).await;
+    let done = settled(second.peer(), &id, Duration::from_secs(30)).await;
+    let out = completed(&done);
+    out.assert_ok();
+    assert!(out.text.contains("finished without its client"), "{out:#?}");
+
+    // A client that never declared the extension may not use tasks/*.
+    let plain = server.connect(None).await;
+    let err = plain
+        .peer()
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .expect_err("tasks/get without the extension");
+    assert!(
+        err.to_string().contains("-32021") || err.to_string().to_lowercase().contains("capab"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_shell_job_and_an_install_run_as_tasks_over_stdio() {
+    let workspace = tempfile::tempdir().expect("workspace");
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("state dir");
+    let python = real_python3();
+    let args = [
+        "--workdir",
+        path_str(workspace.path()),
+        "--state-dir",
+        path_str(state.path()),
+        "--python",
+        path_str(&python),
+    ];
+    let launch = Launch::new(&args).without_workdir_flag();
+    let server = StdioServer::launch_with(launch, tasks_client()).await;
+    let peer = server.client.peer();
+
+    let command = "echo begun; sleep 2; echo over";
+    let id = start_task(
+        peer,
+        "shell_exec",
+        json!({ "command": command, "wait_s": 0.2 }),
+    )
+    .await;
+    let out = completed(&settled(peer, &id, Duration::from_secs(30)).await);
+    assert!(!out.is_error, "{out:#?}");
+    assert_eq!(out.structured["status"], "exited", "{out:#?}");
+    assert!(out.text.contains("begun\nover"), "{out:#?}");
+
+    // tasks/cancel sends the job SIGINT.
+    let id = start_task(
+        peer,
+        "shell_exec",
+        json!({ "command": "sleep 60", "wait_s": 0.2 }),
+    )
+    .await;
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+    assert!(
+        done.task
+            .status_message
+            .as_deref()
+            .is_some_and(|m| m.contains("SIGINT")),
+        "{done:?}"
+    );
+
+    let wheel = wheel(workspace.path(), "task_pkg");
+    let id = start_task(
+        peer,
+        "python_install",
+        json!({ "packages": [wheel], "wait_s": 0 }),
+    )
+    .await;
+    let out = completed(&settled(peer, &id, Duration::from_secs(180)).await);
+    assert!(!out.is_error, "{out:#?}");
+    assert_eq!(out.structured["exit_code"], 0, "{out:#?}");
+    assert!(out.text.contains("Installed task-pkg 1.0 in "), "{out:#?}");
+    match call_once(
+        peer,
+        "python_exec",
+        json!({ "code": "import task_pkg\ntask_pkg.VALUE" }),
+    )
+    .await
+    {
+        Answer::Result(out) => assert_eq!(out.assert_ok().value(), Some("7")),
+        Answer::Task(id) => panic!("a quick cell became task {id}"),
+    }
+}
+
+/// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
+fn wheel(dir: &std::path::Path, name: &str) -> String {
+    let file = format!("{name}-1.0-py3-none-any.whl");
+    let script = r#"
+import sys, zipfile
+path, name = sys.argv[1:3]
+info = f"{name}-1.0.dist-info"
+with zipfile.ZipFile(path, "w") as z:
+    z.writestr(f"{name}/__init__.py", "VALUE = 7\n")
+    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr(f"{info}/RECORD", "")
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir.join(&file))
+        .arg(name)
+        .status()
+        .expect("run python3");
+    assert!(status.success(), "building the wheel failed");
+    file
+}
+
+#[tokio::test]
+async fn a_client_without_tasks_sees_todays_running_and_the_same_tools() {
+    let server = HttpServer::start(&[], &[]).await;
+    let plain = server.connect(None).await;
+    let out = call(
+        plain.peer(),
+        "python_exec",
+        json!({ "code": "import time\ntime.sleep(2)\n'late'", "wait_s": 0.3 }),
+    )
+    .await;
+    assert_eq!(out.status(), "running", "{out:#?}");
+    let out = call(plain.peer(), "python_wait", json!({ "wait_s": 10 })).await;
+    assert_eq!(out.assert_ok().value(), Some("'late'"));
+
+    let with_tasks = server.connect_with(tasks_client(), None).await;
+    assert_eq!(
+        tool_names(plain.peer()).await,
+        tool_names(with_tasks.peer()).await
+    );
+    assert_eq!(listed(plain.peer()).await, listed(with_tasks.peer()).await);
+}
+
+/// tools/list as JSON.
+async fn listed(peer: &Peer<RoleClient>) -> String {
+    let tools = peer.list_all_tools().await.expect("tools/list");
+    serde_json::to_string(&tools).expect("tools as JSON")
+}
+
+/// A stateless request (protocol 2026-07-28) declares the extension in its
+/// own `_meta`; its task is fetched by later requests of the same tenant
+/// (`Mcp-Name` naming the task), never by another tenant's.
+#[tokio::test]
+async fn stateless_requests_run_tasks_bound_to_their_tenant() {
+    const ALPHA: &str = "alpha-token-0123456789abcdef";
+    const BETA: &str = "beta-token-0123456789abcdef0";
+    let dir = tempfile::tempdir().expect("a directory for the tokens file");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).expect("tokens");
+    let server = HttpServer::start(&["--auth-token-file", path_str(&tokens)], &[]).await;
+    let host = format!("127.0.0.1:{}", server.port);
+    let request =
+        |token: &'static str, id: u32, method: &'static str, name: String, params: Value| {
+            let host = host.clone();
+            let mut params = params;
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": { "name": "t", "version": "0" },
+                "io.modelcontextprotocol/clientCapabilities": {
+                    "extensions": { "io.modelcontextprotocol/tasks": {} }
+                }
+            });
+            let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+                .to_string();
+            async move {
+                let auth = format!("Bearer {token}");
+                let (code, body) = http_exchange(
+                    server.port,
+                    "POST",
+                    "/mcp",
+                    &[
+                        ("Host", &host),
+                        ("Content-Type", "application/json"),
+                        ("Accept", "application/json, text/event-stream"),
+                        ("MCP-Protocol-Version", "2026-07-28"),
+                        ("Mcp-Method", method),
+                        ("Mcp-Name", &name),
+                        ("Authorization", &auth),
+                    ],
+                    &body,
+                )
+                .await;
+                assert_eq!(code, 200, "{method}: {body}");
+                let json_line = body
+                    .lines()
+                    .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+                    .find(|l| l.starts_with('{'))
+                    .unwrap_or_else(|| panic!("no JSON in {body}"));
+                serde_json::from_str::<Value>(json_line).expect("a JSON-RPC answer")
+            }
+        };
+    let code = "import time\ntime.sleep(1.5)\n'stateless task'";
+    let args = json!({ "name": "python_exec", "arguments": { "code": code, "wait_s": 0.2 } });
+    let created = request(ALPHA, 1, "tools/call", "python_exec".into(), args).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no taskId in {created}"))
+        .to_string();
+
+    let other = request(BETA, 2, "tasks/get", id.clone(), json!({ "taskId": id })).await;
+    assert_eq!(
+        other["error"]["code"], -32602,
+        "another tenant's task is unknown: {other}"
+    );
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let got = request(ALPHA, 3, "tasks/get", id.clone(), json!({ "taskId": id })).await;
+        if got["result"]["status"] != "working" {
+            break got;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still working: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    let text = done["result"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("'stateless task'"), "{done}");
+}
