@@ -19,10 +19,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &settings.languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
     let tokens = TokenTable::from_config(&cfg)?;
-    if tokens.has_tenants() && cfg.http.is_none() {
-        anyhow::bail!(
-            "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
-        );
+    // Refusals from the flags alone come before anything is started.
+    startup::preflight::check(&cfg, &settings.workdir, &tokens)?;
+    let terminal = cfg.http.is_none() && startup::terminal::stdin_is_terminal();
+    if terminal {
+        eprint!("{}", startup::terminal::hint());
     }
     raise_open_files();
     let state_dir = state::StateDir::create()?;
@@ -50,6 +51,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         tokens.has_tenants(),
         uids.as_deref(),
     )?;
+    // Bound before any session starts: an address in use is a refusal too.
+    let listeners = match cfg.http {
+        Some(addr) => Some(mcp::transport::http::Listeners::bind(addr, &cfg).await?),
+        None => None,
+    };
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
@@ -88,9 +94,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             instance.shutdown().await;
         });
     }
-    let result = match cfg.http {
-        Some(addr) => {
-            mcp::transport::http::serve(addr, &cfg, instance.clone(), shutdown.clone()).await
+    let result = match listeners {
+        Some(listeners) => {
+            mcp::transport::http::serve(listeners, &cfg, instance.clone(), shutdown.clone()).await
         }
         None => {
             let app = instance.tenant(&Tenant::Sole)?;
@@ -140,7 +146,16 @@ async fn serve_stdio(
         });
     }
     let running = tokio::select! {
-        r = server.serve(transport) => r.context("MCP handshake on stdio failed")?,
+        r = server.serve(transport) => match r {
+            Ok(running) => running,
+            // Ctrl-D in a terminal, or a client that left before
+            // initializing: nobody to serve, and nothing went wrong here.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(during)) => {
+                tracing::debug!("stdin closed before the MCP handshake finished ({during})");
+                return Ok(());
+            }
+            Err(e) => return Err(e).context("MCP handshake on stdio failed"),
+        },
         _ = shutdown.cancelled() => return Ok(()),
     };
     let waiting = running.waiting();

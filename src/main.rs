@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     match &cfg.command {
         Some(Command::Install(args)) => return ferrepl::setup::run_install(args, false),
         Some(Command::Uninstall(args)) => return ferrepl::setup::run_install(args, true),
-        Some(Command::Doctor(opts)) => return ferrepl::setup::doctor::run(opts),
+        Some(Command::Doctor(opts)) => return ferrepl::setup::doctor::run(&cfg, opts),
         None => {}
     }
     let token_on_command_line =

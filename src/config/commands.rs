@@ -25,8 +25,9 @@ pub struct InstallArgs {
     pub server_args: Vec<String>,
 }
 
-/// `ferrepl doctor`'s flags. The server's other settings come from its
-/// FERREPL_* variables, as they would when it starts.
+/// `ferrepl doctor`'s flags. The server's other settings come from the
+/// server flags given before `doctor` (`ferrepl --python X doctor`) and its
+/// FERREPL_* variables, as they would when it starts; these win over them.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct DoctorOptions {
     /// Print one JSON object (items with name, status, detail) instead of text.

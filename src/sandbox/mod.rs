@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use probe::probe;
+pub use probe::{probe, short_description};
 
 /// What the network namespace lets through (--network).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -60,6 +60,46 @@ fn fully_protected(cfg: &SandboxConfig, applied: &Applied) -> bool {
         && (cfg.network || applied.network_blocked)
 }
 
+/// The probe's findings in one short line for the start-up log (the whole
+/// description, `cfg.active`, is logged at debug level and shown by
+/// `ferrepl doctor`): the mode, the layers in force, and those missing.
+pub fn short_description(cfg: &SandboxConfig, applied: &Applied) -> String {
+    let mode = match cfg.mode {
+        SandboxMode::ReadOnly => "read-only",
+        _ => "workspace-write",
+    };
+    let cgroups = cfg
+        .cgroups
+        .as_ref()
+        .is_some_and(|c| c.has_memory() && c.has_pids());
+    let mut layers = vec![
+        (applied.landlock_full(), "Landlock"),
+        (applied.namespaces, "namespaces"),
+        (applied.seccomp, "seccomp"),
+        (
+            applied.capabilities_dropped && applied.no_new_privs,
+            "no privileges",
+        ),
+        (cgroups, "cgroup limits"),
+    ];
+    if !cfg.network {
+        layers.push((applied.network_blocked, "no network"));
+    }
+    let on: Vec<&str> = layers.iter().filter(|l| l.0).map(|l| l.1).collect();
+    let off: Vec<&str> = layers.iter().filter(|l| !l.0).map(|l| l.1).collect();
+    let mut line = mode.to_string();
+    if !on.is_empty() {
+        line.push_str(&format!(": {}", on.join(", ")));
+    }
+    if cfg.network {
+        line.push_str("; network on");
+    }
+    if !off.is_empty() {
+        line.push_str(&format!("; NOT in force: {}", off.join(", ")));
+    }
+    line
+}
+
 /// What confines each process, for the status line; `gap` says why there
 /// are no private namespaces.
 fn confinement(cfg: &SandboxConfig, applied: &Applied, gap: Option<&str>) -> Vec<String> {

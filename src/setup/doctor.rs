@@ -109,10 +109,11 @@ struct Report {
     sandbox: Option<String>,
 }
 
-/// Checks everything and prints the report; exit code 1 when sessions
-/// could not start.
-pub fn run(opts: &DoctorOptions) -> ExitCode {
-    let report = check(opts);
+/// Checks everything, for the server `server` (the flags and FERREPL_*
+/// variables given with `doctor`: `ferrepl --python X doctor` checks X),
+/// and prints the report; exit code 1 when sessions could not start.
+pub fn run(server: &Config, opts: &DoctorOptions) -> ExitCode {
+    let report = check(server, opts);
     let text = if opts.json {
         serde_json::to_string_pretty(&report).unwrap_or_default()
     } else {
@@ -131,7 +132,7 @@ pub fn run(opts: &DoctorOptions) -> ExitCode {
 }
 
 /// Every check, in the order a user reads them.
-fn check(opts: &DoctorOptions) -> Report {
+fn check(server: &Config, opts: &DoctorOptions) -> Report {
     let (version, items) = (long_version(), Vec::new());
     let mut report = Report {
         version,
@@ -140,7 +141,7 @@ fn check(opts: &DoctorOptions) -> Report {
         items,
         sandbox: None,
     };
-    let (cfg, workdir) = match settings(opts) {
+    let (cfg, workdir) = match settings(server, opts) {
         Ok(found) => found,
         Err(e) => {
             report.items.push(item("config", Missing, e));
@@ -148,6 +149,13 @@ fn check(opts: &DoctorOptions) -> Report {
         }
     };
     report.workdir = Some(workdir.clone());
+    // The server's own refusals from the flags (the Python has its item).
+    let refused = crate::config::tokens::TokenTable::from_config(&cfg)
+        .and_then(|tokens| crate::startup::preflight::check_serving(&cfg, &workdir, &tokens));
+    if let Err(e) = refused {
+        let why = format!("the server would refuse to start: {e:#}");
+        report.items.push(item("config", Missing, why));
+    }
     // The indexes are asked first: they answer while the interpreters run.
     let r = crate::worker::r::resolve(cfg.r.as_deref());
     let mut reaches = vec![(
@@ -186,23 +194,31 @@ fn check(opts: &DoctorOptions) -> Report {
     report
 }
 
-/// The server's settings from its FERREPL_* variables and doctor's flags,
-/// and its workspace, read as the server reads them.
-fn settings(opts: &DoctorOptions) -> Result<(Config, PathBuf), String> {
-    let mut args: Vec<OsString> = vec!["ferrepl".into()];
+/// The server's settings (its flags and FERREPL_* variables) with doctor's
+/// own flags over them, and its workspace, read as the server reads them.
+fn settings(server: &Config, opts: &DoctorOptions) -> Result<(Config, PathBuf), String> {
+    let mut cfg = server.clone();
+    cfg.command = None;
     let flags = [
-        ("--workdir", &opts.workdir),
-        ("--python", &opts.python),
-        ("--r", &opts.r),
+        (&mut cfg.workdir, &opts.workdir),
+        (&mut cfg.python, &opts.python),
+        (&mut cfg.r, &opts.r),
     ];
-    for (flag, value) in flags {
-        if let Some(v) = value {
-            args.extend([flag.into(), v.into()]);
+    for (setting, given) in flags {
+        if given.is_some() {
+            setting.clone_from(given);
         }
     }
-    let cfg = <Config as clap::Parser>::try_parse_from(args).map_err(|e| e.to_string())?;
     let settings = crate::config::settings::Settings::from_config(&cfg);
     Ok((cfg, settings.map_err(|e| format!("{e:#}"))?.workdir))
+}
+
+/// How a setting was given: its flag, or its variable when that holds it.
+fn given_as(flag: &str, var: &str, value: &Path) -> String {
+    match std::env::var_os(var) {
+        Some(v) if Path::new(&v) == value => var.to_string(),
+        _ => flag.to_string(),
+    }
 }
 
 /// The sandbox probe, then Python and R run as sessions run them; returns
@@ -223,12 +239,14 @@ async fn sessions(
         found = on_path;
     }
     let exists = found.components().count() > 1 && found.is_file();
-    let source = match source {
-        PythonSource::Flag if opts.python.is_some() => "--python".to_string(),
-        PythonSource::Flag => "FERREPL_PYTHON".to_string(),
-        PythonSource::VenvFlag => "FERREPL_VENV".to_string(),
-        PythonSource::Venv => format!(".venv upward from {}", workdir.display()),
-        PythonSource::Path => "python3 on PATH".to_string(),
+    let source = match (source, &cfg.python) {
+        (PythonSource::Flag, Some(p)) if opts.python.is_none() => {
+            given_as("--python", "FERREPL_PYTHON", p)
+        }
+        (PythonSource::Flag, _) => "--python".to_string(),
+        (PythonSource::VenvFlag, _) => "--venv".to_string(),
+        (PythonSource::Venv, _) => format!(".venv upward from {}", workdir.display()),
+        (PythonSource::Path, _) => "python3 on PATH".to_string(),
     };
     let ready = match StateDir::create() {
         Ok(state) => prepare(cfg, workdir, &state, items).map(|p| (state, p)),
@@ -309,7 +327,11 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
             .is_file()
     };
     if let Some(venv) = cfg.venv.as_ref().filter(|v| absent(v)) {
-        let note = format!("FERREPL_VENV {}: made at start", venv.display());
+        let note = format!(
+            "{} {}: made at start",
+            given_as("--venv", "FERREPL_VENV", venv),
+            venv.display()
+        );
         items.push(item("venv", Warn, note));
         cfg.venv = None;
     }

@@ -12,6 +12,8 @@ use crate::config::{self, Config};
 use crate::{egress, installer, sandbox, state, worker};
 
 mod identity;
+pub mod preflight;
+pub mod terminal;
 mod view;
 
 /// What the server starts with.
@@ -116,7 +118,7 @@ pub fn prepare(
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
-    let mut sandbox_cfg = sandbox_settings(
+    let (mut sandbox_cfg, summary) = sandbox_settings(
         cfg,
         workdir,
         (state_dir, kept_in, tenants),
@@ -125,12 +127,18 @@ pub fn prepare(
         &writable,
         uids,
     )?;
-    let installer = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
+    let (installer, proxy) = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
         guard_own_files(cfg, &sandbox_cfg, (state_dir, kept_in), &writable)?;
     }
+    // Every refusal is behind us: only now does anything start.
+    if let Some(proxy) = proxy {
+        proxy.start()?;
+    }
     if sandbox_cfg.enabled() {
-        tracing::info!("sandbox: {}", sandbox_cfg.active);
+        // The whole description is long (doctor shows it item by item).
+        tracing::info!("sandbox: {summary} (details: ferrepl doctor)");
+        tracing::debug!("sandbox: {}", sandbox_cfg.active);
     } else {
         tracing::warn!("sandbox: {}", sandbox_cfg.active);
     }
@@ -144,7 +152,7 @@ pub fn prepare(
 
 /// The sandbox fixed from the operator's flags and environment: what every
 /// session and job may read, write and reach, and which interpreters
-/// python_sessions may name. Then probed.
+/// python_sessions may name. Then probed; with a one-line summary.
 fn sandbox_settings(
     cfg: &Config,
     workdir: &Path,
@@ -153,7 +161,7 @@ fn sandbox_settings(
     venvs: &[PathBuf],
     writable: &sandbox::paths::Writable,
     uids: Option<&sandbox::uids::TenantUids>,
-) -> anyhow::Result<sandbox::SandboxConfig> {
+) -> anyhow::Result<(sandbox::SandboxConfig, String)> {
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
     let access = Access::granted(cfg, workdir, pythons, venvs, writable);
     let home = std::env::var_os("HOME")
@@ -244,7 +252,8 @@ fn sandbox_settings(
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
     }
-    Ok(sandbox_cfg)
+    let summary = sandbox::short_description(&sandbox_cfg, &applied);
+    Ok((sandbox_cfg, summary))
 }
 
 /// Where ferrepl's own files stand against the view: refused inside
@@ -387,14 +396,32 @@ fn check_workspace(cfg: &Config, workdir: &Path, hidden: &[PathBuf]) -> anyhow::
     Ok(())
 }
 
+/// The egress proxy installers reach the indexes through, to be started
+/// once every start-up check has passed.
+struct EgressProxy {
+    socket: PathBuf,
+    config: egress::EgressConfig,
+}
+
+impl EgressProxy {
+    fn start(self) -> anyhow::Result<()> {
+        let listener = tokio::net::UnixListener::bind(&self.socket)
+            .with_context(|| format!("cannot listen on {}", self.socket.display()))?;
+        let proxy = std::sync::Arc::new(self.config);
+        tracing::info!("package installers may reach: {}", proxy.describe());
+        tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
+        Ok(())
+    }
+}
+
 /// The operator's installer settings, and with `--network packages` the
-/// egress proxy installers reach the indexes through (started here).
+/// egress proxy installers reach the indexes through (started by the caller).
 fn installer_settings(
     cfg: &Config,
     sandbox_cfg: &mut sandbox::SandboxConfig,
     state_dir: &state::StateDir,
     writable: &sandbox::paths::Writable,
-) -> anyhow::Result<installer::InstallerSettings> {
+) -> anyhow::Result<(installer::InstallerSettings, Option<EgressProxy>)> {
     let mut mode = cfg.network;
     if mode == config::Network::Packages && !sandbox_cfg.enabled() {
         // Without a sandbox nothing is confined: installers reach the network as
@@ -446,16 +473,12 @@ fn installer_settings(
         .cloned()
         .collect();
 
+    let mut proxy = None;
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");
-        let listener = tokio::net::UnixListener::bind(&socket)
-            .with_context(|| format!("cannot listen on {}", socket.display()))?;
-        let mut proxy = egress::EgressConfig::new(settings.allowed_hosts.clone());
-        proxy.ports.extend(extra_ports);
-        proxy.allow_private = cfg.egress_allow_private;
-        let proxy = std::sync::Arc::new(proxy);
-        tracing::info!("package installers may reach: {}", proxy.describe());
-        tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
+        let mut config = egress::EgressConfig::new(settings.allowed_hosts.clone());
+        config.ports.extend(extra_ports);
+        config.allow_private = cfg.egress_allow_private;
         sandbox_cfg.egress = Some(sandbox::EgressRelay {
             port: installer::RELAY_PORT,
             socket: socket.display().to_string(),
@@ -465,8 +488,9 @@ fn installer_settings(
             "; package installers reach only {} (HTTPS/HTTP through ferrepl's proxy)",
             settings.allowed_hosts.join(", ")
         ));
+        proxy = Some(EgressProxy { socket, config });
     }
-    Ok(settings)
+    Ok((settings, proxy))
 }
 
 /// An interpreter inside the workspace (a `.venv`) whose real binary lies in

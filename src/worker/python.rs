@@ -48,22 +48,7 @@ pub fn ensure_venv(
     if python.is_file() {
         return Ok(python);
     }
-    // Made by the server, outside the sandbox: only where nothing a session
-    // left behind (a symlink, a half-made tree) can steer the writes.
-    if std::fs::symlink_metadata(dir).is_ok() {
-        anyhow::bail!(
-            "--venv {} exists but is not a virtual environment (no bin/python); remove it, or name another directory",
-            dir.display()
-        );
-    }
-    if let Some(parent) = dir.parent()
-        && parent.canonicalize().ok().as_deref() != Some(parent)
-    {
-        anyhow::bail!(
-            "--venv {}: its parent directory is missing or reached through a symlink; create it first or give the real path",
-            dir.display()
-        );
-    }
+    check_venv_dir(dir)?;
     let output = match writable.find_on_path("uv") {
         Some(uv) => std::process::Command::new(uv)
             .current_dir("/")
@@ -95,6 +80,31 @@ pub fn ensure_venv(
         );
     }
     Ok(python)
+}
+
+/// Whether `dir` can be `--venv`: a virtual environment, or a place where
+/// ferrepl may make one. Made by the server, outside the sandbox: only
+/// where nothing a session left behind (a symlink, a half-made tree) can
+/// steer the writes.
+pub fn check_venv_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.join("bin").join("python").is_file() {
+        return Ok(());
+    }
+    if std::fs::symlink_metadata(dir).is_ok() {
+        anyhow::bail!(
+            "--venv {} exists but is not a virtual environment (no bin/python); remove it, or name another directory (ferrepl creates a missing one)",
+            dir.display()
+        );
+    }
+    if let Some(parent) = dir.parent()
+        && parent.canonicalize().ok().as_deref() != Some(parent)
+    {
+        anyhow::bail!(
+            "--venv {}: its parent directory is missing or reached through a symlink; create it first or give the real path",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// The uv binary, when installed.

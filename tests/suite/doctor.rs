@@ -29,8 +29,20 @@ impl Machine {
 
     /// `ferrepl doctor --workdir <workdir> args...` with stdout piped.
     async fn doctor(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+        self.doctor_of(&[], args, envs).await
+    }
+
+    /// `ferrepl server_flags... doctor --workdir <workdir> args...`: the
+    /// server's flags before the subcommand.
+    async fn doctor_of(
+        &self,
+        server_flags: &[&str],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Output {
         let mut cmd = server_command_plain();
-        cmd.arg("doctor")
+        cmd.args(server_flags)
+            .arg("doctor")
             .arg("--workdir")
             .arg(self.workdir.path())
             .args(args)
@@ -45,9 +57,18 @@ impl Machine {
     }
 
     async fn json(&self, args: &[&str], envs: &[(&str, &str)]) -> (Output, Value) {
+        self.json_of(&[], args, envs).await
+    }
+
+    async fn json_of(
+        &self,
+        server_flags: &[&str],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> (Output, Value) {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let out = self.doctor(&all, envs).await;
+        let out = self.doctor_of(server_flags, &all, envs).await;
         let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "doctor --json printed no JSON ({e}):\n{}\n{}",
@@ -174,6 +195,49 @@ async fn a_missing_python_fails_with_exit_code_1() {
         "{text}"
     );
     assert!(text.contains("not ready"), "{text}");
+}
+
+/// `ferrepl --python X doctor` checks X, as the server started with the
+/// same flags would use it; doctor's own `--python` wins over the server's.
+#[tokio::test]
+async fn doctor_honours_the_server_flags_before_it() {
+    let machine = Machine::new();
+    let (out, report) = machine
+        .json_of(&["--python", "/nonexistent/python"], &[], &[])
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "python");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("/nonexistent/python"), "{detail}");
+    assert!(detail.contains("(--python)"), "{detail}");
+    // Doctor's own flag wins.
+    let python = crate::support::real_python3();
+    let (out, report) = machine
+        .json_of(
+            &["--python", "/nonexistent/python"],
+            &["--python", python.to_str().expect("utf-8")],
+            &[],
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{report:#}");
+    let (status, detail) = item(&report, "python");
+    assert_eq!(status, "ok", "{detail}");
+    // A server that would refuse to start fails doctor, with its reason.
+    let (out, report) = machine.json_of(&["--http", "0.0.0.0:8000"], &[], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "config");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("--http 0.0.0.0:8000"), "{detail}");
+    assert!(detail.contains("--auth-token-file"), "{detail}");
+    // So does a --venv that is not one.
+    let not_venv = machine.home.path().join("data");
+    std::fs::create_dir(&not_venv).expect("mkdir");
+    let venv = not_venv.to_str().expect("utf-8");
+    let (out, report) = machine.json_of(&["--venv", venv], &[], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "config");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("not a virtual environment"), "{detail}");
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
 //! Sessions over stdio: isolation, concurrency, crashes, reset, inspect,
-//! listing, a missing interpreter, and shutdown on stdin EOF.
+//! listing, and shutdown on stdin EOF (a missing `--python` is refused at
+//! start: `refusals`).
 
 use crate::support::{
-    EXIT_TIMEOUT, PID_PROBE_LINES, StdioServer, ToolOutput, assert_status, host_pid_in_namespace,
+    EXIT_TIMEOUT, PID_PROBE_LINES, StdioServer, assert_status, host_pid_in_namespace,
     parse_namespaced_pids, pid_probe_code, py_path, session_host_pid, try_call, wait_for_file_line,
     wait_process_gone, worker_with_a_sleeping_child,
 };
@@ -342,38 +343,6 @@ async fn memory_of_a_process_with_a_hostile_name_still_counts() {
         bytes >= 96 << 20,
         "the 96 MiB child with a non-UTF-8 name was not counted: {row}"
     );
-}
-
-async fn assert_missing_interpreter_reported(server: &mut StdioServer, path: &str) {
-    let out = match server
-        .try_call("python_exec", json!({ "code": "1 + 1" }))
-        .await
-    {
-        Ok(result) => ToolOutput::from_result(result),
-        Err(e) => panic!("a missing interpreter must give a tool error result, got {e}"),
-    };
-    assert!(out.is_error, "{out:#?}");
-    let everything = format!("{}\n{}", out.text, out.structured);
-    assert!(
-        everything.contains(path),
-        "the error should name the interpreter path {path}: {everything}"
-    );
-    server.assert_alive();
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "{listing:#?}");
-}
-
-#[tokio::test]
-async fn a_missing_interpreter_is_an_error_result() {
-    let mut server = StdioServer::start(&["--python", "/nonexistent/python"]).await;
-    assert_missing_interpreter_reported(&mut server, "/nonexistent/python").await;
-}
-
-#[tokio::test]
-async fn the_interpreter_can_be_set_by_environment() {
-    let mut server =
-        StdioServer::start_with_env(&[], &[("FERREPL_PYTHON", "/nonexistent/py-from-env")]).await;
-    assert_missing_interpreter_reported(&mut server, "/nonexistent/py-from-env").await;
 }
 
 #[tokio::test]

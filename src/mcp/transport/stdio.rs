@@ -111,6 +111,9 @@ async fn read_loop(
     // Set while the rest of an oversized line is skipped; the scan keeps
     // looking for its id.
     let mut oversized: Option<(IdScanner, usize)> = None;
+    // Whether anything came: an end before that (Ctrl-D in a terminal, a
+    // client that gave up) is only a debug line.
+    let mut read_any = false;
     loop {
         let (consumed, ended) = {
             let available = match reader.fill_buf().await {
@@ -121,9 +124,14 @@ async fn read_loop(
                 }
             };
             if available.is_empty() {
-                tracing::info!("stdin closed: shutting down");
+                if read_any {
+                    tracing::info!("stdin closed: shutting down");
+                } else {
+                    tracing::debug!("stdin closed before any message: shutting down");
+                }
                 break;
             }
+            read_any = true;
             let newline = available.iter().position(|b| *b == b'\n');
             let take = newline.map_or(available.len(), |i| i + 1);
             let chunk = &available[..take];

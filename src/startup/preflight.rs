@@ -1,0 +1,115 @@
+//! Refusals decided from the flags alone, before anything is started (no
+//! state directory, store, venv, session, listener or egress proxy): an
+//! operator with a typo learns it at once, with the fix in the message,
+//! not after a full start-up or on the first call.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::config::Config;
+use crate::config::tokens::TokenTable;
+
+/// Every check of the flags that needs nothing but the flags, the tokens
+/// and the (canonical) workspace.
+pub fn check(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
+    check_serving(cfg, workdir, tokens)?;
+    if let Some(python) = &cfg.python {
+        named_python(python)?;
+    }
+    Ok(())
+}
+
+/// The checks but the interpreter's (which `doctor` reports on its own):
+/// tenants need HTTP, HTTP off loopback needs a token, `--venv` must be a
+/// venv or a place to make one.
+pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
+    if tokens.has_tenants() && cfg.http.is_none() {
+        anyhow::bail!(
+            "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
+        );
+    }
+    if let Some(addr) = cfg.http {
+        exposure(addr, !tokens.is_empty())?;
+    }
+    if let Some(venv) = &cfg.venv {
+        crate::worker::python::check_venv_dir(&crate::sandbox::paths::normalize(venv, workdir))?;
+    }
+    Ok(())
+}
+
+/// A non-loopback `--http` without a token would let anyone on the network
+/// run code.
+pub fn exposure(addr: SocketAddr, has_token: bool) -> anyhow::Result<()> {
+    if !addr.ip().is_loopback() && !has_token {
+        anyhow::bail!(
+            "--http {addr} is not a loopback address: anyone on the network could run code. Pass --auth-token-file FILE (or FERREPL_AUTH_TOKEN), or bind 127.0.0.1"
+        );
+    }
+    Ok(())
+}
+
+/// The interpreter named with `--python` (or FERREPL_PYTHON) exists and can
+/// be run: a bare name is looked up on PATH, a path from the current
+/// directory (as the server runs it).
+pub fn named_python(python: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = python.display();
+    let fix = "give the path of a Python 3 interpreter (e.g. --python /usr/bin/python3), or leave out --python and FERREPL_PYTHON to use the nearest .venv or python3 on PATH";
+    if python.components().count() == 1 {
+        let found = python
+            .to_str()
+            .and_then(crate::worker::python::find_on_path);
+        return match found {
+            Some(_) => Ok(()),
+            None => anyhow::bail!("--python {shown}: no such program on PATH; {fix}"),
+        };
+    }
+    match std::fs::metadata(python) {
+        Err(_) => anyhow::bail!("--python {shown} does not exist; {fix}"),
+        Ok(m) if m.is_dir() => anyhow::bail!(
+            "--python {shown} is a directory, not an interpreter; name the program in it (e.g. --python {}), or {fix}",
+            python.join("bin").join("python3").display()
+        ),
+        Ok(m) if !m.is_file() || m.permissions().mode() & 0o111 == 0 => {
+            anyhow::bail!("--python {shown} is not an executable file; {fix}")
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_interpreter_is_refused_with_the_fix() {
+        let err = named_python(Path::new("/nonexistent/python")).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("--python /nonexistent/python"), "{text}");
+        assert!(text.contains("does not exist"), "{text}");
+        assert!(text.contains("python3 on PATH"), "{text}");
+        let err = named_python(Path::new("no-such-python-ferrepl")).unwrap_err();
+        assert!(format!("{err:#}").contains("no such program on PATH"));
+    }
+
+    #[test]
+    fn a_directory_or_a_plain_file_is_not_an_interpreter() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = named_python(dir.path()).unwrap_err();
+        assert!(format!("{err:#}").contains("is a directory"), "{err:#}");
+        let file = dir.path().join("python");
+        std::fs::write(&file, "").expect("write");
+        let err = named_python(&file).unwrap_err();
+        assert!(format!("{err:#}").contains("not an executable"), "{err:#}");
+    }
+
+    #[test]
+    fn only_a_loopback_address_may_go_without_a_token() {
+        let open: SocketAddr = "0.0.0.0:8000".parse().expect("addr");
+        let local: SocketAddr = "127.0.0.1:8000".parse().expect("addr");
+        assert!(exposure(local, false).is_ok());
+        assert!(exposure(open, true).is_ok());
+        let err = format!("{:#}", exposure(open, false).unwrap_err());
+        assert!(err.contains("--auth-token-file"), "{err}");
+    }
+}

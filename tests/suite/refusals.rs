@@ -1,0 +1,178 @@
+//! Start-up refusals from the flags (issue 31): a non-loopback `--http`
+//! without a token, a `--python` (or FERREPL_PYTHON) that does not exist, a
+//! `--venv` that is not a venv or cannot be made, and an `--http` address
+//! in use. Each exits non-zero at once with the flag and the fix in its
+//! message, before anything is started: no runtime or state directory, no
+//! sandbox probe, no session, no listener.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::server_command_plain;
+
+/// A refusal needs no start-up; a debug binary on a loaded machine still
+/// answers well within this.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A machine for one refused start: the workspace, the stores' place and
+/// the runtime directory, each in its own temporary directory.
+struct Place {
+    workdir: tempfile::TempDir,
+    state: tempfile::TempDir,
+    runtime: tempfile::TempDir,
+}
+
+impl Place {
+    fn new() -> Self {
+        Place {
+            workdir: tempfile::tempdir().expect("workdir"),
+            state: tempfile::tempdir().expect("state"),
+            runtime: tempfile::tempdir().expect("runtime"),
+        }
+    }
+
+    /// `--state-dir`: not made yet (a start makes it).
+    fn state_dir(&self) -> std::path::PathBuf {
+        self.state.path().join("stores")
+    }
+
+    /// Runs ferrepl with `args` and `envs`: it must exit non-zero within
+    /// REFUSAL_TIMEOUT; its stderr.
+    async fn refused(&self, args: &[&str], envs: &[(&str, &str)]) -> String {
+        let mut cmd = server_command_plain();
+        cmd.arg("--workdir")
+            .arg(self.workdir.path())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(args)
+            .env("XDG_RUNTIME_DIR", self.runtime.path())
+            .envs(envs.iter().copied())
+            .stdin(Stdio::piped());
+        let started = Instant::now();
+        let out = tokio::time::timeout(REFUSAL_TIMEOUT, cmd.output())
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} was not refused within {REFUSAL_TIMEOUT:?}"))
+            .expect("run ferrepl");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} must be refused:\n{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: stdout carries MCP only: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(started.elapsed() < REFUSAL_TIMEOUT, "{args:?}");
+        stderr
+    }
+
+    /// Nothing was started: no line but the refusal, no runtime directory,
+    /// no stores.
+    fn assert_nothing_started(&self, stderr: &str) {
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains("ERROR"),
+            "only the refusal is logged:\n{stderr}"
+        );
+        assert!(
+            !self.state_dir().exists(),
+            "the stores' directory was made:\n{stderr}"
+        );
+        let made: Vec<_> = std::fs::read_dir(self.runtime.path())
+            .expect("read the runtime directory")
+            .collect();
+        assert!(made.is_empty(), "the runtime directory was used: {made:?}");
+    }
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+#[tokio::test]
+async fn a_non_loopback_http_without_a_token_is_refused_before_anything_starts() {
+    let place = Place::new();
+    let stderr = place.refused(&["--http", "0.0.0.0:0"], &[]).await;
+    for needle in ["--http 0.0.0.0:0", "--auth-token-file", "127.0.0.1"] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    assert!(!stderr.contains("listening on"), "{stderr}");
+    place.assert_nothing_started(&stderr);
+}
+
+#[tokio::test]
+async fn a_missing_python_is_refused_naming_the_path_and_the_fix() {
+    let place = Place::new();
+    let stderr = place
+        .refused(&["--python", "/nonexistent/python"], &[])
+        .await;
+    for needle in [
+        "--python /nonexistent/python does not exist",
+        "python3 on PATH",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    place.assert_nothing_started(&stderr);
+    // From the environment too, which the message names.
+    let stderr = place
+        .refused(&[], &[("FERREPL_PYTHON", "/nonexistent/py-from-env")])
+        .await;
+    for needle in ["/nonexistent/py-from-env", "FERREPL_PYTHON"] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    place.assert_nothing_started(&stderr);
+    // A bare name not on PATH, and a directory.
+    let stderr = place
+        .refused(&["--python", "no-such-python-for-ferrepl"], &[])
+        .await;
+    assert!(stderr.contains("no such program on PATH"), "{stderr}");
+    let dir = place.workdir.path();
+    let stderr = place.refused(&["--python", text(dir)], &[]).await;
+    assert!(stderr.contains("is a directory"), "{stderr}");
+    place.assert_nothing_started(&stderr);
+}
+
+#[tokio::test]
+async fn a_bad_venv_is_refused_before_anything_starts() {
+    let place = Place::new();
+    let other = tempfile::tempdir().expect("other");
+    // A directory that is not a venv: never written into.
+    let not_venv = other.path().join("data");
+    std::fs::create_dir(&not_venv).expect("mkdir");
+    std::fs::write(not_venv.join("keep.txt"), "mine").expect("write");
+    let stderr = place.refused(&["--venv", text(&not_venv)], &[]).await;
+    for needle in ["--venv", "not a virtual environment", "another directory"] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    place.assert_nothing_started(&stderr);
+    let entries = std::fs::read_dir(&not_venv).expect("read").count();
+    assert_eq!(entries, 1, "the directory was written into");
+    // A venv whose parent is missing.
+    let orphan = other.path().join("missing/parent/venv");
+    let stderr = place.refused(&["--venv", text(&orphan)], &[]).await;
+    for needle in ["--venv", "parent directory is missing", "create it first"] {
+        assert!(stderr.contains(needle), "{needle}: {stderr}");
+    }
+    place.assert_nothing_started(&stderr);
+    assert!(!other.path().join("missing").exists());
+}
+
+/// An address in use is refused once the checks pass, before any session
+/// (and the default session's interpreter) starts.
+#[tokio::test]
+async fn an_http_address_in_use_is_refused_before_any_session_starts() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let place = Place::new();
+    let stderr = place.refused(&["--http", &addr], &[]).await;
+    assert!(
+        stderr.contains(&format!("--http: cannot listen on {addr}")),
+        "{stderr}"
+    );
+    for started in [
+        "tenant started",
+        "session interpreter started",
+        "listening on",
+    ] {
+        assert!(!stderr.contains(started), "{started}: {stderr}");
+    }
+}
