@@ -65,7 +65,7 @@ pub fn long_version() -> String {
 pub use crate::config::commands::DoctorOptions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-enum Status {
+pub(super) enum Status {
     #[serde(rename = "ok")]
     Good,
     #[serde(rename = "warn")]
@@ -75,13 +75,13 @@ enum Status {
 }
 
 #[derive(Debug, Clone, Serialize)]
-struct Item {
+pub(super) struct Item {
     name: &'static str,
     status: Status,
     detail: String,
 }
 
-fn item(name: &'static str, status: Status, detail: impl Into<String>) -> Item {
+pub(super) fn item(name: &'static str, status: Status, detail: impl Into<String>) -> Item {
     let detail = detail.into();
     Item {
         name,
@@ -239,6 +239,7 @@ async fn sessions(
         found = on_path;
     }
     let exists = found.components().count() > 1 && found.is_file();
+    let source_kind = source;
     let source = match (source, &cfg.python) {
         (PythonSource::Flag, Some(p)) if opts.python.is_none() => {
             given_as("--python", "FERREPL_PYTHON", p)
@@ -278,6 +279,12 @@ async fn sessions(
                 Err(e) => item("python", Missing, format!("{shown} does not run: {e}")),
             }
         }
+    });
+    let confined = ready.as_ref().map(|(state, p)| (state, p));
+    items.push(if exists {
+        super::doctor_install::install_item(cfg, &found, source_kind, confined).await
+    } else {
+        item("install", Missing, "no Python to install into (see python)")
     });
     items.push(r_item(r, ready.as_ref().map(|(state, p)| (state, &p.sandbox))).await);
     let (_, prepared) = ready?;
@@ -370,7 +377,7 @@ fn python_item(version: &str, shown: &str) -> Item {
 
 /// Runs `program args` through the one spawn path, in the sandbox sessions
 /// get; its stdout, or why it failed.
-async fn run_confined(
+pub(super) async fn run_confined(
     sandbox: &SandboxConfig,
     state: &StateDir,
     program: &Path,

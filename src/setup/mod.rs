@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod doctor;
+mod doctor_install;
 pub mod install;
 pub mod launch;
 mod probe;

@@ -305,3 +305,31 @@ async fn version_names_the_build_and_its_sandbox() {
         );
     }
 }
+
+/// Whether python_install would work: where packages go, with what.
+#[tokio::test]
+async fn the_install_item_says_where_packages_go_or_why_they_cannot() {
+    let machine = Machine::new();
+    let state = machine.home.path().join("state");
+    let state = state.to_str().expect("utf-8");
+    let python = crate::support::real_python3();
+    let python = crate::support::path_str(&python);
+    // A plain interpreter: the kept venv in the state directory.
+    let (_, report) = machine
+        .json_of(&["--python", python, "--state-dir", state], &[], &[])
+        .await;
+    let (status, detail) = item(&report, "install");
+    assert_eq!(status, "ok", "{detail}");
+    assert!(detail.contains(&format!("{state}/venvs")), "{detail}");
+    assert!(
+        detail.starts_with("pip ") || detail.starts_with("uv "),
+        "{detail}"
+    );
+    // Sessions not kept: no venv, and doctor says what to do.
+    let (_, report) = machine
+        .json_of(&["--python", python, "--resume", "off"], &[], &[])
+        .await;
+    let (status, detail) = item(&report, "install");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("--venv"), "{detail}");
+}

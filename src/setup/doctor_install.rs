@@ -1,0 +1,83 @@
+//! doctor's `install` item: whether python_install would work with these
+//! settings: where packages would go, and which installer would run.
+
+use std::path::Path;
+
+use super::doctor::{Item, Status, item, run_confined};
+use crate::config::Config;
+use crate::startup::Prepared;
+use crate::state::StateDir;
+use crate::worker::python::PythonSource;
+
+const PIP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Where installs go and with what, or what stops them.
+pub(super) async fn install_item(
+    cfg: &Config,
+    found: &Path,
+    source: PythonSource,
+    ready: Option<(&StateDir, &Prepared)>,
+) -> Item {
+    let venv = match source {
+        PythonSource::Venv | PythonSource::VenvFlag => {
+            Some(format!("the venv of {}", found.display()))
+        }
+        _ if crate::worker::session_venv::in_a_venv(found) => {
+            Some(format!("the venv of {}", found.display()))
+        }
+        _ => crate::tenants::store::dir_path(cfg).map(|dir| {
+            format!(
+                "a venv ferrepl keeps for the workspace in {} (made at the first session)",
+                dir.join("venvs").display()
+            )
+        }),
+    };
+    let Some(venv) = venv else {
+        return item(
+            "install",
+            Status::Missing,
+            format!(
+                "{} is not a venv and sessions are not kept (--resume off), so no venv is kept either: python_install is refused; pass --venv DIR",
+                found.display()
+            ),
+        );
+    };
+    if let Some(uv) = crate::worker::python::uv() {
+        return item(
+            "install",
+            Status::Good,
+            format!("uv ({}) into {venv}", uv.display()),
+        );
+    }
+    let Some((state, prepared)) = ready else {
+        return item(
+            "install",
+            Status::Warn,
+            format!("into {venv}; pip not checked: no sandbox"),
+        );
+    };
+    let args = ["-I", "-c", "import pip; print(pip.__version__)"];
+    match run_confined(
+        &prepared.sandbox,
+        state,
+        &prepared.python,
+        &args,
+        PIP_TIMEOUT,
+    )
+    .await
+    {
+        Ok(version) => item(
+            "install",
+            Status::Good,
+            format!("pip {} into {venv}", version.trim()),
+        ),
+        Err(e) => item(
+            "install",
+            Status::Missing,
+            format!(
+                "no installer: uv is not on PATH and {} has no pip ({e}); install uv, or pip for that Python (python3-pip)",
+                prepared.python.display()
+            ),
+        ),
+    }
+}
