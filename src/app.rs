@@ -28,7 +28,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     raise_open_files();
     let state_dir = state::StateDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
-    let kept_in = tenants::store::dir(&cfg);
+    // Checked where it lies, then opened and checked, before the uid table
+    // or a kept venv writes there.
+    startup::preflight::state_dir_place(&cfg, &settings.workdir)?;
+    let kept_in = tenants::store::dir(&cfg)?;
     // A root server's sessions run as uids of their own (the uid boundary).
     let uids = if nix::unistd::geteuid().is_root() {
         Some(std::sync::Arc::new(crate::sandbox::uids::TenantUids::open(

@@ -37,6 +37,51 @@ pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyho
     Ok(())
 }
 
+/// The state directory (the stores, the tenants' uids, the kept venvs) lies
+/// outside everything sessions write or read: the workspace (so also a
+/// workspace holding it, `--workdir ~`), `--allow-write`, `--allow-read`,
+/// `--venv`. Judged with links resolved, before anything is created there.
+pub fn state_dir_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
+    let Some(dir) = crate::tenants::store::dir_path(cfg) else {
+        return Ok(());
+    };
+    let state = resolved(&dir);
+    let abs = |p: &std::path::PathBuf| resolved(&crate::sandbox::paths::normalize(p, workdir));
+    let mut places = vec![("the workspace (--workdir)", resolved(workdir))];
+    places.extend(cfg.allow_write.iter().map(|p| ("--allow-write", abs(p))));
+    places.extend(cfg.allow_read.iter().map(|p| ("--allow-read", abs(p))));
+    places.extend(cfg.venv.iter().map(|p| ("--venv", abs(p))));
+    for (what, place) in places {
+        if state.starts_with(&place) {
+            anyhow::bail!(
+                "the state directory {} (the stores, --state-dir, default ~/.local/state/ferrepl) lies inside {what} {}, which sessions can reach; keep ferrepl's own files outside the workspace: pass --state-dir elsewhere (or --resume off), or choose another --workdir",
+                dir.display(),
+                place.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `path` with its links resolved as far as it exists, the rest appended.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut missing = Vec::new();
+    let mut at = path.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return missing.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return path,
+        }
+    }
+}
+
 /// A non-loopback `--http` without a token would let anyone on the network
 /// run code.
 pub fn exposure(addr: SocketAddr, has_token: bool) -> anyhow::Result<()> {

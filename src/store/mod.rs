@@ -357,6 +357,13 @@ fn open_flags() -> OpenFlags {
         | OpenFlags::SQLITE_OPEN_NOFOLLOW
 }
 
+/// Creates the state directory `dir` if missing and checks it as a store
+/// opens it (not a link, this user's, not writable by others); its path
+/// with no link in it. Start-up calls it before anything is written there.
+pub fn check_state_dir(dir: &Path) -> Result<PathBuf, StoreError> {
+    StateDir::open(dir).map(|d| d.real)
+}
+
 /// The state directory, opened once (its last component not followed) and
 /// checked, then reached through its descriptor: nothing a session could
 /// plant later (a symbolic link, another directory) redirects the

@@ -84,15 +84,21 @@ pub fn dir_path(cfg: &Config) -> Option<std::path::PathBuf> {
     cfg.state_dir.clone().or_else(default_state_dir)
 }
 
-/// The directory the stores live in, created (0700) now so that start-up
-/// can hide it from every session before any store is opened. None when
-/// sessions are not kept.
-pub fn dir(cfg: &Config) -> Option<std::path::PathBuf> {
-    let dir = dir_path(cfg)?;
-    use std::os::unix::fs::DirBuilderExt;
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir);
-    Some(dir)
+/// The directory the stores live in, created (0700) and checked now (not a
+/// link, this user's, not writable by others), before anything is written
+/// there and so that start-up can hide it from every session. Its path
+/// with no link in it; None when sessions are not kept. A default one that
+/// fails the checks keeps nothing (a warning); a named one is refused.
+pub fn dir(cfg: &Config) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Some(dir) = dir_path(cfg) else {
+        return Ok(None);
+    };
+    match crate::store::check_state_dir(&dir) {
+        Ok(real) => Ok(Some(real)),
+        Err(e) if cfg.state_dir.is_some() => Err(anyhow::anyhow!("--state-dir: {e}")),
+        Err(e) => {
+            tracing::warn!("sessions are not kept across restarts: {e}");
+            Ok(None)
+        }
+    }
 }

@@ -14,6 +14,7 @@ mod privileges;
 mod r_args;
 mod review;
 mod robustness;
+mod state_dir;
 mod tenants;
 mod uids;
 mod view;
