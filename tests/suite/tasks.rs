@@ -1,6 +1,7 @@
 //! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663)
-//! through rmcp's client, which drives it (the Python SDK 2.3 and the
-//! TypeScript SDK 1.32 have no client side for it): a client that declares
+//! through rmcp's client (the Python SDK 2.3 has no client side for it; the
+//! TypeScript requester, @modelcontextprotocol/ext-tasks, is driven in
+//! tests/interop/ts/tasks.test.mjs): a client that declares
 //! the extension gets a task instead of `running` for python_exec, r_exec,
 //! python_install, r_install and shell_exec; tasks/cancel interrupts; a task
 //! outlives its client and another client of the tenant collects it; a
@@ -484,4 +485,33 @@ async fn stateless_requests_run_tasks_bound_to_their_tenant() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("'stateless task'"), "{done}");
+}
+
+#[tokio::test]
+async fn an_r_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
+    let server = HttpServer::start(&["--languages", "python,r"], &[]).await;
+    let client = server.connect_with(tasks_client(), None).await;
+    let peer = client.peer();
+    let code = "kept <- 41\nSys.sleep(1.5)\ncat('r done\\n')\nkept + 1";
+    let id = start_task(peer, "r_exec", json!({ "code": code, "wait_s": 0.2 })).await;
+    let out = completed(&settled(peer, &id, Duration::from_secs(60)).await);
+    out.assert_ok();
+    assert!(
+        out.text.contains("r done") && out.text.contains("[1] 42"),
+        "{out:#?}"
+    );
+    assert!(out.text.contains("| session r |"), "{out:#?}");
+
+    let code = "while (TRUE) Sys.sleep(0.05)";
+    let id = start_task(peer, "r_exec", json!({ "code": code, "wait_s": 0.5 })).await;
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+    let out = call(peer, "r_wait", json!({ "wait_s": 10 })).await;
+    assert_eq!(out.status(), "interrupted", "{out:#?}");
+    let out = call(peer, "r_exec", json!({ "code": "kept", "wait_s": 10 })).await;
+    out.assert_ok();
+    assert!(out.text.contains("[1] 41"), "{out:#?}");
 }
