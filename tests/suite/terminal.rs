@@ -49,7 +49,7 @@ impl TerminalServer {
             cmd.pre_exec(|| {
                 // A session of its own with the terminal as its controlling
                 // one, so that Ctrl-C reaches it as SIGINT.
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
