@@ -391,10 +391,10 @@ timeout 270 nsenter --user --target "$holder" --setuid 0 --setgid 0 -- \
   kill -KILL $pid 2>/dev/null || true
   wait $pid 2>/dev/null || true
   echo "$out"
-  if echo "$line" | grep -q "private mount, PID"; then
+  if echo "$line" | sed "s/; NOT in force.*//" | grep -qw namespaces; then
     echo "NAMESPACES: yes"
   else
-    echo "NAMESPACES: no ($(echo "$line" | sed "s/.*NO private namespaces (//; s/): .*//" | head -c 300))"
+    echo "NAMESPACES: no ($(grep -m1 "not available here" /tmp/log | sed "s/.*not available here: //" | head -c 300))"
   fi
 ' >"$work/inner.out" 2>&1 || rc=$?
 grep -v -e '^SECRET: ' -e '^NAMESPACES: ' "$work/inner.out" || true

@@ -97,6 +97,10 @@ pub fn short_description(cfg: &SandboxConfig, applied: &Applied) -> String {
     if !off.is_empty() {
         line.push_str(&format!("; NOT in force: {}", off.join(", ")));
     }
+    // Said at every start, not only at debug: an operator must see it.
+    if cfg.active.contains("uid boundary DEGRADED") {
+        line.push_str("; uid boundary DEGRADED");
+    }
     line
 }
 
