@@ -31,31 +31,6 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Build `<dir>/<name>-<version>-py3-none-any.whl` whose package has
-/// `VALUE = <value>`; returns its path.
-fn build_wheel(dir: &Path, name: &str, version: &str, value: i64) -> PathBuf {
-    let wheel = dir.join(format!("{name}-{version}-py3-none-any.whl"));
-    let script = r#"
-import sys, zipfile
-path, name, version, value = sys.argv[1:5]
-info = f"{name}-{version}.dist-info"
-with zipfile.ZipFile(path, "w") as z:
-    z.writestr(f"{name}/__init__.py", f"VALUE = {value}\n")
-    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr(f"{info}/RECORD", "")
-"#;
-    run(Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&wheel)
-        .arg(name)
-        .arg(version)
-        .arg(value.to_string()));
-    assert!(wheel.is_file(), "the wheel was not built");
-    wheel
-}
-
 /// The session's interpreter pid.
 async fn session_pid(server: &StdioServer, session: &str) -> u32 {
     let out = server
@@ -995,4 +970,10 @@ async fn install_into_a_session_created_with_a_venv() {
         .exec("import ferrepl_session_pkg")
         .await
         .assert_raised("ModuleNotFoundError");
+}
+
+/// Build `<dir>/<name>-<version>-py3-none-any.whl` whose package has
+/// `VALUE = <value>`; returns its path.
+fn build_wheel(dir: &Path, name: &str, version: &str, value: i64) -> PathBuf {
+    crate::support::pure_wheel(dir, name, version, value)
 }

@@ -47,29 +47,6 @@ impl Place {
     }
 }
 
-/// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
-fn wheel(dir: &Path, name: &str) -> String {
-    let file = format!("{name}-1.0-py3-none-any.whl");
-    let script = r#"
-import sys, zipfile
-path, name = sys.argv[1:3]
-info = f"{name}-1.0.dist-info"
-with zipfile.ZipFile(path, "w") as z:
-    z.writestr(f"{name}/__init__.py", "VALUE = 7\n")
-    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr(f"{info}/RECORD", "")
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir.join(&file))
-        .arg(name)
-        .status()
-        .expect("run python3");
-    assert!(status.success(), "building the wheel failed");
-    file
-}
-
 fn value(out: &ToolOutput) -> String {
     out.value()
         .unwrap_or_else(|| panic!("no value in {out:#?}"))
@@ -192,4 +169,13 @@ async fn a_workspace_venv_wins_and_without_a_state_dir_an_install_fails_as_an_er
         .await;
     assert!(out.is_error, "{out:#?}");
     assert!(out.text.contains("--venv"), "{out:#?}");
+}
+
+/// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
+fn wheel(dir: &Path, name: &str) -> String {
+    let built = crate::support::pure_wheel(dir, name, "1.0", 7);
+    built
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .expect("a file name")
 }

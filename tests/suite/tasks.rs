@@ -350,29 +350,6 @@ async fn a_shell_job_and_an_install_run_as_tasks_over_stdio() {
     }
 }
 
-/// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
-fn wheel(dir: &std::path::Path, name: &str) -> String {
-    let file = format!("{name}-1.0-py3-none-any.whl");
-    let script = r#"
-import sys, zipfile
-path, name = sys.argv[1:3]
-info = f"{name}-1.0.dist-info"
-with zipfile.ZipFile(path, "w") as z:
-    z.writestr(f"{name}/__init__.py", "VALUE = 7\n")
-    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr(f"{info}/RECORD", "")
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script])
-        .arg(dir.join(&file))
-        .arg(name)
-        .status()
-        .expect("run python3");
-    assert!(status.success(), "building the wheel failed");
-    file
-}
-
 #[tokio::test]
 async fn a_client_without_tasks_sees_todays_running_and_the_same_tools() {
     let server = HttpServer::start(&[], &[]).await;
@@ -514,4 +491,13 @@ async fn an_r_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
     let out = call(peer, "r_exec", json!({ "code": "kept", "wait_s": 10 })).await;
     out.assert_ok();
     assert!(out.text.contains("[1] 41"), "{out:#?}");
+}
+
+/// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
+fn wheel(dir: &std::path::Path, name: &str) -> String {
+    let built = crate::support::pure_wheel(dir, name, "1.0", 7);
+    built
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .expect("a file name")
 }

@@ -14,7 +14,6 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -488,31 +487,6 @@ async fn a_state_directory_sessions_can_write_is_refused() {
 
 // ------------------------------------------------------------------ local wheels
 
-/// Builds `<dir>/<name>-1.0-py3-none-any.whl` whose module `name` has
-/// `VALUE = 1`; returns its path.
-fn build_wheel(dir: &Path, name: &str) -> PathBuf {
-    let wheel = dir.join(format!("{name}-1.0-py3-none-any.whl"));
-    let script = r#"
-import sys, zipfile
-path, name = sys.argv[1:3]
-info = f"{name}-1.0.dist-info"
-with zipfile.ZipFile(path, "w") as z:
-    z.writestr(f"{name}/__init__.py", "VALUE = 1\n")
-    z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-    z.writestr(f"{info}/RECORD", "")
-"#;
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&wheel)
-        .arg(name)
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "building {name}'s wheel: {out:?}");
-    wheel
-}
-
 /// An install's result once its job has ended (followed with shell_wait).
 async fn finished(server: &StdioServer, out: ToolOutput) -> ToolOutput {
     let mut out = out;
@@ -616,4 +590,10 @@ async fn a_local_wheel_linked_out_of_the_workspace_is_never_installed() {
     out.assert_ok();
     crate::support::assert_succeeded(&out, "inside");
     assert_failed(&out, "outside", "the wheel outside was never installed");
+}
+
+/// Builds `<dir>/<name>-1.0-py3-none-any.whl` whose module `name` has
+/// `VALUE = 1`; returns its path.
+fn build_wheel(dir: &Path, name: &str) -> PathBuf {
+    crate::support::pure_wheel(dir, name, "1.0", 1)
 }

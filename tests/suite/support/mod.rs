@@ -30,6 +30,7 @@ pub mod procs;
 pub mod result;
 pub mod rich;
 pub mod stdio;
+pub mod wheels;
 
 pub use encoding::*;
 pub use http::*;
@@ -40,3 +41,4 @@ pub use procs::*;
 pub use result::*;
 pub use rich::*;
 pub use stdio::*;
+pub use wheels::*;
