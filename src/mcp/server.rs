@@ -7,8 +7,9 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use crate::worker::Language;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
-    Implementation, ServerCapabilities, ServerConfig, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetPromptRequestParams,
+    GetPromptResponse, GetTaskParams, GetTaskResult, Implementation, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
@@ -381,6 +382,38 @@ impl ServerHandler for FerreplServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.tasks.cancel(&request.task_id)
+    }
+
+    // Resources and prompts are advertised with empty lists (some clients
+    // ask for them); a name from elsewhere is an unknown one, answered as
+    // the specification says (-32602 naming it; SEP-2164 for resources),
+    // not as a method the server lacks.
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        Err(McpError::invalid_params(
+            format!(
+                "resource not found: {} (this server lists no resources)",
+                request.uri
+            ),
+            Some(serde_json::json!({ "uri": request.uri })),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        Err(McpError::invalid_params(
+            format!(
+                "prompt not found: {} (this server lists no prompts)",
+                request.name
+            ),
+            None,
+        ))
     }
 
     fn get_info(&self) -> ServerConfig {

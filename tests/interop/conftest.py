@@ -6,6 +6,13 @@
   for the test and killed after it; yields its /mcp URL.
 * `target`: parametrized over both transports; gives what `mcp.Client` takes
   (StdioServerParameters for stdio, the URL string for HTTP).
+* `mode`: parametrized over both protocol eras, "legacy" (the `initialize`
+  handshake, an Mcp-Session-Id over HTTP) and "modern" (2026-07-28: the SDK's
+  default `auto` mode probes `server/discover`, then every request stands
+  alone). `connect(target, mode)` opens the client and fails the test if it
+  did not end up in that era (so a broken discover cannot fall back to legacy
+  unnoticed). `--mcp-mode legacy|modern` runs one era's tests only (tests
+  without an era run with legacy), so CI runs the two eras side by side.
 
 These servers run with `--structured-content` (structuredContent in results,
 outputSchema on tools), which the contract checks read. The `*_plain`
@@ -16,6 +23,7 @@ Nothing here skips: a missing binary or a server that does not start fails
 the test with the reason and the server's stderr.
 """
 
+import contextlib
 import os
 import pathlib
 import re
@@ -24,13 +32,59 @@ import threading
 
 import jsonschema
 import pytest
-from mcp import StdioServerParameters
+from mcp import Client, StdioServerParameters
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_BIN = ROOT / "target" / "debug" / "ferrepl"
 START_TIMEOUT_S = 30
 # The flag that adds structuredContent and outputSchema (off by default).
 STRUCTURED = ["--structured-content"]
+
+
+# The protocol eras, as test ids show them, and the SDK mode that reaches each:
+# "auto" is the SDK's default (server/discover, falling back to initialize).
+MODES = {"legacy": "legacy", "modern": "auto"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--mcp-mode",
+        choices=sorted(MODES),
+        help="run only the tests in this protocol era (tests without one count as legacy)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    only = config.getoption("--mcp-mode")
+    if not only:
+        return
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        era = callspec.params.get("mode", "legacy") if callspec else "legacy"
+        (keep if era == only else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request) -> str:
+    """The protocol era, once per era. A test that needs the legacy era
+    overrides it with `@pytest.mark.parametrize("mode", ["legacy"])`."""
+    return request.param
+
+
+@contextlib.asynccontextmanager
+async def connect(target, mode, **kw):
+    """`mcp.Client(target)` in the protocol era `mode`; fails unless the
+    connection really is in that era."""
+    async with Client(target, mode=MODES[mode], **kw) as client:
+        versions = MODERN_PROTOCOL_VERSIONS if mode == "modern" else HANDSHAKE_PROTOCOL_VERSIONS
+        if client.protocol_version not in versions:
+            pytest.fail(f"a {mode} client negotiated protocol {client.protocol_version!r}, not one of {list(versions)}")
+        yield client
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ result is checked against the output schema the server lists.
 import asyncio
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
 
 import conftest
 
@@ -30,18 +30,18 @@ async def exec_(tools, code, **extra):
     return result.structured_content
 
 
-def test_a_session_survives_a_restart_and_branches(ferrepl_bin, workdir, tmp_path):
+def test_a_session_survives_a_restart_and_branches(ferrepl_bin, workdir, tmp_path, mode):
     state = tmp_path / "state"
 
     async def first():
-        async with Client(params(ferrepl_bin, workdir, state)) as client:
+        async with conftest.connect(params(ferrepl_bin, workdir, state), mode) as client:
             tools = await conftest.SchemaCheckedTools(client).load()
             await exec_(tools, "rows = [1, 2, 3]")
             await exec_(tools, "rows.append(4)")
             await exec_(tools, "total = sum(rows)")
 
     async def second():
-        async with Client(params(ferrepl_bin, workdir, state)) as client:
+        async with conftest.connect(params(ferrepl_bin, workdir, state), mode) as client:
             tools = await conftest.SchemaCheckedTools(client).load()
             listing = (await tools.call("python_sessions", {})).structured_content
             data = [s for s in listing["sessions"] if s["name"] == "data"]

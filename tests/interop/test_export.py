@@ -12,7 +12,7 @@ import os
 import subprocess
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
 
 import conftest
 
@@ -43,13 +43,13 @@ def outputs_of(cell):
     return streams, values
 
 
-def test_a_branch_exports_to_a_notebook_that_runs_and_a_script(ferrepl_bin, workdir):
+def test_a_branch_exports_to_a_notebook_that_runs_and_a_script(ferrepl_bin, workdir, mode):
     params = StdioServerParameters(
         command=ferrepl_bin, args=["--workdir", str(workdir), "--tools", "all", *conftest.STRUCTURED]
     )
 
     async def session():
-        async with Client(params) as client:
+        async with conftest.connect(params, mode) as client:
             tools = await conftest.SchemaCheckedTools(client).load()
 
             async def exec_(code, **extra):

@@ -8,12 +8,14 @@ import os
 import subprocess
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
+
+import conftest
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_the_installed_entry_runs(ferrepl_bin, workdir, tmp_path):
+def test_the_installed_entry_runs(ferrepl_bin, workdir, tmp_path, mode):
     home = tmp_path / "home"
     home.mkdir()
     env = dict(os.environ, HOME=str(home))
@@ -29,7 +31,7 @@ def test_the_installed_entry_runs(ferrepl_bin, workdir, tmp_path):
 
     async def call():
         params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
-        async with Client(params) as client:
+        async with conftest.connect(params, mode) as client:
             result = await client.call_tool("python_exec", {"code": "import os\n(os.getcwd(), 6 * 7)"})
             assert not result.is_error, result
             return "".join(getattr(b, "text", "") for b in result.content)

@@ -1,7 +1,9 @@
 """Interoperability with the official MCP Python SDK (`mcp` from PyPI).
 
-Every test that takes `target` runs twice: over stdio (the SDK spawns
-`ferrepl`) and over streamable HTTP (a fresh `ferrepl --http` on a free port).
+Every test that takes `target` runs over stdio (the SDK spawns `ferrepl`) and
+over streamable HTTP (a fresh `ferrepl --http` on a free port), and every one
+that takes `mode` in both protocol eras: legacy (`initialize`) and modern
+(2026-07-28: `server/discover`, stateless requests); see conftest.py.
 Results are checked against the contract of the python_* tools and, for every
 structured result, against the output schema the server itself lists. These
 servers run with `--structured-content`; one test checks the default
@@ -14,7 +16,7 @@ import re
 
 import jsonschema
 import pytest
-from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 import conftest
 
@@ -139,9 +141,9 @@ async def session_info(tools, name):
 # tests
 
 
-def test_list_tools(target, sdk_complaints):
+def test_list_tools(target, mode, sdk_complaints):
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             tools = (await client.list_tools()).tools
             names = {t.name for t in tools}
             assert CONTRACT_TOOLS <= names, f"missing tools: {sorted(CONTRACT_TOOLS - names)}"
@@ -177,9 +179,9 @@ def test_list_tools(target, sdk_complaints):
     run(go())
 
 
-def test_variables_persist_and_print_output(target, sdk_complaints):
+def test_variables_persist_and_print_output(target, mode, sdk_complaints):
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             r = await t.exec("x = 20\nprint('hello', 'world')\nx * 2 + 2")
             assert_ok(r)
@@ -216,9 +218,9 @@ def test_variables_persist_and_print_output(target, sdk_complaints):
     run(go())
 
 
-def test_exception_is_error_with_type(target, sdk_complaints):
+def test_exception_is_error_with_type(target, mode, sdk_complaints):
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             r = await t.exec("def f():\n    raise ValueError('bad input')\nprint('before')\nf()")
             assert_raised(r, "ValueError")
@@ -248,9 +250,9 @@ def test_exception_is_error_with_type(target, sdk_complaints):
     run(go())
 
 
-def test_crash_and_recovery(target, sdk_complaints):
+def test_crash_and_recovery(target, mode, sdk_complaints):
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             assert_ok(await t.exec("kept = 'value'"))
             old_pid = (await session_info(t, "default"))["pid"]
@@ -276,20 +278,49 @@ def test_crash_and_recovery(target, sdk_complaints):
     run(go())
 
 
-def test_default_mode_connects_and_calls(target, sdk_complaints):
-    """The SDK's default mode probes `server/discover` first and falls back to
-    `initialize` on a JSON-RPC error; the server must let that happen."""
+def test_both_eras_describe_the_same_server(target, sdk_complaints):
+    """The SDK's default mode (the modern era's client) probes `server/discover`;
+    its answer offers 2026-07-28 beside the handshake versions, and tells the
+    same server as `initialize` does: name, tools, instructions."""
 
     async def go():
-        async with Client(target) as client:
-            assert client.protocol_version, "no protocol version negotiated"
-            r = await client.call_tool("python_exec", {"code": "answer = 6 * 7\nanswer"})
-            assert not r.is_error, r
-            assert r.structured_content["status"] == "ok", r.structured_content
-            assert r.structured_content["value"] == "42", r.structured_content
-            r = await client.call_tool("python_exec", {"code": "answer + 1"})
-            assert r.structured_content["value"] == "43", r.structured_content
+        async with conftest.connect(target, "modern") as client:
+            found = client.session.discover_result
+            assert found is not None, "the modern client did not use server/discover"
+            assert "2026-07-28" in found.supported_versions, found.supported_versions
+            handshake = set(found.supported_versions) & set(conftest.HANDSHAKE_PROTOCOL_VERSIONS)
+            assert handshake, f"discover offers no handshake-era version: {found.supported_versions}"
+            modern = (client.server_info.name, found.capabilities.tools is not None, found.instructions)
+            modern_tools = {t.name for t in (await client.list_tools()).tools}
+        async with conftest.connect(target, "legacy") as client:
+            init = client.session.initialize_result
+            legacy = (client.server_info.name, init.capabilities.tools is not None, init.instructions)
+            legacy_tools = {t.name for t in (await client.list_tools()).tools}
+        assert modern == legacy, f"discover says {modern}, initialize says {legacy}"
+        assert modern[0] == "ferrepl" and modern[1] and modern[2], modern
+        assert modern_tools == legacy_tools, (modern_tools, legacy_tools)
         assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+def test_an_unknown_resource_or_prompt_is_invalid_params(target, mode):
+    """The server lists no resources and no prompts; a name from elsewhere is
+    refused as invalid params naming it (SEP-2164), in both eras."""
+
+    async def go():
+        async with conftest.connect(target, mode) as client:
+            assert (await client.list_resources()).resources == []
+            assert (await client.list_prompts()).prompts == []
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("file:///no/such/resource")
+            assert refused.value.code == -32602, refused.value
+            assert refused.value.data == {"uri": "file:///no/such/resource"}, refused.value
+            assert "file:///no/such/resource" in refused.value.message, refused.value
+            with pytest.raises(MCPError) as refused:
+                await client.get_prompt("no_such_prompt")
+            assert refused.value.code == -32602, refused.value
+            assert "no_such_prompt" in refused.value.message, refused.value
 
     run(go())
 
@@ -306,12 +337,12 @@ print({me!r}, 'saw', {other!r})
 """
 
 
-def test_two_sessions_run_concurrently(target, workdir, sdk_complaints):
+def test_two_sessions_run_concurrently(target, workdir, mode, sdk_complaints):
     """Each cell waits for a file the other one writes: both finish only if
     the two sessions really run at the same time."""
 
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             assert_ok(await t.exec("mine = 'a'", session="a"))
             assert_ok(await t.exec("mine = 'b'", session="b"))
@@ -345,9 +376,9 @@ def test_two_sessions_run_concurrently(target, workdir, sdk_complaints):
     run(go())
 
 
-def test_reset_and_inspect(target, sdk_complaints):
+def test_reset_and_inspect(target, mode, sdk_complaints):
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             assert_ok(await t.exec("count = 41\nitems = [1, 2, 3]", session="insp"))
 
@@ -372,9 +403,9 @@ def test_reset_and_inspect(target, sdk_complaints):
     run(go())
 
 
-def test_progress_notifications_while_a_cell_runs(stdio_params, workdir, sdk_complaints):
+def test_progress_notifications_while_a_cell_runs(stdio_params, workdir, mode, sdk_complaints):
     async def go():
-        async with Client(stdio_params, mode="legacy") as client:
+        async with conftest.connect(stdio_params, mode) as client:
             seen = []
 
             async def on_progress(progress, total, message):
@@ -406,13 +437,15 @@ def test_progress_notifications_while_a_cell_runs(stdio_params, workdir, sdk_com
     run(go())
 
 
-def test_http_session_termination_is_clean(http_url, sdk_complaints):
+# Legacy only: the DELETE ends an Mcp-Session-Id, which a modern client never has.
+@pytest.mark.parametrize("mode", ["legacy"])
+def test_http_session_termination_is_clean(http_url, mode, sdk_complaints):
     """On leaving, the SDK ends its HTTP session with a DELETE and accepts 200
     or 204 (405 if termination is not supported); anything else it logs as
     "Session termination failed: <status>"."""
 
     async def go():
-        async with Client(http_url, mode="legacy") as client:
+        async with conftest.connect(http_url, mode) as client:
             r = await client.call_tool("python_exec", {"code": "1 + 1"})
             assert r.structured_content["value"] == "2", r
 
@@ -421,12 +454,12 @@ def test_http_session_termination_is_clean(http_url, sdk_complaints):
     assert not complaints, "the SDK rejected the answer to its DELETE /mcp:\n" + "\n".join(complaints)
 
 
-def test_input_prompt_and_answer(target, sdk_complaints):
+def test_input_prompt_and_answer(target, mode, sdk_complaints):
     """A cell blocked in input() comes back as waiting_input with its prompt;
     python_wait with input answers it and the cell finishes."""
 
     async def go():
-        async with Client(target, mode="legacy") as client:
+        async with conftest.connect(target, mode) as client:
             t = await Tools(client).load()
             r = await t.exec("name = input('Name: ')\nprint('hi', name)")
             assert r.structured_content["status"] == "waiting_input", r.structured_content
@@ -442,12 +475,12 @@ def test_input_prompt_and_answer(target, sdk_complaints):
     run(go())
 
 
-def test_results_are_text_only_without_structured_content(target_plain, sdk_complaints):
+def test_results_are_text_only_without_structured_content(target_plain, mode, sdk_complaints):
     """By default (no `--structured-content`) tools list no output schema and
     a result is text only: the value and the status footer are in the text."""
 
     async def go():
-        async with Client(target_plain, mode="legacy") as client:
+        async with conftest.connect(target_plain, mode) as client:
             tools = (await client.list_tools()).tools
             with_schema = [t.name for t in tools if t.output_schema]
             assert not with_schema, f"output schemas listed without --structured-content: {with_schema}"

@@ -1,8 +1,9 @@
 """R sessions through the official MCP Python SDK (`mcp` from PyPI).
 
 The servers run with `--languages python,r --structured-content`; every test
-that takes `r_target` runs twice, over stdio (the SDK spawns `ferrepl`) and
-over streamable HTTP (a fresh `ferrepl --http` on a free port). Each
+that takes `r_target` runs over stdio (the SDK spawns `ferrepl`) and over
+streamable HTTP (a fresh `ferrepl --http` on a free port), each in both
+protocol eras (`mode`, see conftest.py). Each
 structured result is checked against the output schema the server lists.
 Nothing here sleeps: long cells are followed through the server's statuses.
 """
@@ -13,7 +14,7 @@ import re
 import struct
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import StdioServerParameters
 from mcp.types import ImageContent
 
 import conftest
@@ -75,9 +76,9 @@ def png_size(data: bytes):
 # tests
 
 
-def test_r_tools_are_listed_and_a_value_prints_as_in_the_console(r_target):
+def test_r_tools_are_listed_and_a_value_prints_as_in_the_console(r_target, mode):
     async def go():
-        async with Client(r_target, mode="legacy") as client:
+        async with conftest.connect(r_target, mode) as client:
             t = await Tools(client).load()
             assert R_TOOLS <= set(t.schemas), sorted(t.schemas)
             r = await t.r_exec("1+1")
@@ -94,9 +95,9 @@ def test_r_tools_are_listed_and_a_value_prints_as_in_the_console(r_target):
     run(go())
 
 
-def test_r_error_is_error_with_a_backtrace(r_target):
+def test_r_error_is_error_with_a_backtrace(r_target, mode):
     async def go():
-        async with Client(r_target, mode="legacy") as client:
+        async with conftest.connect(r_target, mode) as client:
             t = await Tools(client).load()
             r = await t.r_exec("g <- function(x) stop('boom'); f <- function() g(2); f()")
             assert_status(r, "error")
@@ -114,9 +115,9 @@ def test_r_error_is_error_with_a_backtrace(r_target):
     run(go())
 
 
-def test_r_readline_is_answered_through_r_wait(r_target):
+def test_r_readline_is_answered_through_r_wait(r_target, mode):
     async def go():
-        async with Client(r_target, mode="legacy") as client:
+        async with conftest.connect(r_target, mode) as client:
             t = await Tools(client).load()
             r = await t.r_exec("x <- readline('name? '); cat('hello', x, '\\n')")
             assert_status(r, "waiting_input")
@@ -131,9 +132,9 @@ def test_r_readline_is_answered_through_r_wait(r_target):
     run(go())
 
 
-def test_r_plot_is_image_content(r_target):
+def test_r_plot_is_image_content(r_target, mode):
     async def go():
-        async with Client(r_target, mode="legacy") as client:
+        async with conftest.connect(r_target, mode) as client:
             t = await Tools(client).load()
             r = await t.r_exec("plot(1:10)")
             assert_status(r, "ok")
@@ -149,9 +150,9 @@ def test_r_plot_is_image_content(r_target):
     run(go())
 
 
-def test_tools_refuse_a_session_of_the_other_language(r_target):
+def test_tools_refuse_a_session_of_the_other_language(r_target, mode):
     async def go():
-        async with Client(r_target, mode="legacy") as client:
+        async with conftest.connect(r_target, mode) as client:
             t = await Tools(client).load()
             py = await t.call("python_exec", {"code": "1 + 1"})
             assert not py.is_error and py.structured_content["value"] == "2", py
@@ -174,9 +175,9 @@ def test_tools_refuse_a_session_of_the_other_language(r_target):
     run(go())
 
 
-def test_r_tools_are_absent_without_languages_r(stdio_params):
+def test_r_tools_are_absent_without_languages_r(stdio_params, mode):
     async def go():
-        async with Client(stdio_params, mode="legacy") as client:
+        async with conftest.connect(stdio_params, mode) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert "python_exec" in names, names
             assert not (R_TOOLS | {"r_complete"}) & names, names
