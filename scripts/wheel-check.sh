@@ -2,8 +2,11 @@
 # The wheel as a user gets it: built by scripts/wheel.sh, installed into a
 # fresh venv (pip) and run by uvx from the file, each launched by the
 # official MCP Python SDK for a handshake and one python_exec
-# (tests/interop/wheel_check.py). Called by scripts/test.sh; needs the test
-# venv of scripts/test-env.sh (ENV_DIR as its first argument).
+# (tests/interop/wheel_check.py); so is the entry `ferrepl install` writes
+# when run each way (the venv's path; uvx --from the wheel), and install run
+# by uvx from a copy of the wheel in a temporary directory must refuse.
+# Called by scripts/test.sh; needs the test venv of scripts/test-env.sh
+# (ENV_DIR as its first argument).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ENV_DIR="$1"
@@ -18,5 +21,7 @@ tools="${FERREPL_WHEEL_TOOLS:-$PWD/target/wheel-tools}"
 export UV_CACHE_DIR="$check/uv-cache" UV_NO_CONFIG=1
 "$ENV_DIR/venv/bin/python" tests/interop/wheel_check.py \
     --install "$check/venv/bin/ferrepl" \
+    --install "$tools/bin/uvx --offline --from $wheel ferrepl" \
+    --temp-wheel-uvx "$tools/bin/uvx" --wheel "$wheel" \
     --command "$check/venv/bin/ferrepl" \
     --command "$tools/bin/uvx --offline --from $wheel ferrepl"
