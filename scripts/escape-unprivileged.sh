@@ -10,8 +10,23 @@
 # user's home and TMPDIR a directory the user owns. Not as root: skips, as
 # creating a user and switching to it needs root (and `cargo test` already
 # ran the suite unprivileged then).
+#
+# The user runs copies (hard links where the file system allows) of the test
+# binary and of the ferrepl binary, placed in a directory of its own under
+# /tmp, from that directory: the checkout may sit where the user cannot
+# reach (under a directory of mode 0700, such as one made by mktemp -d).
+# The test binary finds the server through FERREPL_TEST_SERVER_BIN and its
+# servers' state directory through FERREPL_TEST_STATE_HOME
+# (tests/suite/support/launch.rs); the escape tests read nothing else from
+# the checkout.
+#
+#   bash scripts/escape-unprivileged.sh [TEST-BINARY ARGS]   # default: escape::
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TEST_ARGS=("$@")
+if ((${#TEST_ARGS[@]} == 0)); then
+    TEST_ARGS=(escape::)
+fi
 
 echo "== escape suite as an unprivileged user" >&2
 if [ "$(id -u)" != 0 ]; then
@@ -54,6 +69,12 @@ chmod 0700 "$SCRATCH"
 if [ "$USER_HOME" != "$SCRATCH/home" ]; then
     chown "$RUN_USER:$RUN_GROUP" "$USER_HOME"
 fi
+# The test servers' state (XDG_STATE_HOME) in the user's home, outside /tmp
+# as a user's own is: a state directory under /tmp changes what sessions see
+# there. Removed afterwards.
+STATE_HOME="$(mktemp -d "$USER_HOME/.ferrepl-test-state.XXXXXX")"
+trap 'rm -rf "$SCRATCH" "$STATE_HOME"' EXIT
+chown "$RUN_USER:$RUN_GROUP" "$STATE_HOME"
 
 # The test binary (and the ferrepl binary it starts, by absolute path).
 TEST_BIN="$(cargo test --quiet --test suite --no-run --message-format=json |
@@ -73,15 +94,30 @@ if [ -z "$TEST_BIN" ] || [ ! -x "$TEST_BIN" ]; then
     echo "could not build or find the test binary" >&2
     exit 1
 fi
-for bin in "$TEST_BIN" "$SERVER_BIN"; do
+if [ ! -x "$SERVER_BIN" ]; then
+    echo "no ferrepl binary at $SERVER_BIN (cargo build)" >&2
+    exit 1
+fi
+
+# Copies the user can reach, wherever the checkout is. A hard link costs
+# nothing (the files stay root's, mode 0755); across file systems, a copy.
+# After the chown above, so the checkout's own files keep their owner.
+BIN_DIR="$SCRATCH/bin"
+mkdir "$BIN_DIR"
+place() { ln "$1" "$2" 2>/dev/null || cp "$1" "$2"; }
+place "$TEST_BIN" "$BIN_DIR/suite"
+place "$SERVER_BIN" "$BIN_DIR/ferrepl"
+chmod 0755 "$BIN_DIR"
+for bin in "$BIN_DIR/suite" "$BIN_DIR/ferrepl"; do
     if ! as_user test -x "$bin"; then
-        echo "$RUN_USER cannot execute $bin (a directory above it is not world-readable?)" >&2
+        echo "$RUN_USER cannot execute $bin (is /tmp mounted noexec?)" >&2
         exit 1
     fi
 done
 
-echo "running the escape:: tests of $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER"))" >&2
-# The test binary starts in the package root, as under cargo test.
+echo "running ${TEST_ARGS[*]} of $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER")), from copies in $BIN_DIR" >&2
+# From the user's own directory: the checkout may be out of its reach.
+cd "$SCRATCH"
 as_user env -i \
     PATH=/usr/local/bin:/usr/bin:/bin \
     HOME="$USER_HOME" \
@@ -90,4 +126,6 @@ as_user env -i \
     TMPDIR="$SCRATCH/tmp" \
     LANG=C.UTF-8 \
     RUST_BACKTRACE=1 \
-    "$TEST_BIN" escape:: --test-threads 2 -q
+    FERREPL_TEST_SERVER_BIN="$BIN_DIR/ferrepl" \
+    FERREPL_TEST_STATE_HOME="$STATE_HOME" \
+    "$BIN_DIR/suite" "${TEST_ARGS[@]}" --test-threads 2 -q

@@ -250,17 +250,20 @@ print("TMP=" + json.dumps(r))
 
 #[tokio::test]
 async fn tmp_is_the_processs_own_temporary_directory() {
-    // Workspace and runtime state outside /tmp: /tmp is a link to TMPDIR.
+    // Workspace, runtime and stored state (where the kept venv lies, bound
+    // at its own path) outside /tmp: /tmp is a link to TMPDIR.
     let place = outside_tmp();
     let ws = place.path().join("ws");
     let run = place.path().join("run");
-    for d in [&ws, &run] {
+    let state = place.path().join("state");
+    for d in [&ws, &run, &state] {
         std::fs::create_dir(d).expect("mkdir");
     }
     let server = StdioServer::launch(
         Launch::new(&["--workdir", path_str(&ws)])
             .without_workdir_flag()
-            .env("XDG_RUNTIME_DIR", &run),
+            .env("XDG_RUNTIME_DIR", &run)
+            .env("XDG_STATE_HOME", &state),
     )
     .await;
     let r = json_line(&cell(server.peer(), "default", TMP_PROBE).await, "TMP");

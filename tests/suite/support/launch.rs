@@ -48,9 +48,16 @@ pub const FULL_SURFACE_ENV: &[(&str, &str)] = &[
     ("FERREPL_STRUCTURED_CONTENT", "true"),
 ];
 
-/// The ferrepl binary cargo built for this test run.
+/// The ferrepl binary cargo built for this test run, or the copy named by
+/// `FERREPL_TEST_SERVER_BIN`: scripts/escape-unprivileged.sh runs this test
+/// binary as another user from copies that user can reach, since the
+/// checkout (where cargo put both) may sit in a directory it cannot enter.
 pub fn server_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_ferrepl"))
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("FERREPL_TEST_SERVER_BIN") {
+        Some(copy) if !copy.is_empty() => PathBuf::from(copy),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_ferrepl")),
+    })
 }
 
 /// Which tool surface a server starts with (see the module header).
@@ -95,14 +102,30 @@ fn command_for(binary: &Path, surface: Surface) -> Command {
     cmd
 }
 
-/// `XDG_STATE_HOME` of every test server, emptied once per test run.
+/// `XDG_STATE_HOME` of every test server, emptied once per test run: the
+/// directory `FERREPL_TEST_STATE_HOME` names (scripts/escape-unprivileged.sh
+/// gives its user one outside /tmp), else the build's scratch directory, or,
+/// where this user cannot write there, a directory of its own in TMPDIR.
+/// Never the user's own state directory.
 pub fn test_state_home() -> &'static Path {
     static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     HOME.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("FERREPL_TEST_STATE_HOME").filter(|d| !d.is_empty()) {
+            let dir = PathBuf::from(dir);
+            std::fs::create_dir_all(&dir).expect("create FERREPL_TEST_STATE_HOME");
+            return dir;
+        }
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("state-home");
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the test servers' state home");
-        dir
+        let writable = std::fs::create_dir_all(&dir).is_ok() && tempfile::tempfile_in(&dir).is_ok();
+        if writable {
+            return dir;
+        }
+        tempfile::Builder::new()
+            .prefix("ferrepl-test-state-")
+            .tempdir()
+            .expect("create the test servers' state home in TMPDIR")
+            .keep()
     })
 }
 
