@@ -109,7 +109,7 @@ log="$work/server.log"
 mkdir "$work/workdir"
 # Port 0: the kernel picks the port, and the server's log says which (a
 # port picked free and bound later could be taken in between).
-"$BIN" --http "127.0.0.1:0" --workdir "$work/workdir" >"$work/server.out" 2>"$log" &
+"$BIN" --http "127.0.0.1:0" --workdir "$work/workdir" --state-dir "$work/state" >"$work/server.out" 2>"$log" &
 server=$!
 
 stop_server() {

@@ -6,6 +6,18 @@ cd "$(dirname "$0")/.."
 
 ENV_DIR="$(bash scripts/test-env.sh)"
 
+# Every test server keeps its sessions in a state directory of its test's
+# own (tests/suite/support/launch.rs, tests/interop/conftest.py and
+# ts/harness.mjs, --state-dir in the scripts). Checked at the end: the run's
+# XDG_STATE_HOME is a fresh directory in which no state directory may
+# appear, and the user's own must gain no store of a workspace of this run
+# (the SDKs pass a server HOME but not XDG_STATE_HOME).
+run_tmp="$(mktemp -d)"
+trap 'rm -rf "$run_tmp"' EXIT
+user_state="${XDG_STATE_HOME:-$HOME/.local/state}/ferrepl"
+python3 scripts/state-leaks.py list "$user_state" >"$run_tmp/stores-before"
+export XDG_STATE_HOME="$run_tmp/state"
+
 # Each stage's header says when it starts (seconds since the script began),
 # so a slow stage shows in the log.
 stage() { echo "== [${SECONDS}s] $*" >&2; }
@@ -28,7 +40,7 @@ ts_log="$(mktemp)"
 stage "interop tests (official TypeScript SDK, Inspector CLI), in the background"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
 ts_pid=$!
-trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"' EXIT
+trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"; rm -rf "$run_tmp"' EXIT
 
 stage "R driver scenarios (a real R behind the worker's pipes)"
 python3 scripts/r-driver-harness.py
@@ -41,7 +53,8 @@ bash scripts/escape-unprivileged.sh
 # one here, the modern one (2026-07-28) beside it; its output follows.
 stage "interop tests (official Python SDK), legacy and modern protocol eras side by side"
 py_interop() {
-    FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider --mcp-mode "$1"
+    FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider \
+        --basetemp "$run_tmp/pytest-$1" --mcp-mode "$1"
 }
 modern_log="$(mktemp)"
 py_interop modern >"$modern_log" 2>&1 &
@@ -77,5 +90,18 @@ cat "$ts_log"
 if (( ts_status != 0 )); then
     echo "TypeScript interop tests failed (exit $ts_status)" >&2
     exit "$ts_status"
+fi
+
+stage "no test server kept its sessions outside its own state directory"
+if [[ -e "$XDG_STATE_HOME/ferrepl" ]]; then
+    echo "a test server used the run's XDG_STATE_HOME (it would have used the user's own):" >&2
+    ls -la "$XDG_STATE_HOME/ferrepl" >&2
+    python3 scripts/state-leaks.py check /dev/null "$XDG_STATE_HOME/ferrepl" >&2 || true
+    exit 1
+fi
+if ! python3 scripts/state-leaks.py check "$run_tmp/stores-before" "$user_state" \
+        "$run_tmp/" "${TMPDIR:-/tmp}/ferrepl-ts-" >&2; then
+    echo "test servers left these stores in $user_state: give them a state directory of their test's own" >&2
+    exit 1
 fi
 stage "done"

@@ -4,7 +4,8 @@
     cargo build && python3 scripts/tool-surface.py [--bin PATH] [-- SERVER ARGS...]
 
 For each profile (default, `--tools all`, `--tools all --structured-content`)
-it starts the server over stdio with a fresh temporary --workdir, speaks
+it starts the server over stdio with a fresh temporary --workdir (and
+--state-dir, so nothing is left in the user's own), speaks
 newline-delimited JSON-RPC itself (initialize, notifications/initialized,
 tools/list, one tools/call of python_exec {"code": "1+1"}) and prints, per
 tool, the model-visible characters: len(name) + len(description) + the length
@@ -66,9 +67,9 @@ class ServerError(RuntimeError):
 class Server:
     """One ferrepl process driven over stdio with newline-delimited JSON-RPC."""
 
-    def __init__(self, binary, args, workdir):
+    def __init__(self, binary, args, workdir, state_dir):
         self._stderr = tempfile.TemporaryFile()
-        argv = [binary, "--workdir", workdir, *args]
+        argv = [binary, "--workdir", workdir, "--state-dir", state_dir, *args]
         self.argv = argv
         env = {k: v for k, v in os.environ.items() if not k.startswith("FERREPL_")}
         env["NO_COLOR"] = "1"
@@ -136,8 +137,10 @@ class Server:
 
 def measure(binary, args):
     """Runs one profile; returns its measures."""
-    with tempfile.TemporaryDirectory(prefix="ferrepl-surface-") as workdir:
-        server = Server(binary, args, workdir)
+    with tempfile.TemporaryDirectory(prefix="ferrepl-surface-") as top:
+        workdir, state_dir = os.path.join(top, "work"), os.path.join(top, "state")
+        os.mkdir(workdir)
+        server = Server(binary, args, workdir, state_dir)
         try:
             _, init = server.request(
                 "initialize",

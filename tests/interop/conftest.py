@@ -14,6 +14,11 @@
   unnoticed). `--mcp-mode legacy|modern` runs one era's tests only (tests
   without an era run with legacy), so CI runs the two eras side by side.
 
+Every server keeps its sessions in a state directory of its test's own
+(`state_env(workdir)`: XDG_STATE_HOME beside the workspace), never in the
+user's ~/.local/state/ferrepl; a test that builds its own
+StdioServerParameters passes `env=state_env(workdir)` (or `--state-dir`).
+
 These servers run with `--structured-content` (structuredContent in results,
 outputSchema on tools), which the contract checks read. The `*_plain`
 fixtures (`stdio_params_plain`, `http_url_plain`, `target_plain`) start the
@@ -106,15 +111,24 @@ def workdir(tmp_path) -> pathlib.Path:
     return d
 
 
+def state_env(workdir: pathlib.Path) -> dict[str, str]:
+    """The environment that gives a server of the workspace `workdir` a state
+    directory of its test's own (beside the workspace, removed with it). The
+    SDK passes a server only a few variables (HOME, PATH...) besides these."""
+    return {"XDG_STATE_HOME": str(workdir.parent / f"{workdir.name}-state")}
+
+
 @pytest.fixture
 def stdio_params(ferrepl_bin, workdir) -> StdioServerParameters:
-    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir), *STRUCTURED])
+    return StdioServerParameters(
+        command=ferrepl_bin, args=["--workdir", str(workdir), *STRUCTURED], env=state_env(workdir)
+    )
 
 
 @pytest.fixture
 def stdio_params_plain(ferrepl_bin, workdir) -> StdioServerParameters:
     """Like `stdio_params`, without `--structured-content`."""
-    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir)])
+    return StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir)], env=state_env(workdir))
 
 
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:(\d+)/mcp)")
@@ -141,6 +155,7 @@ class HttpServer:
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
+            env={**os.environ, **state_env(workdir)},
         )
         self._pump = threading.Thread(target=self._drain, daemon=True)
         self._pump.start()

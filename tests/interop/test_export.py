@@ -45,7 +45,9 @@ def outputs_of(cell):
 
 def test_a_branch_exports_to_a_notebook_that_runs_and_a_script(ferrepl_bin, workdir, mode):
     params = StdioServerParameters(
-        command=ferrepl_bin, args=["--workdir", str(workdir), "--tools", "all", *conftest.STRUCTURED]
+        command=ferrepl_bin,
+        args=["--workdir", str(workdir), "--tools", "all", *conftest.STRUCTURED],
+        env=conftest.state_env(workdir),
     )
 
     async def session():

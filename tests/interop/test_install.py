@@ -18,7 +18,9 @@ pytestmark = pytest.mark.timeout(60)
 def test_the_installed_entry_runs(ferrepl_bin, workdir, tmp_path, mode):
     home = tmp_path / "home"
     home.mkdir()
-    env = dict(os.environ, HOME=str(home))
+    # The server's own state directory too: HOME alone does not place it
+    # when XDG_STATE_HOME is set.
+    env = dict(os.environ, HOME=str(home), **conftest.state_env(workdir))
     out = subprocess.run(
         [ferrepl_bin, "install", "--client", "claude-code", "--scope", "project", "--workdir", str(workdir)],
         capture_output=True,

@@ -35,7 +35,9 @@ def run(coro):
 def r_target(request, ferrepl_bin, workdir):
     """What `mcp.Client(...)` connects to: a server with R sessions enabled."""
     if request.param == "stdio":
-        yield StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir), *R_ARGS])
+        yield StdioServerParameters(
+            command=ferrepl_bin, args=["--workdir", str(workdir), *R_ARGS], env=conftest.state_env(workdir)
+        )
         return
     server = conftest.HttpServer(ferrepl_bin, workdir, R_ARGS)
     server.wait_ready()

@@ -52,7 +52,9 @@ async def collect(client, session=None):
 def capped(request, ferrepl_bin, workdir):
     args = ["--max-wait", "2"]
     if request.param == "stdio":
-        yield StdioServerParameters(command=ferrepl_bin, args=["--workdir", str(workdir), *args])
+        yield StdioServerParameters(
+            command=ferrepl_bin, args=["--workdir", str(workdir), *args], env=conftest.state_env(workdir)
+        )
         return
     server = conftest.HttpServer(ferrepl_bin, workdir, args)
     server.wait_ready()

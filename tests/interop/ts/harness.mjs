@@ -73,6 +73,17 @@ export function tempDir(t, prefix = 'ferrepl-ts-') {
     return dir;
 }
 
+/**
+ * `--workdir DIR --state-dir STATE`, both fresh temporary directories: every
+ * server keeps its sessions in a state directory of its test's own, never in
+ * the user's ~/.local/state/ferrepl. Returns { workdir, args }.
+ */
+export function serverDirs(t) {
+    const workdir = tempDir(t);
+    const state = tempDir(t, 'ferrepl-ts-state-');
+    return { workdir, args: ['--workdir', workdir, '--state-dir', state] };
+}
+
 const CLIENT_INFO = { name: 'ferrepl-ts-interop', version: '0.0.0' };
 
 /**
@@ -80,8 +91,8 @@ const CLIENT_INFO = { name: 'ferrepl-ts-interop', version: '0.0.0' };
  * Returns { client, workdir, stderr() }; closing the client stops the server.
  */
 export async function stdioClient(t, args = []) {
-    const workdir = tempDir(t);
-    const transport = new StdioClientTransport({ command: BIN, args: ['--workdir', workdir, ...args], stderr: 'pipe' });
+    const { workdir, args: dirs } = serverDirs(t);
+    const transport = new StdioClientTransport({ command: BIN, args: [...dirs, ...args], stderr: 'pipe' });
     let log = '';
     transport.stderr?.on('data', (chunk) => { log += chunk; });
     const client = new Client(CLIENT_INFO);
@@ -99,8 +110,8 @@ export const delay = (ms) => new Promise((r) => setTimeout(r, ms));
  * is stopped when the test ends.
  */
 export async function httpServer(t, args = []) {
-    const workdir = tempDir(t);
-    const proc = spawn(BIN, ['--http', '127.0.0.1:0', '--workdir', workdir, ...args], {
+    const { workdir, args: dirs } = serverDirs(t);
+    const proc = spawn(BIN, ['--http', '127.0.0.1:0', ...dirs, ...args], {
         stdio: ['ignore', 'ignore', 'pipe'],
     });
     let log = '';

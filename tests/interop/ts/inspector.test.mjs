@@ -11,19 +11,19 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { BIN, packageDir, tempDir } from './harness.mjs';
+import { BIN, packageDir, serverDirs } from './harness.mjs';
 
 // The CLI entry point, as the package's "bin" declares it (the launcher; --cli selects the CLI).
 const PKG = packageDir('@modelcontextprotocol/inspector');
 const INSPECTOR = path.join(PKG, JSON.parse(readFileSync(path.join(PKG, 'package.json'), 'utf8')).bin['mcp-inspector']);
 
 /**
- * Runs `inspector --cli <inspectorArgs> -- ferrepl --workdir DIR <serverArgs>`
+ * Runs `inspector --cli <inspectorArgs> -- ferrepl --workdir DIR --state-dir STATE <serverArgs>`
  * with this Node (22+); resolves to { code, stdout, stderr }.
  */
 function inspector(t, inspectorArgs, serverArgs) {
-    const workdir = tempDir(t);
-    const args = [INSPECTOR, '--cli', ...inspectorArgs, '--', BIN, '--workdir', workdir, ...serverArgs];
+    const { args: dirs } = serverDirs(t);
+    const args = [INSPECTOR, '--cli', ...inspectorArgs, '--', BIN, ...dirs, ...serverArgs];
     return new Promise((resolve, reject) => {
         const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
         let stdout = '';
