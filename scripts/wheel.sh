@@ -6,7 +6,10 @@
 # for this machine's architecture; a release machine builds the others with
 # `scripts/wheel.sh --target aarch64-unknown-linux-gnu` (after `rustup target
 # add` of it) and, on macOS, `scripts/wheel.sh` there (no zig needed).
-# Wheels go to target/wheels. Tools (maturin, ziglang from PyPI) are kept in
+# Wheels go to target/wheels, named ferrepl-VERSION-py3-none-PLATFORM.whl
+# (here ferrepl-VERSION-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl);
+# the last line printed is the wheel's path. The release workflow
+# (.github/workflows/release.yml) runs this for each platform. Tools (maturin, ziglang from PyPI) are kept in
 # target/wheel-tools; a second run reuses them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +29,6 @@ if [[ "$(uname -s)" != Linux ]]; then
     zig=()
 fi
 # maturin finds zig as `python -m ziglang`: the tools' python first on PATH.
-PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/maturin" build --release "${zig[@]}" --out target/wheels "$@" >&2
+# (${zig[@]+...}: an empty array under `set -u` in macOS's bash 3.2.)
+PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/maturin" build --release ${zig[@]+"${zig[@]}"} --out target/wheels "$@" >&2
 ls -t target/wheels/ferrepl-*.whl | head -1
