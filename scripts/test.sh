@@ -27,8 +27,8 @@ cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 "$ENV_DIR/venv/bin/python" -m pyflakes src/worker/python
 # The release workflow cannot run here: actionlint (test-env.sh says which)
-# checks it (syntax, the
-# actions' inputs, expressions, and its scripts with shellcheck).
+# checks it (syntax, the actions' inputs, expressions, and its scripts with
+# shellcheck).
 "$ENV_DIR/actions-venv/bin/actionlint" -shellcheck "$ENV_DIR/actions-venv/bin/shellcheck" \
     -pyflakes "$ENV_DIR/venv/bin/pyflakes" .github/workflows/*.yml
 stage "macOS: the crate still compiles there (Linux-only code behind cfg)"
