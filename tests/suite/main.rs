@@ -25,6 +25,7 @@ mod arg_fuzz;
 mod branching;
 mod checkpoints;
 mod cli;
+mod docs_numbers;
 mod doctor;
 mod durable;
 // Attacks on the Linux sandbox (namespaces, Landlock, seccomp, cgroups).

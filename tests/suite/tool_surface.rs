@@ -6,11 +6,13 @@
 //!   schemas) and of the server instructions is put in front of the model in
 //!   every conversation, whether or not a tool is ever called; every
 //!   character of a result is read back. The budgets below hold the model-
-//!   visible surface of the default profile to 4,000 characters, that of
-//!   `--tools all` to 8,000 (its whole tools array, annotations included, to
-//!   12,000), and the response line of a `1+1` cell to 250. They are the
-//!   same budgets, counted the same way, as `scripts/tool-surface.py`, which
-//!   prints the numbers per tool: run it when a test here fails.
+//!   visible surface of the default profile, that of `--tools all` (and its
+//!   whole tools array, annotations included), what R adds to either, and
+//!   the response line of a `1+1` cell (the numbers are in
+//!   `scripts/tool-budgets.json`). They are the same budgets, counted the
+//!   same way, as `scripts/tool-surface.py`, which prints the numbers per
+//!   tool: run it when a test here fails. What the docs say of these sizes
+//!   is checked by `docs_numbers`.
 //! * **Names.** Which tools each `--tools` profile exposes is part of the
 //!   interface agents and their prompts depend on: a tool appearing,
 //!   vanishing or being renamed must be a deliberate change of this file.
@@ -46,7 +48,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 // ------------------------------------------------------------------ budgets
 
 /// The budgets, shared with scripts/tool-surface.py.
-fn budget(key: &str) -> usize {
+pub(crate) fn budget(key: &str) -> usize {
     let all: Value = serde_json::from_str(include_str!("../../scripts/tool-budgets.json"))
         .expect("scripts/tool-budgets.json is JSON");
     all[key]
@@ -265,14 +267,14 @@ fn model_visible(tool: &Value) -> usize {
 }
 
 /// One profile's surface as the script measures it.
-struct Surface {
+pub(crate) struct Surface {
     args: Vec<String>,
     instructions: String,
     tools: Vec<Value>,
 }
 
 impl Surface {
-    async fn of(args: &[&str]) -> Self {
+    pub(crate) async fn of(args: &[&str]) -> Self {
         let mut server = RawServer::start(args).await;
         let tools = server.list_tools().await;
         let instructions = server.init["instructions"]
@@ -287,15 +289,15 @@ impl Surface {
     }
 
     /// All tools' model-visible characters plus the instructions'.
-    fn visible(&self) -> usize {
+    pub(crate) fn visible(&self) -> usize {
         self.tools.iter().map(model_visible).sum::<usize>() + chars(&self.instructions)
     }
 
-    fn tools_json(&self) -> usize {
+    pub(crate) fn tools_json(&self) -> usize {
         compact_len(&Value::Array(self.tools.clone()))
     }
 
-    fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.tools
             .iter()
             .map(|t| tool_name(t).to_string())
