@@ -338,6 +338,46 @@ async fn an_error_names_its_call_and_has_a_backtrace_and_the_session_survives() 
     assert_text_has(&next, &["[1] \"still here\""]);
 }
 
+/// install.packages() in a session has no mirror and no network: the
+/// error names r_install with the packages asked for (R's own said only
+/// "trying to use CRAN without setting a mirror"). A repos of the caller's
+/// (NULL: local files) still reaches R's own install.packages.
+#[tokio::test]
+async fn install_packages_in_a_session_points_to_r_install() {
+    let server = r_server().await;
+    for code in [
+        "install.packages(c('data.table', 'zoo'))",
+        "utils::install.packages(c('data.table', 'zoo'))",
+    ] {
+        let out = r_exec(&server, code).await;
+        assert_r_status(&out, "error", "r");
+        assert_text_has(
+            &out,
+            &[
+                r#"r_install {"packages": ["data.table", "zoo"]}"#,
+                ".ferrepl/r-library",
+            ],
+        );
+        assert!(
+            !out.text.contains("without setting a mirror"),
+            "{code}: R's own message, not the hint:\n{}",
+            out.text
+        );
+    }
+    let local = r_exec(
+        &server,
+        "install.packages('no-such-package_1.0.tar.gz', repos = NULL, type = 'source')",
+    )
+    .await;
+    assert!(
+        !local.text.contains("r_install"),
+        "install.packages with repos = NULL is R's own:\n{}",
+        local.text
+    );
+    let next = r_exec(&server, "'still here'").await;
+    assert_r_ok(&next);
+}
+
 #[tokio::test]
 async fn incomplete_input_and_parse_errors_are_typed() {
     let server = r_server().await;

@@ -123,6 +123,26 @@ make_browser <- function() function(text = '', condition = NULL, expr = TRUE, sk
        call. = FALSE)
 }
 
+# install.packages() without a mirror: R's own stops with "trying to use
+# CRAN without setting a mirror", and a session reaches no network anyway
+# (its installs run as r_install jobs, through ferrepl's proxy): say what
+# to call instead. A repos of the caller's (a mirror, or NULL for local
+# files) or a contriburl goes to R's own.
+make_install_packages <- function(original) function(pkgs, lib, repos = getOption('repos'), ...) {
+  call <- match.call()
+  if (is.null(repos) || 'contriburl' %in% names(call) || !any(repos == '@CRAN@')) {
+    call[[1L]] <- original
+    return(eval(call, parent.frame()))
+  }
+  wanted <- if (!missing(pkgs) && is.character(pkgs) && length(pkgs)) pkgs else 'NAME'
+  stop(sprintf(paste0('install.packages() has no CRAN mirror here, and R sessions reach no network: ',
+                      'install R packages with the r_install tool: r_install {"packages": [%s]}. ',
+                      'It installs into the workspace library (.ferrepl/r-library), which library() ',
+                      'finds in every R session at once.'),
+               paste0('"', wanted, '"', collapse = ', ')),
+       call. = FALSE)
+}
+
 # closeAllConnections() as in base, minus the driver's own connections.
 make_close_all <- function() function() {
   i <- sink.number(type = 'message')

@@ -98,6 +98,7 @@ setup_session <- function() {
   rebind('browser', make_browser())
   rebind('closeAllConnections', make_close_all())
   rebind('menu', make_menu(), 'utils')
+  rebind('install.packages', make_install_packages(utils::install.packages), 'utils')
 }
 
 ferrepl_main <- function(requests) {
