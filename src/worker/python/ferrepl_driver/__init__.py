@@ -18,6 +18,8 @@ Modules (each imports what it uses from the others explicitly):
                 namespace edits, import refresh
     checkpoint  frozen copies of the state by fork(), resumed in place of the
                 live interpreter; the anchor process that stays behind
+    tools       the `ferrepl` module sessions import: code calls the
+                operator's upstream MCP servers through the server
 
 How it is loaded: the package is embedded in the ferrepl binary
 (include_str! in src/worker/mod.rs; a new module must be listed there) and

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 
-from . import checkpoint
+from . import checkpoint, tools
 from .cells import _on_sigint, namespace, prepare_namespace, run_cell
 from .channel import OrderedStream, connect, send, send_fenced, state
 from .control import CellRequests, ControlReader, drain
@@ -76,6 +76,8 @@ def _route(line):
     op = msg.get("op")
     if op == "input":
         input_replies.put(msg)
+    elif op == "upstream_reply":
+        tools.deliver(msg)
     elif op in CONTROL_HANDLERS:
         try:
             reply = CONTROL_HANDLERS[op](msg)
@@ -110,6 +112,8 @@ def main(ctl):
     builtins.input = _input
     getpass.getpass = _getpass
     install_display()
+    # `import ferrepl`: sys.modules wins over a workspace file of that name.
+    sys.modules["ferrepl"] = tools.module()
     signal.signal(signal.SIGINT, _on_sigint)
     _cells["reader"] = CellRequests(sock, drain(reader, sock))
     _serve(side, b"")
