@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wheel as a user gets it: built by scripts/wheel.sh, installed into a
+# The wheel as a user gets it: built by scripts/wheel.sh (from the debug
+# build the tests use, unless FERREPL_WHEEL_PROFILE=release), installed into a
 # fresh venv (pip) and run by uvx from the file, each launched by the
 # official MCP Python SDK for a handshake and one python_exec
 # (tests/interop/wheel_check.py); so is the entry `ferrepl install` writes
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENV_DIR="$1"
 
-wheel="$(bash scripts/wheel.sh)"
+wheel="$(FERREPL_WHEEL_PROFILE="${FERREPL_WHEEL_PROFILE:-dev}" bash scripts/wheel.sh)"
 check="$PWD/target/wheel-check"
 rm -rf "$check"
 python3 -m venv "$check/venv"

@@ -28,7 +28,16 @@ zig=(--zig --compatibility manylinux_2_17)
 if [[ "$(uname -s)" != Linux ]]; then
     zig=()
 fi
+build=(--release)
+# FERREPL_WHEEL_PROFILE=dev (scripts/wheel-check.sh): the debug build the
+# tests use, linked natively, so CI packages what it built already instead
+# of a second, release build (~6 min on 2 cores); what is checked there is
+# the packaging. Releases are built the default way.
+if [[ "${FERREPL_WHEEL_PROFILE:-release}" == dev ]]; then
+    build=(--profile dev)
+    zig=()
+fi
 # maturin finds zig as `python -m ziglang`: the tools' python first on PATH.
 # (${zig[@]+...}: an empty array under `set -u` in macOS's bash 3.2.)
-PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/maturin" build --release ${zig[@]+"${zig[@]}"} --out target/wheels "$@" >&2
+PATH="$TOOLS/bin:$PATH" "$TOOLS/bin/maturin" build "${build[@]}" ${zig[@]+"${zig[@]}"} --out target/wheels "$@" >&2
 ls -t target/wheels/ferrepl-*.whl | head -1

@@ -31,6 +31,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     // Checked where it lies, then opened and checked, before the uid table
     // or a kept venv writes there.
     startup::preflight::state_dir_place(&cfg, &settings.workdir)?;
+    startup::preflight::mcp_servers_place(&cfg, &settings.workdir)?;
     let kept_in = tenants::store::dir(&cfg)?;
     // A root server's sessions run as uids of their own (the uid boundary).
     let uids = if nix::unistd::geteuid().is_root() {
@@ -60,6 +61,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         None => None,
     };
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
+    let upstreams = upstream_servers(&cfg)?;
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,
@@ -74,6 +76,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         log_dir,
         gate,
         uids,
+        upstreams: upstreams.clone(),
     };
     let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());
     if !instance.tokens().has_tenants() {
@@ -85,6 +88,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     spawn_signal_watch(
         instance.clone(),
+        upstreams.clone(),
         shutdown.clone(),
         instance.base().settings.drain,
     );
@@ -107,10 +111,50 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         }
     };
     instance.shutdown().await;
+    upstreams.shutdown().await;
     drop(instance);
     drop(state_dir);
     tracing::info!("ferrepl stopped");
     result
+}
+
+/// The upstream MCP servers of --mcp-servers, with their bounds.
+fn upstream_servers(cfg: &Config) -> anyhow::Result<Arc<crate::upstream::Upstreams>> {
+    let limits = crate::upstream::Limits {
+        call_timeout: crate::units::seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
+        max_result_bytes: cfg.mcp_max_result_bytes.max(1),
+        max_in_flight: cfg.mcp_max_in_flight.max(1),
+        max_cell_calls: cfg.mcp_max_cell_calls,
+        max_servers: cfg.mcp_max_servers.max(1),
+        idle: crate::units::seconds(cfg.mcp_idle, "--mcp-idle")?,
+    };
+    let upstreams = crate::upstream::Upstreams::new(cfg.mcp_servers.clone(), limits)
+        .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
+    let config = upstreams.config();
+    if !config.servers.is_empty() {
+        let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+        tracing::info!("MCP servers for sessions' code: {}", names.join(", "));
+        if cfg.sandbox == crate::sandbox::SandboxMode::Off {
+            tracing::warn!(
+                "--sandbox off: sessions run as this user, unconfined, and can read --mcp-servers and the upstream servers' environment (their tokens)"
+            );
+        }
+        let loopback_http = config.servers.iter().any(|s| match &s.transport {
+            crate::upstream::Transport::Http { url, .. } => url::Url::parse(url).is_ok_and(|u| {
+                matches!(
+                    u.host_str(),
+                    Some("localhost") | Some("127.0.0.1") | Some("[::1]")
+                ) || u.host_str().is_some_and(|h| h.starts_with("127."))
+            }),
+            _ => false,
+        });
+        if loopback_http && cfg.network == crate::sandbox::Network::On {
+            tracing::warn!(
+                "--network on: sessions can reach an upstream MCP server on loopback directly, around allowTools and without its headers; keep --network off or packages with loopback upstreams"
+            );
+        }
+    }
+    Ok(upstreams)
 }
 
 /// The soft limit on open descriptors raised to the hard one: every
@@ -186,6 +230,7 @@ const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// drain at once. SIGHUP reloads the token file.
 fn spawn_signal_watch(
     instance: Arc<tenants::Instance>,
+    upstreams: Arc<crate::upstream::Upstreams>,
     shutdown: CancellationToken,
     drain: Option<std::time::Duration>,
 ) {
@@ -207,7 +252,7 @@ fn spawn_signal_watch(
                     shutdown.cancel();
                     return;
                 }
-                _ = hup.recv() => reload_tokens(&instance).await,
+                _ = hup.recv() => reload(&instance, &upstreams).await,
             }
         }
         let Some(grace) = drain else {
@@ -240,11 +285,23 @@ fn spawn_signal_watch(
                     break;
                 }
                 // A revoked token stops working during a drain too.
-                _ = hup.recv() => reload_tokens(&instance).await,
+                _ = hup.recv() => reload(&instance, &upstreams).await,
             }
         }
         shutdown.cancel();
     });
+}
+
+/// SIGHUP: the token file and the MCP servers file, each kept as it was
+/// when it cannot be read.
+async fn reload(instance: &Arc<tenants::Instance>, upstreams: &crate::upstream::Upstreams) {
+    reload_tokens(instance).await;
+    match upstreams.reload().await {
+        Ok(done) => tracing::info!("SIGHUP: {done}"),
+        Err(e) => tracing::error!(
+            "SIGHUP: the MCP servers were not reloaded (the previous ones stay): {e}"
+        ),
+    }
 }
 
 /// On a blocking thread: revoking a tenant kills its process trees.

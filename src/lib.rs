@@ -27,4 +27,5 @@ pub mod state;
 pub mod store;
 pub mod tenants;
 pub mod units;
+pub mod upstream;
 pub mod worker;

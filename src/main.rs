@@ -11,6 +11,9 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(sandbox::launcher::LAUNCH_ARG) {
         sandbox::launcher::run(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some(ferrepl::upstream::contain::CONTAIN_ARG) {
+        ferrepl::upstream::contain::run(&args[2..]);
+    }
     // Sessions run as the same user: keep them out of this process's memory
     // and /proc/<pid>/environ (the auth token, the operator's environment).
     // SAFETY: prctl(PR_SET_DUMPABLE) has no memory effects.

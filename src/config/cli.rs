@@ -482,6 +482,66 @@ pub struct Config {
     )]
     pub max_sessions: usize,
 
+    /// Upstream MCP servers sessions' code may call (`import ferrepl`): a JSON file in the
+    /// mcpServers format, with optional allowTools, timeoutSeconds and tenants per server.
+    /// Read at start and on SIGHUP; never visible to sessions.
+    #[arg(long, env = "FERREPL_MCP_SERVERS", value_name = "FILE")]
+    pub mcp_servers: Option<PathBuf>,
+
+    /// Seconds a tool call from code may take, unless its server sets timeoutSeconds.
+    #[arg(
+        long,
+        env = "FERREPL_MCP_CALL_TIMEOUT",
+        default_value_t = 60.0,
+        value_name = "SECONDS"
+    )]
+    pub mcp_call_timeout: f64,
+
+    /// Bytes of one tool result passed to a session's code (a larger one is cut, with a marker).
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_RESULT_BYTES",
+        default_value_t = 1_000_000,
+        value_name = "BYTES"
+    )]
+    pub mcp_max_result_bytes: usize,
+
+    /// Tool calls one session may have in flight at once.
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_IN_FLIGHT",
+        default_value_t = 16,
+        value_name = "N"
+    )]
+    pub mcp_max_in_flight: usize,
+
+    /// Tool calls one cell may make.
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_CELL_CALLS",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
+    pub mcp_max_cell_calls: u64,
+
+    /// Upstream servers (processes or HTTP connections) each tenant may keep.
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_SERVERS",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub mcp_max_servers: usize,
+
+    /// Seconds an unused upstream server is kept before it is ended.
+    #[arg(
+        long,
+        env = "FERREPL_MCP_IDLE",
+        default_value_t = 600.0,
+        value_name = "SECONDS"
+    )]
+    pub mcp_idle: f64,
+
     /// Bytes of a result's output kept from its start (the middle of larger output is omitted).
     #[arg(
         long,

@@ -145,6 +145,7 @@ impl Settings {
             sandbox: Some(sandbox),
             checkpoints: self.checkpoints > 0,
             venv: None,
+            upstream: None,
         }
     }
 

@@ -75,8 +75,20 @@ impl AppParts {
         files: crate::files::Workspace,
         groups: ToolGroups,
         structured: bool,
+        upstream_servers: &[String],
     ) -> Self {
-        let router = FerreplServer::router(&groups, structured);
+        let mut router = FerreplServer::router(&groups, structured);
+        if !upstream_servers.is_empty() {
+            // Only a server with upstreams pays for these words.
+            let servers = upstream_servers.join(", ");
+            for (tool, line) in [("python_exec", surface::PYTHON_CODE_TOOLS)] {
+                if let Some(route) = router.map.get_mut(tool) {
+                    let base = route.attr.description.as_deref().unwrap_or("");
+                    route.attr.description =
+                        Some(format!("{base} {}", line.replace("{servers}", &servers)).into());
+                }
+            }
+        }
         // Each working task follows one cell or job.
         let (max_jobs, job_ttl) = jobs.limits();
         let tasks = super::tasks::TaskStore::new(manager.max_sessions() + max_jobs, job_ttl);

@@ -87,6 +87,10 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
      "Delete a workspace file or directory."),
 ];
 
+/// Added to python_exec's description when the operator configured
+/// upstream MCP servers (`{servers}`: their names).
+pub const PYTHON_CODE_TOOLS: &str = "Code can call MCP tools of {servers}: import ferrepl; ferrepl.tools(server), ferrepl.call(server, tool, **args); only what it prints returns.";
+
 /// The description and annotations of `tool`.
 pub fn docs_of(tool: &str) -> Option<(&'static str, ToolAnnotations)> {
     let (_, title, hints, description) = DOCS.iter().find(|(name, ..)| *name == tool)?;

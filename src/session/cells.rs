@@ -49,6 +49,8 @@ pub(super) struct RunningCell {
     pub(super) stop_notes: Vec<String>,
     /// Set when ferrepl killed the interpreter to stop the cell.
     pub(super) killed_by_ferrepl: bool,
+    /// Calls its code made to upstream MCP servers (a rebuild skips it).
+    pub(super) tool_calls: u64,
 }
 
 impl RunningCell {
@@ -102,6 +104,11 @@ impl SessionManager {
                     };
                     run.absorb(output);
                     st.cells_run += 1;
+                    let calls = worker.take_cell_calls();
+                    run.tool_calls = calls.count;
+                    if let Some(line) = calls.summary() {
+                        run.stop_notes.push(line);
+                    }
                     let done = CellDone {
                         status: CellStatus::from_driver(&status),
                         value,
@@ -154,6 +161,7 @@ impl SessionManager {
             .map(|e| e.describe())
             .unwrap_or_else(|| "an unknown status".into());
         run.absorb(worker.take_output());
+        run.tool_calls = worker.take_cell_calls().count;
         if let Some(reason) = worker.take_kill_reason() {
             run.stop_notes.push(reason);
         }
@@ -375,6 +383,7 @@ impl SessionManager {
             log: CellLog::new(number),
             stop_notes: Vec::new(),
             killed_by_ferrepl: false,
+            tool_calls: 0,
         }
     }
 

@@ -57,6 +57,8 @@ pub(super) struct PathCell {
     pub status: CellStatus,
     /// False when its code was too long for the store to keep whole.
     pub replayable: bool,
+    /// It called upstream MCP servers: a rebuild does not repeat that.
+    pub tool_calls: bool,
 }
 
 /// Why a session's variables are not in its interpreter.
@@ -245,6 +247,7 @@ impl SessionManager {
             source: source.clone(),
             status: report.status,
             replayable,
+            tool_calls: run.tool_calls > 0,
         };
         if report.status != CellStatus::Crashed {
             st.extend_path(node.clone());
@@ -270,7 +273,7 @@ impl SessionManager {
             CellRecord {
                 id: run.number,
                 parent: run.parent,
-                source: serde_json::to_value(&*source).unwrap_or_default(),
+                source: stored_source(&source, run.tool_calls),
                 replayable,
                 status: report.status.as_str().to_string(),
                 elapsed_ms: report.elapsed_ms,
@@ -459,6 +462,27 @@ impl SessionOptions {
     }
 }
 
+/// A cell's source as the store keeps it, with how many tool calls it made
+/// (the source's own form ignores the extra key when read back).
+fn stored_source(source: &StoredSource, tool_calls: u64) -> Value {
+    let mut value = serde_json::to_value(source).unwrap_or_default();
+    if tool_calls > 0
+        && let Value::Object(map) = &mut value
+    {
+        map.insert("tool_calls".into(), Value::from(tool_calls));
+    }
+    value
+}
+
+/// Whether a stored cell's source says it called tools.
+pub(super) fn stored_tool_calls(source: &Value) -> bool {
+    source
+        .get("tool_calls")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        > 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,6 +497,7 @@ mod tests {
             }),
             status: CellStatus::Ok,
             replayable: true,
+            tool_calls: false,
         }
     }
 

@@ -79,6 +79,8 @@ pub(super) fn runnable<'a>(
         .filter(|c| {
             let why = if !c.replayable {
                 Some("its code was too long to keep")
+            } else if c.tool_calls {
+                Some("it called MCP tools, which a rebuild does not repeat")
             } else {
                 match c.status {
                     CellStatus::Ok => None,

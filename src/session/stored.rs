@@ -113,6 +113,7 @@ impl SessionManager {
                     source: Arc::new(source),
                     status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
                     replayable: cell.replayable,
+                    tool_calls: super::durable::stored_tool_calls(&cell.source),
                 };
                 st.add_to_tree(node, self.durable.max_tree);
             }

@@ -45,22 +45,57 @@ pub fn state_dir_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
     let Some(dir) = crate::tenants::store::dir_path(cfg) else {
         return Ok(());
     };
-    let state = resolved(&dir);
+    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, &dir, false) {
+        anyhow::bail!(
+            "the state directory {} (the stores, --state-dir, default ~/.local/state/ferrepl) lies inside {what} {}, which sessions can reach; keep ferrepl's own files outside the workspace: pass --state-dir elsewhere (or --resume off), or choose another --workdir",
+            dir.display(),
+            place.display()
+        );
+    }
+    Ok(())
+}
+
+/// The `--mcp-servers` file holds the upstreams' tokens: it must lie where
+/// no session can read it.
+pub fn mcp_servers_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
+    let Some(file) = &cfg.mcp_servers else {
+        return Ok(());
+    };
+    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, file, true) {
+        anyhow::bail!(
+            "--mcp-servers {} lies inside {what} {}, which sessions can read, and it may hold the servers' tokens: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
+            file.display(),
+            place.display()
+        );
+    }
+    Ok(())
+}
+
+/// The place sessions can see that holds `path` (links resolved): the
+/// workspace, the named extra places, and with `system` the system
+/// directories every session's view has.
+fn reachable_by_sessions(
+    cfg: &Config,
+    workdir: &Path,
+    path: &Path,
+    system: bool,
+) -> Option<(&'static str, std::path::PathBuf)> {
+    let target = resolved(path);
     let abs = |p: &std::path::PathBuf| resolved(&crate::sandbox::paths::normalize(p, workdir));
     let mut places = vec![("the workspace (--workdir)", resolved(workdir))];
     places.extend(cfg.allow_write.iter().map(|p| ("--allow-write", abs(p))));
     places.extend(cfg.allow_read.iter().map(|p| ("--allow-read", abs(p))));
     places.extend(cfg.venv.iter().map(|p| ("--venv", abs(p))));
-    for (what, place) in places {
-        if state.starts_with(&place) {
-            anyhow::bail!(
-                "the state directory {} (the stores, --state-dir, default ~/.local/state/ferrepl) lies inside {what} {}, which sessions can reach; keep ferrepl's own files outside the workspace: pass --state-dir elsewhere (or --resume off), or choose another --workdir",
-                dir.display(),
-                place.display()
-            );
-        }
+    if system {
+        places.extend(
+            crate::sandbox::view::SYSTEM_DIRS
+                .iter()
+                .map(|d| ("a system directory", resolved(Path::new(d)))),
+        );
     }
-    Ok(())
+    places
+        .into_iter()
+        .find(|(_, place)| target.starts_with(place))
 }
 
 /// `path` with its links resolved as far as it exists, the rest appended.

@@ -38,6 +38,8 @@ pub struct Base {
     pub tenant_memory: Option<u64>,
     /// Tenants' own uids (a root server; None: sessions keep the server's).
     pub uids: Option<Arc<crate::sandbox::uids::TenantUids>>,
+    /// The upstream MCP servers sessions' code may call (--mcp-servers).
+    pub upstreams: Arc<crate::upstream::Upstreams>,
 }
 
 /// One tenant's running parts.
@@ -169,10 +171,17 @@ impl Base {
             spec.program = venv.python();
             spec.venv = Some(Arc::new(venv));
         }
+        let upstream = self.upstreams.tenant(tenant.name());
+        let upstream_servers = upstream.servers();
+        spec.upstream = Some(upstream.clone());
         let r_spec = self
             .languages
             .contains(&Language::R)
-            .then(|| self.r_spec(&settings, &workdir, &log_dir, sandbox.clone()));
+            .then(|| self.r_spec(&settings, &workdir, &log_dir, sandbox.clone()))
+            .map(|mut r| {
+                r.upstream = Some(upstream);
+                r
+            });
         let manager = SessionManager::new(
             spec,
             self.languages.contains(&Language::Python),
@@ -194,6 +203,7 @@ impl Base {
             workspace,
             self.groups.clone(),
             settings.structured,
+            &upstream_servers,
         );
         Ok(TenantApp {
             tenant: tenant.clone(),

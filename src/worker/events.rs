@@ -1,12 +1,14 @@
 //! Events from the driver: a cell's event is delivered once the output
 //! before its fence has come through the pipes (see docs/protocol.md).
 
+use std::sync::Arc;
+
 use super::FencedEvent;
 use super::protocol::{CellEvent, Event};
 use super::{FENCE_GRACE, ReadyInfo, State, Worker};
 
 impl Worker {
-    pub(super) async fn handle_event(&self, event: Event) {
+    pub(super) async fn handle_event(self: &Arc<Self>, event: Event) {
         match event {
             Event::Cell {
                 fence,
@@ -34,6 +36,7 @@ impl Worker {
                 });
                 self.bump();
             }
+            Event::Upstream(ev) => self.on_upstream(ev),
             Event::Reply { id, body } => {
                 if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
                     let _ = tx.send(body);

@@ -15,6 +15,9 @@ pub mod r;
 mod readers;
 mod requests;
 pub mod session_venv;
+mod upstream_calls;
+
+pub use upstream_calls::CellCalls;
 
 pub use language::Language;
 
@@ -55,6 +58,7 @@ const DRIVER_SOURCE: &str = driver_source!(
     "ferrepl_driver/introspect.py",
     "ferrepl_driver/control.py",
     "ferrepl_driver/checkpoint.py",
+    "ferrepl_driver/tools.py",
     "ferrepl_driver/main.py",
 );
 
@@ -101,6 +105,8 @@ pub struct LaunchSpec {
     /// The venv ferrepl keeps for the workspace (`program` is its
     /// interpreter), made before the first interpreter starts.
     pub venv: Option<Arc<session_venv::SessionVenv>>,
+    /// The upstream MCP servers its code may call (the tenant's view).
+    pub upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +174,8 @@ struct State {
     next_request_id: u64,
     /// Why ferrepl killed this worker (a resource limit), for the crash report.
     kill_reason: Option<String>,
+    /// Its code's calls to upstream MCP servers.
+    calls: upstream_calls::Calls,
 }
 
 pub struct Worker {
@@ -184,6 +192,7 @@ pub struct Worker {
     changed: watch::Sender<u64>,
     /// Frozen copies (checkpoints) share its memory: count it as PSS.
     copies: std::sync::atomic::AtomicBool,
+    upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
 }
 
 fn stream_index(stream: Stream) -> usize {
@@ -385,9 +394,11 @@ impl Worker {
                 inspect_waiters: HashMap::new(),
                 next_request_id: 1,
                 kill_reason: None,
+                calls: Default::default(),
             }),
             changed,
             copies: std::sync::atomic::AtomicBool::new(false),
+            upstream: spec.upstream.clone(),
         }
     }
 
@@ -491,6 +502,9 @@ impl Worker {
             _ => return Err(WorkerError::Gone),
         };
         let during_cell = matches!(request, Request::Input { .. });
+        if matches!(request, Request::Exec { .. }) {
+            self.take_cell_calls();
+        }
         self.channel_for(during_cell)
             .try_send(line)
             .map_err(|_| WorkerError::Gone)

@@ -50,6 +50,8 @@ pub enum Event {
         #[serde(flatten)]
         body: Value,
     },
+    /// The session's code calls an upstream MCP server (or lists them).
+    Upstream(UpstreamEvent),
     /// An event of a cell (its tag is the cell event's), sent after the
     /// `fence` markers that close the output before it.
     #[serde(untagged)]
@@ -61,6 +63,19 @@ pub enum Event {
         #[serde(flatten)]
         event: CellEvent,
     },
+}
+
+/// An `upstream` event: `op` is servers, tools, call or cancel.
+#[derive(Debug, Deserialize)]
+pub struct UpstreamEvent {
+    pub id: u64,
+    pub op: String,
+    #[serde(default)]
+    pub server: Option<String>,
+    #[serde(default)]
+    pub tool: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<Value>,
 }
 
 /// A cell-level event. The output that came before its fence travels

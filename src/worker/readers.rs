@@ -191,6 +191,7 @@ pub(super) async fn watch_exit(mut child: tokio::process::Child, worker: Arc<Wor
     let (code, signal) = (exit.code, exit.signal);
     tracing::debug!(pid = worker.process.pid(), ?code, ?signal, "worker exited");
     worker.lock().exit = Some(exit);
+    worker.cancel_calls();
     worker.bump();
     process::release(cgroup).await;
 }

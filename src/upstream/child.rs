@@ -1,0 +1,129 @@
+//! A stdio upstream server's process: started outside the sandbox, as the
+//! operator configured it, with exactly its configured environment over a
+//! minimal base, in a process group of its own that ends with it.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Mutex;
+
+use tokio::io::AsyncBufReadExt;
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// The only variables of ferrepl's own environment an upstream gets (its
+/// configured `env` comes on top): never ferrepl's token or anything else.
+const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG"];
+/// A line of an upstream's stderr longer than this is cut in the log.
+const MAX_LOG_LINE: usize = 2000;
+
+pub struct UpstreamChild {
+    child: Mutex<Child>,
+    pid: u32,
+}
+
+impl UpstreamChild {
+    pub fn spawn(
+        name: &str,
+        command: &str,
+        args: &[String],
+        env: &BTreeMap<String, String>,
+        cwd: Option<&str>,
+    ) -> Result<(UpstreamChild, ChildStdout, ChildStdin), String> {
+        // Under this binary's containment mode (contain.rs) where it can
+        // find itself, so that the server's whole tree ends with ferrepl.
+        let mut cmd = match std::env::current_exe() {
+            Ok(me) if cfg!(target_os = "linux") => {
+                let mut c = Command::new(me);
+                c.arg(super::contain::CONTAIN_ARG).arg("--").arg(command);
+                c
+            }
+            _ => Command::new(command),
+        };
+        cmd.args(args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        for key in BASE_ENV {
+            if let Some(value) = std::env::var_os(key) {
+                cmd.env(key, value);
+            }
+        }
+        cmd.envs(env);
+        if let Some(dir) = cwd {
+            cmd.current_dir(dir);
+        }
+        #[cfg(target_os = "linux")]
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                // Ends with ferrepl even when ferrepl is killed.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+        let pid = child.id().unwrap_or(0);
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err("its stdin or stdout could not be opened".into());
+        };
+        if let Some(stderr) = child.stderr.take() {
+            let name = name.to_string();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(mut line)) = lines.next_line().await {
+                    if line.len() > MAX_LOG_LINE {
+                        let mut cut = MAX_LOG_LINE;
+                        while !line.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        line.truncate(cut);
+                        line.push_str(" [cut]");
+                    }
+                    tracing::info!(server = %name, "upstream: {line}");
+                }
+            });
+        }
+        Ok((
+            UpstreamChild {
+                child: Mutex::new(child),
+                pid,
+            },
+            stdout,
+            stdin,
+        ))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// How it ended, once it has.
+    pub fn exit_status(&self) -> Option<String> {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        match child.try_wait() {
+            Ok(Some(status)) => Some(crate::process::ExitInfo::now(Ok(status)).describe()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for UpstreamChild {
+    fn drop(&mut self) {
+        // Its whole group: npx and the node it started alike.
+        if self.pid > 0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = child.start_kill();
+        let _ = child.try_wait();
+    }
+}

@@ -1,0 +1,292 @@
+//! One upstream server as ferrepl's MCP client sees it: started on first
+//! use, kept while used, started again after a crash (with backoff), ended
+//! when idle or when ferrepl ends.
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, Tool};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use tokio::sync::Mutex;
+
+use super::child::UpstreamChild;
+use super::config::{ServerSpec, Transport};
+
+/// How long a server may take to start and answer `initialize`.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// First wait before starting a server again after it failed; doubles up
+/// to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Why a call did not reach a result.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// Not allowed or not possible by policy: nothing was sent upstream.
+    Refused(String),
+    /// The upstream failed (start, crash, timeout, transport).
+    Failed(String),
+}
+
+struct Live {
+    service: RunningService<RoleClient, ()>,
+    /// The child process of a stdio server (ended with its group on drop).
+    child: Option<UpstreamChild>,
+    /// Its tools, listed once per start.
+    tools: Option<Arc<Vec<Tool>>>,
+}
+
+enum State {
+    Stopped,
+    Live(Box<Live>),
+    /// Failed to start or crashed: not started again before `retry_at`.
+    Backoff {
+        retry_at: Instant,
+        delay: Duration,
+        why: String,
+    },
+}
+
+pub struct Connection {
+    pub spec: Arc<ServerSpec>,
+    state: Mutex<State>,
+    /// Calls in flight and the last use, for idle shutdown.
+    use_state: StdMutex<(usize, Instant)>,
+    max_response_bytes: usize,
+}
+
+impl Connection {
+    pub fn new(spec: Arc<ServerSpec>, max_response_bytes: usize) -> Self {
+        Connection {
+            spec,
+            state: Mutex::new(State::Stopped),
+            use_state: StdMutex::new((0, Instant::now())),
+            max_response_bytes,
+        }
+    }
+
+    fn uses(&self) -> std::sync::MutexGuard<'_, (usize, Instant)> {
+        self.use_state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks a use for as long as the guard lives.
+    pub fn in_use(self: &Arc<Self>) -> InUse {
+        let mut u = self.uses();
+        u.0 += 1;
+        u.1 = Instant::now();
+        InUse(self.clone())
+    }
+
+    /// Unused for at least `idle` with nothing in flight.
+    pub fn idle_for(&self, idle: Duration) -> bool {
+        let u = self.uses();
+        u.0 == 0 && u.1.elapsed() >= idle
+    }
+
+    /// Whether a server process or connection is up.
+    pub async fn is_live(&self) -> bool {
+        matches!(&*self.state.lock().await, State::Live(_))
+    }
+
+    /// The running service's peer, starting it when needed.
+    async fn peer(&self) -> Result<Peer<RoleClient>, Failure> {
+        let mut state = self.state.lock().await;
+        if let State::Live(live) = &*state {
+            if !live.service.is_closed() {
+                return Ok(live.service.peer().clone());
+            }
+            let why = match live.child.as_ref().and_then(UpstreamChild::exit_status) {
+                Some(status) => format!("it exited ({status})"),
+                None => "it closed the connection".to_string(),
+            };
+            tracing::warn!(server = %self.spec.name, "upstream server stopped: {why}; starting it again");
+            *state = State::Stopped;
+        }
+        let delay = match &*state {
+            State::Backoff {
+                retry_at,
+                delay,
+                why,
+            } => {
+                let now = Instant::now();
+                if now < *retry_at {
+                    return Err(Failure::Failed(format!(
+                        "MCP server '{}' failed: {why}; ferrepl starts it again in {:.0} s",
+                        self.spec.name,
+                        (*retry_at - now).as_secs_f64().ceil()
+                    )));
+                }
+                (*delay * 2).min(MAX_BACKOFF)
+            }
+            _ => FIRST_BACKOFF,
+        };
+        match tokio::time::timeout(START_TIMEOUT, self.start()).await {
+            Ok(Ok(live)) => {
+                let peer = live.service.peer().clone();
+                *state = State::Live(Box::new(live));
+                Ok(peer)
+            }
+            result => {
+                let why = match result {
+                    Ok(Err(why)) => why,
+                    _ => format!(
+                        "it did not answer initialize within {} s",
+                        START_TIMEOUT.as_secs()
+                    ),
+                };
+                tracing::warn!(server = %self.spec.name, "upstream server did not start: {why}");
+                *state = State::Backoff {
+                    retry_at: Instant::now() + delay,
+                    delay,
+                    why: why.clone(),
+                };
+                Err(Failure::Failed(format!(
+                    "MCP server '{}' could not be started: {why}",
+                    self.spec.name
+                )))
+            }
+        }
+    }
+
+    async fn start(&self) -> Result<Live, String> {
+        match &self.spec.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let (child, stdout, stdin) =
+                    UpstreamChild::spawn(&self.spec.name, command, args, env, cwd.as_deref())?;
+                let service = ().serve((stdout, stdin)).await.map_err(|e| {
+                    let status = child
+                        .exit_status()
+                        .map(|s| format!(" (it exited: {s})"))
+                        .unwrap_or_default();
+                    format!("the MCP handshake failed: {e}{status}")
+                })?;
+                tracing::info!(server = %self.spec.name, pid = child.pid(), "upstream server started");
+                Ok(Live {
+                    service,
+                    child: Some(child),
+                    tools: None,
+                })
+            }
+            Transport::Http { url, headers } => {
+                use rmcp::transport::StreamableHttpClientTransport;
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                for (k, v) in headers {
+                    // Checked when the file was read.
+                    if let (Ok(k), Ok(v)) = (
+                        http::HeaderName::from_bytes(k.as_bytes()),
+                        http::HeaderValue::from_str(v),
+                    ) {
+                        config.custom_headers.insert(k, v);
+                    }
+                }
+                config.max_json_response_size = self.max_response_bytes;
+                config.max_sse_event_size = self.max_response_bytes;
+                let transport = StreamableHttpClientTransport::from_config(config);
+                let service = ()
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?;
+                tracing::info!(server = %self.spec.name, "upstream server connected");
+                Ok(Live {
+                    service,
+                    child: None,
+                    tools: None,
+                })
+            }
+        }
+    }
+
+    /// Its tools (every one; the caller filters), listed once per start.
+    pub async fn tools(&self) -> Result<Arc<Vec<Tool>>, Failure> {
+        let peer = self.peer().await?;
+        {
+            let state = self.state.lock().await;
+            if let State::Live(live) = &*state
+                && let Some(tools) = &live.tools
+            {
+                return Ok(tools.clone());
+            }
+        }
+        let listed = tokio::time::timeout(START_TIMEOUT, peer.list_all_tools())
+            .await
+            .map_err(|_| {
+                Failure::Failed(format!(
+                    "MCP server '{}' did not list its tools within {} s",
+                    self.spec.name,
+                    START_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(|e| {
+                Failure::Failed(format!(
+                    "MCP server '{}' did not list its tools: {e}",
+                    self.spec.name
+                ))
+            })?;
+        let tools = Arc::new(listed);
+        if let State::Live(live) = &mut *self.state.lock().await {
+            live.tools = Some(tools.clone());
+        }
+        Ok(tools)
+    }
+
+    /// Calls `tool`; dropping the future cancels it upstream
+    /// (`notifications/cancelled`), as the timeout does.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        timeout: Duration,
+    ) -> Result<rmcp::model::CallToolResult, Failure> {
+        let peer = self.peer().await?;
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        match tokio::time::timeout(timeout, peer.call_tool(params)).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                let closed =
+                    matches!(e, rmcp::ServiceError::TransportClosed) || peer.is_transport_closed();
+                Err(Failure::Failed(if closed {
+                    format!(
+                        "MCP server '{}' stopped during the call (it crashed or closed the connection); the next call starts it again",
+                        self.spec.name
+                    )
+                } else {
+                    format!("MCP server '{}': {e}", self.spec.name)
+                }))
+            }
+            Err(_) => Err(Failure::Failed(format!(
+                "MCP server '{}' did not answer {tool} within {} s (timeoutSeconds, else --mcp-call-timeout); the call was cancelled",
+                self.spec.name,
+                timeout.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Ends the server (its process group too) or the HTTP session.
+    pub async fn stop(&self) {
+        let old = std::mem::replace(&mut *self.state.lock().await, State::Stopped);
+        if let State::Live(live) = old {
+            let Live { service, child, .. } = *live;
+            let _ = tokio::time::timeout(Duration::from_secs(2), service.cancel()).await;
+            drop(child);
+            tracing::info!(server = %self.spec.name, "upstream server stopped");
+        }
+    }
+}
+
+/// A use of a connection (calls in flight), for idle shutdown.
+pub struct InUse(Arc<Connection>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut u = self.0.uses();
+        u.0 = u.0.saturating_sub(1);
+        u.1 = Instant::now();
+    }
+}

@@ -1,0 +1,203 @@
+//! A session's code calling the operator's MCP servers: the driver's
+//! `upstream` events, answered by `upstream_reply` requests on the channel
+//! read while a cell runs (see docs/protocol.md). Bounded per worker (calls
+//! in flight) and per cell (calls made); counted per cell for its result.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use super::protocol::UpstreamEvent;
+use crate::upstream::{CallOutcome, Failure, TenantUpstreams};
+
+/// A worker's tool calls: those in flight, and the current cell's count.
+#[derive(Default)]
+pub(super) struct Calls {
+    in_flight: HashMap<u64, CancellationToken>,
+    cell: CellCalls,
+}
+
+/// The tool calls one cell made.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct CellCalls {
+    pub count: u64,
+    pub failed: u64,
+    /// Time spent waiting on upstream servers, summed over the calls.
+    pub seconds: f64,
+}
+
+impl CellCalls {
+    /// One short line for the cell's result; None when it made none.
+    pub fn summary(&self) -> Option<String> {
+        if self.count == 0 {
+            return None;
+        }
+        let failed = if self.failed > 0 {
+            format!(", {} failed", self.failed)
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "Tool calls: {}{failed}, {:.2} s upstream.",
+            self.count, self.seconds
+        ))
+    }
+}
+
+impl Worker {
+    /// The current cell's calls so far, reset for the next cell.
+    pub fn take_cell_calls(&self) -> CellCalls {
+        std::mem::take(&mut self.lock().calls.cell)
+    }
+
+    /// Ends every call in flight (the worker is gone or its cell ended).
+    pub(super) fn cancel_calls(&self) {
+        for (_, token) in self.lock().calls.in_flight.drain() {
+            token.cancel();
+        }
+    }
+
+    pub(super) fn on_upstream(self: &Arc<Self>, ev: UpstreamEvent) {
+        let Some(upstreams) = self.upstream.clone() else {
+            let result = match ev.op.as_str() {
+                "servers" => Ok(json!([])),
+                "cancel" => return,
+                _ => Err(Failure::Refused(
+                    "no MCP servers are configured for this session (the operator adds them with --mcp-servers FILE)".into(),
+                )),
+            };
+            self.reply_upstream(ev.id, result.map(Reply::Data));
+            return;
+        };
+        match ev.op.as_str() {
+            "servers" => self.reply_upstream(ev.id, Ok(Reply::Data(json!(upstreams.servers())))),
+            "cancel" => {
+                if let Some(token) = self.lock().calls.in_flight.remove(&ev.id) {
+                    token.cancel();
+                }
+            }
+            "tools" | "call" => self.start_call(upstreams, ev),
+            other => self.reply_upstream(
+                ev.id,
+                Err(Failure::Refused(format!("unknown request '{other}'"))),
+            ),
+        }
+    }
+
+    fn start_call(self: &Arc<Self>, upstreams: Arc<TenantUpstreams>, ev: UpstreamEvent) {
+        let limits = upstreams.limits().clone();
+        let token = CancellationToken::new();
+        let is_call = ev.op == "call";
+        {
+            let mut st = self.lock();
+            if st.calls.in_flight.len() >= limits.max_in_flight {
+                drop(st);
+                return self.reply_upstream(
+                    ev.id,
+                    Err(Failure::Refused(format!(
+                        "this session already has {} tool calls in flight (--mcp-max-in-flight); await some before starting more",
+                        limits.max_in_flight
+                    ))),
+                );
+            }
+            if is_call {
+                if st.calls.cell.count >= limits.max_cell_calls {
+                    drop(st);
+                    return self.reply_upstream(
+                        ev.id,
+                        Err(Failure::Refused(format!(
+                            "this cell has made {} tool calls, the most one cell may (--mcp-max-cell-calls); continue in another cell",
+                            limits.max_cell_calls
+                        ))),
+                    );
+                }
+                st.calls.cell.count += 1;
+            }
+            st.calls.in_flight.insert(ev.id, token.clone());
+        }
+        let worker = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let server = ev.server.unwrap_or_default();
+            let work = async {
+                if is_call {
+                    let arguments = match ev.arguments {
+                        None | Some(Value::Null) => Map::new(),
+                        Some(Value::Object(m)) => m,
+                        Some(_) => {
+                            return Err(Failure::Refused(
+                                "a tool's arguments are keyword arguments (a JSON object)".into(),
+                            ));
+                        }
+                    };
+                    let tool = ev.tool.unwrap_or_default();
+                    match upstreams.call(&server, &tool, arguments).await {
+                        CallOutcome::Ok(v) => Ok(Reply::Data(v)),
+                        CallOutcome::ToolError(m) => Ok(Reply::ToolError(m)),
+                        CallOutcome::Failure(f) => Err(f),
+                    }
+                } else {
+                    upstreams.tools(&server).await.map(Reply::Data)
+                }
+            };
+            let outcome = tokio::select! {
+                r = work => Some(r),
+                _ = token.cancelled() => None,
+            };
+            {
+                let mut st = worker.lock();
+                st.calls.in_flight.remove(&ev.id);
+                if is_call {
+                    st.calls.cell.seconds += started.elapsed().as_secs_f64();
+                    if !matches!(outcome, Some(Ok(Reply::Data(_)))) {
+                        st.calls.cell.failed += 1;
+                    }
+                }
+            }
+            // A cancelled call gets no answer: the code stopped waiting.
+            if let Some(outcome) = outcome {
+                worker.reply_upstream(ev.id, outcome);
+            }
+        });
+    }
+
+    fn reply_upstream(self: &Arc<Self>, id: u64, outcome: Result<Reply, Failure>) {
+        let mut msg = Map::new();
+        msg.insert("op".into(), json!("upstream_reply"));
+        msg.insert("id".into(), json!(id));
+        match outcome {
+            Ok(Reply::Data(result)) => {
+                msg.insert("ok".into(), json!(true));
+                msg.insert("result".into(), result);
+            }
+            Ok(Reply::ToolError(message)) => {
+                msg.insert("ok".into(), json!(false));
+                msg.insert("kind".into(), json!("tool_error"));
+                msg.insert("error".into(), json!(message));
+            }
+            Err(failure) => {
+                let (kind, message) = match failure {
+                    Failure::Refused(m) => ("refused", m),
+                    Failure::Failed(m) => ("failed", m),
+                };
+                msg.insert("ok".into(), json!(false));
+                msg.insert("kind".into(), json!(kind));
+                msg.insert("error".into(), json!(message));
+            }
+        }
+        let line = self.encode(&msg);
+        let channel = self.channel_for(true).clone();
+        tokio::spawn(async move {
+            let _ = channel.send(line).await;
+        });
+    }
+}
+
+enum Reply {
+    Data(Value),
+    ToolError(String),
+}
