@@ -878,14 +878,6 @@ async fn quit_is_a_crash_and_the_next_cell_starts_afresh() {
 
 // ------------------------------------------------------------------ sandbox
 
-/// A fresh directory outside the workspace that the sandbox does not hide
-/// (under cargo's target directory, not the host's temporary directory).
-fn visible_outside_dir() -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).expect("create CARGO_TARGET_TMPDIR");
-    tempfile::tempdir_in(base).expect("create a directory under CARGO_TARGET_TMPDIR")
-}
-
 /// A probing cell (R_ATTEMPT and `body`) that must run to completion.
 async fn r_probe(server: &StdioServer, body: &str) -> ToolOutput {
     let out = r_exec(server, &format!("{R_ATTEMPT}\n{body}")).await;
@@ -896,7 +888,7 @@ async fn r_probe(server: &StdioServer, body: &str) -> ToolOutput {
 #[tokio::test]
 async fn r_cannot_read_the_home_directory_or_etc_shadow() {
     let secret = unique("SECRET-");
-    let home = visible_outside_dir();
+    let home = crate::support::visible_outside_dir();
     let ssh = home.path().join(".ssh");
     std::fs::create_dir(&ssh).expect("mkdir .ssh");
     let key = ssh.join("id_rsa");
@@ -942,7 +934,7 @@ fn outcome_line(out: &ToolOutput, prefix: &str) -> String {
 
 #[tokio::test]
 async fn r_writes_only_inside_the_workspace() {
-    let visible = visible_outside_dir();
+    let visible = crate::support::visible_outside_dir();
     let visible_target = visible.path().join("escaped.txt");
     let system_target = format!("/usr/local/{}", unique("ferrepl-test-"));
     let server = r_server().await;

@@ -63,14 +63,6 @@ fn assert_denied_or_hidden(out: &ToolOutput, label: &str) {
     );
 }
 
-/// A fresh directory outside the workspace and the host's temporary
-/// directory (under cargo's target directory).
-fn visible_outside_dir() -> tempfile::TempDir {
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(base).expect("create CARGO_TARGET_TMPDIR");
-    tempfile::tempdir_in(base).expect("create a directory under CARGO_TARGET_TMPDIR")
-}
-
 /// python_exec with an explicit wait window.
 async fn exec_wait(server: &StdioServer, session: &str, code: &str, wait_s: f64) -> ToolOutput {
     server
@@ -96,7 +88,7 @@ async fn wait_no_process_with_arg(marker: &str, timeout: Duration) -> Vec<u32> {
 /// A fake home directory holding `.ssh/id_rsa` with `secret` in it, made
 /// outside the host's temporary directory.
 fn fake_home(secret: &str) -> tempfile::TempDir {
-    let home = visible_outside_dir();
+    let home = crate::support::visible_outside_dir();
     let ssh = home.path().join(".ssh");
     std::fs::create_dir(&ssh).expect("mkdir .ssh");
     std::fs::write(ssh.join("id_rsa"), format!("{secret}\n")).expect("write the fake key");
@@ -199,7 +191,7 @@ async fn writes_are_confined_to_the_workspace_and_a_private_home() {
     // (--allow-read).
     let outside = tempfile::tempdir().expect("create a directory outside the workspace");
     let target = outside.path().join("escaped.txt");
-    let visible = visible_outside_dir();
+    let visible = crate::support::visible_outside_dir();
     let visible_target = visible.path().join("escaped.txt");
     let real_home = std::env::var("HOME").unwrap_or_default();
 
@@ -814,7 +806,7 @@ async fn refused(args: &[&str], envs: &[(&str, &Path)]) -> String {
 
 #[tokio::test]
 async fn ferrepls_own_files_may_not_lie_where_sessions_write() {
-    let base = visible_outside_dir();
+    let base = crate::support::visible_outside_dir();
     let (ws, shared) = (base.path().join("ws"), base.path().join("shared"));
     std::fs::create_dir_all(shared.join("t")).expect("mkdir");
     std::fs::create_dir_all(&ws).expect("mkdir");
@@ -876,7 +868,7 @@ async fn a_tokens_file_in_a_bound_tool_directory_is_refused_under_every_alias() 
     // A tool directory on PATH, reached directly or through a symlink,
     // holding the tokens file: the view would show it, so the start is
     // refused (a cover would not survive the file's rotation).
-    let base = visible_outside_dir();
+    let base = crate::support::visible_outside_dir();
     let tool = base.path().join("tool");
     std::fs::create_dir_all(tool.join("bin")).expect("mkdir");
     std::fs::create_dir_all(tool.join("etc")).expect("mkdir");
@@ -909,7 +901,7 @@ async fn a_tokens_file_in_a_bound_tool_directory_is_refused_under_every_alias() 
 #[tokio::test]
 async fn only_install_jobs_see_the_operators_ca_bundle() {
     // The operator's pip names a CA bundle outside every allow-listed place.
-    let base = visible_outside_dir();
+    let base = crate::support::visible_outside_dir();
     let secret = unique("CA-BUNDLE-");
     let ca = base.path().join("corp-ca.pem");
     std::fs::write(&ca, format!("{secret}\n")).expect("write the bundle");

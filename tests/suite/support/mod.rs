@@ -42,3 +42,19 @@ pub use result::*;
 pub use rich::*;
 pub use stdio::*;
 pub use wheels::*;
+
+/// A fresh directory that sessions' views would show if it were bound:
+/// under CARGO_TARGET_TMPDIR, unless that lies in /tmp (a checkout made
+/// with `mktemp -d`), of which every session has a private one; then under
+/// the user's ~/.cache.
+pub fn visible_outside_dir() -> tempfile::TempDir {
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = match std::env::var_os("HOME") {
+        Some(home) if target.starts_with("/tmp") => {
+            std::path::PathBuf::from(home).join(".cache/ferrepl-tests")
+        }
+        _ => target.to_path_buf(),
+    };
+    std::fs::create_dir_all(&base).expect("create the directory for visible test files");
+    tempfile::tempdir_in(&base).expect("create a visible test directory")
+}
