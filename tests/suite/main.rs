@@ -24,6 +24,7 @@ mod support;
 mod arg_fuzz;
 mod branching;
 mod checkpoints;
+mod code_tools;
 mod cli;
 mod docs_numbers;
 mod doctor;

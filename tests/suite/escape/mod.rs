@@ -5,6 +5,7 @@
 //! more as an unprivileged user (the `escape::` tests of this binary).
 
 mod args;
+mod code_tools;
 mod degraded;
 mod files;
 mod front_door;

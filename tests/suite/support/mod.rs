@@ -30,6 +30,7 @@ pub mod procs;
 pub mod result;
 pub mod rich;
 pub mod stdio;
+pub mod upstreams;
 pub mod wheels;
 
 pub use encoding::*;

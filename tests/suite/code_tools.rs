@@ -1,0 +1,2 @@
+//! Code calls tools (issue 33): a session's code calls the operator's MCP
+//! servers through `import ferrepl`.

@@ -1,0 +1,2 @@
+//! Code calls tools (issue 33), attacked: upstream secrets, the servers
+//! file, foreign servers and orphans.
