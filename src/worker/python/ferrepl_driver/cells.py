@@ -85,8 +85,28 @@ def _run_code(code, namespace):
 
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
-        return _loop.run_until_complete(eval(code, namespace))
+        try:
+            return _loop.run_until_complete(eval(code, namespace))
+        except KeyboardInterrupt:
+            _cancel_left_tasks(_loop)
+            raise
     return eval(code, namespace)
+
+
+def _cancel_left_tasks(loop):
+    """An interrupt leaves the cell's tasks pending in the loop the next
+    async cell reuses: cancel them (as asyncio.run does), so that they stop
+    there and what they wait on is cancelled too (a tool call upstream)."""
+    import asyncio
+
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        try:
+            loop.run_until_complete(asyncio.wait(tasks, timeout=5))
+        except BaseException:
+            pass
 
 
 def run_cell(msg, namespace):
