@@ -31,8 +31,8 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match &cfg.command {
-        Some(Command::Install(args)) => return ferrepl::setup::run_install(args, false),
-        Some(Command::Uninstall(args)) => return ferrepl::setup::run_install(args, true),
+        Some(Command::Install(args)) => return ferrepl::setup::run_install(args),
+        Some(Command::Uninstall(args)) => return ferrepl::setup::run_uninstall(args),
         Some(Command::Doctor(opts)) => return ferrepl::setup::doctor::run(&cfg, opts),
         None => {}
     }

@@ -11,8 +11,9 @@ pub enum Command {
     /// Add ferrepl to agent clients' MCP configuration (claude-code, claude-desktop, codex,
     /// cursor, vscode, gemini, all), keeping everything else in their files.
     Install(super::commands::InstallArgs),
-    /// Remove ferrepl from agent clients' MCP configuration.
-    Uninstall(super::commands::InstallArgs),
+    /// Remove ferrepl from agent clients' MCP configuration (and a file, or a project's client
+    /// directory, that held nothing else).
+    Uninstall(super::commands::UninstallArgs),
     /// Check this machine before connecting an agent: interpreters, sandbox layers, package
     /// index reachability, configured clients, for the server flags given before it
     /// (`ferrepl --python X doctor`). Exit code 1 when something required is missing.

@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 
-/// Arguments of `ferrepl install` and `ferrepl uninstall`.
+/// Arguments of `ferrepl install`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct InstallArgs {
     /// claude-code, claude-desktop, codex, cursor, vscode, gemini, or all (comma separated or repeated).
     #[arg(long = "client", value_name = "CLIENT", required = true)]
     pub clients: Vec<String>,
     /// user: the client's own configuration; project: the files clients read in --workdir
-    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json).
+    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json, .codex/config.toml).
     #[arg(long, default_value = "user", value_parser = ["user", "project"])]
     pub scope: String,
     /// The workspace ferrepl serves (written as its --workdir); with --scope project, where the
@@ -23,6 +23,25 @@ pub struct InstallArgs {
     /// Arguments for the server, after `--` (e.g. -- --languages python,r).
     #[arg(last = true, value_name = "SERVER ARGS")]
     pub server_args: Vec<String>,
+}
+
+/// Arguments of `ferrepl uninstall`: which entries to remove, nothing about
+/// the server they start.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UninstallArgs {
+    /// claude-code, claude-desktop, codex, cursor, vscode, gemini, or all (comma separated or repeated).
+    #[arg(long = "client", value_name = "CLIENT", required = true)]
+    pub clients: Vec<String>,
+    /// user: the client's own configuration; project: the files clients read in --workdir
+    /// (.mcp.json, .cursor/mcp.json, .vscode/mcp.json, .gemini/settings.json, .codex/config.toml).
+    #[arg(long, default_value = "user", value_parser = ["user", "project"])]
+    pub scope: String,
+    /// With --scope project, where the project's files are (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Print what would change and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// `ferrepl doctor`'s flags. The server's other settings come from the

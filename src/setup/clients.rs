@@ -75,6 +75,8 @@ pub struct Platform {
     pub xdg_config: Option<PathBuf>,
     /// $CODEX_HOME.
     pub codex_home: Option<PathBuf>,
+    /// $GEMINI_CLI_TRUSTED_FOLDERS_PATH (Gemini CLI's folder trust file).
+    pub gemini_trusted_folders: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +109,7 @@ impl Platform {
             appdata: var("APPDATA"),
             xdg_config: var("XDG_CONFIG_HOME"),
             codex_home: var("CODEX_HOME"),
+            gemini_trusted_folders: var("GEMINI_CLI_TRUSTED_FOLDERS_PATH"),
         })
     }
 }
@@ -175,6 +178,8 @@ pub fn target(
                 .join("config.toml"),
             Format::Toml,
         ),
+        // Read by Codex only in a trusted project (approval.rs).
+        (Client::Codex, Scope::Project) => (project.join(".codex/config.toml"), Format::Toml),
         (Client::Cursor, Scope::User) => (home.join(".cursor/mcp.json"), SERVERS),
         (Client::Cursor, Scope::Project) => (project.join(".cursor/mcp.json"), SERVERS),
         (Client::Vscode, scope) => {

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::sandbox::SandboxConfig;
-use crate::setup::{clients, probe};
+use crate::setup::{approval, clients, install, probe};
 use crate::startup::Prepared;
 use crate::state::StateDir;
 use crate::worker::python::PythonSource;
@@ -540,30 +540,66 @@ fn landlock_status(parts: &[&str], abi: Result<i64, i32>) -> Option<(Status, Str
 }
 
 /// Which agent clients name ferrepl in their configuration (user level,
-/// and project level in the workspace): the files `ferrepl install` writes.
+/// and project level in the workspace): the files `ferrepl install` writes,
+/// and whether the client will start it there: a project's Claude Code
+/// server approved, Gemini CLI's trust of the workspace, Codex's of the
+/// project (approval.rs). Any step left makes it a warning.
 fn configured_clients(workdir: &Path) -> Item {
     let platform = match clients::Platform::current() {
         Ok(p) => p,
         Err(e) => return item("clients", Warn, format!("cannot tell: {e}")),
     };
-    let (mut found, mut seen): (Vec<String>, Vec<PathBuf>) = (Vec::new(), Vec::new());
+    let (mut found, mut seen, mut waiting) = (Vec::new(), Vec::<PathBuf>::new(), false);
     for client in clients::Client::ALL {
         for scope in [clients::Scope::User, clients::Scope::Project] {
             let Ok(target) = clients::target(client, scope, &platform, workdir) else {
                 continue;
             };
-            // A substring tells configured from not, whatever the format.
-            let named = |t: Vec<u8>| memchr::memmem::find(&t, b"ferrepl").is_some();
-            if !seen.contains(&target.path) && std::fs::read(&target.path).is_ok_and(named) {
-                found.push(format!("{} ({})", client.name(), target.path.display()));
+            if seen.contains(&target.path) {
+                continue;
+            }
+            let text = approval::read_capped(&target.path);
+            let named = match text.as_ref().map(|t| t.as_deref()) {
+                Ok(None) => false,
+                Ok(Some(t)) => match install::has_entry(t, target.format) {
+                    Ok(named) => named,
+                    // Said only when it may hold ferrepl's entry.
+                    Err(why) if t.contains(install::NAME) => {
+                        let shown = target.path.display();
+                        found.push(format!("{} ({shown}): {why}", client.name()));
+                        waiting = true;
+                        false
+                    }
+                    Err(_) => false,
+                },
+                Err(e) => {
+                    found.push(format!("{}: {e}", client.name()));
+                    waiting = true;
+                    false
+                }
+            };
+            if named {
+                let mut line = format!("{} ({}", client.name(), target.path.display());
+                match approval::check(client, scope, &platform, workdir) {
+                    Some(f) if f.blocking() => {
+                        waiting = true;
+                        line.push_str(&format!("): ferrepl is set up but {}", f.what));
+                        if let Some(step) = &f.step {
+                            line.push_str(&format!(": {step}"));
+                        }
+                    }
+                    Some(f) => line.push_str(&format!(", {})", f.what)),
+                    None => line.push(')'),
+                }
+                found.push(line);
             }
             seen.push(target.path);
         }
     }
-    if found.is_empty() {
-        item("clients", Warn, NO_CLIENT)
-    } else {
-        item("clients", Good, found.join("; "))
+    match (found.is_empty(), waiting) {
+        (true, _) => item("clients", Warn, NO_CLIENT),
+        (false, false) => item("clients", Good, found.join("; ")),
+        (false, true) => item("clients", Warn, found.join("; ")),
     }
 }
 

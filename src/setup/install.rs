@@ -3,7 +3,10 @@
 //! in the file stays as it was (other servers, key order, comments,
 //! formatting); a malformed file is refused and left untouched; the file is
 //! backed up before it changes, written atomically, and a second run
-//! changes nothing.
+//! changes nothing. An uninstall that leaves a file holding nothing else
+//! (an empty document, or only the empty servers object install writes: no
+//! other key, no comment) deletes it instead, without a backup: all it held
+//! was ferrepl's entry, which the output shows.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,6 +50,9 @@ pub struct Change {
     pub backup: Option<PathBuf>,
     /// The command ferrepl's entry ran before an update or removal.
     pub previous: Option<String>,
+    /// A removal deleted the file (or, with dry-run, would), as nothing
+    /// else was in it.
+    pub file_removed: bool,
 }
 
 /// A command line as the entry holds it, for showing.
@@ -70,17 +76,29 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
             outcome: Outcome::Absent,
             backup: None,
             previous: None,
+            file_removed: false,
         });
     }
     let (outcome, new_text, previous) = match target.format {
         Format::Json { key, typed } => edit_json(path, text.as_deref(), key, typed, entry)?,
         Format::Toml => edit_toml(path, text.as_deref(), entry)?,
     };
+    let file_removed = outcome == Outcome::Removed && holds_nothing(&new_text, target.format);
     if !outcome.changed() || dry_run {
         return Ok(Change {
             outcome,
             backup: None,
             previous,
+            file_removed,
+        });
+    }
+    if file_removed {
+        std::fs::remove_file(path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+        return Ok(Change {
+            outcome,
+            backup: None,
+            previous,
+            file_removed,
         });
     }
     let backup = match &text {
@@ -97,7 +115,26 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
         outcome,
         backup,
         previous,
+        file_removed,
     })
+}
+
+/// `text` holds nothing but what install itself writes around an entry:
+/// an empty document, `{}`, or only the empty servers object (JSON), or an
+/// empty `[mcp_servers]` (TOML). Any other key, value or comment keeps it.
+pub fn holds_nothing(text: &str, format: Format) -> bool {
+    let squeezed: String = text
+        .trim_start_matches('\u{feff}')
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    squeezed.is_empty()
+        || match format {
+            Format::Json { key, .. } => {
+                squeezed == "{}" || squeezed == format!("{{\"{key}\":{{}}}}")
+            }
+            Format::Toml => squeezed == "[mcp_servers]",
+        }
 }
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -218,6 +255,31 @@ fn edit_json(
     Ok((outcome, out, previous))
 }
 
+/// Whether a client's file `text` holds ferrepl's entry; an error (to show)
+/// when it is not valid JSON or TOML.
+pub fn has_entry(text: &str, format: Format) -> Result<bool, String> {
+    match format {
+        Format::Json { key, .. } => {
+            if text.trim().is_empty() {
+                return Ok(false);
+            }
+            let value = serde_json::from_str::<serde_json::Value>(text).or_else(|e| {
+                match jsonc_parser::parse_to_serde_value(text, &ParseOptions::default()) {
+                    Ok(Some(v)) => Ok(v),
+                    _ => Err(format!("not valid JSON ({e})")),
+                }
+            })?;
+            Ok(value.get(key).and_then(|s| s.get(NAME)).is_some())
+        }
+        Format::Toml => {
+            let doc: toml_edit::DocumentMut = text
+                .parse()
+                .map_err(|e: toml_edit::TomlError| format!("not valid TOML ({})", e.message()))?;
+            Ok(toml_entry(&doc).is_some())
+        }
+    }
+}
+
 /// The command a JSON entry runs (the entry itself when it has none).
 fn json_command_line(entry: &serde_json::Value) -> String {
     let args: Vec<String> = entry
@@ -326,4 +388,67 @@ fn edit_toml(
         (None, None) => Outcome::Absent,
     };
     Ok((outcome, doc.to_string(), previous))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON: Format = Format::Json {
+        key: "mcpServers",
+        typed: false,
+    };
+
+    #[test]
+    fn only_what_install_writes_counts_as_nothing() {
+        for empty in [
+            "",
+            " \n",
+            "{}",
+            "{\n  \"mcpServers\": {}\n}\n",
+            "\u{feff}{}",
+        ] {
+            assert!(holds_nothing(empty, JSON), "{empty:?}");
+        }
+        for kept in [
+            "{\"mcpServers\": {\"other\": {}}}",
+            "{\"mcpServers\": {}, \"theme\": 1}",
+            "// mine\n{\"mcpServers\": {}}",
+            "{\"mcpServers\": {/* x */}}",
+            "{\"servers\": {}}",
+        ] {
+            assert!(!holds_nothing(kept, JSON), "{kept:?}");
+        }
+        let vscode = Format::Json {
+            key: "servers",
+            typed: true,
+        };
+        assert!(holds_nothing("{\n  \"servers\": {}\n}", vscode));
+        for empty in ["", "\n", "[mcp_servers]\n"] {
+            assert!(holds_nothing(empty, Format::Toml), "{empty:?}");
+        }
+        for kept in ["# mine\n", "model = \"o4\"\n", "[mcp_servers.other]\n"] {
+            assert!(!holds_nothing(kept, Format::Toml), "{kept:?}");
+        }
+    }
+
+    #[test]
+    fn entries_are_found_by_their_name_not_a_substring() {
+        let claude = r#"{"projects": {"/work/ferrepl": {}}, "mcpServers": {}}"#;
+        assert_eq!(has_entry(claude, JSON), Ok(false));
+        let named = r#"{"mcpServers": {"ferrepl": {"command": "x"}}}"#;
+        assert_eq!(has_entry(named, JSON), Ok(true));
+        assert_eq!(
+            has_entry("// c\n{\"mcpServers\": {\"ferrepl\": {}}}", JSON),
+            Ok(true)
+        );
+        assert!(has_entry("{\"mcpServers\": ", JSON).is_err());
+        let toml = "[mcp_servers.ferrepl]\ncommand = \"x\"\n";
+        assert_eq!(has_entry(toml, Format::Toml), Ok(true));
+        assert_eq!(
+            has_entry("[projects.\"/ferrepl\"]\n", Format::Toml),
+            Ok(false)
+        );
+        assert!(has_entry("[x\n", Format::Toml).is_err());
+    }
 }

@@ -2,6 +2,7 @@
 //! entry in agent clients' MCP configuration) and `doctor` (what this
 //! machine gives a session).
 
+mod approval;
 pub mod clients;
 pub mod doctor;
 mod doctor_install;
@@ -9,12 +10,13 @@ pub mod install;
 pub mod launch;
 mod probe;
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clients::{Client, Platform, Scope};
+use clients::{Client, Platform, Scope, Target};
 use install::{Entry, Outcome};
 
-pub use crate::config::commands::InstallArgs;
+pub use crate::config::commands::{InstallArgs, UninstallArgs};
 
 /// `--max-wait` among the server arguments (ferrepl's default otherwise).
 fn max_wait(args: &[String]) -> f64 {
@@ -30,9 +32,40 @@ fn max_wait(args: &[String]) -> f64 {
     50.0
 }
 
-/// `ferrepl install` (remove = false) or `ferrepl uninstall`.
-pub fn run_install(args: &InstallArgs, remove: bool) -> ExitCode {
-    match install_all(args, remove) {
+/// What `install` and `uninstall` are asked, once parsed.
+struct Request<'a> {
+    clients: &'a [String],
+    scope: &'a str,
+    workdir: Option<&'a Path>,
+    dry_run: bool,
+    /// None: an uninstall.
+    server_args: Option<&'a [String]>,
+}
+
+/// `ferrepl install`.
+pub fn run_install(args: &InstallArgs) -> ExitCode {
+    finish(install_all(&Request {
+        clients: &args.clients,
+        scope: &args.scope,
+        workdir: args.workdir.as_deref(),
+        dry_run: args.dry_run,
+        server_args: Some(&args.server_args),
+    }))
+}
+
+/// `ferrepl uninstall`.
+pub fn run_uninstall(args: &UninstallArgs) -> ExitCode {
+    finish(install_all(&Request {
+        clients: &args.clients,
+        scope: &args.scope,
+        workdir: args.workdir.as_deref(),
+        dry_run: args.dry_run,
+        server_args: None,
+    }))
+}
+
+fn finish(done: Result<bool, String>) -> ExitCode {
+    match done {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -42,15 +75,15 @@ pub fn run_install(args: &InstallArgs, remove: bool) -> ExitCode {
     }
 }
 
-fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
-    let clients = Client::parse_list(&args.clients)?;
-    let scope = if args.scope == "project" {
+fn install_all(req: &Request) -> Result<bool, String> {
+    let clients = Client::parse_list(req.clients)?;
+    let scope = if req.scope == "project" {
         Scope::Project
     } else {
         Scope::User
     };
     let platform = Platform::current()?;
-    let workdir = match &args.workdir {
+    let workdir = match req.workdir {
         Some(dir) => Some(
             dir.canonicalize()
                 .map_err(|e| format!("--workdir {}: {e}", dir.display()))?,
@@ -64,25 +97,26 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
     };
     // How clients start this ferrepl (launch.rs says how it is chosen); an
     // uninstall writes no command, so it needs none.
-    let (program, mut server_args) = if remove {
-        (String::new(), Vec::new())
-    } else {
-        let launch = launch::decide(&launch::Context::current()?)?;
-        if let Some(note) = &launch.note {
-            eprintln!("note: {note}");
+    let entry = match req.server_args {
+        Some(extra) => {
+            let launch = launch::decide(&launch::Context::current()?)?;
+            if let Some(note) = &launch.note {
+                eprintln!("note: {note}");
+            }
+            let mut args = launch.args;
+            if let Some(dir) = &workdir {
+                args.extend(["--workdir".to_string(), dir.display().to_string()]);
+            }
+            args.extend(extra.iter().cloned());
+            Some(Entry {
+                command: launch.command,
+                tool_timeout_sec: max_wait(extra).ceil() as u64 + 30,
+                args,
+            })
         }
-        (launch.command, launch.args)
+        None => None,
     };
-    if let Some(dir) = &workdir {
-        server_args.extend(["--workdir".to_string(), dir.display().to_string()]);
-    }
-    server_args.extend(args.server_args.iter().cloned());
-    let entry = Entry {
-        command: program,
-        tool_timeout_sec: max_wait(&args.server_args).ceil() as u64 + 30,
-        args: server_args,
-    };
-    let all = args
+    let all = req
         .clients
         .iter()
         .any(|c| c.split(',').any(|n| n.trim() == "all"));
@@ -97,25 +131,82 @@ fn install_all(args: &InstallArgs, remove: bool) -> Result<bool, String> {
                 continue;
             }
         };
-        match install::apply(&target, (!remove).then_some(&entry), args.dry_run) {
-            Ok(change) => print_change(client.name(), &target.path, &change, &entry, args.dry_run),
+        let change = match install::apply(&target, entry.as_ref(), req.dry_run) {
+            Ok(change) => change,
             Err(e) => {
                 eprintln!("{}: {e}", client.name());
                 ok = false;
+                continue;
             }
+        };
+        // A project's client directory (.cursor, ...) the removal emptied.
+        let emptied = (change.file_removed && scope == Scope::Project)
+            .then(|| emptied_dir(&target.path, &project, req.dry_run))
+            .flatten();
+        print_change(&target, &change, entry.as_ref(), req.dry_run, emptied);
+        if entry.is_some() {
+            // The project, or for a user-level entry the workspace it serves.
+            let dir = match scope {
+                Scope::Project => Some(project.as_path()),
+                Scope::User => workdir.as_deref(),
+            };
+            print_next(client, scope, &platform, dir, change.outcome);
         }
     }
     Ok(ok)
 }
 
+/// The directory holding `file` when it is a client's directory in
+/// `project` (`.cursor`, `.vscode`, `.gemini`, `.codex`) and holds nothing
+/// else: removed (dry-run: only told). Never the project itself, never a
+/// directory with anything in it (`remove_dir` removes only empty ones).
+fn emptied_dir(file: &Path, project: &Path, dry_run: bool) -> Option<PathBuf> {
+    let dir = file.parent()?;
+    if dir == project || dir.parent() != Some(project) {
+        return None;
+    }
+    let empty = if dry_run {
+        // Once the file is gone: it is all there is.
+        std::fs::read_dir(dir)
+            .ok()?
+            .all(|e| e.is_ok_and(|e| e.path() == file))
+    } else {
+        std::fs::remove_dir(dir).is_ok()
+    };
+    empty.then(|| dir.to_path_buf())
+}
+
+/// The one step `client` still waits for, when there is one: its approval
+/// or trust (approval.rs), and Codex's restart after a change.
+fn print_next(
+    client: Client,
+    scope: Scope,
+    platform: &Platform,
+    dir: Option<&Path>,
+    outcome: Outcome,
+) {
+    let mut steps = Vec::new();
+    if let Some(found) = dir.and_then(|d| approval::check(client, scope, platform, d))
+        && found.blocking()
+    {
+        steps.push(found.next());
+    }
+    if client == Client::Codex && outcome.changed() {
+        steps.push("restart Codex to load it".to_string());
+    }
+    if !steps.is_empty() {
+        println!("  next: {}", steps.join("; then "));
+    }
+}
+
 /// What an install or uninstall did to one client's file, with the
 /// command the entry ran before (an update or removal) and runs now.
 fn print_change(
-    client: &str,
-    path: &std::path::Path,
+    target: &Target,
     change: &install::Change,
-    entry: &Entry,
+    entry: Option<&Entry>,
     dry_run: bool,
+    emptied: Option<PathBuf>,
 ) {
     let verb = match (change.outcome, dry_run) {
         (Outcome::Added, false) => "added ferrepl to",
@@ -127,7 +218,16 @@ fn print_change(
         (Outcome::Unchanged, _) => "unchanged (ferrepl is already set up) in",
         (Outcome::Absent, _) => "nothing to remove in",
     };
-    let mut line = format!("{client}: {verb} {}", path.display());
+    let mut line = format!("{}: {verb} {}", target.client.name(), target.path.display());
+    if change.file_removed {
+        line.push_str(match dry_run {
+            false => " and deleted the file, which held nothing else",
+            true => " and delete the file, which would then be empty",
+        });
+        if let Some(dir) = emptied {
+            line.push_str(&format!(", and its directory {}", dir.display()));
+        }
+    }
     if let Some(b) = &change.backup {
         line.push_str(&format!(" (backup: {})", b.display()));
     }
@@ -137,7 +237,9 @@ fn print_change(
     {
         println!("  was: {previous}");
     }
-    if matches!(change.outcome, Outcome::Added | Outcome::Updated) {
+    if matches!(change.outcome, Outcome::Added | Outcome::Updated)
+        && let Some(entry) = entry
+    {
         println!(
             "  now: {}",
             install::command_line(&entry.command, &entry.args)

@@ -1,7 +1,8 @@
 //! `ferrepl doctor` and `ferrepl --version`: the JSON report's shape, a
 //! working Python found (exit 0), a missing one failing (exit 1), plain
-//! text when piped, clients found in their configuration files, and a
-//! kernel without Landlock explained (through doctor's fake-probe hook).
+//! text when piped, clients found in their configuration files (and whether
+//! they approve or trust the workspace's entries), and a kernel without
+//! Landlock explained (through doctor's fake-probe hook).
 
 use std::process::Output;
 use std::time::Duration;
@@ -279,6 +280,116 @@ async fn configured_clients_are_named_with_their_files() {
     assert!(detail.contains("cursor"), "{detail}");
     assert!(detail.contains(".cursor/mcp.json"), "{detail}");
     assert!(!detail.contains("gemini"), "{detail}");
+}
+
+/// A workspace's entries that the clients start only once the user acts:
+/// Claude Code's approval of `.mcp.json`, Gemini CLI's trust of the
+/// folder, Codex's trust of a project with `.codex/config.toml`; doctor
+/// reads them in a fake home (approved/trusted, not yet, rejected/not
+/// trusted, unreadable) and warns until each step is taken.
+#[tokio::test]
+async fn client_approval_and_trust_are_read_from_their_files() {
+    let machine = Machine::new();
+    let dir = machine.workdir.path().canonicalize().expect("canonical");
+    let w = dir.display().to_string();
+    let entry = r#"{"mcpServers": {"ferrepl": {"command": "/x/ferrepl", "args": []}}}"#;
+    let files = [
+        (".mcp.json", entry),
+        (".gemini/settings.json", entry),
+        (
+            ".codex/config.toml",
+            "[mcp_servers.ferrepl]\ncommand = \"/x/ferrepl\"\n",
+        ),
+    ];
+    for (rel, text) in files {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    }
+    let home = |rel: &str, text: &str| {
+        let p = machine.home.path().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    let clients = || async {
+        let (out, report) = machine.json(&[], &[]).await;
+        assert_eq!(out.status.code(), Some(0), "{report:#}");
+        item(&report, "clients")
+    };
+
+    // Nothing approved or trusted yet.
+    let (status, detail) = clients().await;
+    assert_eq!(status, "warn", "{detail}");
+    for said in [
+        format!(
+            "claude-code ({w}/.mcp.json): ferrepl is set up but not approved yet: start claude in {w}"
+        ),
+        format!(
+            "gemini ({w}/.gemini/settings.json): ferrepl is set up but the folder is not trusted yet"
+        ),
+        format!(
+            "codex ({w}/.codex/config.toml): ferrepl is set up but {w} is not a trusted project yet: start codex in {w}"
+        ),
+    ] {
+        assert!(detail.contains(&said), "{said}\nnot in: {detail}");
+    }
+
+    // Approved and trusted.
+    home(
+        ".claude.json",
+        &format!(r#"{{"projects": {{"{w}": {{"enabledMcpjsonServers": ["ferrepl"]}}}}}}"#),
+    );
+    home(
+        ".gemini/trustedFolders.json",
+        &format!(r#"{{"{w}": "TRUST_FOLDER"}}"#),
+    );
+    home(
+        ".codex/config.toml",
+        &format!("[projects.\"{w}\"]\ntrust_level = \"trusted\"\n"),
+    );
+    let (status, detail) = clients().await;
+    assert_eq!(status, "ok", "{detail}");
+    for said in [
+        "/.mcp.json, approved)",
+        "settings.json, trusted folder)",
+        "config.toml, trusted project)",
+    ] {
+        assert!(detail.contains(said), "{said}\nnot in: {detail}");
+    }
+
+    // Rejected, not trusted.
+    home(
+        ".claude.json",
+        &format!(r#"{{"projects": {{"{w}": {{"disabledMcpjsonServers": ["ferrepl"]}}}}}}"#),
+    );
+    home(
+        ".gemini/trustedFolders.json",
+        &format!(r#"{{"{w}": "DO_NOT_TRUST"}}"#),
+    );
+    home(
+        ".codex/config.toml",
+        &format!("[projects.\"{w}\"]\ntrust_level = \"untrusted\"\n"),
+    );
+    let (status, detail) = clients().await;
+    assert_eq!(status, "warn", "{detail}");
+    for said in [
+        "ferrepl is set up but rejected (disabledMcpjsonServers in",
+        "ferrepl is set up but the folder is not trusted (DO_NOT_TRUST",
+        "is trust_level \"untrusted\" in",
+    ] {
+        assert!(detail.contains(said), "{said}\nnot in: {detail}");
+    }
+
+    // Unreadable: said, and doctor still answers.
+    home(".claude.json", "{\"projects\": ");
+    home(".gemini/trustedFolders.json", "not json");
+    let (status, detail) = clients().await;
+    assert_eq!(status, "warn", "{detail}");
+    assert!(
+        detail.contains("approval unknown: cannot read")
+            && detail.contains("trust unknown: cannot read"),
+        "{detail}"
+    );
 }
 
 #[tokio::test]

@@ -2,8 +2,11 @@
 //! fake home: entries added next to other servers, comments and formatting
 //! kept (JSON with comments, TOML), a second run changes nothing, a backup
 //! of what was there, malformed files refused and left untouched, removal
-//! restores the rest, dry runs write nothing; the entry written starts a
-//! working server, and under uvx names uvx and what it installed from.
+//! restores the rest (and deletes what held nothing else: files, a
+//! project's client directories), dry runs write nothing; the step a
+//! client still waits for (approval, trust, restart) is said; the entry
+//! written starts a working server, and under uvx names uvx and what it
+//! installed from.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -247,7 +250,13 @@ fn malformed_files_and_bad_arguments_are_refused_untouched() {
             said(&desktop)
         );
     }
-    let scope = home.run(&["install", "--client", "codex", "--scope", "project"]);
+    let scope = home.run(&[
+        "install",
+        "--client",
+        "claude-desktop",
+        "--scope",
+        "project",
+    ]);
     assert!(
         !scope.status.success() && said(&scope).contains("no project-level configuration"),
         "{}",
@@ -285,6 +294,259 @@ fn an_update_shows_the_command_before_and_after() {
         stdout(&removed).contains("  was: ") && stdout(&removed).contains("--max-sessions 4"),
         "{}",
         said(&removed)
+    );
+}
+
+/// Every path under `dir`, relative, sorted: what a workspace holds.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let p = e.expect("entry").path();
+            out.push(p.strip_prefix(dir).expect("inside").display().to_string());
+            if p.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+const PROJECT_CLIENTS: &str = "cursor,vscode,gemini,claude-code,codex";
+
+/// Install then uninstall with --scope project leaves the workspace as it
+/// was: no file, no client directory, no backup; a dry run before says so
+/// and changes nothing.
+#[test]
+fn uninstall_leaves_a_project_as_it_was() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path("proj")).expect("mkdir");
+    let run = |verb: &str, extra: &[&str]| {
+        let mut args = vec![
+            verb,
+            "--client",
+            PROJECT_CLIENTS,
+            "--scope",
+            "project",
+            "--workdir",
+            "proj",
+        ];
+        args.extend_from_slice(extra);
+        home.run(&args)
+    };
+    let out = run("install", &[]);
+    assert!(out.status.success(), "{}", said(&out));
+    for file in [
+        ".cursor/mcp.json",
+        ".vscode/mcp.json",
+        ".gemini/settings.json",
+        ".mcp.json",
+        ".codex/config.toml",
+    ] {
+        assert!(
+            home.read(&format!("proj/{file}")).contains("ferrepl"),
+            "{file}: {}",
+            said(&out)
+        );
+    }
+    let installed = listing(&home.path("proj"));
+
+    let dry = run("uninstall", &["--dry-run"]);
+    assert!(dry.status.success(), "{}", said(&dry));
+    let text = stdout(&dry);
+    assert_eq!(
+        text.matches("would remove ferrepl from").count(),
+        5,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("which would then be empty").count(),
+        5,
+        "{text}"
+    );
+    assert_eq!(text.matches(", and its directory ").count(), 4, "{text}");
+    assert_eq!(listing(&home.path("proj")), installed, "a dry run wrote");
+
+    let out = run("uninstall", &[]);
+    assert!(out.status.success(), "{}", said(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("and deleted the file, which held nothing else")
+            .count(),
+        5,
+        "{text}"
+    );
+    assert_eq!(text.matches("  was: ").count(), 5, "{text}");
+    assert_eq!(listing(&home.path("proj")), Vec::<String>::new(), "{text}");
+    // Nothing at user level was touched either.
+    assert_eq!(listing(home.dir.path()), vec!["proj".to_string()]);
+}
+
+/// A file holding anything besides ferrepl's entry (another server, another
+/// key, a comment) is edited, not deleted, and a directory holding anything
+/// else stays.
+#[test]
+fn uninstall_keeps_files_and_directories_with_anything_else() {
+    let home = Home::new();
+    let other = r#"{"mcpServers": {"other": {"command": "x", "args": []}}}"#;
+    home.write("proj/.cursor/mcp.json", other);
+    let commented = "// my servers\n{\n  \"servers\": {}\n}\n";
+    home.write("proj/.vscode/mcp.json", commented);
+    home.write("proj/.gemini/notes.txt", "mine");
+    home.write("proj/.mcp.json", r#"{"mcpServers": {}, "note": 1}"#);
+    let args = |verb| {
+        [
+            verb,
+            "--client",
+            "cursor,vscode,gemini,claude-code",
+            "--scope",
+            "project",
+            "--workdir",
+            "proj",
+        ]
+    };
+    let out = home.run(&args("install"));
+    assert!(out.status.success(), "{}", said(&out));
+    let out = home.run(&args("uninstall"));
+    assert!(out.status.success(), "{}", said(&out));
+    let text = stdout(&out);
+    assert_eq!(text.matches("deleted the file").count(), 1, "{text}");
+    let cursor: serde_json::Value =
+        serde_json::from_str(&home.read("proj/.cursor/mcp.json")).expect("JSON");
+    assert_eq!(cursor["mcpServers"]["other"]["command"], "x");
+    assert!(cursor["mcpServers"].get("ferrepl").is_none(), "{cursor}");
+    let vscode = home.read("proj/.vscode/mcp.json");
+    assert!(
+        vscode.contains("// my servers") && !vscode.contains("ferrepl"),
+        "{vscode}"
+    );
+    let mcp = home.read("proj/.mcp.json");
+    assert!(
+        mcp.contains("\"note\"") && !mcp.contains("ferrepl"),
+        "{mcp}"
+    );
+    // Gemini's file held only ferrepl: gone; its directory holds notes.txt.
+    assert!(!home.path("proj/.gemini/settings.json").exists(), "{text}");
+    assert_eq!(home.read("proj/.gemini/notes.txt"), "mine");
+}
+
+/// `uninstall --help` offers nothing about the server the entry starts,
+/// and server arguments are refused.
+#[test]
+fn uninstall_takes_no_server_arguments() {
+    let home = Home::new();
+    let help = home.run(&["uninstall", "--help"]);
+    assert!(help.status.success(), "{}", said(&help));
+    let text = stdout(&help);
+    assert!(
+        !text.contains("SERVER ARGS") && !text.contains("written as"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--workdir") && text.contains("--dry-run"),
+        "{text}"
+    );
+    let install_help = stdout(&home.run(&["install", "--help"]));
+    assert!(install_help.contains("SERVER ARGS"), "{install_help}");
+    let refused = home.run(&["uninstall", "--client", "cursor", "--", "--languages", "r"]);
+    assert!(!refused.status.success(), "{}", said(&refused));
+}
+
+/// After an install, each client that still waits for the user (Claude
+/// Code's approval of a project server, Gemini CLI's folder trust, Codex's
+/// project trust and restart) gets one `next:` line; none once the user's
+/// files show the step taken, and those files are only read.
+#[test]
+fn install_says_the_step_left_and_only_when_needed() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.path("proj")).expect("mkdir");
+    let proj = home
+        .path("proj")
+        .canonicalize()
+        .expect("proj")
+        .display()
+        .to_string();
+    let install = |extra: &[&str]| {
+        let mut args = vec![
+            "install",
+            "--client",
+            "claude-code,gemini,codex,cursor",
+            "--scope",
+            "project",
+            "--workdir",
+            "proj",
+        ];
+        args.extend_from_slice(extra);
+        home.run(&args)
+    };
+    let dry = install(&["--dry-run"]);
+    assert!(dry.status.success(), "{}", said(&dry));
+    assert_eq!(
+        stdout(&dry).matches("  next: ").count(),
+        3,
+        "{}",
+        said(&dry)
+    );
+
+    let out = install(&[]);
+    assert!(out.status.success(), "{}", said(&out));
+    let text = stdout(&out);
+    let next: Vec<&str> = text.lines().filter(|l| l.starts_with("  next: ")).collect();
+    assert_eq!(next.len(), 3, "{text}");
+    assert!(
+        next[0].contains(&format!("start claude in {proj} and approve 'ferrepl'")),
+        "{text}"
+    );
+    assert!(
+        next[1].contains(&format!("start gemini in {proj}")),
+        "{text}"
+    );
+    assert!(
+        next[2].contains(&format!("{proj} is not a trusted project yet"))
+            && next[2].ends_with("restart Codex to load it"),
+        "{text}"
+    );
+    let codex = home.read("proj/.codex/config.toml");
+    assert!(
+        codex.contains("[mcp_servers.ferrepl]") && codex.contains("tool_timeout_sec = 80"),
+        "{codex}"
+    );
+
+    let approvals = [
+        (
+            ".claude.json",
+            format!(
+                r#"{{"numStartups": 2, "projects": {{"{proj}": {{"enabledMcpjsonServers": ["ferrepl"]}}}}}}"#
+            ),
+        ),
+        (
+            ".gemini/trustedFolders.json",
+            format!(r#"{{"{proj}": "TRUST_FOLDER"}}"#),
+        ),
+        (
+            ".codex/config.toml",
+            format!("[projects.\"{proj}\"]\ntrust_level = \"trusted\"\n"),
+        ),
+    ];
+    for (file, text) in &approvals {
+        home.write(file, text);
+    }
+    let again = install(&[]);
+    assert!(again.status.success(), "{}", said(&again));
+    assert!(!stdout(&again).contains("next:"), "{}", said(&again));
+    for (file, text) in &approvals {
+        assert_eq!(&home.read(file), text, "{file} was written");
+    }
+    // A malformed user file is said, not fatal.
+    home.write(".claude.json", "{\"projects\": ");
+    let out = install(&[]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        stdout(&out).contains("not valid JSON") && stdout(&out).contains(".claude.json"),
+        "{}",
+        said(&out)
     );
 }
 
