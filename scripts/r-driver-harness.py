@@ -15,6 +15,7 @@ on both pipes (next_event() asserts it). Exit status 1 when a scenario fails.
 
 import atexit
 import json
+import random
 import os
 import queue
 import re
@@ -30,7 +31,7 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The driver's parts, in the order the server sends them (src/worker/r.rs).
-DRIVER_PARTS = ("channel.R", "cells.R", "console.R", "main.R")
+DRIVER_PARTS = ("channel.R", "cells.R", "console.R", "tools.R", "main.R")
 R_DIR = os.path.join(ROOT, "src", "worker", "r")
 R_BIN = os.environ.get("FERREPL_R", "R")
 ARGS = ["--vanilla", "--quiet", "--no-echo", "--no-save", "-e"]
@@ -874,6 +875,91 @@ def json_edge_cases(w):
     check(rep["ok"], "inspect after odd values", rep)
 
 
+def answer_upstream(w, res, reply_for):
+    """Runs the started cell `res`, answering each upstream request with the
+    JSON line reply_for(event) gives (bytes), until the cell is done."""
+    while True:
+        ev = w.next_event(30)
+        assert ev["ev"] != "__eof__", "worker ended: rc=%r" % (w.proc.poll(),)
+        res.stdout += ev.get("_stdout", "")
+        if ev["ev"] == "upstream":
+            if ev.get("op") != "cancel":
+                w.write(reply_for(ev))
+            continue
+        res.events.append(ev)
+        if ev["ev"] == "done":
+            res.done = ev
+            return res
+
+
+def text_reply(text, ensure_ascii=True):
+    def reply(ev):
+        return (json.dumps({"op": "upstream_reply", "id": ev["id"], "ok": True,
+                            "result": {"content": [{"type": "text", "text": text}]}},
+                           ensure_ascii=ensure_ascii) + "\n").encode("utf-8", "surrogatepass")
+    return reply
+
+
+def expected_code_points(text):
+    # What R holds: JSON's \\u escapes of a surrogate pair make one
+    # character; lone surrogates and NUL become U+FFFD.
+    text = json.loads(json.dumps(text))
+    return [0xFFFD if (0xD800 <= ord(c) <= 0xDFFF or c == "\0") else ord(c) for c in text]
+
+
+@scenario
+def upstream_replies_are_data(w):
+    # Tool results are third-party data: R decodes them with its own JSON
+    # parser and never evaluates them, whatever they hold.
+    marker = os.path.join(w_tempdir(w), "evaluated")
+    attacks = [
+        "'); file.create('%s'); ('" % marker,
+        '"); file.create("%s"); ("' % marker,
+        "`r file.create('%s')`" % marker,
+        "\\\"); file.create(\"%s\"); #" % marker,
+        "}, file.create('%s'), list(op='x'" % marker,
+        "\0 NUL \ud800 lone \udc00 low \U0001F600 pair",
+        "quote \" back \\ slash / tab \t cr \r nl \n bell \x07 del \x7f",
+        "é中😀" * 1000,
+        "x" * 1_000_000,
+        "",
+    ]
+    for i, text in enumerate(attacks):
+        for ascii_only in (True, False):
+            if not ascii_only and any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+                continue  # raw lone surrogates are not UTF-8: the server never sends them
+            res = answer_upstream(w, w.start("x <- ferrepl_call('s', 'echo', text = 'q')\ncat(utf8ToInt(x), sep = ' ')"),
+                                  text_reply(text, ascii_only))
+            ok(res, "attack %d" % i)
+            got = [int(v) for v in res.stdout.split()]
+            check(got == expected_code_points(text), "text %d decoded exactly (ascii=%s)" % (i, ascii_only), res)
+    check(not os.path.exists(marker), "no tool result was evaluated as R")
+    rng = random.Random(7)
+    alphabet = ['"', "\\", "/", "'", "`", "(", ")", ";", "{", "}", "\n", "\t", "\0", "\x01", "a", "é", "😀", "\ud83d", "\ude00", "\ufffe"]
+    for i in range(60):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
+        res = answer_upstream(w, w.start("x <- ferrepl_call('s', 't')\ncat(utf8ToInt(x), sep = ' ')"), text_reply(text))
+        ok(res, "fuzz %d" % i)
+        check([int(v) for v in res.stdout.split()] == expected_code_points(text), "fuzzed text %d" % i, res)
+    structured = {"n": [1, 2.5, -0.0, 1e308, 1.5e-7], "s": ["a", "b"], "mixed": [1, "a", None, True],
+                  "nested": {"deep": [[{"k": "v"}]]}, "empty": {}, "none": None, "é": True}
+    res = answer_upstream(w, w.start(
+        "x <- ferrepl_call('s', 'st')\n"
+        "cat(x$n, is.numeric(x$n), identical(x$s, c('a', 'b')), length(x$mixed), is.null(x$mixed[[3]]),"
+        " x$nested$deep[[1]][[1]]$k, length(x$empty), 'none' %in% names(x), is.null(x$none), x[['\u00e9']], sep = '|')"),
+        lambda ev: (json.dumps({"op": "upstream_reply", "id": ev["id"], "ok": True,
+                                "result": {"structured": structured}}) + "\n").encode())
+    ok(res, "structured")
+    check(res.stdout == "1|2.5|0|1e+308|1.5e-07|TRUE|TRUE|4|TRUE|v|0|TRUE|TRUE|TRUE", "structured content as R values", res)
+    # A reply that is not JSON fails the call; the session goes on.
+    res = answer_upstream(w, w.start("r <- tryCatch(ferrepl_call('s', 't'), ferrepl_error = function(e) conditionMessage(e)); cat(r)"),
+                          lambda ev: b'{"op": "upstream_reply", "id": ' + str(ev["id"]).encode() + b', "ok": tru\n')
+    ok(res, "broken reply")
+    check("could not be decoded" in res.stdout, "a broken reply is an error of the call", res)
+    r = ok(w.run("1 + 1"))
+    check(r.stdout == "[1] 2\n", "the session goes on")
+
+
 @scenario
 def fences_and_events_are_clean(w):
     r = ok(w.run("cat('x'); cat('y', file = stderr())"))
@@ -884,7 +970,7 @@ def fences_and_events_are_clean(w):
           "event and sync fences share one count, up by one")
     check(w.out.fences == fences and w.err.fences == fences, "every fence on both streams")
     check(w.err.sync_fences == syncs, "every sync fence on both streams")
-    check(all(e["ev"] in ("ready", "done", "display", "input_request", "reply") for e in w.event_log), "event kinds")
+    check(all(e["ev"] in ("ready", "done", "display", "input_request", "reply", "upstream") for e in w.event_log), "event kinds")
     d = [e for e in w.event_log if e["ev"] == "done"][-1]
     check(set(d) >= {"ev", "cell", "status", "value", "error", "elapsed_ms", "fence", "fenced"} and d["value"] is None, "done fields", d)
     check(isinstance(d["cell"], int), "cell is an integer", d)

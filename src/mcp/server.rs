@@ -81,7 +81,10 @@ impl AppParts {
         if !upstream_servers.is_empty() {
             // Only a server with upstreams pays for these words.
             let servers = upstream_servers.join(", ");
-            for (tool, line) in [("python_exec", surface::PYTHON_CODE_TOOLS)] {
+            for (tool, line) in [
+                ("python_exec", surface::PYTHON_CODE_TOOLS),
+                ("r_exec", surface::R_CODE_TOOLS),
+            ] {
                 if let Some(route) = router.map.get_mut(tool) {
                     let base = route.attr.description.as_deref().unwrap_or("");
                     route.attr.description =

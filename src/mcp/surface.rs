@@ -87,9 +87,11 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
      "Delete a workspace file or directory."),
 ];
 
-/// Added to python_exec's description when the operator configured
-/// upstream MCP servers (`{servers}`: their names).
+/// Added to python_exec's and r_exec's descriptions when the operator
+/// configured upstream MCP servers (`{servers}`: their names).
 pub const PYTHON_CODE_TOOLS: &str = "Code can call MCP tools of {servers}: import ferrepl; ferrepl.tools(server), ferrepl.call(server, tool, **args); only what it prints returns.";
+pub const R_CODE_TOOLS: &str =
+    "Code can call MCP tools of {servers}: ferrepl_tools(server), ferrepl_call(server, tool, ...).";
 
 /// The description and annotations of `tool`.
 pub fn docs_of(tool: &str) -> Option<(&'static str, ToolAnnotations)> {

@@ -16,6 +16,7 @@ pub const DRIVER: &str = concat!(
     include_str!("r/channel.R"),
     include_str!("r/cells.R"),
     include_str!("r/console.R"),
+    include_str!("r/tools.R"),
     include_str!("r/main.R"),
 );
 

@@ -189,7 +189,17 @@ impl Worker {
                 msg.insert("error".into(), json!(message));
             }
         }
-        let line = self.encode(&msg);
+        // R reads this one as JSON with a parser of its own (tools.R): it
+        // carries third-party data, which must never reach R's evaluator as
+        // the R expressions of other requests do.
+        let line = match self.language {
+            super::Language::R => {
+                let mut line = serde_json::to_vec(&msg).unwrap_or_default();
+                line.push(b'\n');
+                line
+            }
+            super::Language::Python => self.encode(&msg),
+        };
         let channel = self.channel_for(true).clone();
         tokio::spawn(async move {
             let _ = channel.send(line).await;

@@ -1,4 +1,4 @@
-# The R driver, part 2 of 4 (after channel.R): running a cell, its errors,
+# The R driver, part 2 of 5 (after channel.R): running a cell, its errors,
 # warnings and plots.
 
 # ------------------------------------------------------------------ calls and errors
@@ -61,8 +61,13 @@ user_frames <- function(calls) {
   last <- n - 1L
   while (last >= first && call_head(calls[[last]]) %in% SIGNAL_FRAMES) last <- last - 1L
   if (last < first) return(list())
+  # A tool call's own frames end at the call the user made.
+  at <- match(TRUE, vapply(calls[first:last], call_head, '') %in% TOOL_FRAMES)
+  if (!is.na(at)) last <- first + at - 1L
   calls[first:last]
 }
+
+TOOL_FRAMES <- c('ferrepl_call', 'ferrepl_tools', 'ferrepl_servers')
 
 srcref_note <- function(call) {
   sr <- attr(call, 'srcref')

@@ -1,4 +1,4 @@
-# ferrepl's R driver, part 1 of 4 (channel.R, cells.R, console.R, main.R,
+# ferrepl's R driver, part 1 of 5 (channel.R, cells.R, console.R, tools.R, main.R,
 # sent as one text in that order). boot.R evaluates it in a private environment
 # (parent: baseenv()) and calls ferrepl_main() with fd 3 open; nothing here
 # shows up in the session's global environment. Protocol: docs/protocol.md;
@@ -311,6 +311,8 @@ buffered_line <- function() {
 }
 
 parse_request <- function(line) {
+  # JSON lines (tool call replies, tools.R) are data: never evaluated.
+  if (startsWith(line, '{')) return(NULL)
   msg <- tryCatch(eval(str2lang(line), baseenv()), error = function(e) NULL)
   if (is.list(msg)) msg else NULL
 }

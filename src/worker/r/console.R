@@ -1,4 +1,4 @@
-# The R driver, part 3 of 4: what a console gives besides running code:
+# The R driver, part 3 of 5: what a console gives besides running code:
 # input, help as text, inspect and completion.
 
 # ------------------------------------------------------------------ input

@@ -1,4 +1,4 @@
-# The R driver, part 4 of 4: the request loop and start-up.
+# The R driver, part 5 of 5: the request loop and start-up.
 
 # ------------------------------------------------------------------ requests
 
@@ -15,6 +15,8 @@ handle_control <- function(msg) {
 }
 
 handle_line <- function(line) {
+  # A JSON line is a late reply to a cancelled tool call: data, never code.
+  if (startsWith(line, '{')) return(invisible())
   # Not parse_request(): main_loop() catches a failure here.
   msg <- eval(str2lang(line), baseenv())
   if (!is.list(msg)) return(invisible())
@@ -99,6 +101,7 @@ setup_session <- function() {
   rebind('closeAllConnections', make_close_all())
   rebind('menu', make_menu(), 'utils')
   rebind('install.packages', make_install_packages(utils::install.packages), 'utils')
+  attach_tool_functions()
 }
 
 ferrepl_main <- function(requests) {
