@@ -31,7 +31,6 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     // Checked where it lies, then opened and checked, before the uid table
     // or a kept venv writes there.
     startup::preflight::state_dir_place(&cfg, &settings.workdir)?;
-    startup::preflight::mcp_servers_place(&cfg, &settings.workdir)?;
     let kept_in = tenants::store::dir(&cfg)?;
     // A root server's sessions run as uids of their own (the uid boundary).
     let uids = if nix::unistd::geteuid().is_root() {

@@ -174,7 +174,10 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
     }
     match tokio::runtime::Runtime::new() {
         Ok(rt) => {
-            report.sandbox = rt.block_on(sessions(opts, &cfg, &workdir, r, &mut report.items))
+            report.sandbox = rt.block_on(sessions(opts, &cfg, &workdir, r, &mut report.items));
+            if let Some(servers) = rt.block_on(super::doctor_upstreams::servers_item(&cfg)) {
+                report.items.push(servers);
+            }
         }
         Err(e) => report
             .items

@@ -6,6 +6,7 @@ mod approval;
 pub mod clients;
 pub mod doctor;
 mod doctor_install;
+mod doctor_upstreams;
 pub mod install;
 pub mod launch;
 mod probe;

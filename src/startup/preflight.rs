@@ -34,6 +34,11 @@ pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyho
     if let Some(venv) = &cfg.venv {
         crate::worker::python::check_venv_dir(&crate::sandbox::paths::normalize(venv, workdir))?;
     }
+    mcp_servers_place(cfg, workdir)?;
+    if let Some(file) = &cfg.mcp_servers {
+        crate::upstream::UpstreamConfig::read(file)
+            .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
+    }
     Ok(())
 }
 

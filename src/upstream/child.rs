@@ -18,7 +18,12 @@ const MAX_LOG_LINE: usize = 2000;
 pub struct UpstreamChild {
     child: Mutex<Child>,
     pid: u32,
+    /// Its last lines of stderr, for a start that failed.
+    stderr_tail: std::sync::Arc<Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// Lines of an upstream's stderr kept for its error message.
+const TAIL_LINES: usize = 3;
 
 impl UpstreamChild {
     pub fn spawn(
@@ -72,8 +77,10 @@ impl UpstreamChild {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err("its stdin or stdout could not be opened".into());
         };
+        let stderr_tail = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
         if let Some(stderr) = child.stderr.take() {
             let name = name.to_string();
+            let tail = stderr_tail.clone();
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stderr).lines();
                 while let Ok(Some(mut line)) = lines.next_line().await {
@@ -86,6 +93,11 @@ impl UpstreamChild {
                         line.push_str(" [cut]");
                     }
                     tracing::info!(server = %name, "upstream: {line}");
+                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                    if tail.len() == TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
                 }
             });
         }
@@ -93,6 +105,7 @@ impl UpstreamChild {
             UpstreamChild {
                 child: Mutex::new(child),
                 pid,
+                stderr_tail,
             },
             stdout,
             stdin,
@@ -101,6 +114,12 @@ impl UpstreamChild {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Its last lines of stderr, joined ("" when it wrote none).
+    pub fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+        tail.iter().cloned().collect::<Vec<_>>().join(" | ")
     }
 
     /// How it ended, once it has.

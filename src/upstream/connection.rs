@@ -159,13 +159,25 @@ impl Connection {
             } => {
                 let (child, stdout, stdin) =
                     UpstreamChild::spawn(&self.spec.name, command, args, env, cwd.as_deref())?;
-                let service = ().serve((stdout, stdin)).await.map_err(|e| {
-                    let status = child
-                        .exit_status()
-                        .map(|s| format!(" (it exited: {s})"))
-                        .unwrap_or_default();
-                    format!("the MCP handshake failed: {e}{status}")
-                })?;
+                let served = ().serve((stdout, stdin)).await;
+                let service = match served {
+                    Ok(service) => service,
+                    Err(e) => {
+                        // Its last words arrive just after it closed stdout.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let status = child
+                            .exit_status()
+                            .map(|s| format!(" (it exited: {s})"))
+                            .unwrap_or_default();
+                        let tail = child.stderr_tail();
+                        let said = if tail.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; it said: {tail}")
+                        };
+                        return Err(format!("the MCP handshake failed: {e}{status}{said}"));
+                    }
+                };
                 tracing::info!(server = %self.spec.name, pid = child.pid(), "upstream server started");
                 Ok(Live {
                     service,
@@ -173,6 +185,9 @@ impl Connection {
                     tools: None,
                 })
             }
+            Transport::Http { url, .. } if url.starts_with("https:") => Err(format!(
+                "{url}: this ferrepl has no TLS client; reach an https server through a local TLS proxy (an http:// URL on loopback)"
+            )),
             Transport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;

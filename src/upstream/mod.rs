@@ -171,6 +171,22 @@ impl Upstreams {
     }
 }
 
+/// Starts `spec`'s server, lists its tools and ends it (`ferrepl doctor`):
+/// its tools' names with whether code may call each, or why not.
+pub async fn probe(spec: &ServerSpec, within: Duration) -> Result<Vec<(String, bool)>, String> {
+    let conn = Connection::new(Arc::new(spec.clone()), 16 << 20);
+    let listed = tokio::time::timeout(within, conn.tools()).await;
+    conn.stop().await;
+    match listed {
+        Ok(Ok(tools)) => Ok(tools
+            .iter()
+            .map(|t| (t.name.to_string(), spec.allows(&t.name)))
+            .collect()),
+        Ok(Err(Failure::Refused(why) | Failure::Failed(why))) => Err(why),
+        Err(_) => Err(format!("no tool list within {} s", within.as_secs())),
+    }
+}
+
 /// One tenant's servers: the ones granted to it, its own connections.
 pub struct TenantUpstreams {
     tenant: String,

@@ -444,3 +444,51 @@ async fn the_install_item_says_where_packages_go_or_why_they_cannot() {
     assert_eq!(status, "missing", "{detail}");
     assert!(detail.contains("--venv"), "{detail}");
 }
+
+#[tokio::test]
+async fn each_mcp_server_is_started_and_its_tools_counted() {
+    // The operator's upstream servers (code calls tools): one that works,
+    // with allowTools, one whose command does not exist.
+    let machine = Machine::new();
+    let files = tempfile::tempdir().expect("servers dir");
+    let servers = crate::support::upstreams::write_servers_file(
+        files.path(),
+        serde_json::json!({
+            "mini": {
+                "command": crate::support::upstreams::minimal_upstream(files.path())["command"],
+                "args": crate::support::upstreams::minimal_upstream(files.path())["args"],
+                "allowTools": ["echo"]
+            },
+            "gone": {"command": "/nonexistent/mcp-server"}
+        }),
+    );
+    let path = servers.to_str().expect("utf-8");
+    let (_, report) = machine.json_of(&["--mcp-servers", path], &[], &[]).await;
+    let (status, detail) = item(&report, "mcp-servers");
+    assert_eq!(status, "warn", "{detail}");
+    assert!(
+        detail.contains("mini: 1 tool for code, 2 not allowed by allowTools"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("gone: MCP server 'gone' could not be started")
+            && detail.contains("/nonexistent/mcp-server"),
+        "the failure says why: {detail}"
+    );
+    // A servers file inside the workspace: the server would refuse to start.
+    let inside = crate::support::upstreams::write_servers_file(
+        machine.workdir.path(),
+        serde_json::json!({"gone": {"command": "/nonexistent/mcp-server"}}),
+    );
+    let (out, report) = machine
+        .json_of(
+            &["--mcp-servers", inside.to_str().expect("utf-8")],
+            &[],
+            &[],
+        )
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "config");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("lies inside the workspace"), "{detail}");
+}
