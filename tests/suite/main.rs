@@ -25,6 +25,7 @@ mod arg_fuzz;
 mod branching;
 mod checkpoints;
 mod code_tools;
+mod code_tools_r;
 mod cli;
 mod docs_numbers;
 mod doctor;
