@@ -300,10 +300,12 @@ impl SessionManager {
             return Some(rebuilding);
         }
         let run = st.running.as_ref()?;
+        // A tool call's own progress says more than the last line printed.
         let line = st
             .worker
             .as_ref()
-            .and_then(|w| w.last_output_line())
+            .and_then(|w| w.upstream_progress())
+            .or_else(|| st.worker.as_ref().and_then(|w| w.last_output_line()))
             .or_else(|| run.output.last_line())
             .unwrap_or_default();
         Some((run.started.elapsed().as_secs_f64(), line))

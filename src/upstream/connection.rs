@@ -5,9 +5,16 @@
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, Tool};
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, ProgressNotificationParam, ProgressToken, RequestId, ServerResult, Tool,
+};
+use rmcp::service::{
+    MaybeSendFuture, NotificationContext, Peer, PeerRequestOptions, RoleClient, RunningService,
+};
 use tokio::sync::Mutex;
 
 use super::child::UpstreamChild;
@@ -29,8 +36,79 @@ pub enum Failure {
     Failed(String),
 }
 
+/// Where an upstream's progress on one call goes: its latest report.
+pub type ProgressSink = Arc<StdMutex<Option<String>>>;
+
+/// ferrepl's client handler: progress notifications of calls in flight go
+/// to their callers' sinks (everything else keeps rmcp's defaults).
+#[derive(Clone, Default)]
+struct ProgressRelay(Arc<StdMutex<HashMap<ProgressToken, ProgressSink>>>);
+
+impl ProgressRelay {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, ProgressSink>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl rmcp::ClientHandler for ProgressRelay {
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        if let Some(sink) = self.map().get(&params.progress_token) {
+            let amount = match params.total {
+                Some(total) => format!("{}/{}", params.progress, total),
+                None => format!("{}", params.progress),
+            };
+            let mut text = match &params.message {
+                Some(m) if !m.is_empty() => format!("{amount} {m}"),
+                _ => amount,
+            };
+            if text.len() > 200 {
+                let mut cut = 200;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.truncate(cut);
+            }
+            *sink.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+        }
+        std::future::ready(())
+    }
+}
+
+/// Sends `notifications/cancelled` for a call whose answer is no longer
+/// awaited, unless disarmed (the answer came); stops relaying its progress.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: RequestId,
+    token: ProgressToken,
+    relay: ProgressRelay,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.relay.map().remove(&self.token);
+        if !self.armed {
+            return;
+        }
+        let peer = self.peer.clone();
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the session's code stopped waiting".into()),
+        ));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.send_notification(notification.into()).await;
+            });
+        }
+    }
+}
+
 struct Live {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, ProgressRelay>,
     /// The child process of a stdio server (ended with its group on drop).
     child: Option<UpstreamChild>,
     /// Its tools, listed once per start.
@@ -51,6 +129,7 @@ enum State {
 pub struct Connection {
     pub spec: Arc<ServerSpec>,
     state: Mutex<State>,
+    relay: ProgressRelay,
     /// Calls in flight and the last use, for idle shutdown.
     use_state: StdMutex<(usize, Instant)>,
     max_response_bytes: usize,
@@ -61,6 +140,7 @@ impl Connection {
         Connection {
             spec,
             state: Mutex::new(State::Stopped),
+            relay: ProgressRelay::default(),
             use_state: StdMutex::new((0, Instant::now())),
             max_response_bytes,
         }
@@ -159,7 +239,7 @@ impl Connection {
             } => {
                 let (child, stdout, stdin) =
                     UpstreamChild::spawn(&self.spec.name, command, args, env, cwd.as_deref())?;
-                let served = ().serve((stdout, stdin)).await;
+                let served = self.relay.clone().serve((stdout, stdin)).await;
                 let service = match served {
                     Ok(service) => service,
                     Err(e) => {
@@ -204,7 +284,9 @@ impl Connection {
                 config.max_json_response_size = self.max_response_bytes;
                 config.max_sse_event_size = self.max_response_bytes;
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let service = ()
+                let service = self
+                    .relay
+                    .clone()
                     .serve(transport)
                     .await
                     .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?;
@@ -252,35 +334,62 @@ impl Connection {
     }
 
     /// Calls `tool`; dropping the future cancels it upstream
-    /// (`notifications/cancelled`), as the timeout does.
+    /// (`notifications/cancelled`), as the timeout does. The tool's
+    /// progress reports go to `progress`.
     pub async fn call(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         timeout: Duration,
+        progress: Option<ProgressSink>,
     ) -> Result<rmcp::model::CallToolResult, Failure> {
         let peer = self.peer().await?;
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        match tokio::time::timeout(timeout, peer.call_tool(params)).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => {
-                let closed =
-                    matches!(e, rmcp::ServiceError::TransportClosed) || peer.is_transport_closed();
-                Err(Failure::Failed(if closed {
-                    format!(
-                        "MCP server '{}' stopped during the call (it crashed or closed the connection); the next call starts it again",
-                        self.spec.name
-                    )
-                } else {
-                    format!("MCP server '{}': {e}", self.spec.name)
-                }))
-            }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.failed(&peer, e))?;
+        let mut guard = CancelOnDrop {
+            peer: peer.clone(),
+            id: handle.id.clone(),
+            token: handle.progress_token.clone(),
+            relay: self.relay.clone(),
+            armed: true,
+        };
+        if let Some(sink) = progress {
+            self.relay.map().insert(guard.token.clone(), sink);
+        }
+        let answer = tokio::time::timeout(timeout, handle.await_response()).await;
+        if answer.is_ok() {
+            guard.armed = false;
+        }
+        drop(guard);
+        match answer {
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+            Ok(Ok(_)) => Err(Failure::Failed(format!(
+                "MCP server '{}' answered {tool} with something other than a tool result",
+                self.spec.name
+            ))),
+            Ok(Err(e)) => Err(self.failed(&peer, e)),
             Err(_) => Err(Failure::Failed(format!(
                 "MCP server '{}' did not answer {tool} within {} s (timeoutSeconds, else --mcp-call-timeout); the call was cancelled",
                 self.spec.name,
                 timeout.as_secs_f64()
             ))),
         }
+    }
+
+    fn failed(&self, peer: &Peer<RoleClient>, e: rmcp::ServiceError) -> Failure {
+        let closed = matches!(e, rmcp::ServiceError::TransportClosed) || peer.is_transport_closed();
+        Failure::Failed(if closed {
+            format!(
+                "MCP server '{}' stopped during the call (it crashed or closed the connection); the next call starts it again",
+                self.spec.name
+            )
+        } else {
+            format!("MCP server '{}': {e}", self.spec.name)
+        })
     }
 
     /// Ends the server (its process group too) or the HTTP session.

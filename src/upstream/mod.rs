@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 pub use config::{ServerSpec, Transport, UpstreamConfig};
 use connection::Connection;
-pub use connection::Failure;
+pub use connection::{Failure, ProgressSink};
 
 /// The bounds of code's tool calls (`--mcp-*` flags).
 #[derive(Debug, Clone)]
@@ -320,6 +320,7 @@ impl TenantUpstreams {
         server: &str,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
+        progress: Option<ProgressSink>,
     ) -> CallOutcome {
         let conn = match self.connection(server).await {
             Ok(c) => c,
@@ -346,7 +347,7 @@ impl TenantUpstreams {
         }
         let _use = conn.in_use();
         let timeout = conn.spec.timeout.unwrap_or(self.shared.limits.call_timeout);
-        match conn.call(tool, arguments, timeout).await {
+        match conn.call(tool, arguments, timeout, progress).await {
             Ok(result) => match result::for_driver(&result, self.shared.limits.max_result_bytes) {
                 Ok(v) => CallOutcome::Ok(v),
                 Err(message) => CallOutcome::ToolError(message),

@@ -12,13 +12,21 @@ use tokio_util::sync::CancellationToken;
 
 use super::Worker;
 use super::protocol::UpstreamEvent;
-use crate::upstream::{CallOutcome, Failure, TenantUpstreams};
+use crate::upstream::{CallOutcome, Failure, ProgressSink, TenantUpstreams};
 
-/// A worker's tool calls: those in flight, and the current cell's count.
+/// A worker's tool calls: those in flight (with where their progress goes),
+/// and the current cell's count.
 #[derive(Default)]
 pub(super) struct Calls {
-    in_flight: HashMap<u64, CancellationToken>,
+    in_flight: HashMap<u64, InFlight>,
     cell: CellCalls,
+}
+
+struct InFlight {
+    cancel: CancellationToken,
+    /// `server.tool`, for progress lines.
+    what: String,
+    progress: ProgressSink,
 }
 
 /// The tool calls one cell made.
@@ -56,9 +64,19 @@ impl Worker {
 
     /// Ends every call in flight (the worker is gone or its cell ended).
     pub(super) fn cancel_calls(&self) {
-        for (_, token) in self.lock().calls.in_flight.drain() {
-            token.cancel();
+        for (_, call) in self.lock().calls.in_flight.drain() {
+            call.cancel.cancel();
         }
+    }
+
+    /// The latest progress an upstream tool reported on a call in flight:
+    /// `server.tool: 3/10 message`.
+    pub fn upstream_progress(&self) -> Option<String> {
+        let st = self.lock();
+        st.calls.in_flight.values().find_map(|call| {
+            let progress = call.progress.lock().unwrap_or_else(|e| e.into_inner());
+            progress.as_ref().map(|p| format!("{}: {p}", call.what))
+        })
     }
 
     pub(super) fn on_upstream(self: &Arc<Self>, ev: UpstreamEvent) {
@@ -76,8 +94,8 @@ impl Worker {
         match ev.op.as_str() {
             "servers" => self.reply_upstream(ev.id, Ok(Reply::Data(json!(upstreams.servers())))),
             "cancel" => {
-                if let Some(token) = self.lock().calls.in_flight.remove(&ev.id) {
-                    token.cancel();
+                if let Some(call) = self.lock().calls.in_flight.remove(&ev.id) {
+                    call.cancel.cancel();
                 }
             }
             "tools" | "call" => self.start_call(upstreams, ev),
@@ -91,6 +109,7 @@ impl Worker {
     fn start_call(self: &Arc<Self>, upstreams: Arc<TenantUpstreams>, ev: UpstreamEvent) {
         let limits = upstreams.limits().clone();
         let token = CancellationToken::new();
+        let progress = ProgressSink::default();
         let is_call = ev.op == "call";
         {
             let mut st = self.lock();
@@ -117,7 +136,19 @@ impl Worker {
                 }
                 st.calls.cell.count += 1;
             }
-            st.calls.in_flight.insert(ev.id, token.clone());
+            let what = format!(
+                "{}.{}",
+                ev.server.as_deref().unwrap_or(""),
+                ev.tool.as_deref().unwrap_or("")
+            );
+            st.calls.in_flight.insert(
+                ev.id,
+                InFlight {
+                    cancel: token.clone(),
+                    what,
+                    progress: progress.clone(),
+                },
+            );
         }
         let worker = self.clone();
         tokio::spawn(async move {
@@ -135,7 +166,10 @@ impl Worker {
                         }
                     };
                     let tool = ev.tool.unwrap_or_default();
-                    match upstreams.call(&server, &tool, arguments).await {
+                    match upstreams
+                        .call(&server, &tool, arguments, Some(progress))
+                        .await
+                    {
                         CallOutcome::Ok(v) => Ok(Reply::Data(v)),
                         CallOutcome::ToolError(m) => Ok(Reply::ToolError(m)),
                         CallOutcome::Failure(f) => Err(f),
