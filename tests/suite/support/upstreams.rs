@@ -128,3 +128,37 @@ for line in sys.stdin:
     elif mid is not None:
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
 "#;
+
+/// `minimal_upstream` plus two tools: `pid` (`"pid:[inode] PID"`: its PID
+/// namespace and its pid there) and `children(seconds)`, which starts
+/// `sleep SECONDS` in a session of its own (setsid) and answers
+/// `"pid:[inode] PID CHILD"`. Written as `dir/minimal_upstream_children.py`.
+pub fn minimal_upstream_with_children(dir: &Path) -> Value {
+    let path = dir.join("minimal_upstream_children.py");
+    let (defs, main_loop) = MINIMAL_UPSTREAM
+        .split_once("for line in sys.stdin:")
+        .expect("the minimal upstream's main loop");
+    let script = format!("{defs}{CHILDREN_TOOLS}for line in sys.stdin:{main_loop}");
+    std::fs::write(&path, script).expect("write the minimal upstream with children");
+    json!({"command": "python3", "args": [path.to_str().expect("UTF-8 path")]})
+}
+
+const CHILDREN_TOOLS: &str = r#"
+import subprocess
+TOOLS += [
+    {"name": "pid", "description": "Its PID namespace and pid", "inputSchema": schema()},
+    {"name": "children", "description": "A detached sleep", "inputSchema": schema(seconds="number")},
+]
+_minimal_call = call
+def call(mid, name, args):
+    me = "%s %d" % (os.readlink("/proc/self/ns/pid"), os.getpid())
+    if name == "pid":
+        text = me
+    elif name == "children":
+        child = subprocess.Popen(["sleep", str(int(args.get("seconds", 300)))], start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        text = "%s %d" % (me, child.pid)
+    else:
+        return _minimal_call(mid, name, args)
+    send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+"#;
