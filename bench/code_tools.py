@@ -224,7 +224,7 @@ async def through_ferrepl(binary, servers, d, args, context):
             await cell('print("RESULT", 1)')  # the interpreter is up
             seq, out["seq_note"], _, _ = await cell(CELL_SEQ.format(calls=args.calls, warmup=args.warmup))
             out["median"], out["p90"], out["mean"] = seq["median"], seq["p90"], seq["mean"]
-            m = re.search(r"Tool calls: (\d+), ([\d.]+) s upstream", out["seq_note"])
+            m = re.search(r"Tool calls: (\d+), ([\d.]+) s waiting on servers", out["seq_note"])
             out["upstream_each"] = float(m.group(2)) / int(m.group(1)) if m else None
             g, out["gather_note"], _, _ = await cell(CELL_GATHER.format(n=100, rounds=args.gather_rounds))
             out["walls"] = g["walls"]

@@ -46,6 +46,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         kept_venvs,
         sandbox,
         installer,
+        writable,
     } = startup::prepare(
         &cfg,
         &settings.workdir,
@@ -60,7 +61,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         None => None,
     };
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
-    let upstreams = upstream_servers(&cfg)?;
+    let upstreams = upstream_servers(&cfg, &settings.workdir, writable)?;
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,
@@ -118,7 +119,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 }
 
 /// The upstream MCP servers of --mcp-servers, with their bounds.
-fn upstream_servers(cfg: &Config) -> anyhow::Result<Arc<crate::upstream::Upstreams>> {
+fn upstream_servers(
+    cfg: &Config,
+    workdir: &std::path::Path,
+    writable: crate::sandbox::paths::Writable,
+) -> anyhow::Result<Arc<crate::upstream::Upstreams>> {
     let limits = crate::upstream::Limits {
         call_timeout: crate::units::seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
         max_result_bytes: cfg.mcp_max_result_bytes.max(1),
@@ -127,8 +132,14 @@ fn upstream_servers(cfg: &Config) -> anyhow::Result<Arc<crate::upstream::Upstrea
         max_servers: cfg.mcp_max_servers.max(1),
         idle: crate::units::seconds(cfg.mcp_idle, "--mcp-idle")?,
     };
-    let upstreams = crate::upstream::Upstreams::new(cfg.mcp_servers.clone(), limits)
-        .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
+    // A reload checks the file's place again, as the start did.
+    let (place_cfg, place_workdir) = (cfg.clone(), workdir.to_path_buf());
+    let place_check: crate::upstream::PlaceCheck = Box::new(move || {
+        startup::preflight::mcp_servers_place(&place_cfg, &place_workdir).map_err(|e| e.to_string())
+    });
+    let upstreams =
+        crate::upstream::Upstreams::new(cfg.mcp_servers.clone(), limits, writable, place_check)
+            .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
     let config = upstreams.config();
     if !config.servers.is_empty() {
         let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
@@ -138,18 +149,13 @@ fn upstream_servers(cfg: &Config) -> anyhow::Result<Arc<crate::upstream::Upstrea
                 "--sandbox off: sessions run as this user, unconfined, and can read --mcp-servers and the upstream servers' environment (their tokens)"
             );
         }
-        let loopback_http = config.servers.iter().any(|s| match &s.transport {
-            crate::upstream::Transport::Http { url, .. } => url::Url::parse(url).is_ok_and(|u| {
-                matches!(
-                    u.host_str(),
-                    Some("localhost") | Some("127.0.0.1") | Some("[::1]")
-                ) || u.host_str().is_some_and(|h| h.starts_with("127."))
-            }),
-            _ => false,
-        });
-        if loopback_http && cfg.network == crate::sandbox::Network::On {
+        let http = config
+            .servers
+            .iter()
+            .any(|s| matches!(s.transport, crate::upstream::Transport::Http { .. }));
+        if http && cfg.network == crate::sandbox::Network::On {
             tracing::warn!(
-                "--network on: sessions can reach an upstream MCP server on loopback directly, around allowTools and without its headers; keep --network off or packages with loopback upstreams"
+                "--network on: sessions can reach the HTTP upstream MCP servers directly, around allowTools and without their headers; keep --network off or packages with HTTP upstreams"
             );
         }
     }

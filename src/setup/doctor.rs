@@ -175,7 +175,9 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
     match tokio::runtime::Runtime::new() {
         Ok(rt) => {
             report.sandbox = rt.block_on(sessions(opts, &cfg, &workdir, r, &mut report.items));
-            if let Some(servers) = rt.block_on(super::doctor_upstreams::servers_item(&cfg)) {
+            if let Some(servers) =
+                rt.block_on(super::doctor_upstreams::servers_item(&cfg, &workdir))
+            {
                 report.items.push(servers);
             }
         }

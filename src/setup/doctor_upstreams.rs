@@ -10,8 +10,24 @@ use crate::upstream::UpstreamConfig;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// None when no servers file is configured.
-pub(super) async fn servers_item(cfg: &crate::config::Config) -> Option<Item> {
+pub(super) async fn servers_item(
+    cfg: &crate::config::Config,
+    workdir: &std::path::Path,
+) -> Option<Item> {
     let path = cfg.mcp_servers.as_ref()?;
+    // As the server runs them: never from what sessions write.
+    let abs = |p: &std::path::PathBuf| crate::sandbox::paths::normalize(p, workdir);
+    let mut writable = vec![workdir.to_path_buf()];
+    writable.extend(cfg.allow_write.iter().map(abs));
+    writable.extend(cfg.venv.iter().map(abs));
+    let rules = crate::upstream::SpawnRules {
+        writable: crate::sandbox::paths::Writable(writable),
+        base_dir: std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.canonicalize().ok())
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| "/".into()),
+    };
     let config = match UpstreamConfig::read(path) {
         Ok(c) => c,
         Err(e) => {
@@ -29,10 +45,15 @@ pub(super) async fn servers_item(cfg: &crate::config::Config) -> Option<Item> {
             format!("{}: no servers", path.display()),
         ));
     }
-    let probes = config
-        .servers
-        .iter()
-        .map(|spec| async move { (spec, crate::upstream::probe(spec, PROBE_TIMEOUT).await) });
+    let probes = config.servers.iter().map(|spec| {
+        let rules = rules.clone();
+        async move {
+            (
+                spec,
+                crate::upstream::probe(spec, rules, PROBE_TIMEOUT).await,
+            )
+        }
+    });
     let results = futures::future::join_all(probes).await;
     let mut lines = Vec::new();
     let mut failed = 0;

@@ -25,6 +25,9 @@ pub struct Prepared {
     pub kept_venvs: Option<KeptVenvs>,
     pub sandbox: sandbox::SandboxConfig,
     pub installer: installer::InstallerSettings,
+    /// What sessions can write (the workspace, --allow-write, venvs, the
+    /// kept venvs): upstream MCP servers never run from there.
+    pub writable: sandbox::paths::Writable,
 }
 
 /// The venvs kept in the state directory (`<root>/venvs/...`).
@@ -142,11 +145,15 @@ pub fn prepare(
     } else {
         tracing::warn!("sandbox: {}", sandbox_cfg.active);
     }
+    if let Some(kept) = &kept_venvs {
+        writable.0.push(kept.root.clone());
+    }
     Ok(Prepared {
         python,
         kept_venvs,
         sandbox: sandbox_cfg,
         installer,
+        writable,
     })
 }
 

@@ -85,6 +85,9 @@ fn reachable_by_sessions(
     path: &Path,
     system: bool,
 ) -> Option<(&'static str, std::path::PathBuf)> {
+    // As given and with its links resolved: a link in the workspace to a
+    // file outside is one a session can replace.
+    let given = crate::sandbox::paths::normalize(path, workdir);
     let target = resolved(path);
     let abs = |p: &std::path::PathBuf| resolved(&crate::sandbox::paths::normalize(p, workdir));
     let mut places = vec![("the workspace (--workdir)", resolved(workdir))];
@@ -100,7 +103,7 @@ fn reachable_by_sessions(
     }
     places
         .into_iter()
-        .find(|(_, place)| target.starts_with(place))
+        .find(|(_, place)| target.starts_with(place) || given.starts_with(place))
 }
 
 /// `path` with its links resolved as far as it exists, the rest appended.

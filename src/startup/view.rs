@@ -44,6 +44,9 @@ pub fn own_files(
     if let Some(tokens) = &cfg.auth_token_file {
         add("--auth-token-file", tokens);
     }
+    if let Some(servers) = &cfg.mcp_servers {
+        add("--mcp-servers", servers);
+    }
     add(
         "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)",
         state_dir.root(),

@@ -15,6 +15,61 @@ const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG"];
 /// A line of an upstream's stderr longer than this is cut in the log.
 const MAX_LOG_LINE: usize = 2000;
 
+/// Where upstream servers may run from: never from (nor with PATH entries
+/// in) what sessions can write, where a session could plant its own
+/// program or module for ferrepl to run outside the sandbox.
+#[derive(Debug, Clone)]
+pub struct SpawnRules {
+    pub writable: crate::sandbox::paths::Writable,
+    /// Relative `cwd` and commands, and the default working directory: the
+    /// servers file's directory.
+    pub base_dir: std::path::PathBuf,
+}
+
+impl SpawnRules {
+    /// The working directory, PATH and absolute command of a server, or why
+    /// it may not run.
+    fn place(
+        &self,
+        command: &str,
+        cwd: Option<&str>,
+    ) -> Result<(std::path::PathBuf, std::ffi::OsString, std::path::PathBuf), String> {
+        let dir = match cwd {
+            Some(c) => self.base_dir.join(c),
+            None => self.base_dir.clone(),
+        };
+        if self.writable.contains(&dir) {
+            return Err(format!(
+                "its working directory {} lies where sessions can write; give a \"cwd\" outside the workspace",
+                dir.display()
+            ));
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let entries: Vec<std::path::PathBuf> = std::env::split_paths(&path)
+            .filter(|p| !self.writable.contains(p))
+            .collect();
+        let path = std::env::join_paths(&entries).unwrap_or_default();
+        let program = if command.contains('/') {
+            dir.join(command)
+        } else {
+            entries
+                .iter()
+                .map(|d| d.join(command))
+                .find(|p| crate::executables::is_executable(p))
+                .ok_or_else(|| {
+                    format!("cannot run {command:?}: not found on PATH (outside the places sessions write)")
+                })?
+        };
+        if self.writable.contains(&program) {
+            return Err(format!(
+                "its command {} lies where sessions can write; install it outside the workspace",
+                program.display()
+            ));
+        }
+        Ok((dir, path, program))
+    }
+}
+
 pub struct UpstreamChild {
     child: Mutex<Child>,
     pid: u32,
@@ -32,16 +87,18 @@ impl UpstreamChild {
         args: &[String],
         env: &BTreeMap<String, String>,
         cwd: Option<&str>,
+        rules: &SpawnRules,
     ) -> Result<(UpstreamChild, ChildStdout, ChildStdin), String> {
+        let (dir, path, program) = rules.place(command, cwd)?;
         // Under this binary's containment mode (contain.rs) where it can
         // find itself, so that the server's whole tree ends with ferrepl.
         let mut cmd = match std::env::current_exe() {
             Ok(me) if cfg!(target_os = "linux") => {
                 let mut c = Command::new(me);
-                c.arg(super::contain::CONTAIN_ARG).arg("--").arg(command);
+                c.arg(super::contain::CONTAIN_ARG).arg("--").arg(&program);
                 c
             }
-            _ => Command::new(command),
+            _ => Command::new(&program),
         };
         cmd.args(args)
             .env_clear()
@@ -55,10 +112,9 @@ impl UpstreamChild {
                 cmd.env(key, value);
             }
         }
+        cmd.env("PATH", &path);
         cmd.envs(env);
-        if let Some(dir) = cwd {
-            cmd.current_dir(dir);
-        }
+        cmd.current_dir(&dir);
         #[cfg(target_os = "linux")]
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
@@ -72,7 +128,7 @@ impl UpstreamChild {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
         let pid = child.id().unwrap_or(0);
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err("its stdin or stdout could not be opened".into());

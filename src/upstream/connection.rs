@@ -17,7 +17,7 @@ use rmcp::service::{
 };
 use tokio::sync::Mutex;
 
-use super::child::UpstreamChild;
+use super::child::{SpawnRules, UpstreamChild};
 use super::config::{ServerSpec, Transport};
 
 /// How long a server may take to start and answer `initialize`.
@@ -133,16 +133,18 @@ pub struct Connection {
     /// Calls in flight and the last use, for idle shutdown.
     use_state: StdMutex<(usize, Instant)>,
     max_response_bytes: usize,
+    rules: Arc<SpawnRules>,
 }
 
 impl Connection {
-    pub fn new(spec: Arc<ServerSpec>, max_response_bytes: usize) -> Self {
+    pub fn new(spec: Arc<ServerSpec>, max_response_bytes: usize, rules: Arc<SpawnRules>) -> Self {
         Connection {
             spec,
             state: Mutex::new(State::Stopped),
             relay: ProgressRelay::default(),
             use_state: StdMutex::new((0, Instant::now())),
             max_response_bytes,
+            rules,
         }
     }
 
@@ -173,7 +175,15 @@ impl Connection {
     async fn peer(&self) -> Result<Peer<RoleClient>, Failure> {
         let mut state = self.state.lock().await;
         if let State::Live(live) = &*state {
-            if !live.service.is_closed() {
+            // rmcp's own flag misses a transport that reached its end (the
+            // server exited): ask the peer and the process too.
+            let gone = live.service.is_closed()
+                || live.service.peer().is_transport_closed()
+                || live
+                    .child
+                    .as_ref()
+                    .is_some_and(|c| c.exit_status().is_some());
+            if !gone {
                 return Ok(live.service.peer().clone());
             }
             let why = match live.child.as_ref().and_then(UpstreamChild::exit_status) {
@@ -237,8 +247,14 @@ impl Connection {
                 env,
                 cwd,
             } => {
-                let (child, stdout, stdin) =
-                    UpstreamChild::spawn(&self.spec.name, command, args, env, cwd.as_deref())?;
+                let (child, stdout, stdin) = UpstreamChild::spawn(
+                    &self.spec.name,
+                    command,
+                    args,
+                    env,
+                    cwd.as_deref(),
+                    &self.rules,
+                )?;
                 let served = self.relay.clone().serve((stdout, stdin)).await;
                 let service = match served {
                     Ok(service) => service,
@@ -266,7 +282,8 @@ impl Connection {
                 })
             }
             Transport::Http { url, .. } if url.starts_with("https:") => Err(format!(
-                "{url}: this ferrepl has no TLS client; reach an https server through a local TLS proxy (an http:// URL on loopback)"
+                "{}: this ferrepl has no TLS client; reach an https server through a local TLS proxy (an http:// URL on loopback)",
+                redact_url(url)
             )),
             Transport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;
@@ -284,12 +301,11 @@ impl Connection {
                 config.max_json_response_size = self.max_response_bytes;
                 config.max_sse_event_size = self.max_response_bytes;
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let service = self
-                    .relay
-                    .clone()
-                    .serve(transport)
-                    .await
-                    .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?;
+                let shown = redact_url(url);
+                let service = self.relay.clone().serve(transport).await.map_err(|e| {
+                    let e = without_url(&e.to_string(), url, &shown);
+                    format!("the MCP handshake with {shown} failed: {e}")
+                })?;
                 tracing::info!(server = %self.spec.name, "upstream server connected");
                 Ok(Live {
                     service,
@@ -382,6 +398,10 @@ impl Connection {
 
     fn failed(&self, peer: &Peer<RoleClient>, e: rmcp::ServiceError) -> Failure {
         let closed = matches!(e, rmcp::ServiceError::TransportClosed) || peer.is_transport_closed();
+        let e = match &self.spec.transport {
+            Transport::Http { url, .. } => without_url(&e.to_string(), url, &redact_url(url)),
+            Transport::Stdio { .. } => e.to_string(),
+        };
         Failure::Failed(if closed {
             format!(
                 "MCP server '{}' stopped during the call (it crashed or closed the connection); the next call starts it again",
@@ -413,4 +433,38 @@ impl Drop for InUse {
         u.0 = u.0.saturating_sub(1);
         u.1 = Instant::now();
     }
+}
+
+/// A URL as messages show it: no credentials, query or fragment (they may
+/// hold a key; sessions read these messages).
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("");
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{host}{port}{}", u.scheme(), u.path())
+        }
+        Err(_) => "the server's URL".into(),
+    }
+}
+
+/// `text` with the URL (and its query, alone) replaced by its redacted form.
+fn without_url(text: &str, url: &str, shown: &str) -> String {
+    let mut out = text.replace(url, shown);
+    if let Ok(u) = url::Url::parse(url) {
+        // Libraries print URLs normalised: that form too, and the pieces.
+        out = out.replace(u.as_str(), shown);
+        for secret in [u.query(), u.fragment(), u.password()]
+            .into_iter()
+            .flatten()
+        {
+            if !secret.is_empty() {
+                out = out.replace(secret, "…");
+            }
+        }
+        if !u.username().is_empty() {
+            out = out.replace(u.username(), "…");
+        }
+    }
+    out
 }

@@ -6,6 +6,7 @@
 //! and, of those, only the allowed tools.
 
 mod child;
+pub use child::SpawnRules;
 pub mod config;
 mod connection;
 pub mod contain;
@@ -49,10 +50,16 @@ pub enum CallOutcome {
     Failure(Failure),
 }
 
+/// Checks that the servers file still lies where no session can reach it
+/// (run again before a reload).
+pub type PlaceCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 struct Shared {
     config: RwLock<Arc<UpstreamConfig>>,
     path: Option<PathBuf>,
     limits: Limits,
+    place_check: PlaceCheck,
+    rules: Arc<child::SpawnRules>,
 }
 
 /// Every tenant's upstream connections.
@@ -68,17 +75,32 @@ impl std::fmt::Debug for Upstreams {
 }
 
 impl Upstreams {
-    /// Reads `--mcp-servers` (None: no servers, every call refused with why).
-    pub fn new(path: Option<PathBuf>, limits: Limits) -> Result<Arc<Self>, String> {
+    /// Reads `--mcp-servers` (None: no servers, every call refused with
+    /// why). Servers never run from (nor with PATH entries in) `writable`,
+    /// what sessions can write; relative paths are the file's directory's.
+    pub fn new(
+        path: Option<PathBuf>,
+        limits: Limits,
+        writable: crate::sandbox::paths::Writable,
+        place_check: PlaceCheck,
+    ) -> Result<Arc<Self>, String> {
         let config = match &path {
             Some(p) => UpstreamConfig::read(p)?,
             None => UpstreamConfig::default(),
         };
+        let base_dir = path
+            .as_deref()
+            .and_then(|p| std::path::absolute(p).ok())
+            .and_then(|p| p.canonicalize().ok())
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("/"));
         let upstreams = Arc::new(Upstreams {
             shared: Arc::new(Shared {
                 config: RwLock::new(Arc::new(config)),
                 path,
                 limits,
+                place_check,
+                rules: Arc::new(child::SpawnRules { writable, base_dir }),
             }),
             tenants: Mutex::new(HashMap::new()),
         });
@@ -134,6 +156,7 @@ impl Upstreams {
         let Some(path) = &self.shared.path else {
             return Ok("no --mcp-servers file".into());
         };
+        (self.shared.place_check)()?;
         let config = Arc::new(UpstreamConfig::read(path)?);
         *self
             .shared
@@ -173,8 +196,12 @@ impl Upstreams {
 
 /// Starts `spec`'s server, lists its tools and ends it (`ferrepl doctor`):
 /// its tools' names with whether code may call each, or why not.
-pub async fn probe(spec: &ServerSpec, within: Duration) -> Result<Vec<(String, bool)>, String> {
-    let conn = Connection::new(Arc::new(spec.clone()), 16 << 20);
+pub async fn probe(
+    spec: &ServerSpec,
+    rules: child::SpawnRules,
+    within: Duration,
+) -> Result<Vec<(String, bool)>, String> {
+    let conn = Connection::new(Arc::new(spec.clone()), 16 << 20, Arc::new(rules));
     let listed = tokio::time::timeout(within, conn.tools()).await;
     conn.stop().await;
     match listed {
@@ -280,6 +307,7 @@ impl TenantUpstreams {
                 .max_result_bytes
                 .saturating_mul(2)
                 .max(1 << 20),
+            self.shared.rules.clone(),
         ));
         conns.insert(server.to_string(), conn.clone());
         Ok(conn)

@@ -20,6 +20,36 @@ use crate::upstream::{CallOutcome, Failure, ProgressSink, TenantUpstreams};
 pub(super) struct Calls {
     in_flight: HashMap<u64, InFlight>,
     cell: CellCalls,
+    /// Since when some call has been in flight (time waiting on upstream
+    /// servers counts once however many calls overlap).
+    busy_since: Option<Instant>,
+}
+
+impl Calls {
+    fn add(&mut self, id: u64, call: InFlight) {
+        if self.in_flight.is_empty() {
+            self.busy_since = Some(Instant::now());
+        }
+        self.in_flight.insert(id, call);
+    }
+
+    fn remove(&mut self, id: u64) -> Option<InFlight> {
+        let call = self.in_flight.remove(&id);
+        if call.is_some() && self.in_flight.is_empty() {
+            self.settle_busy();
+        }
+        call
+    }
+
+    /// Counts the time some call was in flight into the current cell.
+    fn settle_busy(&mut self) {
+        if let Some(since) = self.busy_since.take() {
+            self.cell.seconds += since.elapsed().as_secs_f64();
+        }
+        if !self.in_flight.is_empty() {
+            self.busy_since = Some(Instant::now());
+        }
+    }
 }
 
 struct InFlight {
@@ -34,7 +64,8 @@ struct InFlight {
 pub struct CellCalls {
     pub count: u64,
     pub failed: u64,
-    /// Time spent waiting on upstream servers, summed over the calls.
+    /// Time some call was waiting on an upstream server (overlapping calls
+    /// count once).
     pub seconds: f64,
 }
 
@@ -50,7 +81,7 @@ impl CellCalls {
             String::new()
         };
         Some(format!(
-            "Tool calls: {}{failed}, {:.2} s upstream.",
+            "Tool calls: {}{failed}, {:.2} s waiting on servers.",
             self.count, self.seconds
         ))
     }
@@ -59,14 +90,18 @@ impl CellCalls {
 impl Worker {
     /// The current cell's calls so far, reset for the next cell.
     pub fn take_cell_calls(&self) -> CellCalls {
-        std::mem::take(&mut self.lock().calls.cell)
+        let mut st = self.lock();
+        st.calls.settle_busy();
+        std::mem::take(&mut st.calls.cell)
     }
 
     /// Ends every call in flight (the worker is gone or its cell ended).
     pub(super) fn cancel_calls(&self) {
-        for (_, call) in self.lock().calls.in_flight.drain() {
+        let mut st = self.lock();
+        for (_, call) in st.calls.in_flight.drain() {
             call.cancel.cancel();
         }
+        st.calls.settle_busy();
     }
 
     /// The latest progress an upstream tool reported on a call in flight:
@@ -94,7 +129,8 @@ impl Worker {
         match ev.op.as_str() {
             "servers" => self.reply_upstream(ev.id, Ok(Reply::Data(json!(upstreams.servers())))),
             "cancel" => {
-                if let Some(call) = self.lock().calls.in_flight.remove(&ev.id) {
+                let removed = self.lock().calls.remove(ev.id);
+                if let Some(call) = removed {
                     call.cancel.cancel();
                 }
             }
@@ -123,6 +159,16 @@ impl Worker {
                     ))),
                 );
             }
+            if st.calls.in_flight.contains_key(&ev.id) {
+                drop(st);
+                return self.reply_upstream(
+                    ev.id,
+                    Err(Failure::Refused(
+                        "a tool call with this id is in flight already; each call needs its own id"
+                            .into(),
+                    )),
+                );
+            }
             if is_call {
                 if st.calls.cell.count >= limits.max_cell_calls {
                     drop(st);
@@ -141,7 +187,7 @@ impl Worker {
                 ev.server.as_deref().unwrap_or(""),
                 ev.tool.as_deref().unwrap_or("")
             );
-            st.calls.in_flight.insert(
+            st.calls.add(
                 ev.id,
                 InFlight {
                     cancel: token.clone(),
@@ -152,7 +198,6 @@ impl Worker {
         }
         let worker = self.clone();
         tokio::spawn(async move {
-            let started = Instant::now();
             let server = ev.server.unwrap_or_default();
             let work = async {
                 if is_call {
@@ -184,12 +229,9 @@ impl Worker {
             };
             {
                 let mut st = worker.lock();
-                st.calls.in_flight.remove(&ev.id);
-                if is_call {
-                    st.calls.cell.seconds += started.elapsed().as_secs_f64();
-                    if !matches!(outcome, Some(Ok(Reply::Data(_)))) {
-                        st.calls.cell.failed += 1;
-                    }
+                st.calls.remove(ev.id);
+                if is_call && !matches!(outcome, Some(Ok(Reply::Data(_)))) {
+                    st.calls.cell.failed += 1;
                 }
             }
             // A cancelled call gets no answer: the code stopped waiting.

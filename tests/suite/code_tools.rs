@@ -268,7 +268,7 @@ print(json.dumps({"said": said, "total": total, "kinds": [type(b).__name__ for b
     );
     let note = calls_note(&out).unwrap_or_else(|| panic!("no tool calls note: {out:#?}"));
     assert!(
-        note.starts_with("Tool calls: 4, 1 failed, ") && note.ends_with(" s upstream."),
+        note.starts_with("Tool calls: 4, 1 failed, ") && note.ends_with(" s waiting on servers."),
         "{note}"
     );
     assert_eq!(up.count("started"), 1, "one server process for every call");
@@ -996,4 +996,24 @@ async fn a_rebuild_skips_cells_that_called_tools() {
         "the rebuild did not call the tool again: {}",
         log_text(&up.log())
     );
+}
+
+#[tokio::test]
+async fn the_next_call_after_a_crash_starts_the_upstream_again() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "own": up.own() }));
+    let server = start(&file, &[]).await;
+    let crashed = run(
+        &server,
+        r#"print(json.dumps(caught(ferrepl.call, "own", "crash")))"#,
+    )
+    .await;
+    assert_caught(&printed(&crashed), "UpstreamError", &["own"]);
+    let next = run(
+        &server,
+        r#"print(json.dumps(caught(ferrepl.call, "own", "echo", text="back")))"#,
+    )
+    .await;
+    assert_eq!(printed(&next), json!(["ok", "back"]), "{next:#?}");
+    assert_eq!(up.count("started"), 2, "{}", log_text(&up.log()));
 }
