@@ -44,6 +44,9 @@ CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 # Upstream MCP servers sessions' code calls in the tests (--mcp-servers).
 UPSTREAM_NPM_REQS="@modelcontextprotocol/server-everything@2026.8.31"
 UPSTREAM_PY_REQS="mcp-server-time==2026.10.19 mcp==2.3.0"
+# The viewer's browser check (tests/viewer/browser_check.py): Selenium
+# driving Debian's chromium through its chromedriver, with the MCP SDK.
+VIEWER_REQS="selenium==4.52.0 mcp==2.3.0"
 
 # A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
 # (with the venv's python as its first word); made again only when REQS change.
@@ -89,6 +92,9 @@ fi
 if ! command -v nginx >/dev/null 2>&1 && ! [[ -x /usr/sbin/nginx ]]; then
     DEBS="$DEBS nginx-light"
 fi
+if ! [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
+    DEBS="$DEBS chromium chromium-driver"
+fi
 install_system_packages() {
     if [[ -z "$DEBS" ]]; then return; fi
     if command -v apt-get >/dev/null 2>&1; then
@@ -131,6 +137,7 @@ in_background "node packages" npm_with node "$NODE_REQS"
 in_background "the conformance suite" npm_with conformance "$CONFORMANCE_REQS"
 in_background "the npm upstream servers" npm_with upstreams-npm "$UPSTREAM_NPM_REQS"
 in_background "the upstreams venv" venv_with upstreams-venv "$UPSTREAM_PY_REQS"
+in_background "the viewer venv" venv_with viewer-venv "$VIEWER_REQS"
 in_background "system packages" install_system_packages
 failed=0
 for i in "${!pids[@]}"; do

@@ -59,6 +59,26 @@ pub struct Config {
     #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 
+    /// Serve a live, read-only view of the sessions for a person's browser on ADDR (e.g.
+    /// 127.0.0.1:8765; port 0 picks one), its own listener. The URL is printed on stderr.
+    #[arg(long, env = "FERREPL_VIEWER", value_name = "ADDR")]
+    pub viewer: Option<SocketAddr>,
+
+    /// The viewer's tokens (the format of --auth-token-file: one bare token, or "TOKEN TENANT"
+    /// lines); each tenant's viewer sees only its own sessions. Needed off loopback and with
+    /// tenants.
+    #[arg(long, env = "FERREPL_VIEWER_TOKENS", value_name = "FILE")]
+    pub viewer_tokens: Option<PathBuf>,
+
+    /// Browsers the viewer serves live updates to at once.
+    #[arg(
+        long,
+        env = "FERREPL_VIEWER_MAX_CLIENTS",
+        value_name = "N",
+        default_value_t = 16
+    )]
+    pub viewer_max_clients: usize,
+
     /// HTTP mode: on SIGTERM, seconds running cells get to finish and their results to be
     /// collected before the exit (a second SIGTERM exits at once).
     #[arg(

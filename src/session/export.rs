@@ -19,6 +19,7 @@ pub(super) struct KeptResult {
     pub stdout: String,
     pub stderr: String,
     pub value: Option<String>,
+    pub error: Option<crate::worker::protocol::PyError>,
     /// (mime, base64).
     pub images: Vec<(String, String)>,
 }
@@ -53,6 +54,7 @@ impl KeptResults {
             stdout: report.output.stdout.clone(),
             stderr: report.output.stderr.clone(),
             value: report.value.clone(),
+            error: report.error.clone(),
             images: report
                 .images
                 .shown
@@ -70,7 +72,7 @@ impl KeptResults {
         }
     }
 
-    fn get(&self, cell: u64) -> Option<&KeptResult> {
+    pub(super) fn get(&self, cell: u64) -> Option<&KeptResult> {
         self.items.iter().rev().find(|k| k.cell == cell)
     }
 }
@@ -103,6 +105,25 @@ impl SessionManager {
         let sess = self.existing(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
+        export_branch(&sess, &st, name, cell, format)
+    }
+}
+
+/// The current branch of a session as a notebook (the viewer's download).
+pub(super) fn notebook_of(sess: &Session, st: &SessionState) -> String {
+    export_branch(sess, st, &sess.name, None, ExportFormat::Ipynb)
+        .map(|e| e.text)
+        .unwrap_or_default()
+}
+
+fn export_branch(
+    sess: &Session,
+    st: &SessionState,
+    name: &str,
+    cell: Option<u64>,
+    format: ExportFormat,
+) -> Result<Export, SessionError> {
+    {
         let chain: Vec<durable::PathCell> = match cell {
             Some(id) => st.chain_to(id).map(|(c, _)| c).ok_or_else(|| {
                 SessionError::Invalid(format!(
@@ -116,8 +137,8 @@ impl SessionManager {
         let skipped = skipped.into_iter().map(|c| c.id).collect();
         let cells: Vec<u64> = ok.iter().map(|c| c.id).collect();
         let text = match format {
-            ExportFormat::Py => script(&sess, &ok),
-            ExportFormat::Ipynb => notebook(&sess, &ok, &st.kept),
+            ExportFormat::Py => script(sess, &ok),
+            ExportFormat::Ipynb => notebook(sess, &ok, &st.kept),
         };
         Ok(Export {
             text,

@@ -20,6 +20,7 @@ pub mod report;
 mod resume;
 mod source;
 mod stored;
+pub mod view;
 
 use cells::RunningCell;
 pub use durable::{Durability, ranges as id_ranges};
