@@ -281,11 +281,16 @@ impl Connection {
                     tools: None,
                 })
             }
+            #[cfg(not(target_os = "linux"))]
             Transport::Http { url, .. } if url.starts_with("https:") => Err(format!(
-                "{}: this ferrepl has no TLS client; reach an https server through a local TLS proxy (an http:// URL on loopback)",
+                "{}: this build of ferrepl (macOS) has no TLS client; reach an https server through a local TLS proxy (an http:// URL on loopback)",
                 redact_url(url)
             )),
             Transport::Http { url, headers } => {
+                // https: rustls with ring, installed once for the process
+                // (a provider installed before, by anyone, does as well).
+                #[cfg(target_os = "linux")]
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());

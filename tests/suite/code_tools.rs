@@ -1017,3 +1017,147 @@ async fn the_next_call_after_a_crash_starts_the_upstream_again() {
     assert_eq!(printed(&next), json!(["ok", "back"]), "{next:#?}");
     assert_eq!(up.count("started"), 2, "{}", log_text(&up.log()));
 }
+
+/// Runs `openssl` with `args` in `dir`; it must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn an_https_upstream_is_reached_with_the_systems_roots() {
+    // A test CA and a certificate for 127.0.0.1 from it; our upstream over
+    // HTTP behind a TLS front. ferrepl trusts the CA only through
+    // SSL_CERT_FILE (the system's roots, as rustls reads them).
+    let up = Upstreams::new();
+    let dir = up.dir.path();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=ferrepl-test-ca",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write ext.cnf");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+
+    let port_file = dir.join("port");
+    let spec = own_upstream(&["--http", "0", "--port-file", &path_str(&port_file)]);
+    let args: Vec<&str> = spec["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("arg"))
+        .collect();
+    let _own = tokio::process::Command::new(spec["command"].as_str().expect("command"))
+        .args(&args)
+        .env("UPSTREAM_LOG", up.log())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start our upstream over HTTP");
+    let own_port = wait_for_file_line(&port_file, EVENT_TIMEOUT).await;
+    let front_file = dir.join("front-port");
+    let proxy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/tls_proxy.py");
+    let _front = tokio::process::Command::new("python3")
+        .arg(&proxy)
+        .arg(dir.join("srv.pem"))
+        .arg(dir.join("srv.key"))
+        .arg(own_port.trim())
+        .arg(&front_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the TLS front");
+    let front_port = wait_for_file_line(&front_file, EVENT_TIMEOUT).await;
+    let file = up.write(json!({
+        "sec": {"url": format!("https://127.0.0.1:{}/mcp", front_port.trim())},
+    }));
+    let ca = dir.join("ca.pem");
+    let trusted = StdioServer::start_with_env(
+        &["--mcp-servers", &file],
+        &[("SSL_CERT_FILE", ca.to_str().expect("utf-8"))],
+    )
+    .await;
+    let out = run(
+        &trusted,
+        r#"print(json.dumps(caught(ferrepl.call, "sec", "echo", text="over tls")))"#,
+    )
+    .await;
+    assert_eq!(printed(&out), json!(["ok", "over tls"]), "{out:#?}");
+    // Without the CA the certificate is not trusted: no call gets through.
+    let untrusted = start(&file, &[]).await;
+    let out = run(
+        &untrusted,
+        r#"print(json.dumps(caught(ferrepl.call, "sec", "echo", text="x")))"#,
+    )
+    .await;
+    assert_caught(&printed(&out), "UpstreamError", &["sec"]);
+    let log = log_text(&up.log());
+    assert_eq!(
+        log.lines().filter(|l| *l == "called echo").count(),
+        1,
+        "only the call over a trusted connection reached the tool: {log}"
+    );
+}
