@@ -21,9 +21,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let tokens = TokenTable::from_config(&cfg)?;
     // Refusals from the flags alone come before anything is started.
     startup::preflight::check(&cfg, &settings.workdir, &tokens)?;
+    let viewer_tokens = crate::viewer::check(&cfg, &tokens)?;
+    let viewer = crate::viewer::bind(&cfg, viewer_tokens).await?;
     let terminal = cfg.http.is_none() && startup::terminal::stdin_is_terminal();
     if terminal {
-        eprint!("{}", startup::terminal::hint());
+        eprint!(
+            "{}",
+            startup::terminal::hint(viewer.as_ref().map(|v| v.url.as_str()))
+        );
+    }
+    if let Some(viewer) = &viewer {
+        eprint!("{}", viewer.announce()?);
     }
     raise_open_files();
     let state_dir = state::StateDir::create()?;
@@ -86,6 +94,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
+    if let Some(viewer) = viewer {
+        viewer.spawn(&cfg, instance.clone(), shutdown.clone());
+    }
     spawn_signal_watch(
         instance.clone(),
         upstreams.clone(),

@@ -6,7 +6,7 @@
 //! started, watched and ended) → `sandbox` (how it is confined); `egress`
 //! and `installer` serve package installs, `files` the file tools. `app`
 //! assembles them from `config`; `metrics` counts what happens in all of
-//! them for Prometheus.
+//! them for Prometheus; `viewer` shows the sessions to a person, read-only.
 
 pub mod app;
 pub mod config;
@@ -28,4 +28,5 @@ pub mod store;
 pub mod tenants;
 pub mod units;
 pub mod upstream;
+pub mod viewer;
 pub mod worker;

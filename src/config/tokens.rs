@@ -120,6 +120,17 @@ impl TokenTable {
         self.entries.is_empty()
     }
 
+    /// The tenants the tokens stand for, each once.
+    pub fn tenants(&self) -> Vec<Tenant> {
+        let mut out: Vec<Tenant> = Vec::new();
+        for (_, t) in &self.entries {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+
     /// Whether some token stands for `tenant`.
     pub fn has(&self, tenant: &Tenant) -> bool {
         self.entries.iter().any(|(_, t)| t == tenant)

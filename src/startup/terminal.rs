@@ -13,8 +13,8 @@ pub fn stdin_is_terminal() -> bool {
 }
 
 /// A few lines for that person: what this is, how to connect a client, and
-/// how to leave.
-pub fn hint() -> String {
+/// how to leave; with `--viewer`, where the live view is.
+pub fn hint(viewer: Option<&str>) -> String {
     const INDENT: &str = "                                    ";
     let mut names: Vec<String> = Client::ALL
         .iter()
@@ -36,6 +36,9 @@ pub fn hint() -> String {
         width += name.len();
         clients.push_str(&name);
     }
+    let viewer = viewer
+        .map(|url| format!("Live view of the sessions in a browser: {url}\n"))
+        .unwrap_or_default();
     format!(
         "\
 ferrepl is an MCP server: it now waits for an MCP client on stdin. Agents start it
@@ -43,7 +46,7 @@ themselves once it is in their configuration:
   ferrepl install --client CLIENT   {clients}
   ferrepl doctor                    check this machine first
   ferrepl --help                    every option (--http ADDR serves HTTP instead)
-Ctrl-D or Ctrl-C exits.
+{viewer}Ctrl-D or Ctrl-C exits.
 "
     )
 }
@@ -54,7 +57,7 @@ mod tests {
 
     #[test]
     fn the_hint_names_every_client_and_the_way_out() {
-        let hint = hint();
+        let hint = hint(None);
         for client in Client::ALL {
             assert!(hint.contains(client.name()), "{hint}");
         }
@@ -69,5 +72,9 @@ mod tests {
         }
         assert!(hint.lines().count() <= 8, "{hint}");
         assert!(hint.lines().all(|l| l.len() <= 90), "{hint}");
+        let with_viewer = super::hint(Some("http://127.0.0.1:8765/"));
+        assert!(
+            with_viewer.contains("Live view of the sessions in a browser: http://127.0.0.1:8765/")
+        );
     }
 }

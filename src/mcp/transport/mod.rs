@@ -3,6 +3,6 @@
 
 pub mod http;
 mod json_reply;
-mod listener;
-mod probes;
+pub mod listener;
+pub mod probes;
 pub mod stdio;

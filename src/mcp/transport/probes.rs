@@ -15,13 +15,13 @@ use crate::config::Config;
 use crate::tenants::Tenant;
 
 /// The Host names and browser Origins the main listener accepts.
-pub(super) struct OriginRules {
+pub struct OriginRules {
     pub(super) hosts: Vec<String>,
     pub(super) origins: Vec<String>,
 }
 
 impl OriginRules {
-    pub(super) fn new(cfg: &Config) -> Self {
+    pub fn new(cfg: &Config) -> Self {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
             .map(String::from)
             .to_vec();
@@ -82,7 +82,9 @@ pub(super) async fn check_host_and_origin(
     next.run(req).await
 }
 
-fn refuse_host_or_origin(
+/// Why a request's Host or Origin is refused (the viewer's listener
+/// applies the same rules).
+pub fn refuse_host_or_origin(
     rules: &OriginRules,
     headers: &axum::http::HeaderMap,
 ) -> Option<&'static str> {

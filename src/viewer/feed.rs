@@ -1,0 +1,250 @@
+//! Server-sent events: the sessions and jobs of a tenant, and one
+//! session's branch (its cells, then each new one, the running cell's
+//! output as it comes, state changes). Each stream is a task of its own
+//! that looks at the session briefly and waits on its watch channels (and a
+//! one-second tick), so a viewer never holds a session; its events go
+//! through a small queue, and a viewer that stops reading is dropped when
+//! the queue stays full, never slowing a cell. A finished cell's event id
+//! is its number: a reconnect (Last-Event-ID) gets the cells after it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::routes::{BranchQuery, listing, text};
+use super::{Viewer, valid_name};
+use crate::config::tokens::Tenant;
+use crate::session::view::RunningView;
+
+/// Cells per history page (an event each page's cells).
+pub(super) const PAGE: usize = 20;
+/// Events queued for one viewer.
+const QUEUE: usize = 16;
+/// A viewer whose queue stays full this long is dropped.
+const STALL: Duration = Duration::from_secs(10);
+/// Changes closer together than this go out as one.
+const COALESCE: Duration = Duration::from_millis(150);
+const TICK: Duration = Duration::from_secs(1);
+
+struct Out {
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Out {
+    /// Queues an event; false when the viewer is gone or stalled.
+    async fn send(&self, event: &str, id: Option<u64>, data: &impl Serialize) -> bool {
+        let json = serde_json::to_string(data).unwrap_or_else(|_| "null".into());
+        let mut frame = String::with_capacity(json.len() + 32);
+        if let Some(id) = id {
+            frame.push_str(&format!("id: {id}\n"));
+        }
+        frame.push_str(&format!("event: {event}\ndata: {json}\n\n"));
+        self.tx
+            .send_timeout(Bytes::from(frame), STALL)
+            .await
+            .is_ok()
+    }
+}
+
+/// An event-stream response fed by `produce`, holding one of the
+/// --viewer-max-clients permits while it lasts.
+fn stream<F, Fut>(viewer: &Arc<Viewer>, produce: F) -> Response
+where
+    F: FnOnce(Out) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Ok(permit) = viewer.streams.clone().try_acquire_owned() else {
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many viewers are open (--viewer-max-clients)\n",
+        );
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(QUEUE);
+    let work = produce(Out { tx });
+    let shutdown = viewer.shutdown.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        tokio::select! {
+            () = work => {}
+            () = shutdown.cancelled() => {}
+        }
+    });
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// `/events`: the tenant's sessions and jobs whenever they change.
+pub(super) async fn index(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+) -> Response {
+    let v = viewer.clone();
+    stream(&viewer, move |out| async move {
+        let mut last = serde_json::Value::Null;
+        loop {
+            let now = listing(&v, &tenant);
+            if now != last {
+                if !out.send("sessions", None, &now).await {
+                    return;
+                }
+                last = now;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(TICK) => {}
+                () = out.tx.closed() => return,
+            }
+        }
+    })
+}
+
+/// `/events/s/<name>`: the branch (`?head=N`, default the current one).
+pub(super) async fn session(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path(name): Path<String>,
+    Query(q): Query<BranchQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if !valid_name(&name) {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    }
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let v = viewer.clone();
+    stream(&viewer, move |out| {
+        session_feed(v, tenant, name, q.head, after, out)
+    })
+}
+
+#[derive(Serialize)]
+struct PathEvent<'a> {
+    session: &'a str,
+    language: crate::worker::Language,
+    state: &'a str,
+    path: &'a [u64],
+    current: bool,
+}
+
+async fn session_feed(
+    viewer: Arc<Viewer>,
+    tenant: Tenant,
+    name: String,
+    head: Option<u64>,
+    mut after: u64,
+    out: Out,
+) {
+    let mut known: Option<Vec<u64>> = None;
+    let mut state = String::new();
+    let mut running: Option<RunningView> = None;
+    loop {
+        let Some(app) = viewer.app(&tenant) else {
+            let _ = out.send("gone", None, &name).await;
+            return;
+        };
+        let manager = &app.manager;
+        // Subscribed before looking: a change after the look wakes us.
+        let Some((worker_rx, mut session_rx)) = manager.view_watch(&name) else {
+            let _ = out.send("gone", None, &name).await;
+            return;
+        };
+        let Some(now) = manager.view_branch(&name, head, u64::MAX, 0) else {
+            let _ = out.send("gone", None, &name).await;
+            return;
+        };
+        if known.as_deref() != Some(&now.path[..]) {
+            if let Some(old) = &known {
+                // The cells both paths share are with the viewer already.
+                after = old
+                    .iter()
+                    .zip(&now.path)
+                    .take_while(|(a, b)| a == b)
+                    .last()
+                    .map_or(0, |(a, _)| *a);
+            }
+            let event = PathEvent {
+                session: &now.session,
+                language: now.language,
+                state: now.state,
+                path: &now.path,
+                current: now.current,
+            };
+            if !out.send("path", None, &event).await {
+                return;
+            }
+            while let Some(page) = manager.view_branch(&name, head, after, PAGE) {
+                for cell in &page.cells {
+                    after = cell.cell;
+                    if !out.send("cell", Some(cell.cell), cell).await {
+                        return;
+                    }
+                }
+                if page.cells.len() < PAGE {
+                    break;
+                }
+            }
+            known = Some(now.path.clone());
+            state = now.state.to_string();
+        } else if now.state != state {
+            state = now.state.to_string();
+            if !out.send("state", None, &state).await {
+                return;
+            }
+        }
+        if now.current {
+            let live = manager.view_running(&name);
+            let changed = match (&live, &running) {
+                (Some(a), Some(b)) => {
+                    a.cell != b.cell
+                        || a.output_bytes != b.output_bytes
+                        || a.prompt != b.prompt
+                        || a.elapsed_s.floor() != b.elapsed_s.floor()
+                }
+                (None, None) => false,
+                _ => true,
+            };
+            if changed {
+                if !out.send("running", None, &live).await {
+                    return;
+                }
+                running = live;
+            }
+        }
+        drop(app);
+        tokio::select! {
+            () = async {
+                match worker_rx {
+                    Some(mut rx) => {
+                        if rx.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+            _ = session_rx.changed() => {}
+            () = tokio::time::sleep(TICK) => {}
+            () = out.tx.closed() => return,
+        }
+        tokio::time::sleep(COALESCE).await;
+    }
+}

@@ -1,0 +1,285 @@
+// ferrepl's viewer. Everything shown is written by the agent, so it is
+// only ever put in the page as text (textContent, text nodes); no markup
+// is built from data, and links are fixed paths with encoded parts.
+'use strict';
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = shown(String(text));
+  return e;
+}
+
+// Terminal escapes and other controls are shown, not acted on.
+function shown(s) {
+  return s.replace(/\x1b/g, '\u241b').replace(/[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]/g, '\ufffd');
+}
+
+function link(href, text) {
+  const a = el('a', null, text);
+  a.href = href;
+  return a;
+}
+
+function enc(s) { return encodeURIComponent(String(s)); }
+
+function size(n) {
+  if (n === null || n === undefined) return '';
+  if (n < 1024) return n + ' B';
+  if (n < 1048576) return (n / 1024).toFixed(1) + ' KiB';
+  return (n / 1048576).toFixed(1) + ' MiB';
+}
+
+function age(s) {
+  s = Math.floor(s || 0);
+  if (s < 60) return s + ' s';
+  if (s < 3600) return Math.floor(s / 60) + ' min';
+  return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+}
+
+function secs(ms) {
+  if (ms === null || ms === undefined) return '';
+  return ms < 1000 ? Math.round(ms) + ' ms' : (ms / 1000).toFixed(2) + ' s';
+}
+
+function conn(ok) {
+  const c = document.getElementById('conn');
+  if (!c) return;
+  c.textContent = ok ? 'live' : 'reconnecting…';
+  c.className = 'conn ' + (ok ? 'live' : 'down');
+}
+
+// A small highlighter: keywords, strings, comments, numbers. Text nodes only.
+const KEYWORDS = {
+  python: new Set(('False None True and as assert async await break class continue def del elif else ' +
+    'except finally for from global if import in is lambda nonlocal not or pass raise return try ' +
+    'while with yield match case').split(' ')),
+  R: new Set(('if else repeat while function for in next break TRUE FALSE NULL Inf NaN NA ' +
+    'NA_integer_ NA_real_ NA_character_ library require return').split(' ')),
+};
+
+function highlight(pre, code, language) {
+  const kws = KEYWORDS[language] || KEYWORDS.python;
+  const re = /(#[^\n]*)|("""[\s\S]*?(?:"""|$)|'''[\s\S]*?(?:'''|$)|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?)|(\b\d[\d_]*(?:\.\d*)?(?:[eE][+-]?\d+)?\b)|([A-Za-z_][A-Za-z0-9_.]*)/g;
+  let last = 0;
+  let m;
+  while ((m = re.exec(code)) !== null) {
+    if (m.index > last) pre.appendChild(document.createTextNode(shown(code.slice(last, m.index))));
+    let cls = null;
+    if (m[1]) cls = 'com';
+    else if (m[2]) cls = 'str';
+    else if (m[3]) cls = 'num';
+    else if (m[4] && kws.has(m[4])) cls = 'kw';
+    if (cls) pre.appendChild(el('span', cls, m[0]));
+    else pre.appendChild(document.createTextNode(shown(m[0])));
+    last = m.index + m[0].length;
+    if (m[0].length === 0) re.lastIndex++;
+  }
+  if (last < code.length) pre.appendChild(document.createTextNode(shown(code.slice(last))));
+}
+
+// ---- the list of sessions and jobs ----
+
+function indexPage() {
+  const es = new EventSource('/events');
+  es.onopen = () => conn(true);
+  es.onerror = () => conn(false);
+  es.addEventListener('sessions', (ev) => {
+    const data = JSON.parse(ev.data);
+    const body = document.querySelector('#sessions tbody');
+    body.replaceChildren();
+    for (const s of data.sessions) {
+      const tr = el('tr');
+      const name = el('td', 'code');
+      name.appendChild(link('/s/' + enc(s.name), s.name));
+      tr.appendChild(name);
+      tr.appendChild(el('td', null, s.language));
+      tr.appendChild(el('td', 'st-' + s.state.replace(/[^a-z_]/g, ''), s.state));
+      tr.appendChild(el('td', null, s.running_cell === null || s.running_cell === undefined ? '' : 'cell ' + s.running_cell));
+      tr.appendChild(el('td', null, s.cells));
+      tr.appendChild(el('td', null, size(s.memory_bytes)));
+      tr.appendChild(el('td', null, age(s.uptime_s)));
+      body.appendChild(tr);
+    }
+    document.getElementById('no-sessions').hidden = data.sessions.length > 0;
+    const jobs = document.querySelector('#jobs tbody');
+    jobs.replaceChildren();
+    for (const j of data.jobs) {
+      const tr = el('tr');
+      tr.appendChild(el('td', 'code', j.job));
+      tr.appendChild(el('td', 'code', j.command));
+      tr.appendChild(el('td', null, j.status + (j.exit_code !== null && j.exit_code !== undefined ? ' (' + j.exit_code + ')' : '')));
+      tr.appendChild(el('td', null, age(j.age_s)));
+      const out = el('td');
+      out.appendChild(link('/j/' + enc(j.job) + '/output.txt', 'output'));
+      tr.appendChild(out);
+      jobs.appendChild(tr);
+    }
+    document.getElementById('no-jobs').hidden = data.jobs.length > 0;
+  });
+}
+
+// ---- one session's cells ----
+
+function sessionPage() {
+  const name = decodeURIComponent(location.pathname.slice(3));
+  const params = new URLSearchParams(location.search);
+  const head = params.get('head');
+  const headQuery = head && /^\d+$/.test(head) ? '?head=' + head : '';
+  const base = '/s/' + enc(name);
+  document.getElementById('title').textContent = shown(name);
+  document.title = 'ferrepl · ' + shown(name);
+  document.getElementById('download').href = base + '/export.ipynb';
+  const cells = document.getElementById('cells');
+  const running = document.getElementById('running');
+  let language = 'python';
+  let path = [];
+  let es = null;
+
+  function setState(state) {
+    const s = document.getElementById('state');
+    s.textContent = shown(state);
+    s.className = 'badge state st-' + String(state).replace(/[^a-z_]/g, '');
+  }
+
+  function cellNode(c) {
+    const art = el('article', 'cell');
+    art.tabIndex = 0;
+    art.dataset.cell = String(c.cell);
+    const h = el('header');
+    h.appendChild(el('span', 'n', '[' + c.cell + ']'));
+    h.appendChild(el('span', 'st-' + c.status.replace(/[^a-z_]/g, ''), c.status));
+    h.appendChild(el('span', null, secs(c.elapsed_ms)));
+    if (c.parent !== undefined) h.appendChild(el('span', null, 'after cell ' + c.parent));
+    art.appendChild(h);
+    if (c.branches && c.branches.length) {
+      const b = el('div', 'branch', '⑂ the history branches here; other branches: ');
+      c.branches.forEach((id, i) => {
+        if (i) b.appendChild(document.createTextNode(', '));
+        b.appendChild(link(base + '?head=' + Number(id), 'cell ' + id));
+      });
+      art.appendChild(b);
+    }
+    const code = el('pre', 'code');
+    highlight(code, c.code, language);
+    art.appendChild(code);
+    if (!c.kept) {
+      art.appendChild(el('p', 'note', 'This cell\'s output is no longer kept (only recent cells\' outputs are).'));
+    }
+    if (c.stdout) art.appendChild(el('pre', 'out stdout', c.stdout));
+    if (c.stderr) art.appendChild(el('pre', 'out stderr', c.stderr));
+    for (let i = 0; i < c.images; i++) {
+      const img = el('img');
+      img.alt = 'image ' + (i + 1) + ' of cell ' + c.cell;
+      img.src = base + '/cell/' + Number(c.cell) + '/image/' + i;
+      art.appendChild(img);
+    }
+    if (c.value !== undefined) art.appendChild(el('pre', 'out value', c.value));
+    if (c.error) {
+      const tb = (c.error.traceback ? c.error.traceback.replace(/\s+$/, '') + '\n' : '') +
+        c.error.type + ': ' + c.error.message;
+      art.appendChild(el('pre', 'out traceback', tb));
+    }
+    if (c.full_output) {
+      const p = el('p', 'muted');
+      p.appendChild(link(base + '/cell/' + Number(c.cell) + '/output.txt', 'full output as text'));
+      art.appendChild(p);
+    }
+    return art;
+  }
+
+  function order() {
+    const byId = new Map();
+    for (const n of cells.children) byId.set(Number(n.dataset.cell), n);
+    for (const [id, n] of byId) if (!path.includes(id)) n.remove();
+    for (const id of path) {
+      const n = byId.get(id);
+      if (n) cells.appendChild(n);
+    }
+    document.getElementById('empty').hidden = path.length > 0 || !running.hidden;
+  }
+
+  function showRunning(r) {
+    running.replaceChildren();
+    if (!r) { running.hidden = true; order(); return; }
+    running.hidden = false;
+    const h = el('header');
+    h.appendChild(el('span', 'n', '[' + r.cell + ']'));
+    h.appendChild(el('span', r.prompt !== undefined ? 'st-waiting_input' : 'st-running',
+      r.prompt !== undefined ? 'waiting for input' : 'running'));
+    h.appendChild(el('span', null, r.elapsed_s.toFixed(0) + ' s'));
+    h.appendChild(el('span', null, size(r.output_bytes) + ' of output'));
+    running.appendChild(h);
+    const code = el('pre', 'code');
+    highlight(code, r.code, language);
+    running.appendChild(code);
+    if (r.output_tail) {
+      const out = el('pre', 'out stdout live', r.output_tail);
+      running.appendChild(out);
+      out.scrollTop = out.scrollHeight;
+    }
+    if (r.output_bytes > r.output_tail.length) {
+      const p = el('p', 'muted');
+      p.appendChild(link(base + '/cell/' + Number(r.cell) + '/output.txt', 'full output so far as text'));
+      running.appendChild(p);
+    }
+    if (r.prompt !== undefined) running.appendChild(el('p', 'prompt', 'input() asks: ' + r.prompt));
+    order();
+  }
+
+  function connect(fresh) {
+    if (es) es.close();
+    if (fresh) cells.replaceChildren();
+    es = new EventSource('/events/s/' + enc(name) + headQuery);
+    es.onopen = () => conn(true);
+    es.onerror = () => conn(false);
+    es.addEventListener('path', (ev) => {
+      const d = JSON.parse(ev.data);
+      language = d.language === 'r' || d.language === 'R' ? 'R' : 'python';
+      document.getElementById('lang').textContent = shown(d.language);
+      setState(d.state);
+      path = d.path;
+      const note = document.getElementById('branch-note');
+      note.hidden = d.current;
+      if (!d.current) {
+        note.replaceChildren(document.createTextNode('This is another branch of the history, not the one the interpreter holds. '));
+        note.appendChild(link(base, 'Back to the current branch'));
+      }
+      order();
+      // Resumed after a change we missed: start again from the beginning.
+      const have = new Set(Array.from(cells.children, (n) => Number(n.dataset.cell)));
+      const last = Number(es.lastEventId || 0);
+      if (path.some((id) => id <= last && !have.has(id))) connect(true);
+    });
+    es.addEventListener('cell', (ev) => {
+      const c = JSON.parse(ev.data);
+      const node = cellNode(c);
+      const old = cells.querySelector('[data-cell="' + Number(c.cell) + '"]');
+      if (old) old.replaceWith(node); else cells.appendChild(node);
+      order();
+    });
+    es.addEventListener('state', (ev) => setState(JSON.parse(ev.data)));
+    es.addEventListener('running', (ev) => showRunning(headQuery ? null : JSON.parse(ev.data)));
+    es.addEventListener('gone', () => {
+      setState('gone');
+      es.close();
+      conn(false);
+    });
+  }
+  connect(true);
+
+  document.addEventListener('keydown', (ev) => {
+    if (ev.target && (ev.target.tagName === 'INPUT' || ev.target.tagName === 'TEXTAREA')) return;
+    const all = Array.from(document.querySelectorAll('.cell')).filter((n) => !n.hidden);
+    const at = all.indexOf(document.activeElement);
+    if (ev.key === 'j') { (all[at + 1] || all[all.length - 1] || document.body).focus(); ev.preventDefault(); }
+    if (ev.key === 'k') { (all[Math.max(at - 1, 0)] || document.body).focus(); ev.preventDefault(); }
+    if (ev.key === 'g' && !running.hidden) { running.focus(); ev.preventDefault(); }
+  });
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  const page = document.body.dataset.page;
+  if (page === 'index') indexPage();
+  if (page === 'session') sessionPage();
+});

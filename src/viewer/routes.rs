@@ -1,0 +1,367 @@
+//! The viewer's routes: static pages (no data in them), JSON, event
+//! streams, a cell's full output as plain text, images checked to be PNG
+//! or JPEG, the notebook download, and the login. Every response carries
+//! a strict CSP and nosniff; the Host and Origin rules are the MCP
+//! listener's; only GET (and the login's POST) is served.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Form, Path, Query, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine;
+use serde::Deserialize;
+
+use super::{Viewer, auth, feed, valid_name};
+use crate::config::tokens::Tenant;
+
+const INDEX: &str = include_str!("pages/index.html");
+const SESSION: &str = include_str!("pages/session.html");
+const LOGIN: &str = include_str!("pages/login.html");
+const CSS: &str = include_str!("pages/viewer.css");
+const JS: &str = include_str!("pages/viewer.js");
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+/// The login page's form posts to itself.
+const LOGIN_CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+pub(super) fn router(viewer: Arc<Viewer>) -> Router {
+    let open = Router::new()
+        .route(
+            "/viewer.css",
+            get(|| async { asset("text/css; charset=utf-8", CSS) }),
+        )
+        .route(
+            "/viewer.js",
+            get(|| async { asset("text/javascript; charset=utf-8", JS) }),
+        )
+        .route("/login", get(login_page).post(login_form))
+        .layer(DefaultBodyLimit::max(4096));
+    let private = Router::new()
+        .route("/", get(|| async { page(INDEX) }))
+        .route("/s/{name}", get(session_page))
+        .route("/api/sessions", get(sessions))
+        .route("/api/s/{name}", get(branch))
+        .route("/events", get(feed::index))
+        .route("/events/s/{name}", get(feed::session))
+        .route("/s/{name}/cell/{cell}/output.txt", get(cell_text))
+        .route("/s/{name}/cell/{cell}/image/{index}", get(image))
+        .route("/s/{name}/export.ipynb", get(export))
+        .route("/j/{id}/output.txt", get(job_text))
+        .layer(middleware::from_fn_with_state(
+            viewer.clone(),
+            require_login,
+        ));
+    open.merge(private)
+        .layer(middleware::from_fn_with_state(
+            viewer.clone(),
+            check_request,
+        ))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(viewer)
+}
+
+/// Host and Origin as on the MCP listener; a POST must come from a page
+/// of ours (its Origin is required); nothing but GET and that POST.
+async fn check_request(State(viewer): State<Arc<Viewer>>, req: Request, next: Next) -> Response {
+    if let Some(refusal) =
+        crate::mcp::transport::probes::refuse_host_or_origin(&viewer.rules, req.headers())
+    {
+        return text(StatusCode::FORBIDDEN, refusal);
+    }
+    let method = req.method().clone();
+    if method == Method::POST && !req.headers().contains_key(header::ORIGIN) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "a login form comes with its Origin\n",
+        );
+    }
+    if method != Method::GET && method != Method::HEAD && method != Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "the viewer is read-only\n");
+    }
+    next.run(req).await
+}
+
+/// The authenticated tenant, as an extension; a page without a login goes
+/// to the login, anything else gets 401.
+async fn require_login(
+    State(viewer): State<Arc<Viewer>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    match viewer.access.tenant_of(req.headers()) {
+        Some(tenant) => {
+            req.extensions_mut().insert(tenant);
+            next.run(req).await
+        }
+        None if req.uri().path() == "/"
+            || req.uri().path().starts_with("/s/") && !req.uri().path()[3..].contains('/') =>
+        {
+            (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response()
+        }
+        None => text(StatusCode::UNAUTHORIZED, "log in first: /login\n"),
+    }
+}
+
+async fn security_headers(req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    res
+}
+
+pub(super) fn text(status: StatusCode, body: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+fn page(body: &'static str) -> Response {
+    asset("text/html; charset=utf-8", body)
+}
+
+fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, "not found\n")
+}
+
+async fn session_page(Path(name): Path<String>) -> Response {
+    if !valid_name(&name) {
+        return not_found();
+    }
+    page(SESSION)
+}
+
+#[derive(Deserialize)]
+struct LoginQuery {
+    ticket: Option<String>,
+}
+
+/// With a ticket: the login, once; without: the form.
+async fn login_page(State(viewer): State<Arc<Viewer>>, Query(q): Query<LoginQuery>) -> Response {
+    let Some(ticket) = q.ticket else {
+        let mut res = page(LOGIN);
+        res.headers_mut().insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(LOGIN_CSP),
+        );
+        return res;
+    };
+    logged_in(viewer.access.login(Some(&ticket), None))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login_form(State(viewer): State<Arc<Viewer>>, Form(form): Form<LoginForm>) -> Response {
+    logged_in(viewer.access.login(None, Some(&form.token)))
+}
+
+fn logged_in(login: Option<String>) -> Response {
+    match login {
+        Some(id) => (
+            StatusCode::SEE_OTHER,
+            [
+                (header::LOCATION, "/".to_string()),
+                (header::SET_COOKIE, auth::Access::set_cookie(&id)),
+            ],
+        )
+            .into_response(),
+        None => text(
+            StatusCode::FORBIDDEN,
+            "this ticket or token is not valid (a ticket works once, for a few minutes)\n",
+        ),
+    }
+}
+
+/// The sessions and jobs of the caller's tenant, as JSON.
+pub(super) fn listing(viewer: &Viewer, tenant: &Tenant) -> serde_json::Value {
+    let (sessions, jobs) = match viewer.app(tenant) {
+        Some(app) => (
+            serde_json::to_value(app.manager.list()).unwrap_or_default(),
+            serde_json::to_value(app.jobs.list()).unwrap_or_default(),
+        ),
+        None => (serde_json::json!([]), serde_json::json!([])),
+    };
+    serde_json::json!({"tenant": tenant.name(), "sessions": sessions, "jobs": jobs})
+}
+
+async fn sessions(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+) -> Response {
+    axum::Json(listing(&viewer, &tenant)).into_response()
+}
+
+#[derive(Deserialize)]
+pub(super) struct BranchQuery {
+    pub head: Option<u64>,
+    #[serde(default)]
+    pub after: u64,
+    pub limit: Option<usize>,
+}
+
+async fn branch(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path(name): Path<String>,
+    Query(q): Query<BranchQuery>,
+) -> Response {
+    let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&name)) else {
+        return not_found();
+    };
+    let limit = q.limit.unwrap_or(feed::PAGE).clamp(1, feed::PAGE);
+    match app.manager.view_branch(&name, q.head, q.after, limit) {
+        Some(view) => axum::Json(view).into_response(),
+        None => not_found(),
+    }
+}
+
+/// Agent-written text, never rendered: text/plain with nosniff.
+fn plain(bytes: Vec<u8>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CONTENT_DISPOSITION, "inline"),
+        ],
+        bytes,
+    )
+        .into_response()
+}
+
+async fn cell_text(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path((name, cell)): Path<(String, u64)>,
+) -> Response {
+    let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&name)) else {
+        return not_found();
+    };
+    match app.manager.view_cell_text(&name, cell) {
+        Some(bytes) => plain(bytes),
+        None => text(
+            StatusCode::NOT_FOUND,
+            "this cell's full output is no longer kept (--output-keep-cells)\n",
+        ),
+    }
+}
+
+/// The content type of PNG or JPEG bytes, from their signature.
+pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else {
+        None
+    }
+}
+
+async fn image(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path((name, cell, index)): Path<(String, u64, usize)>,
+) -> Response {
+    let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&name)) else {
+        return not_found();
+    };
+    let Some((_, data)) = app.manager.view_image(&name, cell, index) else {
+        return not_found();
+    };
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) else {
+        return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not an image\n");
+    };
+    match image_type(&bytes) {
+        Some(mime) => ([(header::CONTENT_TYPE, mime)], bytes).into_response(),
+        None => text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "only PNG and JPEG images are shown\n",
+        ),
+    }
+}
+
+async fn export(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Response {
+    let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&name)) else {
+        return not_found();
+    };
+    match app.manager.view_export(&name) {
+        Some(doc) => (
+            [
+                (header::CONTENT_TYPE, "application/x-ipynb+json".to_string()),
+                (
+                    header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{name}.ipynb\""),
+                ),
+            ],
+            doc,
+        )
+            .into_response(),
+        None => not_found(),
+    }
+}
+
+async fn job_text(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+) -> Response {
+    let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&id)) else {
+        return not_found();
+    };
+    match app.jobs.output(&id) {
+        Ok((_, bytes, _, _)) => plain(bytes),
+        Err(_) => not_found(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_type;
+
+    #[test]
+    fn only_png_and_jpeg_signatures_are_images() {
+        assert_eq!(image_type(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
+        assert_eq!(image_type(&[0xFF, 0xD8, 0xFF, 0xE0]), Some("image/jpeg"));
+        assert_eq!(image_type(b"<svg onload=alert(1)>"), None);
+        assert_eq!(image_type(b"GIF89a"), None);
+        assert_eq!(image_type(b""), None);
+    }
+}
