@@ -45,8 +45,9 @@ CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 UPSTREAM_NPM_REQS="@modelcontextprotocol/server-everything@2026.8.31"
 UPSTREAM_PY_REQS="mcp-server-time==2026.10.19 mcp==2.3.0"
 # The viewer's browser check (tests/viewer/browser_check.py): Selenium
-# driving Debian's chromium through its chromedriver, with the MCP SDK.
-VIEWER_REQS="selenium==4.52.0 mcp==2.3.0"
+# driving Debian's chromium through its chromedriver, with the MCP SDK
+# (4.52.0 needs a certifi newer than the index has).
+VIEWER_REQS="selenium==4.51.0 mcp==2.3.0"
 
 # A venv at $ENV_DIR/NAME with REQS installed, then COMMAND... run in it
 # (with the venv's python as its first word); made again only when REQS change.
