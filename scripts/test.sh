@@ -44,6 +44,14 @@ FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
 ts_pid=$!
 trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"; rm -rf "$run_tmp"' EXIT
 
+# The viewer in a real browser (chromium through Selenium; ~15 s, mostly
+# waiting on cells), beside the stages below; its output is shown at the end.
+viewer_log="$(mktemp)"
+stage "viewer in a browser (tests/viewer/browser_check.py), in the background"
+FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py >"$viewer_log" 2>&1 &
+viewer_pid=$!
+trap 'kill "$ts_pid" "$viewer_pid" 2>/dev/null || true; rm -f "$ts_log" "$viewer_log"; rm -rf "$run_tmp"' EXIT
+
 stage "R driver scenarios (a real R behind the worker's pipes)"
 python3 scripts/r-driver-harness.py
 
@@ -60,7 +68,7 @@ macos_log="$(mktemp)"
 stage "macOS: the crate still compiles there (Linux-only code behind cfg), in the background"
 bash scripts/macos-check.sh >"$macos_log" 2>&1 &
 macos_pid=$!
-trap 'kill "$ts_pid" "$macos_pid" 2>/dev/null || true; rm -f "$ts_log" "$macos_log"; rm -rf "$run_tmp"' EXIT
+trap 'kill "$ts_pid" "$viewer_pid" "$macos_pid" 2>/dev/null || true; rm -f "$ts_log" "$viewer_log" "$macos_log"; rm -rf "$run_tmp"' EXIT
 
 # Each test in both protocol eras (tests/interop/conftest.py): the legacy
 # one here, the modern one (2026-07-28) beside it; its output follows.
@@ -112,6 +120,15 @@ cat "$ts_log"
 if (( ts_status != 0 )); then
     echo "TypeScript interop tests failed (exit $ts_status)" >&2
     exit "$ts_status"
+fi
+
+stage "viewer in a browser: results"
+viewer_status=0
+wait "$viewer_pid" || viewer_status=$?
+cat "$viewer_log"
+if (( viewer_status != 0 )); then
+    echo "the viewer's browser check failed (exit $viewer_status)" >&2
+    exit "$viewer_status"
 fi
 
 stage "no test server kept its sessions outside its own state directory"

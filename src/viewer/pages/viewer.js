@@ -153,7 +153,7 @@ function sessionPage() {
     if (c.parent !== undefined) h.appendChild(el('span', null, 'after cell ' + c.parent));
     art.appendChild(h);
     if (c.branches && c.branches.length) {
-      const b = el('div', 'branch', '⑂ the history branches here; other branches: ');
+      const b = el('div', 'branch', '→ the history branches here; other branches: ');
       c.branches.forEach((id, i) => {
         if (i) b.appendChild(document.createTextNode(', '));
         b.appendChild(link(base + '?head=' + Number(id), 'cell ' + id));

@@ -1,0 +1,216 @@
+"""The live viewer (--viewer) in a real browser: Debian's chromium driven by
+Selenium through /usr/bin/chromedriver, while the official MCP Python SDK
+runs cells in a ferrepl started over stdio with --viewer 127.0.0.1:0.
+
+Asserted in the DOM: a new cell with its output and value, the output of a
+running cell streaming in, an input() prompt, an image, an error with its
+traceback, a branch marker and the other branch's page, and that what the
+agent writes stays text: <script>, </pre><img onerror>, javascript: links,
+SVG with script, terminal escapes, invalid UTF-8 and a 10 MB output run no
+script (window.__pwned stays undefined, no alert) and show literally.
+Screenshots (session, list, dark theme) go to target/viewer-check/.
+
+    target/test-env/viewer-venv/bin/python tests/viewer/browser_check.py [--readme docs/viewer.png]
+
+Environment: FERREPL_BIN (default target/debug/ferrepl), FERREPL_RICH_PYTHON
+(the sessions' interpreter with matplotlib; default target/test-env/rich).
+"""
+
+import argparse
+import asyncio
+import os
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "target" / "viewer-check"
+BIN = os.environ.get("FERREPL_BIN") or str(ROOT / "target" / "debug" / "ferrepl")
+RICH = os.environ.get("FERREPL_RICH_PYTHON") or str(ROOT / "target" / "test-env" / "rich" / "bin" / "python")
+
+XSS = [
+    "<script>window.__pwned = 1</script>",
+    '</pre><img src=x onerror="window.__pwned = 2">',
+    '<a href="javascript:window.__pwned = 3">click</a>',
+    '<svg xmlns="http://www.w3.org/2000/svg" onload="window.__pwned = 4"><script>window.__pwned = 5</script></svg>',
+]
+
+
+def browser():
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
+                "--disable-dev-shm-usage"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=opts)
+
+
+def wait_for(what, check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as e:  # the DOM changes under us
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def cell_text(driver, n):
+    return driver.execute_script(
+        "const c = document.querySelector('[data-cell=\"' + arguments[0] + '\"]'); return c ? c.innerText : null;", n)
+
+
+def no_script_ran(driver):
+    assert driver.execute_script("return window.__pwned") is None, "an agent's text ran as script"
+    try:
+        alert = driver.switch_to.alert
+        raise AssertionError(f"an alert opened: {alert.text!r}")
+    except NoAlertPresentException:
+        pass
+
+
+async def check(readme):
+    OUT.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrepl-viewer-"))
+    work = tmp / "work"
+    work.mkdir()
+    errlog = open(tmp / "stderr.log", "w+")
+    args = ["--workdir", str(work), "--viewer", "127.0.0.1:0", "--state-dir", str(tmp / "state"), "--tools", "all"]
+    if os.access(RICH, os.X_OK):
+        args += ["--python", RICH]
+    params = StdioServerParameters(command=BIN, args=args, env={"XDG_STATE_HOME": str(tmp / "xdg")})
+    driver = browser()
+    started = time.monotonic()
+    try:
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            url = wait_for("the viewer's URL on stderr", lambda: re.search(
+                r"ferrepl viewer: (http://\S+)", (tmp / "stderr.log").read_text()))
+            base = url.group(1)
+
+            async def run(code, **kw):
+                r = await client.call_tool("python_exec", {"code": code, "wait_s": kw.pop("wait_s", 30), **kw})
+                return "".join(getattr(c, "text", "") for c in r.content)
+
+            await run("x = 41\nprint('hello from cell 1')\nx + 1")
+            driver.get(base + "s/default")
+            wait_for("cell 1", lambda: "hello from cell 1" in (cell_text(driver, 1) or ""))
+            assert "42" in cell_text(driver, 1)
+            # A cell that runs after the page opened arrives by itself.
+            await run("import math\nmath.sqrt(x + 8)")
+            wait_for("cell 2 pushed", lambda: "7.0" in (cell_text(driver, 2) or ""))
+
+            # Streaming: a running cell's output shows before it ends.
+            await run("import time\nfor i in range(8):\n    print('tick', i, flush=True)\n    time.sleep(0.5)",
+                      wait_s=0.3)
+            wait_for("streamed output", lambda: "tick 2" in driver.find_element(By.ID, "running").text)
+            assert "tick 7" not in driver.find_element(By.ID, "running").text
+            await client.call_tool("python_wait", {"wait_s": 30})
+            wait_for("cell 3 finished", lambda: "tick 7" in (cell_text(driver, 3) or ""))
+
+            # input(): the prompt shows.
+            await run("name = input('your name? ')", wait_s=0.5)
+            wait_for("the input prompt", lambda: "your name?" in driver.find_element(By.ID, "running").text)
+            await client.call_tool("python_wait", {"input": "Ada", "wait_s": 10})
+
+            # An image and an error.
+            if os.access(RICH, os.X_OK):
+                await run("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                          "plt.plot([1, 3, 2, 4]); plt.title('a plot'); plt.show()")
+                wait_for("an image", lambda: driver.execute_script(
+                    "const i = document.querySelector('.cell img'); return i && i.complete && i.naturalWidth > 0"))
+            await run("def f():\n    return 1 / 0\nf()")
+            wait_for("the traceback", lambda: "ZeroDivisionError" in driver.find_element(By.ID, "cells").text)
+
+            # The agent's text, hostile.
+            for payload in XSS:
+                await run(f"print({payload!r})\n{payload!r}")
+            await run("print('\\x1b[31mred\\x1b[0m \\x1b]0;title\\x07 done')")
+            await run("import sys\nsys.stdout.flush(); sys.stdout.buffer.write(b'bad \\xff\\xfe bytes\\n'); sys.stdout.flush()")
+            await run("print('y' * 10_000_000)")
+            await run("print('after the flood')")
+            wait_for("the last cell", lambda: "after the flood" in driver.find_element(By.ID, "cells").text, 60)
+            page = driver.find_element(By.ID, "cells").text
+            for payload in XSS:
+                assert payload in page, f"not shown literally: {payload}"
+            assert "\u241b[31mred" in page, "the escape is shown, not acted on"
+            assert "bad \ufffd\ufffd bytes" in page
+            no_script_ran(driver)
+            assert driver.find_elements(By.CSS_SELECTOR, "img[src^='x']") == []
+            # Responsive after the flood: a script answers at once.
+            t = time.monotonic()
+            driver.execute_script("return document.querySelectorAll('.cell').length")
+            assert time.monotonic() - t < 2
+            links = [a.get_attribute("href") for a in driver.find_elements(By.TAG_NAME, "a")]
+            assert not any(h and h.startswith("javascript:") for h in links), links
+
+            driver.save_screenshot(str(OUT / "session.png"))
+            await client.call_tool("shell_exec", {"command": "echo '<b>job</b>'; sleep 30", "wait_s": 0.2})
+
+            # A branch: cell 2 again on cell 1's state.
+            await run("x * 2", parent=1)
+            wait_for("a branch marker", lambda: "branches here" in driver.find_element(By.ID, "cells").text)
+            driver.save_screenshot(str(OUT / "session-end.png"))
+            marker = driver.find_element(By.CSS_SELECTOR, ".branch a")
+            marker.click()
+            wait_for("the other branch", lambda: "another branch" in driver.find_element(By.ID, "branch-note").text)
+            wait_for("its cells", lambda: "7.0" in (cell_text(driver, 2) or ""))
+
+            # The list (with the job, its command as text), the dark theme.
+            driver.get(base)
+            wait_for("the list", lambda: "default" in driver.find_element(By.ID, "sessions").text)
+            wait_for("the job", lambda: "<b>job</b>" in driver.find_element(By.ID, "jobs").text)
+            driver.save_screenshot(str(OUT / "list.png"))
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                   {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+            driver.get(base + "s/default")
+            wait_for("cells in the dark", lambda: "hello from cell 1" in (cell_text(driver, 1) or ""))
+            bg = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+            assert bg != "rgb(251, 251, 250)", bg
+            driver.save_screenshot(str(OUT / "session-dark.png"))
+            no_script_ran(driver)
+            if readme:
+                await readme_shot(run, client, driver, base, readme)
+    finally:
+        driver.quit()
+        errlog.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"viewer browser check: ok in {time.monotonic() - started:.1f} s; screenshots in {OUT}")
+
+
+async def readme_shot(run, client, driver, base, path):
+    """A tidy session for README's picture."""
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    await run("import pandas as pd\ndf = pd.DataFrame({'city': ['Lyon', 'Oslo', 'Quito'], 'temp': [14.2, 6.1, 13.9]})\n"
+              "print(df.describe().loc[['mean', 'max']])\ndf['temp'].mean()", session="analysis")
+    await run("import matplotlib.pyplot as plt\nplt.figure(figsize=(5, 2.4))\nplt.bar(df.city, df.temp)\n"
+              "plt.title('mean temperature'); plt.show()", session="analysis")
+    await run("import time\nfor step in range(100):\n    print(f'fitting step {step}', flush=True)\n    time.sleep(0.2)",
+              session="analysis", wait_s=1.5)
+    driver.set_window_size(1100, 1300)
+    driver.get(base + "s/analysis")
+    wait_for("the picture", lambda: "fitting step" in driver.find_element(By.ID, "running").text)
+    driver.save_screenshot(str(path))
+    await client.call_tool("python_wait", {"session": "analysis", "interrupt": True, "wait_s": 10})
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--readme", type=pathlib.Path, help="also save README's screenshot here")
+    ns = parser.parse_args()
+    if not (os.access("/usr/bin/chromium", os.X_OK) and os.access("/usr/bin/chromedriver", os.X_OK)):
+        sys.exit("no /usr/bin/chromium or /usr/bin/chromedriver: run scripts/test-env.sh")
+    asyncio.run(check(ns.readme))
