@@ -45,17 +45,24 @@ pub use stdio::*;
 pub use wheels::*;
 
 /// A fresh directory that sessions' views would show if it were bound:
-/// under CARGO_TARGET_TMPDIR, unless that lies in /tmp (a checkout made
-/// with `mktemp -d`), of which every session has a private one; then under
-/// the user's ~/.cache.
+/// under CARGO_TARGET_TMPDIR, unless that lies in a place ferrepl hides
+/// from every session (a home, /tmp, /var/tmp, /run: a checkout made with
+/// `mktemp -d` or under ~); then under /var/cache/ferrepl-tests, where it
+/// can be made (as root).
 pub fn visible_outside_dir() -> tempfile::TempDir {
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let base = match std::env::var_os("HOME") {
-        Some(home) if target.starts_with("/tmp") => {
-            std::path::PathBuf::from(home).join(".cache/ferrepl-tests")
-        }
-        _ => target.to_path_buf(),
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let hidden = ["/tmp", "/var/tmp", "/home", "/root", "/run"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .chain(home)
+        .any(|h| target.starts_with(&h));
+    let fallback = std::path::Path::new("/var/cache/ferrepl-tests");
+    let base = if hidden && std::fs::create_dir_all(fallback).is_ok() {
+        fallback
+    } else {
+        std::fs::create_dir_all(target).expect("create CARGO_TARGET_TMPDIR");
+        target
     };
-    std::fs::create_dir_all(&base).expect("create the directory for visible test files");
-    tempfile::tempdir_in(&base).expect("create a visible test directory")
+    tempfile::tempdir_in(base).expect("create a visible test directory")
 }
