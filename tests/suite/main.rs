@@ -60,5 +60,6 @@ mod tasks;
 mod tenants;
 mod terminal;
 mod tool_surface;
+mod viewer;
 mod warm_pool;
 mod workspace;

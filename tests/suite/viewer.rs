@@ -1,0 +1,403 @@
+//! `--viewer` over plain HTTP (raw requests; the browser's side is
+//! tests/viewer/browser_check.py): the security headers, pages without
+//! data, agent text only inside JSON, Host/Origin/method refusals, names
+//! that are paths, huge heads, the client cap, tenants' viewers each seeing
+//! their own sessions, one-time tickets, and a stalled viewer that does not
+//! slow a cell.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use crate::support::{HttpServer, StdioServer, call, http_exchange, path_str, raw_http};
+
+const ALPHA: &str = "alpha-view-token-0123456789";
+const BETA: &str = "beta-view-token-01234567890";
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
+/// The viewer's port, from the line it prints at start.
+fn viewer_port(stderr: &str) -> Option<u16> {
+    let at = stderr.find("ferrepl viewer: http://127.0.0.1:")?;
+    let rest = &stderr[at + "ferrepl viewer: http://127.0.0.1:".len()..];
+    rest.split('/').next()?.parse().ok()
+}
+
+async fn stdio_viewer(extra: &[&str]) -> (StdioServer, u16) {
+    let mut args = vec!["--viewer", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let server = StdioServer::start(&args).await;
+    assert!(
+        server
+            .wait_stderr_contains("ferrepl viewer:", Duration::from_secs(20))
+            .await,
+        "{}",
+        server.stderr_log()
+    );
+    let port = viewer_port(&server.stderr_log()).expect("the viewer's port");
+    (server, port)
+}
+
+fn host(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+async fn get(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+    let h = host(port);
+    let mut headers = vec![("Host", h.as_str())];
+    headers.extend_from_slice(extra);
+    http_exchange(port, "GET", path, &headers, "").await
+}
+
+async fn head_of(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+    let h = host(port);
+    let mut headers = vec![("Host", h.as_str())];
+    headers.extend_from_slice(extra);
+    raw_http(port, "GET", path, &headers, "").await
+}
+
+#[tokio::test]
+async fn pages_carry_no_data_and_every_response_the_security_headers() {
+    let (server, port) = stdio_viewer(&[]).await;
+    server
+        .exec("print('<script>window.__pwned=1</script>')\n'</pre><img src=x onerror=alert(1)>'")
+        .await;
+    for path in [
+        "/",
+        "/s/default",
+        "/api/sessions",
+        "/api/s/default",
+        "/viewer.js",
+    ] {
+        let (status, head) = head_of(port, path, &[]).await;
+        assert_eq!(status, 200, "{path}: {head}");
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            lower.contains(&format!(
+                "content-security-policy: {}",
+                CSP.to_ascii_lowercase()
+            )),
+            "{path}: {head}"
+        );
+        assert!(
+            lower.contains("x-content-type-options: nosniff"),
+            "{path}: {head}"
+        );
+        assert!(
+            lower.contains("referrer-policy: no-referrer"),
+            "{path}: {head}"
+        );
+        assert!(
+            !lower.contains("access-control-allow-origin"),
+            "{path}: {head}"
+        );
+    }
+    let (_, page) = get(port, "/s/default", &[]).await;
+    assert!(
+        !page.contains("__pwned") && !page.contains("onerror"),
+        "{page}"
+    );
+    let (_, api) = head_of(port, "/api/s/default", &[]).await;
+    assert!(
+        api.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{api}"
+    );
+    let (_, body) = get(port, "/api/s/default", &[]).await;
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let cell = &view["cells"][0];
+    assert_eq!(
+        cell["stdout"], "<script>window.__pwned=1</script>\n",
+        "{view}"
+    );
+    assert!(
+        cell["value"]
+            .as_str()
+            .is_some_and(|v| v.contains("<img src=x")),
+        "{view}"
+    );
+    // The full output: text/plain with nosniff.
+    let (status, head) = head_of(port, "/s/default/cell/1/output.txt", &[]).await;
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("text/plain"), "{head}");
+    // The notebook download.
+    let (status, doc) = get(port, "/s/default/export.ipynb", &[]).await;
+    assert_eq!(status, 200);
+    let nb: serde_json::Value = serde_json::from_str(&doc).expect("a notebook");
+    assert_eq!(nb["nbformat"], 4);
+}
+
+#[tokio::test]
+async fn bad_hosts_origins_methods_names_and_heads_are_refused() {
+    let (_server, port) = stdio_viewer(&[]).await;
+    let (status, _) = http_exchange(port, "GET", "/", &[("Host", "evil.example")], "").await;
+    assert_eq!(status, 403, "a foreign Host (DNS rebinding)");
+    let (status, _) = get(port, "/api/sessions", &[("Origin", "http://evil.example")]).await;
+    assert_eq!(status, 403, "a foreign Origin");
+    let h = host(port);
+    let (status, _) = http_exchange(port, "DELETE", "/api/s/default", &[("Host", &h)], "").await;
+    assert!(status == 405 || status == 404, "{status}");
+    let (status, _) = http_exchange(
+        port,
+        "POST",
+        "/login",
+        &[
+            ("Host", &h),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        "token=x",
+    )
+    .await;
+    assert_eq!(status, 403, "a POST without its Origin");
+    for path in [
+        "/api/s/..%2F..%2Fetc%2Fpasswd",
+        "/api/s/%2e%2e",
+        "/s/..%2Fdefault/cell/1/output.txt",
+        "/s/default/cell/1/image/0",
+        "/s/nosuch/export.ipynb",
+        "/j/..%2F..%2Fetc%2Fpasswd/output.txt",
+        "/api/s/a%00b",
+    ] {
+        let (status, body) = get(port, path, &[]).await;
+        assert!(status == 404 || status == 400, "{path}: {status} {body}");
+        assert!(!body.contains("root:"), "{path}: {body}");
+    }
+    // A head far past the bound is not served.
+    let huge = "x".repeat(200_000);
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let req = format!("GET / HTTP/1.1\r\nHost: {h}\r\nX-Big: {huge}\r\n\r\n");
+    let _ = tcp.write_all(req.as_bytes()).await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut buf),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&buf);
+    assert!(!text.starts_with("HTTP/1.1 200"), "{text}");
+    // Still serving.
+    assert_eq!(get(port, "/", &[]).await.0, 200);
+}
+
+#[tokio::test]
+async fn live_streams_are_capped_and_a_stalled_viewer_does_not_slow_a_cell() {
+    let (server, port) = stdio_viewer(&["--viewer-max-clients", "1"]).await;
+    server.exec("x = 1").await;
+    // An event stream that is never read.
+    let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let req = format!(
+        "GET /events/s/default HTTP/1.1\r\nHost: {}\r\n\r\n",
+        host(port)
+    );
+    stalled.write_all(req.as_bytes()).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, _) = head_of(port, "/events", &[]).await;
+    assert_eq!(status, 503, "past --viewer-max-clients");
+    let started = Instant::now();
+    for _ in 0..5 {
+        let out = server
+            .exec("for i in range(20000):\n    print('line', i, 'x' * 200)")
+            .await;
+        assert!(!out.is_error, "{}", out.text);
+    }
+    let quick = Instant::now();
+    server.exec("1 + 1").await;
+    assert!(
+        quick.elapsed() < Duration::from_secs(3),
+        "a cell after the flood took {:?}",
+        quick.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+}
+
+#[tokio::test]
+async fn an_event_stream_gives_the_history_and_resumes_after_last_event_id() {
+    let (server, port) = stdio_viewer(&[]).await;
+    for code in ["a = 1", "b = 2", "c = 3"] {
+        server.exec(code).await;
+    }
+    let read = |last: Option<&'static str>| async move {
+        let h = host(port);
+        let mut headers = vec![("Host", h.clone())];
+        if let Some(l) = last {
+            headers.push(("Last-Event-ID", l.to_string()));
+        }
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let mut req = "GET /events/s/default HTTP/1.1\r\n".to_string();
+        for (k, v) in &headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        tcp.write_all(req.as_bytes()).await.expect("send");
+        let mut buf = vec![0u8; 65536];
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            match tokio::time::timeout(
+                Duration::from_millis(300),
+                tokio::io::AsyncReadExt::read(&mut tcp, &mut buf),
+            )
+            .await
+            {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let all = read(None).await;
+    for id in ["id: 1\n", "id: 2\n", "id: 3\n"] {
+        assert!(all.contains(id), "{all}");
+    }
+    assert!(all.contains("event: path"), "{all}");
+    let resumed = read(Some("2")).await;
+    assert!(resumed.contains("id: 3\n"), "{resumed}");
+    assert!(
+        !resumed.contains("id: 1\n") && !resumed.contains("id: 2\n"),
+        "{resumed}"
+    );
+}
+
+#[tokio::test]
+async fn tenants_viewers_see_their_own_sessions_and_tickets_work_once() {
+    let dir = tempfile::tempdir().expect("dir");
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).expect("write");
+    let server = HttpServer::start(
+        &[
+            "--auth-token-file",
+            path_str(&tokens),
+            "--viewer",
+            "127.0.0.1:0",
+            "--viewer-tokens",
+            path_str(&tokens),
+            "--warm-pool",
+            "0",
+        ],
+        &[],
+    )
+    .await;
+    let log = server.stderr_log();
+    let port = viewer_port(&log).expect("viewer port");
+    let ticket_of = |tenant: &str| {
+        log.lines()
+            .find(|l| l.contains(&format!("(tenant {tenant})")))
+            .and_then(|l| l.split("ticket=").nth(1))
+            .and_then(|t| t.split_whitespace().next())
+            .map(str::to_string)
+            .expect("a ticket")
+    };
+    assert!(
+        !log.contains(ALPHA) && !log.contains(BETA),
+        "no token printed"
+    );
+    // No cookie, a wrong cookie.
+    assert_eq!(get(port, "/api/sessions", &[]).await.0, 401);
+    assert_eq!(head_of(port, "/", &[]).await.0, 303);
+    let wrong = format!("ferrepl_viewer={}", "a".repeat(64));
+    assert_eq!(
+        get(port, "/api/sessions", &[("Cookie", &wrong)]).await.0,
+        401
+    );
+    assert_eq!(get(port, "/events", &[]).await.0, 401);
+    // A ticket, once.
+    let ticket = ticket_of("alpha");
+    let (status, head) = head_of(port, &format!("/login?ticket={ticket}"), &[]).await;
+    assert_eq!(status, 303, "{head}");
+    let cookie_line = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .expect("a cookie");
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie_line.contains(attr), "{cookie_line}");
+    }
+    assert!(!cookie_line.contains(ALPHA) && !cookie_line.contains(&ticket));
+    let alpha_cookie = cookie_line
+        .split_once(':')
+        .map(|(_, v)| v.trim())
+        .and_then(|v| v.split(';').next())
+        .expect("cookie")
+        .to_string();
+    assert_eq!(
+        head_of(port, &format!("/login?ticket={ticket}"), &[])
+            .await
+            .0,
+        403
+    );
+    // Beta logs in with its token through the form.
+    let h = host(port);
+    let origin = format!("http://{h}");
+    let (status, head) = raw_http(
+        port,
+        "POST",
+        "/login",
+        &[
+            ("Host", &h),
+            ("Origin", &origin),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("token={BETA}"),
+    )
+    .await;
+    assert_eq!(status, 303, "{head}");
+    let beta_cookie = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .and_then(|l| l.split_once(':'))
+        .and_then(|(_, v)| v.trim().split(';').next())
+        .expect("cookie")
+        .to_string();
+    // Alpha's session.
+    let alpha = server.connect(Some(ALPHA)).await;
+    call(
+        alpha.peer(),
+        "python_exec",
+        json!({"code": "print('alpha secret')", "session": "secret"}),
+    )
+    .await;
+    let (_, list) = get(port, "/api/sessions", &[("Cookie", &alpha_cookie)]).await;
+    assert!(list.contains("\"secret\""), "{list}");
+    let (_, list) = get(port, "/api/sessions", &[("Cookie", &beta_cookie)]).await;
+    assert!(!list.contains("secret"), "{list}");
+    for path in [
+        "/api/s/secret",
+        "/s/secret/cell/1/output.txt",
+        "/s/secret/export.ipynb",
+    ] {
+        let (status, body) = get(port, path, &[("Cookie", &beta_cookie)]).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(!body.contains("alpha secret"));
+        let (status, body) = get(port, path, &[("Cookie", &alpha_cookie)]).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_viewer_off_loopback_or_with_tenants_needs_viewer_tokens() {
+    let dir = tempfile::tempdir().expect("dir");
+    for args in [vec!["--viewer", "0.0.0.0:0"]] {
+        let out = tokio::process::Command::new(crate::support::server_binary())
+            .args(&args)
+            .arg("--workdir")
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .expect("run");
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--viewer-tokens"), "{err}");
+    }
+}
