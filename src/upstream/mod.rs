@@ -62,6 +62,16 @@ struct Shared {
     rules: Arc<child::SpawnRules>,
 }
 
+impl Shared {
+    /// The servers as last read (a reload swaps them whole).
+    fn config(&self) -> Arc<UpstreamConfig> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
 /// Every tenant's upstream connections.
 pub struct Upstreams {
     shared: Arc<Shared>,
@@ -115,11 +125,7 @@ impl Upstreams {
     }
 
     pub fn config(&self) -> Arc<UpstreamConfig> {
-        self.shared
-            .config
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.config()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -231,11 +237,7 @@ impl std::fmt::Debug for TenantUpstreams {
 
 impl TenantUpstreams {
     fn config(&self) -> Arc<UpstreamConfig> {
-        self.shared
-            .config
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.config()
     }
 
     pub fn limits(&self) -> &Limits {
