@@ -156,6 +156,9 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
         let why = format!("the server would refuse to start: {e:#}");
         report.items.push(item("config", Missing, why));
     }
+    if let Some(addr) = cfg.viewer {
+        report.items.push(viewer_item(&cfg, addr));
+    }
     // The indexes are asked first: they answer while the interpreters run.
     let r = crate::worker::r::resolve(cfg.r.as_deref());
     let mut reaches = vec![(
@@ -201,6 +204,36 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
 
 /// The server's settings (its flags and FERREPL_* variables) with doctor's
 /// own flags over them, and its workspace, read as the server reads them.
+/// `--viewer`: where the live view is served and who may look.
+fn viewer_item(cfg: &Config, addr: std::net::SocketAddr) -> Item {
+    let checked = crate::config::tokens::TokenTable::from_config(cfg)
+        .and_then(|tokens| crate::viewer::check(cfg, &tokens));
+    let port = if addr.port() == 0 {
+        " (port 0: the chosen port is printed at start)"
+    } else {
+        ""
+    };
+    match checked {
+        Ok(Some(_)) => item(
+            "viewer",
+            Good,
+            format!(
+                "http://{addr}/{port}; log in with --viewer-tokens or the one-time link printed at start"
+            ),
+        ),
+        Ok(None) => item(
+            "viewer",
+            Good,
+            format!("http://{addr}/{port}; loopback, no login (single tenant)"),
+        ),
+        Err(e) => item(
+            "viewer",
+            Missing,
+            format!("the server would refuse to start: {e:#}"),
+        ),
+    }
+}
+
 fn settings(server: &Config, opts: &DoctorOptions) -> Result<(Config, PathBuf), String> {
     let mut cfg = server.clone();
     cfg.command = None;
