@@ -73,8 +73,12 @@ fi
 # as a user's own is: a state directory under /tmp changes what sessions see
 # there. Removed afterwards.
 STATE_HOME="$(mktemp -d "$USER_HOME/.ferrepl-test-state.XXXXXX")"
-trap 'rm -rf "$SCRATCH" "$STATE_HOME"' EXIT
-chown "$RUN_USER:$RUN_GROUP" "$STATE_HOME"
+# A directory of the user's own that sessions' views would show if it were
+# bound (tests/suite/support visible_outside_dir): outside the homes, /tmp
+# and /run, which ferrepl hides from every session.
+VISIBLE_DIR="$(mktemp -d /var/cache/ferrepl-tests-user.XXXXXX)"
+trap 'rm -rf "$SCRATCH" "$STATE_HOME" "$VISIBLE_DIR"' EXIT
+chown "$RUN_USER:$RUN_GROUP" "$STATE_HOME" "$VISIBLE_DIR"
 
 # The test binary (and the ferrepl binary it starts, by absolute path).
 TEST_BIN="$(cargo test --quiet --test suite --no-run --message-format=json |
@@ -128,4 +132,5 @@ as_user env -i \
     RUST_BACKTRACE=1 \
     FERREPL_TEST_SERVER_BIN="$BIN_DIR/ferrepl" \
     FERREPL_TEST_STATE_HOME="$STATE_HOME" \
+    FERREPL_TEST_VISIBLE_DIR="$VISIBLE_DIR" \
     "$BIN_DIR/suite" "${TEST_ARGS[@]}" --test-threads 2 -q

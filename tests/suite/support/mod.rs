@@ -48,8 +48,12 @@ pub use wheels::*;
 /// under CARGO_TARGET_TMPDIR, unless that lies in a place ferrepl hides
 /// from every session (a home, /tmp, /var/tmp, /run: a checkout made with
 /// `mktemp -d` or under ~); then under /var/cache/ferrepl-tests, where it
-/// can be made (as root).
+/// can be made (as root), or FERREPL_TEST_VISIBLE_DIR.
 pub fn visible_outside_dir() -> tempfile::TempDir {
+    // scripts/escape-unprivileged.sh gives its user one of its own.
+    if let Some(dir) = std::env::var_os("FERREPL_TEST_VISIBLE_DIR").filter(|d| !d.is_empty()) {
+        return tempfile::tempdir_in(dir).expect("create a visible test directory");
+    }
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let hidden = ["/tmp", "/var/tmp", "/home", "/root", "/run"]
