@@ -12,8 +12,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ENV_DIR="$1"
 
+# `ferrepl install` refuses to name a binary or wheel in a temporary
+# directory (a client could not start it once that is cleaned): a checkout
+# under one (mktemp -d) checks from a place that stays, removed afterwards.
+place="$PWD/target"
+case "$PWD/" in
+    /tmp/* | /var/tmp/* | /dev/shm/* | "${TMPDIR:-/tmp}"/*)
+        place="${XDG_DATA_HOME:-$HOME/.local/share}/ferrepl-wheel-check"
+        mkdir -p "$place"
+        trap 'rm -rf "$place"' EXIT
+        export FERREPL_WHEEL_TOOLS="$place/wheel-tools"
+        ;;
+esac
 wheel="$(FERREPL_WHEEL_PROFILE="${FERREPL_WHEEL_PROFILE:-dev}" bash scripts/wheel.sh)"
-check="$PWD/target/wheel-check"
+if [[ "$place" != "$PWD/target" ]]; then
+    mkdir -p "$place/wheels"
+    cp "$wheel" "$place/wheels/"
+    wheel="$place/wheels/$(basename "$wheel")"
+fi
+check="$place/wheel-check"
 rm -rf "$check"
 python3 -m venv "$check/venv"
 "$check/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index "$wheel"

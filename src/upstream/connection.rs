@@ -287,10 +287,7 @@ impl Connection {
                 redact_url(url)
             )),
             Transport::Http { url, headers } => {
-                // https: rustls with ring, installed once for the process
-                // (a provider installed before, by anyone, does as well).
-                #[cfg(target_os = "linux")]
-                let _ = rustls::crypto::ring::default_provider().install_default();
+                super::ensure_tls();
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());

@@ -23,6 +23,14 @@ pub use config::{ServerSpec, Transport, UpstreamConfig};
 use connection::Connection;
 pub use connection::{Failure, ProgressSink};
 
+/// Installs rustls's ring provider for the process (once; one installed
+/// before, by anyone, does as well). The HTTP client needs one even for
+/// plain http on Linux, where its TLS has no provider of its own.
+pub fn ensure_tls() {
+    #[cfg(target_os = "linux")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The bounds of code's tool calls (`--mcp-*` flags).
 #[derive(Debug, Clone)]
 pub struct Limits {

@@ -103,6 +103,9 @@ impl HttpServer {
         token: Option<&str>,
     ) -> anyhow::Result<Client<H>> {
         let url = format!("http://127.0.0.1:{}{path}", self.port);
+        // The client's TLS (shared with the server's upstream client) has no
+        // provider of its own.
+        ferrepl::upstream::ensure_tls();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url);
         if let Some(token) = token {
             config = config.auth_header(token);
