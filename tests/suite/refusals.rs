@@ -176,3 +176,42 @@ async fn an_http_address_in_use_is_refused_before_any_session_starts() {
         assert!(!stderr.contains(started), "{started}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn an_mcp_servers_file_in_the_workspace_malformed_or_missing_is_refused() {
+    // Code calls tools (issue 33): the file holds the upstreams' tokens and
+    // commands; a typo such as allowTool must not widen the policy.
+    let place = Place::new();
+    let inside = crate::support::upstreams::write_servers_file(
+        place.workdir.path(),
+        serde_json::json!({ "own": {"command": "python3"} }),
+    );
+    let stderr = place.refused(&["--mcp-servers", text(&inside)], &[]).await;
+    assert!(
+        stderr.contains("--mcp-servers") && stderr.contains("lies inside"),
+        "{stderr}"
+    );
+    place.assert_nothing_started(&stderr);
+
+    let outside = tempfile::tempdir().expect("outside");
+    let bad = outside.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"mcpServers": {"a": {"command": "x", "allowTool": ["y"]}}}"#,
+    )
+    .expect("write");
+    let stderr = place.refused(&["--mcp-servers", text(&bad)], &[]).await;
+    assert!(
+        stderr.contains("allowTool"),
+        "the unknown key is named: {stderr}"
+    );
+    place.assert_nothing_started(&stderr);
+
+    let missing = outside.path().join("missing.json");
+    let stderr = place.refused(&["--mcp-servers", text(&missing)], &[]).await;
+    assert!(
+        stderr.contains("missing.json"),
+        "the file is named: {stderr}"
+    );
+    place.assert_nothing_started(&stderr);
+}
