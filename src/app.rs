@@ -86,6 +86,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         uids,
         upstreams: upstreams.clone(),
     };
+    crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
     let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());
     if !instance.tokens().has_tenants() {
         // The sole tenant starts at once: its default session warms up

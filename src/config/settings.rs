@@ -39,6 +39,17 @@ pub struct HttpLimits {
     pub max_head_bytes: usize,
 }
 
+/// What one named tenant may hold of the instance: by default half of
+/// each instance limit (at least 1), so one tenant at its limit leaves room
+/// for the others.
+#[derive(Debug, Clone, Copy)]
+pub struct Shares {
+    pub sessions: usize,
+    pub jobs: usize,
+    /// Warm-pool interpreters (0 when there is no pool).
+    pub warm_pool: usize,
+}
+
 /// Everything but what start-up has to discover (interpreter, sandbox).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -62,6 +73,25 @@ pub struct Settings {
     /// HTTP: how long running cells get at SIGTERM (None over stdio).
     pub drain: Option<Duration>,
     pub http: HttpLimits,
+    pub shares: Shares,
+}
+
+impl Shares {
+    fn from_config(cfg: &Config) -> Self {
+        let half = |n: usize| (n / 2).max(1);
+        let pool = usize::from(cfg.warm_pool);
+        Self {
+            sessions: cfg
+                .tenant_max_sessions
+                .unwrap_or(half(cfg.max_sessions))
+                .max(1),
+            jobs: cfg.tenant_max_jobs.unwrap_or(half(cfg.max_jobs)).max(1),
+            warm_pool: match pool {
+                0 => 0,
+                _ => cfg.tenant_warm_pool.unwrap_or(half(pool)).min(pool),
+            },
+        }
+    }
 }
 
 impl Settings {
@@ -82,6 +112,7 @@ impl Settings {
             max_wait: seconds(cfg.max_wait, "--max-wait")?,
             start_timeout: seconds(cfg.start_timeout, "--start-timeout")?,
             max_sessions: cfg.max_sessions.max(1),
+            sessions_share: false,
             inspect_timeout: Duration::from_secs(10),
             crash_grace: Duration::from_millis(500),
             interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
@@ -120,7 +151,37 @@ impl Settings {
                 max_per_peer: cfg.http_max_connections_per_peer,
                 max_head_bytes: 64 * 1024,
             },
+            shares: Shares::from_config(cfg),
         })
+    }
+
+    /// The limits `/metrics` reports (`ferrepl_limit{limit}`), named as
+    /// their flags; the shares only where there are tenants.
+    pub fn limit_gauges(&self, tenants: bool) -> Vec<(&'static str, u64)> {
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        let mut out = vec![
+            ("max_sessions", n(self.limits.max_sessions)),
+            ("max_jobs", n(self.max_jobs)),
+            ("warm_pool", n(self.limits.warm_pool)),
+            ("http_max_connections", n(self.http.max_connections)),
+            ("http_max_connections_per_peer", n(self.http.max_per_peer)),
+            (
+                "http_header_timeout_seconds",
+                self.http.header_timeout.as_secs(),
+            ),
+            (
+                "http_idle_timeout_seconds",
+                self.http.idle_timeout.as_secs(),
+            ),
+        ];
+        if tenants {
+            out.extend([
+                ("tenant_max_sessions", n(self.shares.sessions)),
+                ("tenant_max_jobs", n(self.shares.jobs)),
+                ("tenant_warm_pool", n(self.shares.warm_pool)),
+            ]);
+        }
+        out
     }
 
     /// How session interpreters are started.

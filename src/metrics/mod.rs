@@ -243,6 +243,7 @@ struct Metrics {
     admission_refusals: Family<Label, Counter>,
     jobs_started: Family<Label, Counter>,
     http_refusals: Family<Label, Counter>,
+    limits: Family<Label, Gauge>,
 }
 
 fn call_histogram() -> Histogram {
@@ -322,12 +323,18 @@ impl Metrics {
         );
         let admission_refusals = family(
             "admission_refusals",
-            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, disk_full: --tenant-disk, revoked: the tenant's tokens removed)",
+            "New sessions, cells or jobs refused (draining, instance_full: --max-sessions, jobs_full: --max-jobs, tenant_sessions_full and tenant_jobs_full: a tenant's share, disk_full: --tenant-disk, revoked: the tenant's tokens removed)",
         );
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
         let http_refusals = family(
             "http_refusals",
             "HTTP connections refused or closed before a request was served (max_connections, per_peer, header_timeout, idle_timeout, body_timeout)",
+        );
+        let limits = register(
+            &mut r,
+            "limit",
+            "Limits this server enforces, named as their flags (tenant_*: each tenant's share; *_seconds: timeouts; 0: off)",
+            Family::<Label, Gauge>::default(),
         );
         let tools = RwLock::new(Vec::new());
         let metrics = Metrics {
@@ -344,6 +351,7 @@ impl Metrics {
             admission_refusals,
             jobs_started,
             http_refusals,
+            limits,
         };
         metrics.preset_zeros();
         metrics
@@ -388,6 +396,7 @@ impl Metrics {
                 "instance_full",
                 "jobs_full",
                 "tenant_jobs_full",
+                "tenant_sessions_full",
                 "disk_full",
             ],
         );
@@ -531,6 +540,16 @@ pub fn job_started(kind: JobKind) {
         .jobs_started
         .get_or_create(&[("kind", kind.as_str())])
         .inc();
+}
+
+/// The limits in force, set once at start (`ferrepl_limit{limit}`).
+pub fn set_limits(limits: &[(&'static str, u64)]) {
+    for (name, value) in limits {
+        metrics()
+            .limits
+            .get_or_create(&[("limit", *name)])
+            .set(gauge_value(*value));
+    }
 }
 
 /// What the caller counts for one tenant at scrape time (a tenant is

@@ -82,6 +82,9 @@ pub struct Limits {
     pub max_wait: Duration,
     pub start_timeout: Duration,
     pub max_sessions: usize,
+    /// `max_sessions` is a tenant's share (--tenant-max-sessions), not the
+    /// instance's limit: said in the refusal.
+    pub sessions_share: bool,
     pub inspect_timeout: Duration,
     /// How long the server waits for a dead worker's pipes to drain.
     pub crash_grace: Duration,
@@ -135,9 +138,15 @@ pub enum SessionError {
     #[error("invalid session name '{0}': use 1-64 letters, digits, '_', '-' or '.'")]
     BadName(String),
     #[error(
-        "cannot create session '{name}': the limit of {limit} sessions is reached (--max-sessions, or a tenant's share: --tenant-max-sessions); reuse, reset or delete a session"
+        "cannot create session '{name}': {whose} {limit} sessions, {limit_name}; reuse, reset or delete a session (python_sessions list), or retry later",
+        whose = if *.share { "this tenant holds" } else { "this server holds" },
+        limit_name = if *.share { "its share of the instance (--tenant-max-sessions)" } else { "its limit (--max-sessions)" }
     )]
-    TooMany { name: String, limit: usize },
+    TooMany {
+        name: String,
+        limit: usize,
+        share: bool,
+    },
     #[error("session '{session}': {source}")]
     Worker {
         session: String,

@@ -133,9 +133,15 @@ impl SessionManager {
                 return Ok((s.clone(), false));
             }
             if map.len() >= self.limits.max_sessions {
+                crate::metrics::admission_refusal(if self.limits.sessions_share {
+                    "tenant_sessions_full"
+                } else {
+                    "instance_full"
+                });
                 return Err(SessionError::TooMany {
                     name: name.to_string(),
                     limit: self.limits.max_sessions,
+                    share: self.limits.sessions_share,
                 });
             }
             let new = revived.is_none();

@@ -114,25 +114,15 @@ impl Base {
             sandbox.cgroups = Some(tenant_root);
             cgroup = Some(group);
         }
-        // Each named tenant's share: by default half the instance's, so
-        // one tenant at its limit leaves room for the others.
-        let half = |n: usize| (n / 2).max(1);
+        // Each named tenant's share (config::settings::Shares).
         let mut job_share = usize::MAX;
         if let Tenant::Named(_) = tenant {
-            settings.limits.max_sessions = self
-                .cfg
-                .tenant_max_sessions
-                .unwrap_or(half(self.cfg.max_sessions))
-                .max(1);
-            job_share = self
-                .cfg
-                .tenant_max_jobs
-                .unwrap_or(half(self.cfg.max_jobs))
-                .max(1);
-            let pool = usize::from(self.cfg.warm_pool);
-            if pool > 0 {
-                settings.limits.warm_pool =
-                    self.cfg.tenant_warm_pool.unwrap_or(half(pool)).min(pool);
+            let shares = settings.shares;
+            settings.limits.max_sessions = shares.sessions;
+            settings.limits.sessions_share = true;
+            job_share = shares.jobs;
+            if settings.limits.warm_pool > 0 {
+                settings.limits.warm_pool = shares.warm_pool;
             }
         }
         let sandbox = Arc::new(sandbox);

@@ -527,7 +527,7 @@ async fn the_instance_session_budget_counts_every_tenant() {
 #[tokio::test]
 async fn a_tenant_at_its_share_leaves_the_others_theirs() {
     // Two pooled interpreters over the instance: one each by default.
-    let (_dir, _server, alpha, beta) = two_tenants(&[
+    let (_dir, server, alpha, beta) = two_tenants(&[
         "--tools",
         "all",
         "--max-jobs",
@@ -536,6 +536,8 @@ async fn a_tenant_at_its_share_leaves_the_others_theirs() {
         "4",
         "--warm-pool",
         "2",
+        "--metrics-addr",
+        "127.0.0.1:0",
     ])
     .await;
     let shell = |client: &Client, command: &str| {
@@ -567,14 +569,33 @@ async fn a_tenant_at_its_share_leaves_the_others_theirs() {
         json!({ "code": "3", "session": "third" }),
     )
     .await;
+    // Whose limit: the tenant's share, not the instance's.
     assert!(
-        out.is_error && out.text.contains("--tenant-max-sessions"),
+        out.is_error
+            && out.text.contains("this tenant holds 2 sessions")
+            && out.text.contains("--tenant-max-sessions")
+            && !out.text.contains("--max-sessions"),
         "{out:#?}"
     );
     assert!(
         !exec(&beta, "1").await.is_error,
         "beta still gets a session"
     );
+
+    // The shares and their refusals are in /metrics.
+    let metrics_port = server.metrics_port.expect("the metrics port");
+    let (_, metrics) = get(metrics_port, "/metrics", &[]).await;
+    for line in [
+        r#"ferrepl_limit{limit="max_sessions"} 4"#,
+        r#"ferrepl_limit{limit="tenant_max_sessions"} 2"#,
+        r#"ferrepl_limit{limit="tenant_max_jobs"} 1"#,
+        r#"ferrepl_limit{limit="tenant_warm_pool"} 1"#,
+        r#"ferrepl_limit{limit="http_max_connections"} 4096"#,
+        r#"ferrepl_admission_refusals_total{reason="tenant_sessions_full"} 1"#,
+        r#"ferrepl_admission_refusals_total{reason="tenant_jobs_full"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "no {line} in:\n{metrics}");
+    }
 
     // Installs are jobs: alpha's share holds them too.
     let out = call(
