@@ -51,6 +51,8 @@ pub(super) struct RunningCell {
     pub(super) killed_by_ferrepl: bool,
     /// Calls its code made to upstream MCP servers (a rebuild skips it).
     pub(super) tool_calls: u64,
+    /// What its results returned while it ran, for the kept result.
+    pub(super) early: super::export::EarlyParts,
 }
 
 impl RunningCell {
@@ -236,7 +238,7 @@ impl SessionManager {
         self.record_history(st, code, run.parent);
         if let Some(report) = st.completed.take() {
             self.record_cell(sess, st, &run, &report);
-            st.kept.keep(&report);
+            st.kept.keep(&report, std::mem::take(&mut run.early));
             st.completed = Some(report);
         }
     }
@@ -384,6 +386,7 @@ impl SessionManager {
             stop_notes: Vec::new(),
             killed_by_ferrepl: false,
             tool_calls: 0,
+            early: Default::default(),
         }
     }
 
@@ -548,6 +551,7 @@ impl SessionManager {
                 images: run.images.take(),
                 notes: Vec::new(),
             };
+            run.early.add(&report);
             let notes = std::mem::take(&mut st.notes);
             Some(Ok(report.with_notes_first(notes)))
         })

@@ -37,6 +37,51 @@ impl KeptResult {
     }
 }
 
+/// What a running cell's results returned before it ended (a wait that
+/// ran out, an input() prompt): its result at the end holds only what came
+/// after, and the kept result must hold the whole cell.
+#[derive(Debug, Default)]
+pub(super) struct EarlyParts {
+    stdout: String,
+    stderr: String,
+    images: Vec<(String, String)>,
+    bytes: usize,
+    cut: bool,
+}
+
+/// Where a cell's early results were cut from what is kept.
+const EARLY_CUT: &str = "[earlier output not kept here; the cell's full output has it]\n";
+
+/// Bytes of a cell's early results kept (text and images).
+const MAX_EARLY_BYTES: usize = 4 << 20;
+
+impl EarlyParts {
+    /// Adds a `running`/`waiting_input` result, within [`MAX_EARLY_BYTES`].
+    pub(super) fn add(&mut self, report: &CellReport) {
+        let out = &report.output;
+        for (text, to) in [
+            (&out.stdout, &mut self.stdout),
+            (&out.stderr, &mut self.stderr),
+        ] {
+            if self.bytes + text.len() > MAX_EARLY_BYTES {
+                self.cut = true;
+            } else {
+                to.push_str(text);
+                self.bytes += text.len();
+            }
+        }
+        for image in &report.images.shown {
+            let size = image.mime.len() + image.base64.len();
+            if self.bytes + size > MAX_EARLY_BYTES {
+                self.cut = true;
+            } else {
+                self.images.push((image.mime.clone(), image.base64.clone()));
+                self.bytes += size;
+            }
+        }
+    }
+}
+
 /// Results kept for exports: at most this many bytes per session, the
 /// oldest dropped first (their cells are exported without outputs).
 const MAX_KEPT_BYTES: usize = 32 << 20;
@@ -48,19 +93,35 @@ pub(super) struct KeptResults {
 }
 
 impl KeptResults {
-    pub(super) fn keep(&mut self, report: &CellReport) {
-        let kept = KeptResult {
-            cell: report.cell,
-            stdout: report.output.stdout.clone(),
-            stderr: report.output.stderr.clone(),
-            value: report.value.clone(),
-            error: report.error.clone(),
-            images: report
+    /// Keeps a finished cell's result, after what its earlier results
+    /// returned.
+    pub(super) fn keep(&mut self, report: &CellReport, early: EarlyParts) {
+        let EarlyParts {
+            mut stdout,
+            mut stderr,
+            mut images,
+            cut,
+            ..
+        } = early;
+        if cut {
+            stdout.push_str(EARLY_CUT);
+        }
+        stdout.push_str(&report.output.stdout);
+        stderr.push_str(&report.output.stderr);
+        images.extend(
+            report
                 .images
                 .shown
                 .iter()
-                .map(|i| (i.mime.clone(), i.base64.clone()))
-                .collect(),
+                .map(|i| (i.mime.clone(), i.base64.clone())),
+        );
+        let kept = KeptResult {
+            cell: report.cell,
+            stdout,
+            stderr,
+            value: report.value.clone(),
+            error: report.error.clone(),
+            images,
         };
         self.bytes += kept.size();
         self.items.push_back(kept);

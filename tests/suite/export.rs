@@ -113,3 +113,39 @@ async fn an_r_session_exports_with_its_plots() {
         .unwrap_or_default();
     assert_eq!(printed, "[1] 6\n", "{cells:#?}");
 }
+
+/// A cell whose first result came back while it ran (here at its input()
+/// prompt) is exported whole: the output returned early and the rest.
+#[tokio::test]
+async fn a_cell_returned_while_running_is_exported_whole() {
+    let server = StdioServer::start(&[]).await;
+    let first = server
+        .call(
+            "python_exec",
+            json!({"code": "print('early-part')\nname = input('go? ')\nprint('late-part', name)", "wait_s": 30}),
+        )
+        .await;
+    assert!(
+        first.text.contains("early-part") && first.text.contains("go? "),
+        "{first:#?}"
+    );
+    let rest = server
+        .call("python_wait", json!({"input": "now", "wait_s": 30}))
+        .await;
+    assert!(
+        !rest.is_error && rest.text.contains("late-part now") && !rest.text.contains("early-part"),
+        "{rest:#?}"
+    );
+    let out = export(&server, json!({"path": "whole.ipynb", "format": "ipynb"})).await;
+    assert!(!out.is_error, "{out:#?}");
+    let text = std::fs::read_to_string(server.workdir.path().join("whole.ipynb")).expect("ipynb");
+    let notebook: Value = serde_json::from_str(&text).expect("json");
+    let outputs = notebook["cells"][0]["outputs"].to_string();
+    let early = outputs
+        .find("early-part")
+        .expect("the early output is kept");
+    let late = outputs
+        .find("late-part now")
+        .expect("the later output is kept");
+    assert!(early < late, "{outputs}");
+}
