@@ -85,6 +85,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         gate,
         uids,
         upstreams: upstreams.clone(),
+        viewer_url: viewer.as_ref().map(|v| v.url.clone()),
     };
     crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
     let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());

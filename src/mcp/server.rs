@@ -66,6 +66,8 @@ pub struct AppParts {
     router: ToolRouter<FerreplServer>,
     /// The tenant's MCP tasks, which outlive their connections.
     tasks: Arc<super::tasks::TaskStore>,
+    /// The viewer's address, for python_sessions status (never a token).
+    viewer_url: Option<String>,
 }
 
 impl AppParts {
@@ -103,7 +105,14 @@ impl AppParts {
             structured,
             router,
             tasks: Arc::new(tasks),
+            viewer_url: None,
         }
+    }
+
+    /// Names the viewer (--viewer) in python_sessions status.
+    pub fn with_viewer(mut self, url: Option<String>) -> Self {
+        self.viewer_url = url;
+        self
     }
 }
 
@@ -121,6 +130,7 @@ pub struct FerreplServer {
     /// Per-client: the connection's own sessions, let go when the last
     /// clone of this server (the connection's) is dropped.
     _client: Option<Arc<crate::session::clients::ClientSessions>>,
+    pub(crate) viewer_url: Option<String>,
 }
 
 impl FerreplServer {
@@ -137,6 +147,7 @@ impl FerreplServer {
             tool_router: app.router.clone(),
             tasks: app.tasks.clone(),
             _client: None,
+            viewer_url: app.viewer_url.clone(),
         }
     }
 

@@ -40,6 +40,8 @@ pub struct Base {
     pub uids: Option<Arc<crate::sandbox::uids::TenantUids>>,
     /// The upstream MCP servers sessions' code may call (--mcp-servers).
     pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// The viewer's address (--viewer), named in python_sessions status.
+    pub viewer_url: Option<String>,
 }
 
 /// One tenant's running parts.
@@ -194,7 +196,8 @@ impl Base {
             self.groups.clone(),
             settings.structured,
             &upstream_servers,
-        );
+        )
+        .with_viewer(self.viewer_url.clone());
         Ok(TenantApp {
             tenant: tenant.clone(),
             parts,

@@ -848,6 +848,61 @@ async fn sessions_status_reports_version_limits_groups_and_sessions() {
         "the status lists the sessions: {out:#?}"
     );
     assert!(out.text.contains("max-sessions"), "{:?}", out.text);
+    assert!(
+        !out.text.contains("viewer"),
+        "no viewer runs: {:?}",
+        out.text
+    );
+}
+
+/// With --viewer, the status names its address for the agent to pass on,
+/// and nothing that logs in (the token, the one-time links).
+#[tokio::test]
+async fn sessions_status_names_the_viewer_and_nothing_that_logs_in() {
+    let secrets = tempfile::tempdir().expect("a directory for the token");
+    let token = "status-viewer-token-0123456789abcdef";
+    let file = secrets.path().join("viewer-tokens");
+    std::fs::write(&file, format!("{token}\n")).expect("the viewer token");
+    let server = StdioServer::start(&[
+        "--viewer",
+        "127.0.0.1:0",
+        "--viewer-tokens",
+        file.to_str().expect("utf-8"),
+    ])
+    .await;
+    assert!(
+        server
+            .wait_stderr_contains("login?ticket=", Duration::from_secs(20))
+            .await,
+        "{}",
+        server.stderr_log()
+    );
+    let log = server.stderr_log();
+    let url = log
+        .split("ferrepl viewer: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the viewer's address on stderr");
+    let ticket = log
+        .split("login?ticket=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("a one-time link on stderr");
+    let out = server
+        .call("python_sessions", json!({"action": "status"}))
+        .await;
+    assert!(
+        out.text.contains(&format!("viewer: {url} ")),
+        "{url}: {:?}",
+        out.text
+    );
+    let everything = format!("{}{}", out.text, out.structured);
+    assert!(
+        !everything.contains(token)
+            && !everything.contains(ticket)
+            && !everything.contains("ticket"),
+        "{everything}"
+    );
 }
 
 #[tokio::test]

@@ -104,6 +104,13 @@ impl FerreplServer {
             out.tool_groups.join(", "),
             out.sandbox
         );
+        if let Some(url) = &self.viewer_url {
+            // For the agent to pass on: the person's live view of these
+            // sessions (its login is the person's, never in a result).
+            text.push_str(&format!(
+                "viewer: {url} (a person watches these sessions live there)\n"
+            ));
+        }
         text.push_str("limits:");
         for (k, v) in &out.limits {
             text.push_str(&format!(" {k}={v}"));
