@@ -47,8 +47,11 @@ trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"; rm -rf "$run_tmp"' EX
 # The viewer in a real browser (chromium through Selenium; ~15 s, mostly
 # waiting on cells), beside the stages below; its output is shown at the end.
 viewer_log="$(mktemp)"
-stage "viewer in a browser (tests/viewer/browser_check.py), in the background"
-FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py >"$viewer_log" 2>&1 &
+stage "viewer in a browser (tests/viewer/browser_check.py, then r_check.py), in the background"
+{
+    FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py &&
+        "$ENV_DIR/viewer-venv/bin/python" tests/viewer/r_check.py
+} >"$viewer_log" 2>&1 &
 viewer_pid=$!
 trap 'kill "$ts_pid" "$viewer_pid" 2>/dev/null || true; rm -f "$ts_log" "$viewer_log"; rm -rf "$run_tmp"' EXIT
 
