@@ -272,7 +272,7 @@ fn prepare(args: &[String]) -> Result<(Policy, Vec<CString>), LaunchError> {
     SERVER.store(parent, Ordering::SeqCst);
     #[cfg(target_os = "linux")]
     if policy.mounts.is_some() {
-        super::namespaces::enter_user(policy.identity).map_err(LaunchError::UserNamespace)?;
+        super::userns::enter_user(policy.identity).map_err(LaunchError::UserNamespace)?;
     }
     Ok((policy, program))
 }
@@ -301,7 +301,7 @@ fn join_cgroups(policy: &Policy) -> Result<(), LaunchError> {
 fn clone_pid1(policy: &Policy, program: &[CString], status_pipe: (OwnedFd, OwnedFd)) -> ! {
     let (read_end, write_end) = status_pipe;
     let idmappings = match &policy.mounts {
-        Some(plan) => super::namespaces::idmappings(plan, program_identity(policy))
+        Some(plan) => super::userns::idmappings(plan, program_identity(policy))
             .unwrap_or_else(|e| fail(LaunchError::FileSystemView(e))),
         None => Vec::new(),
     };

@@ -21,6 +21,8 @@ mod relay;
 #[cfg(target_os = "linux")]
 mod seccomp;
 pub mod uids;
+#[cfg(target_os = "linux")]
+mod userns;
 pub mod view;
 pub mod watch;
 

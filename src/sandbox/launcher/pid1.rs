@@ -15,7 +15,7 @@ use super::{
     CHILD, LaunchError, PROGRAM_SIGNALS, close_fds_except, die_with_parent, fail, plain_action,
     term_signals, wait_for,
 };
-use crate::sandbox::{Policy, namespaces, pty, relay};
+use crate::sandbox::{Policy, namespaces, pty, relay, userns};
 
 /// In a namespace's PID 1 whose program has a terminal (and so a process
 /// group) of its own: the signals the server sends to the launcher's group
@@ -47,7 +47,7 @@ pub(super) fn init(
     policy: &Policy,
     program: &[CString],
     status: OwnedFd,
-    idmappings: Vec<namespaces::Idmapping>,
+    idmappings: Vec<userns::Idmapping>,
 ) -> ! {
     die_with_parent();
     let extras = prepare(policy, &idmappings).unwrap_or_else(|e| fail(e));
@@ -78,7 +78,7 @@ pub(super) fn init(
 /// Before the program is forked: the file system view, the relay's port
 /// (bound before the program starts, so it can connect at once) and the
 /// terminal.
-fn prepare(policy: &Policy, idmappings: &[namespaces::Idmapping]) -> Result<Extras, LaunchError> {
+fn prepare(policy: &Policy, idmappings: &[userns::Idmapping]) -> Result<Extras, LaunchError> {
     let proxy = match &policy.egress {
         Some(e) => Some(relay::open_proxy(&e.socket)?),
         None => None,
