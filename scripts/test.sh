@@ -13,7 +13,37 @@ ENV_DIR="$(bash scripts/test-env.sh)"
 # appear, and the user's own must gain no store of a workspace of this run
 # (the SDKs pass a server HOME but not XDG_STATE_HOME).
 run_tmp="$(mktemp -d)"
-trap 'rm -rf "$run_tmp"' EXIT
+
+# Stages run beside the others: `background NAME COMMAND...` starts one with
+# its output in a file; `collect NAME` waits for it, shows its output, and
+# fails the script if it failed. Whatever is still running at exit is
+# stopped.
+declare -A bg_pid=() bg_log=()
+background() {
+    local name=$1
+    shift
+    bg_log[$name]="$run_tmp/$name.log"
+    "$@" >"${bg_log[$name]}" 2>&1 &
+    bg_pid[$name]=$!
+}
+collect() {
+    local name=$1 status=0
+    wait "${bg_pid[$name]}" || status=$?
+    unset "bg_pid[$name]"
+    cat "${bg_log[$name]}"
+    if (( status != 0 )); then
+        echo "$name failed (exit $status)" >&2
+        exit "$status"
+    fi
+}
+cleanup() {
+    local pid
+    for pid in "${bg_pid[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    rm -rf "$run_tmp"
+}
+trap cleanup EXIT
 user_state="${XDG_STATE_HOME:-$HOME/.local/state}/ferrepl"
 python3 scripts/state-leaks.py list "$user_state" >"$run_tmp/stores-before"
 export XDG_STATE_HOME="$run_tmp/state"
@@ -27,8 +57,8 @@ cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 "$ENV_DIR/venv/bin/python" -m pyflakes src/worker/python
 # The release workflow cannot run here: actionlint (test-env.sh says which)
-# checks it (syntax, the actions' inputs, expressions, and its scripts with
-# shellcheck).
+# checks it (syntax, the actions' inputs, expressions, and its scripts, the
+# latter with shellcheck's rules).
 "$ENV_DIR/actions-venv/bin/actionlint" -shellcheck "$ENV_DIR/actions-venv/bin/shellcheck" \
     -pyflakes "$ENV_DIR/venv/bin/pyflakes" .github/workflows/*.yml
 stage "build"
@@ -36,24 +66,18 @@ cargo build --quiet
 export FERREPL_BIN="$PWD/target/debug/ferrepl"
 
 # The TypeScript SDK tests spend most of their ~75 s waiting on a 70 s cell
-# (the client-timeout case): run them beside everything else. Their output
-# goes to a file shown at the end; a failure fails the script.
-ts_log="$(mktemp)"
+# (the client-timeout case): run them beside everything else.
 stage "interop tests (official TypeScript SDK, Inspector CLI), in the background"
-FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh >"$ts_log" 2>&1 &
-ts_pid=$!
-trap 'kill "$ts_pid" 2>/dev/null || true; rm -f "$ts_log"; rm -rf "$run_tmp"' EXIT
+background typescript-interop env FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-interop.sh
 
-# The viewer in a real browser (chromium through Selenium; ~15 s, mostly
-# waiting on cells), beside the stages below; its output is shown at the end.
-viewer_log="$(mktemp)"
-stage "viewer in a browser (tests/viewer/browser_check.py, then r_check.py), in the background"
-{
+# The viewer in a real browser (chromium through Selenium; ~25 s, mostly
+# waiting on cells), beside the stages below.
+viewer_checks() {
     FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py &&
         "$ENV_DIR/viewer-venv/bin/python" tests/viewer/r_check.py
-} >"$viewer_log" 2>&1 &
-viewer_pid=$!
-trap 'kill "$ts_pid" "$viewer_pid" 2>/dev/null || true; rm -f "$ts_log" "$viewer_log"; rm -rf "$run_tmp"' EXIT
+}
+stage "viewer in a browser (tests/viewer/browser_check.py, then r_check.py), in the background"
+background viewer-browser-check viewer_checks
 
 stage "R driver scenarios (a real R behind the worker's pipes)"
 python3 scripts/r-driver-harness.py
@@ -67,11 +91,8 @@ bash scripts/escape-unprivileged.sh
 # on processes (no other cargo runs until the wheel, so nothing waits on
 # cargo's lock): ~2.5 min of a clean run's wall time saved. Its output is
 # shown after them.
-macos_log="$(mktemp)"
 stage "macOS: the crate still compiles there (Linux-only code behind cfg), in the background"
-bash scripts/macos-check.sh >"$macos_log" 2>&1 &
-macos_pid=$!
-trap 'kill "$ts_pid" "$viewer_pid" "$macos_pid" 2>/dev/null || true; rm -f "$ts_log" "$viewer_log" "$macos_log"; rm -rf "$run_tmp"' EXIT
+background macos-check bash scripts/macos-check.sh
 
 # Each test in both protocol eras (tests/interop/conftest.py): the legacy
 # one here, the modern one (2026-07-28) beside it; its output follows.
@@ -80,18 +101,13 @@ py_interop() {
     FERREPL_NB_PYTHON="$ENV_DIR/nb/bin/python" "$ENV_DIR/venv/bin/python" -m pytest tests/interop -q -p no:cacheprovider \
         --basetemp "$run_tmp/pytest-$1" --mcp-mode "$1"
 }
-modern_log="$(mktemp)"
-py_interop modern >"$modern_log" 2>&1 &
-modern_pid=$!
+background python-interop-modern-era py_interop modern
 legacy_status=0
 py_interop legacy || legacy_status=$?
-modern_status=0
-wait "$modern_pid" || modern_status=$?
 stage "interop tests (official Python SDK), modern era: results"
-cat "$modern_log"
-rm -f "$modern_log"
-if (( legacy_status != 0 || modern_status != 0 )); then
-    echo "Python SDK interop tests failed (legacy era: exit $legacy_status, modern era: exit $modern_status)" >&2
+collect python-interop-modern-era
+if (( legacy_status != 0 )); then
+    echo "Python SDK interop tests failed in the legacy era (exit $legacy_status)" >&2
     exit 1
 fi
 
@@ -105,34 +121,16 @@ stage "MCP conformance suite (HTTP), both protocol eras, each scenario by name"
 FERREPL_TEST_ENV="$ENV_DIR" bash scripts/conformance.sh
 
 stage "macOS: results"
-macos_status=0
-wait "$macos_pid" || macos_status=$?
-cat "$macos_log"
-if (( macos_status != 0 )); then
-    echo "the macOS check failed (exit $macos_status)" >&2
-    exit "$macos_status"
-fi
+collect macos-check
 
 stage "the Python wheel: built, installed with pip and run by uvx"
 bash scripts/wheel-check.sh "$ENV_DIR"
 
 stage "interop tests (official TypeScript SDK, Inspector CLI): results"
-ts_status=0
-wait "$ts_pid" || ts_status=$?
-cat "$ts_log"
-if (( ts_status != 0 )); then
-    echo "TypeScript interop tests failed (exit $ts_status)" >&2
-    exit "$ts_status"
-fi
+collect typescript-interop
 
 stage "viewer in a browser: results"
-viewer_status=0
-wait "$viewer_pid" || viewer_status=$?
-cat "$viewer_log"
-if (( viewer_status != 0 )); then
-    echo "the viewer's browser check failed (exit $viewer_status)" >&2
-    exit "$viewer_status"
-fi
+collect viewer-browser-check
 
 stage "no test server kept its sessions outside its own state directory"
 if [[ -e "$XDG_STATE_HOME/ferrepl" ]]; then
