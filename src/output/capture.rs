@@ -215,6 +215,26 @@ impl Capture {
         }
     }
 
+    /// Bytes of the full-log segments not taken yet, and those dropped.
+    pub fn log_len(&self) -> (u64, u64) {
+        (
+            super::log::segments_len(&self.log),
+            self.log.iter().map(super::log::Segment::dropped).sum(),
+        )
+    }
+
+    /// Bytes `from..from + n` of the full-log segments not taken yet.
+    pub fn read_log_range(&mut self, from: u64, n: u64, out: &mut Vec<u8>) {
+        super::log::read_segments(&mut self.log, from, n, out);
+    }
+
+    /// Where the full-log segments' bytes are (see `Segment::pieces`).
+    pub fn log_pieces(&mut self, out: &mut Vec<super::log::Piece>) {
+        for segment in &mut self.log {
+            segment.pieces(out);
+        }
+    }
+
     /// The full-log segments recorded so far.
     pub fn take_log(&mut self) -> Vec<super::log::Segment> {
         std::mem::take(&mut self.log)

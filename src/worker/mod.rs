@@ -563,6 +563,27 @@ impl Worker {
         self.lock().capture.read_log(out);
     }
 
+    /// Bytes of full output recorded but not taken yet, and those dropped.
+    pub fn peek_log_len(&self) -> (u64, u64) {
+        self.lock().capture.log_len()
+    }
+
+    /// The length of that output, those dropped, and its last `n` bytes,
+    /// looked at together.
+    pub fn peek_log_tail(&self, n: u64) -> (u64, u64, Vec<u8>) {
+        let mut st = self.lock();
+        let (len, dropped) = st.capture.log_len();
+        let mut out = Vec::new();
+        st.capture
+            .read_log_range(len.saturating_sub(n), n, &mut out);
+        (len, dropped, out)
+    }
+
+    /// Where that output's bytes are, to read them without the lock.
+    pub fn peek_log_pieces(&self, out: &mut Vec<crate::output::log::Piece>) {
+        self.lock().capture.log_pieces(out);
+    }
+
     /// Gives the next cell a fresh budget for its full output log.
     pub fn start_cell_log(&self, budget: u64) {
         self.lock().capture.set_log_budget(budget);
