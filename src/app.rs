@@ -96,12 +96,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
-    if let Some(viewer) = viewer {
-        viewer.spawn(&cfg, instance.clone(), shutdown.clone());
-    }
+    let viewer = viewer.map(|v| v.spawn(&cfg, instance.clone(), shutdown.clone()));
     spawn_signal_watch(
         instance.clone(),
         upstreams.clone(),
+        viewer,
         shutdown.clone(),
         instance.base().settings.drain,
     );
@@ -245,10 +244,11 @@ const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// SIGINT ends the server at once. SIGTERM too over stdio; over HTTP it
 /// drains first (`drain`: readiness off, new work refused, running cells
 /// given time to finish and be collected), and a second SIGTERM ends the
-/// drain at once. SIGHUP reloads the token file.
+/// drain at once. SIGHUP reloads the token files.
 fn spawn_signal_watch(
     instance: Arc<tenants::Instance>,
     upstreams: Arc<crate::upstream::Upstreams>,
+    viewer: Option<Arc<crate::viewer::Viewer>>,
     shutdown: CancellationToken,
     drain: Option<std::time::Duration>,
 ) {
@@ -270,7 +270,7 @@ fn spawn_signal_watch(
                     shutdown.cancel();
                     return;
                 }
-                _ = hup.recv() => reload(&instance, &upstreams).await,
+                _ = hup.recv() => reload(&instance, &upstreams, viewer.as_deref()).await,
             }
         }
         let Some(grace) = drain else {
@@ -303,17 +303,25 @@ fn spawn_signal_watch(
                     break;
                 }
                 // A revoked token stops working during a drain too.
-                _ = hup.recv() => reload(&instance, &upstreams).await,
+                _ = hup.recv() => reload(&instance, &upstreams, viewer.as_deref()).await,
             }
         }
         shutdown.cancel();
     });
 }
 
-/// SIGHUP: the token file and the MCP servers file, each kept as it was
-/// when it cannot be read.
-async fn reload(instance: &Arc<tenants::Instance>, upstreams: &crate::upstream::Upstreams) {
+/// SIGHUP: the token file, the viewer's tokens (after it: a revoked
+/// tenant's viewer logins end) and the MCP servers file, each kept as it
+/// was when it cannot be read.
+async fn reload(
+    instance: &Arc<tenants::Instance>,
+    upstreams: &crate::upstream::Upstreams,
+    viewer: Option<&crate::viewer::Viewer>,
+) {
     reload_tokens(instance).await;
+    if let Some(viewer) = viewer {
+        viewer.reload();
+    }
     match upstreams.reload().await {
         Ok(done) => tracing::info!("SIGHUP: {done}"),
         Err(e) => tracing::error!(

@@ -65,10 +65,21 @@ pub struct Config {
     pub viewer: Option<SocketAddr>,
 
     /// The viewer's tokens (the format of --auth-token-file: one bare token, or "TOKEN TENANT"
-    /// lines); each tenant's viewer sees only its own sessions. Needed off loopback and with
-    /// tenants.
+    /// lines, each token at least 16 characters); each tenant's viewer sees only its own
+    /// sessions. Needed off loopback and with tenants. Reloaded on SIGHUP.
     #[arg(long, env = "FERREPL_VIEWER_TOKENS", value_name = "FILE")]
     pub viewer_tokens: Option<PathBuf>,
+
+    /// More Host names the viewer answers to (comma separated, NAME or NAME:PORT), e.g. the
+    /// name of a proxy in front of it; https://NAME means the browser reaches it over TLS (its
+    /// login cookie is then Secure). The first is the URL printed.
+    #[arg(
+        long = "viewer-allow-host",
+        env = "FERREPL_VIEWER_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub viewer_allow_hosts: Vec<String>,
 
     /// Browsers the viewer serves live updates to at once.
     #[arg(

@@ -26,8 +26,8 @@ pub struct TokenTable {
     entries: Vec<(String, Tenant)>,
 }
 
-/// Shorter tenant tokens are refused: they could be guessed.
-const MIN_TOKEN_LEN: usize = 16;
+/// Shorter tenant (and viewer) tokens are refused: they could be guessed.
+pub const MIN_TOKEN_LEN: usize = 16;
 
 impl TokenTable {
     /// No token: every request is the sole tenant (loopback only).
@@ -136,6 +136,24 @@ impl TokenTable {
         self.entries.iter().any(|(_, t)| t == tenant)
     }
 
+    /// Refuses a table holding a token shorter than [`MIN_TOKEN_LEN`] (the
+    /// viewer's tokens, bare ones too: a browser form invites guessing).
+    pub fn check_min_len(&self) -> Result<(), String> {
+        if self.entries.iter().any(|(t, _)| t.len() < MIN_TOKEN_LEN) {
+            return Err(format!(
+                "a token is shorter than {MIN_TOKEN_LEN} characters; use a random one (e.g. openssl rand -hex 32)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a token of `other` is one of ours too.
+    pub fn shares_a_token_with(&self, other: &TokenTable) -> bool {
+        self.entries
+            .iter()
+            .any(|(t, _)| other.entries.iter().any(|(o, _)| o == t))
+    }
+
     /// The tenant of a presented token. Every entry is compared in constant
     /// time, so timing says nothing about which tokens exist.
     pub fn tenant_of(&self, given: &[u8]) -> Option<&Tenant> {
@@ -195,6 +213,22 @@ mod tests {
         let t = TokenTable::parse(&format!("{A}\n")).unwrap();
         assert!(!t.has_tenants());
         assert_eq!(t.tenant_of(A.as_bytes()), Some(&Tenant::Sole));
+    }
+
+    #[test]
+    fn short_bare_tokens_fail_the_length_check_and_shared_tokens_are_seen() {
+        let short = TokenTable::parse("short\n").unwrap();
+        assert!(
+            short
+                .check_min_len()
+                .unwrap_err()
+                .contains("shorter than 16")
+        );
+        let long = TokenTable::parse(&format!("{A}\n")).unwrap();
+        assert!(long.check_min_len().is_ok());
+        let both = TokenTable::parse(&format!("{A} alpha\n{B} beta\n")).unwrap();
+        assert!(both.shares_a_token_with(&TokenTable::single(B)));
+        assert!(!both.shares_a_token_with(&TokenTable::single("cccccccccccccccccccc")));
     }
 
     #[test]

@@ -213,18 +213,19 @@ fn viewer_item(cfg: &Config, addr: std::net::SocketAddr) -> Item {
     } else {
         ""
     };
+    let url = crate::viewer::url_for(cfg, addr);
     match checked {
         Ok(Some(_)) => item(
             "viewer",
             Good,
             format!(
-                "http://{addr}/{port}; log in with --viewer-tokens or the one-time link printed at start"
+                "{url}{port}; log in with --viewer-tokens or the one-time link printed at start"
             ),
         ),
         Ok(None) => item(
             "viewer",
             Good,
-            format!("http://{addr}/{port}; loopback, no login (single tenant)"),
+            format!("{url}{port}; loopback, no login (single tenant)"),
         ),
         Err(e) => item(
             "viewer",

@@ -52,24 +52,17 @@ impl Out {
     }
 }
 
-/// An event-stream response fed by `produce`, holding one of the
-/// --viewer-max-clients permits while it lasts.
+/// An event-stream response fed by `produce` (its place among the
+/// --viewer-max-clients is taken by `routes::require_login`).
 fn stream<F, Fut>(viewer: &Arc<Viewer>, produce: F) -> Response
 where
     F: FnOnce(Out) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let Ok(permit) = viewer.streams.clone().try_acquire_owned() else {
-        return text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many viewers are open (--viewer-max-clients)\n",
-        );
-    };
     let (tx, rx) = mpsc::channel::<Bytes>(QUEUE);
     let work = produce(Out { tx });
     let shutdown = viewer.shutdown.clone();
     tokio::spawn(async move {
-        let _permit = permit;
         tokio::select! {
             () = work => {}
             () = shutdown.cancelled() => {}

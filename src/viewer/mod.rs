@@ -1,17 +1,19 @@
 //! `--viewer`: a live, read-only view of the sessions for a person's
 //! browser, on a listener of its own (the MCP listener's bounded accept
-//! loop, `mcp::transport::listener`, and its Host/Origin rules). The pages
-//! are static (embedded HTML, CSS and JS that hold no data); the data comes
-//! as JSON and server-sent events, which the page turns into text nodes
-//! only: everything shown is written by the agent. Nothing here changes a
-//! session (see `session::view`).
+//! loop, `mcp::transport::listener`, with Host/Origin rules of its own:
+//! `hosts`). The pages are static (embedded HTML, CSS and JS that hold no
+//! data); the data comes as JSON and server-sent events, which the page
+//! turns into text nodes only: everything shown is written by the agent.
+//! Nothing here changes a session (see `session::view`).
 
 mod auth;
 mod feed;
+mod hosts;
 mod routes;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
@@ -21,20 +23,27 @@ use crate::config::tokens::{Tenant, TokenTable};
 use crate::tenants::{Instance, TenantApp};
 
 pub use auth::TICKET_TTL;
+pub use hosts::NAMED_HOST;
 
 /// The viewer's listener, bound before anything starts, and who may look.
 pub struct Bound {
     listener: tokio::net::TcpListener,
     access: auth::Access,
+    rules: hosts::Rules,
     pub url: String,
+    /// Said when the URL is another name's (`--viewer-allow-host`).
+    local: Option<SocketAddr>,
 }
 
 /// Refusals from the flags alone: a viewer off loopback or on a server with
-/// tenants needs `--viewer-tokens`, whose tenants must be of the server's kind.
+/// tenants needs `--viewer-tokens`, whose tenants must be of the server's
+/// kind and whose tokens are long enough; `--viewer-allow-host` must parse.
 pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<TokenTable>> {
     let Some(addr) = cfg.viewer else {
         return Ok(None);
     };
+    hosts::Rules::new(addr, &cfg.viewer_allow_hosts)
+        .map_err(|e| anyhow::anyhow!("--viewer-allow-host {e}"))?;
     let Some(file) = &cfg.viewer_tokens else {
         if server_tokens.has_tenants() {
             anyhow::bail!(
@@ -48,14 +57,28 @@ pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<
         }
         return Ok(None);
     };
+    read_tokens(file, server_tokens).map(Some)
+}
+
+/// `--viewer-tokens` read and checked (at start and on SIGHUP).
+fn read_tokens(file: &std::path::Path, server_tokens: &TokenTable) -> anyhow::Result<TokenTable> {
     let tokens = TokenTable::read(file).map_err(|e| anyhow::anyhow!("--viewer-tokens {e}"))?;
+    tokens
+        .check_min_len()
+        .map_err(|e| anyhow::anyhow!("--viewer-tokens {}: {e}", file.display()))?;
     if tokens.has_tenants() != server_tokens.has_tenants() {
         anyhow::bail!(
             "--viewer-tokens {}: name tenants ('TOKEN TENANT' lines) exactly when the server has tenants (--auth-token-file)",
             file.display()
         );
     }
-    Ok(Some(tokens))
+    if tokens.shares_a_token_with(server_tokens) {
+        tracing::warn!(
+            "--viewer-tokens {}: a viewer token is also an MCP token; a browser's login form is no place for an MCP token, give the viewer tokens of its own",
+            file.display()
+        );
+    }
+    Ok(tokens)
 }
 
 /// Binds `--viewer` (after `check`).
@@ -67,33 +90,37 @@ pub async fn bind(cfg: &Config, tokens: Option<TokenTable>) -> anyhow::Result<Op
         .await
         .with_context(|| format!("--viewer: cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
+    let rules = hosts::Rules::new(local, &cfg.viewer_allow_hosts)
+        .map_err(|e| anyhow::anyhow!("--viewer-allow-host {e}"))?;
     Ok(Some(Bound {
         listener,
-        access: auth::Access::new(tokens),
-        url: url_of(local),
+        access: auth::Access::new(tokens, cfg.viewer_tokens.clone()),
+        url: rules.url(),
+        local: (!cfg.viewer_allow_hosts.is_empty()).then_some(local),
+        rules,
     }))
 }
 
-/// The address a person opens (a wildcard address as loopback).
-fn url_of(local: SocketAddr) -> String {
-    let ip = match local.ip() {
-        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_string(),
-        ip if ip.is_unspecified() => "[::1]".to_string(),
-        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-        ip => ip.to_string(),
-    };
-    format!("http://{ip}:{}/", local.port())
+/// The URL `doctor` shows for `--viewer ADDR` (port 0 as it is).
+pub fn url_for(cfg: &Config, addr: SocketAddr) -> String {
+    hosts::Rules::new(addr, &cfg.viewer_allow_hosts)
+        .map(|r| r.url())
+        .unwrap_or_else(|_| format!("http://{addr}/"))
 }
 
 impl Bound {
     /// What the person reads on stderr: the URL, and with viewer tokens a
     /// one-time login link per tenant (never a token).
     pub fn announce(&self) -> anyhow::Result<String> {
+        let on = self
+            .local
+            .map(|l| format!(" (served on {l})"))
+            .unwrap_or_default();
         if !self.access.needs_login() {
-            return Ok(format!("ferrepl viewer: {}\n", self.url));
+            return Ok(format!("ferrepl viewer: {}{on}\n", self.url));
         }
         let mut out = format!(
-            "ferrepl viewer: {} (log in with a viewer token, or open a link below once, within {} minutes)\n",
+            "ferrepl viewer: {}{on} (log in with a viewer token, or open a link below once, within {} minutes)\n",
             self.url,
             TICKET_TTL.as_secs() / 60
         );
@@ -108,8 +135,13 @@ impl Bound {
         Ok(out)
     }
 
-    /// Serves the viewer until shutdown.
-    pub fn spawn(self, cfg: &Config, instance: Arc<Instance>, shutdown: CancellationToken) {
+    /// Serves the viewer until shutdown; the handle reloads its tokens.
+    pub fn spawn(
+        self,
+        cfg: &Config,
+        instance: Arc<Instance>,
+        shutdown: CancellationToken,
+    ) -> Arc<Viewer> {
         let max_clients = cfg.viewer_max_clients.max(1);
         let mut bounds = instance.base().settings.http;
         // A page, its script and style, the API and an event stream each.
@@ -117,11 +149,13 @@ impl Bound {
         let viewer = Arc::new(Viewer {
             instance,
             access: self.access,
-            rules: crate::mcp::transport::probes::OriginRules::new(cfg),
+            rules: self.rules,
             streams: Arc::new(tokio::sync::Semaphore::new(max_clients)),
+            max_clients,
+            held: Arc::new(Mutex::new(HashMap::new())),
             shutdown: shutdown.clone(),
         });
-        let router = routes::router(viewer);
+        let router = routes::router(viewer.clone());
         tracing::info!("viewer on {}", self.url);
         tokio::spawn(crate::mcp::transport::listener::serve(
             self.listener,
@@ -129,16 +163,51 @@ impl Bound {
             bounds,
             shutdown,
         ));
+        viewer
     }
 }
 
-pub(crate) struct Viewer {
+pub struct Viewer {
     instance: Arc<Instance>,
     access: auth::Access,
-    rules: crate::mcp::transport::probes::OriginRules,
+    rules: hosts::Rules,
     /// One permit per live event stream (--viewer-max-clients).
     streams: Arc<tokio::sync::Semaphore>,
+    max_clients: usize,
+    /// Live streams per tenant (an entry only while it holds one).
+    held: Arc<Mutex<HashMap<Tenant, usize>>>,
     shutdown: CancellationToken,
+}
+
+/// A live stream's place: a permit, the tenant's count, and the signal
+/// that ends it when its tenant's logins end.
+pub(crate) struct StreamSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    held: Arc<Mutex<HashMap<Tenant, usize>>>,
+    tenant: Tenant,
+    pub ended: CancellationToken,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// A tenant's share of `total` when there are `tenants`: half, at least 1
+/// (the server's other fair shares, `config::settings::Shares`).
+fn share(total: usize, tenants: usize) -> usize {
+    if tenants > 1 {
+        (total / 2).max(1)
+    } else {
+        total
+    }
 }
 
 impl Viewer {
@@ -149,16 +218,81 @@ impl Viewer {
             .into_iter()
             .find(|a| &a.tenant == tenant)
     }
+
+    /// Whether the server still serves `tenant` (its MCP tokens were not
+    /// all removed).
+    fn serves(&self, tenant: &Tenant) -> bool {
+        matches!(tenant, Tenant::Sole) || self.instance.tokens().has(tenant)
+    }
+
+    /// The logged-in tenant of a request, if the server still serves it.
+    fn tenant_of(&self, headers: &axum::http::HeaderMap) -> Option<Tenant> {
+        self.access.tenant_of(headers).filter(|t| self.serves(t))
+    }
+
+    /// A place for one more live stream of `tenant`: its share first, then
+    /// the instance's --viewer-max-clients; the refusal says which.
+    pub(crate) fn admit(&self, tenant: &Tenant) -> Result<StreamSlot, String> {
+        let share = share(self.max_clients, self.access.tenants().len());
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = held.get(tenant).copied().unwrap_or(0);
+        if mine >= share {
+            return Err(format!(
+                "this tenant's live views are at its share ({share} of --viewer-max-clients {}); close one of its tabs\n",
+                self.max_clients
+            ));
+        }
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            return Err(format!(
+                "too many live views are open (--viewer-max-clients {}); close a tab or try later\n",
+                self.max_clients
+            ));
+        };
+        *held.entry(tenant.clone()).or_insert(0) += 1;
+        Ok(StreamSlot {
+            _permit: permit,
+            held: self.held.clone(),
+            tenant: tenant.clone(),
+            ended: self.access.ended(tenant),
+        })
+    }
+
+    /// SIGHUP, after the server's tokens: `--viewer-tokens` again (kept as
+    /// they were when they cannot be read), then the logins of tenants no
+    /// longer in them or revoked on the server end, and their streams.
+    pub fn reload(&self) {
+        match self
+            .access
+            .reload(|file| read_tokens(file, &self.instance.tokens()))
+        {
+            Ok(Some(file)) => {
+                tracing::info!("SIGHUP: viewer tokens reloaded from {}", file.display())
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(
+                "SIGHUP: the viewer tokens were not reloaded (the previous ones stay): {e:#}"
+            ),
+        }
+        let ended = self.access.end_logins(|t| self.serves(t));
+        for tenant in ended {
+            tracing::info!(
+                tenant = tenant.name(),
+                "SIGHUP: the viewer's logins of tenant '{}' ended",
+                tenant.name()
+            );
+        }
+    }
 }
 
 /// A session name or job id as the tools accept them (nothing else is
-/// looked up; never a path).
+/// looked up; never a path, so never only dots).
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
 }
 
 #[cfg(test)]
@@ -166,13 +300,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_name_a_reachable_address() {
-        assert_eq!(
-            url_of("0.0.0.0:80".parse().expect("addr")),
-            "http://127.0.0.1:80/"
-        );
-        assert_eq!(url_of("[::1]:8".parse().expect("addr")), "http://[::1]:8/");
-        assert!(valid_name("default-1.x"));
+    fn names_are_never_paths() {
+        assert!(valid_name("default-1.x") && valid_name("a..b") && valid_name(".x"));
         assert!(!valid_name("a/b") && !valid_name("") && !valid_name("%2e"));
+        for dots in [".", "..", "..."] {
+            assert!(!valid_name(dots), "{dots}");
+        }
+    }
+
+    #[test]
+    fn with_several_tenants_each_gets_half_at_least_one() {
+        assert_eq!(share(16, 1), 16);
+        assert_eq!(share(16, 3), 8);
+        assert_eq!(share(1, 2), 1);
+        assert_eq!(share(3, 2), 1);
     }
 }

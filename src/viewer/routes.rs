@@ -1,14 +1,15 @@
 //! The viewer's routes: static pages (no data in them), JSON, event
 //! streams, a cell's full output as plain text, images checked to be PNG
 //! or JPEG, the notebook download, and the login. Every response carries
-//! a strict CSP and nosniff; the Host and Origin rules are the MCP
-//! listener's; only GET (and the login's POST) is served.
+//! a strict CSP and nosniff; the Host and Origin rules are the viewer's
+//! own (`hosts`); only GET (and the login's POST) is served.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Form, Path, Query, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Form, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -64,12 +65,11 @@ pub(super) fn router(viewer: Arc<Viewer>) -> Router {
         .with_state(viewer)
 }
 
-/// Host and Origin as on the MCP listener; a POST must come from a page
-/// of ours (its Origin is required); nothing but GET and that POST.
+/// Host and Origin by the viewer's own rules (`hosts`); a POST must come
+/// from a page of ours (its Origin is required); nothing but GET and that
+/// POST.
 async fn check_request(State(viewer): State<Arc<Viewer>>, req: Request, next: Next) -> Response {
-    if let Some(refusal) =
-        crate::mcp::transport::probes::refuse_host_or_origin(&viewer.rules, req.headers())
-    {
+    if let Some(refusal) = viewer.rules.refuse(req.headers()) {
         return text(StatusCode::FORBIDDEN, refusal);
     }
     let method = req.method().clone();
@@ -86,24 +86,48 @@ async fn check_request(State(viewer): State<Arc<Viewer>>, req: Request, next: Ne
 }
 
 /// The authenticated tenant, as an extension; a page without a login goes
-/// to the login, anything else gets 401.
+/// to the login, anything else gets 401. An event stream takes a place in
+/// its tenant's share of the live views, and ends when its tenant's
+/// logins end (a tenant revoked, or gone from the viewer tokens).
 async fn require_login(
     State(viewer): State<Arc<Viewer>>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    match viewer.access.tenant_of(req.headers()) {
+    let path = req.uri().path();
+    match viewer.tenant_of(req.headers()) {
+        Some(tenant) if path.starts_with("/events") => match viewer.admit(&tenant) {
+            Ok(slot) => {
+                req.extensions_mut().insert(tenant);
+                until_ended(next.run(req).await, slot)
+            }
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, &why),
+        },
         Some(tenant) => {
             req.extensions_mut().insert(tenant);
             next.run(req).await
         }
-        None if req.uri().path() == "/"
-            || req.uri().path().starts_with("/s/") && !req.uri().path()[3..].contains('/') =>
-        {
+        None if path == "/" || path.starts_with("/s/") && !path[3..].contains('/') => {
             (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response()
         }
         None => text(StatusCode::UNAUTHORIZED, "log in first: /login\n"),
     }
+}
+
+/// The response's body while `slot` is held: it ends when the tenant's
+/// logins end, and the slot goes when the body does.
+fn until_ended(res: Response, slot: super::StreamSlot) -> Response {
+    use futures::StreamExt;
+    let (parts, body) = res.into_parts();
+    let data = body.into_data_stream();
+    let body = futures::stream::unfold((data, slot), |(mut data, slot)| async move {
+        let ended = slot.ended.clone();
+        tokio::select! {
+            () = ended.cancelled() => None,
+            item = data.next() => item.map(|item| (item, (data, slot))),
+        }
+    });
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {
@@ -169,8 +193,19 @@ struct LoginQuery {
     ticket: Option<String>,
 }
 
-/// With a ticket: the login, once; without: the form.
-async fn login_page(State(viewer): State<Arc<Viewer>>, Query(q): Query<LoginQuery>) -> Response {
+/// With a ticket: the login, once; without: the form. On a loopback
+/// literal (127.0.0.1, localhost), whose cookies every loopback port gets,
+/// the login is on `ferrepl-viewer.localhost` instead.
+async fn login_page(
+    State(viewer): State<Arc<Viewer>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req_headers: HeaderMap,
+    uri: Uri,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    let Some(secure) = cookie_host(&viewer, &req_headers) else {
+        return elsewhere(&viewer, &uri);
+    };
     let Some(ticket) = q.ticket else {
         let mut res = page(LOGIN);
         res.headers_mut().insert(
@@ -179,7 +214,7 @@ async fn login_page(State(viewer): State<Arc<Viewer>>, Query(q): Query<LoginQuer
         );
         return res;
     };
-    logged_in(viewer.access.login(Some(&ticket), None))
+    log_in(&viewer, peer.ip(), secure, Some(&ticket), None)
 }
 
 #[derive(Deserialize)]
@@ -187,24 +222,80 @@ struct LoginForm {
     token: String,
 }
 
-async fn login_form(State(viewer): State<Arc<Viewer>>, Form(form): Form<LoginForm>) -> Response {
-    logged_in(viewer.access.login(None, Some(&form.token)))
+async fn login_form(
+    State(viewer): State<Arc<Viewer>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req_headers: HeaderMap,
+    uri: Uri,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    match cookie_host(&viewer, &req_headers) {
+        Some(secure) => log_in(&viewer, peer.ip(), secure, None, Some(&form.token)),
+        None => elsewhere(&viewer, &uri),
+    }
 }
 
-fn logged_in(login: Option<String>) -> Response {
-    match login {
+/// Some(Secure or not) when a cookie may be set for the request's Host.
+fn cookie_host(viewer: &Viewer, req_headers: &HeaderMap) -> Option<bool> {
+    viewer
+        .rules
+        .host_of(req_headers)
+        .filter(|m| m.cookie)
+        .map(|m| m.https)
+}
+
+/// The redirect to the viewer's own name (never a cookie).
+fn elsewhere(viewer: &Viewer, uri: &Uri) -> Response {
+    let login = match uri.query() {
+        Some(q) => format!("/login?{q}"),
+        None => "/login".to_string(),
+    };
+    match viewer.rules.elsewhere(&login) {
+        Some(to) => (StatusCode::SEE_OTHER, [(header::LOCATION, to)]).into_response(),
+        None => text(StatusCode::FORBIDDEN, "no login on this Host\n"),
+    }
+}
+
+/// A login by ticket or token, unless the peer (or everyone) failed too
+/// often lately: then 429 with Retry-After.
+fn log_in(
+    viewer: &Viewer,
+    peer: IpAddr,
+    secure: bool,
+    ticket: Option<&str>,
+    token: Option<&str>,
+) -> Response {
+    let now = std::time::Instant::now();
+    if let Err(wait) = viewer.access.throttle.check(peer, now) {
+        let secs = wait.as_secs().max(1);
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [
+                (header::RETRY_AFTER, secs.to_string()),
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+            ],
+            format!(
+                "too many failed logins; try again in {secs} s with the viewer token you were given, or a link printed at start\n"
+            ),
+        )
+            .into_response();
+    }
+    match viewer.access.login(ticket, token, |t| viewer.serves(t)) {
         Some(id) => (
             StatusCode::SEE_OTHER,
             [
                 (header::LOCATION, "/".to_string()),
-                (header::SET_COOKIE, auth::Access::set_cookie(&id)),
+                (header::SET_COOKIE, auth::Access::set_cookie(&id, secure)),
             ],
         )
             .into_response(),
-        None => text(
-            StatusCode::FORBIDDEN,
-            "this ticket or token is not valid (a ticket works once, for a few minutes)\n",
-        ),
+        None => {
+            viewer.access.throttle.fail(peer, now);
+            text(
+                StatusCode::FORBIDDEN,
+                "this ticket or token is not valid (a ticket works once, for a few minutes)\n",
+            )
+        }
     }
 }
 

@@ -16,14 +16,17 @@ const ALPHA: &str = "alpha-view-token-0123456789";
 const BETA: &str = "beta-view-token-01234567890";
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
+/// The viewer's own host name on loopback (its URL's).
+pub(crate) const NAMED: &str = "ferrepl-viewer.localhost";
+
 /// The viewer's port, from the line it prints at start.
-fn viewer_port(stderr: &str) -> Option<u16> {
-    let at = stderr.find("ferrepl viewer: http://127.0.0.1:")?;
-    let rest = &stderr[at + "ferrepl viewer: http://127.0.0.1:".len()..];
+pub(crate) fn viewer_port(stderr: &str) -> Option<u16> {
+    let at = stderr.find("ferrepl viewer: http://ferrepl-viewer.localhost:")?;
+    let rest = &stderr[at + "ferrepl viewer: http://ferrepl-viewer.localhost:".len()..];
     rest.split('/').next()?.parse().ok()
 }
 
-async fn stdio_viewer(extra: &[&str]) -> (StdioServer, u16) {
+pub(crate) async fn stdio_viewer(extra: &[&str]) -> (StdioServer, u16) {
     let mut args = vec!["--viewer", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let server = StdioServer::start(&args).await;
@@ -38,18 +41,19 @@ async fn stdio_viewer(extra: &[&str]) -> (StdioServer, u16) {
     (server, port)
 }
 
-fn host(port: u16) -> String {
-    format!("127.0.0.1:{port}")
+/// The Host a browser sends (the URL's; connections go to 127.0.0.1).
+pub(crate) fn host(port: u16) -> String {
+    format!("{NAMED}:{port}")
 }
 
-async fn get(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+pub(crate) async fn get(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
     let h = host(port);
     let mut headers = vec![("Host", h.as_str())];
     headers.extend_from_slice(extra);
     http_exchange(port, "GET", path, &headers, "").await
 }
 
-async fn head_of(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
+pub(crate) async fn head_of(port: u16, path: &str, extra: &[(&str, &str)]) -> (u16, String) {
     let h = host(port);
     let mut headers = vec![("Host", h.as_str())];
     headers.extend_from_slice(extra);

@@ -82,8 +82,8 @@ pub(super) async fn check_host_and_origin(
     next.run(req).await
 }
 
-/// Why a request's Host or Origin is refused (the viewer's listener
-/// applies the same rules).
+/// Why a request's Host or Origin is refused (the viewer has rules of its
+/// own, `viewer::hosts`).
 pub fn refuse_host_or_origin(
     rules: &OriginRules,
     headers: &axum::http::HeaderMap,
