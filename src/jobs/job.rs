@@ -131,6 +131,47 @@ impl Job {
         let _ = tokio::task::spawn_blocking(move || target.kill_all()).await;
     }
 
+    /// Its row as the job list shows it (nothing taken).
+    pub fn view_info(&self) -> super::report::JobInfo {
+        super::report::JobInfo::new(self, self.lock().exit.as_ref())
+    }
+
+    /// Bytes of output recorded so far: those reported and those not yet.
+    pub fn output_len(&self) -> u64 {
+        let st = self.lock();
+        st.log.len() + st.capture.log_len().0
+    }
+
+    /// Bytes `from..from + n` of its output (only those are read), and
+    /// the output's length, looked at together.
+    pub fn output_range(&self, from: u64, n: u64) -> (u64, Vec<u8>) {
+        let mut st = self.lock();
+        let logged = st.log.len();
+        let total = logged + st.capture.log_len().0;
+        let mut out = Vec::new();
+        st.log.read_range(from, n, &mut out);
+        let rest = n.saturating_sub(out.len() as u64);
+        if rest > 0 {
+            st.capture
+                .read_log_range(from.max(logged) - logged, rest, &mut out);
+        }
+        (total, out)
+    }
+
+    /// Where its whole output so far is, to read it without the job's lock.
+    pub fn output_pieces(&self) -> Vec<crate::output::log::Piece> {
+        let mut st = self.lock();
+        let mut pieces = Vec::new();
+        st.log.pieces(&mut pieces);
+        st.capture.log_pieces(&mut pieces);
+        pieces
+    }
+
+    /// A receiver that wakes when the job's output or state changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
     pub(super) fn done(&self, grace: Duration) -> bool {
         let st = self.lock();
         let closed = st.open_streams == 0;

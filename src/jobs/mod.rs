@@ -365,6 +365,11 @@ impl JobManager {
             .collect()
     }
 
+    /// Job `id` for the viewer: nothing pruned, nothing taken.
+    pub fn view(&self, id: &str) -> Option<Arc<Job>> {
+        self.find(id).ok()
+    }
+
     /// The job's full output so far and the bytes not kept.
     pub fn output(&self, id: &str) -> Result<(Arc<Job>, Vec<u8>, u64, bool), JobError> {
         let job = self.find(id)?;

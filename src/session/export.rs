@@ -170,11 +170,12 @@ impl SessionManager {
     }
 }
 
-/// The current branch of a session as a notebook (the viewer's download).
-pub(super) fn notebook_of(sess: &Session, st: &SessionState) -> String {
-    export_branch(sess, st, &sess.name, None, ExportFormat::Ipynb)
+/// The branch ending at `head` (default: the current one) of a session as
+/// a notebook (the viewer's download); None for a cell not in its tree.
+pub(super) fn notebook_of(sess: &Session, st: &SessionState, head: Option<u64>) -> Option<String> {
+    export_branch(sess, st, &sess.name, head, ExportFormat::Ipynb)
+        .ok()
         .map(|e| e.text)
-        .unwrap_or_default()
 }
 
 fn export_branch(

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use super::*;
+use crate::output::log::Piece;
 use crate::worker::protocol::PyError;
 
 /// Bytes of a running cell's output a snapshot carries (its end).
@@ -24,6 +25,9 @@ pub struct CellView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<f64>,
     pub code: String,
+    /// Bytes of code cut from the end (not shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_cut: Option<u64>,
     /// Its outputs are still kept (false: only its code and status are).
     pub kept: bool,
     pub stdout: String,
@@ -41,18 +45,55 @@ pub struct CellView {
     pub branches: Vec<u64>,
 }
 
-/// The running cell: its code and the end of its output so far.
+/// The running cell, as it changes: how long it has run, the prompt of an
+/// input() it waits on, its output so far (the code comes once per cell,
+/// in [`RunningCode`]).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RunningView {
     pub cell: u64,
-    pub code: String,
     pub elapsed_s: f64,
-    /// The prompt of an input() it waits on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
-    /// Bytes of output so far, and the last of them as text.
+    /// Bytes of output so far.
     pub output_bytes: u64,
-    pub output_tail: String,
+    /// The last of them as text, when they changed since the look the
+    /// caller knew (absent: as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tail: Option<String>,
+}
+
+/// The code of a cell that started running (shown up to [`CODE_SHOWN_BYTES`]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunningCode {
+    pub cell: u64,
+    pub code: String,
+    /// Bytes of code cut from the end (not shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_cut: Option<u64>,
+}
+
+/// A look at the running cell: its code only when the cell is not the one
+/// the caller knew.
+#[derive(Debug, Clone)]
+pub struct RunningLook {
+    pub code: Option<RunningCode>,
+    pub view: RunningView,
+}
+
+/// Bytes of a cell's code the viewer shows (the rest is counted).
+pub const CODE_SHOWN_BYTES: usize = 64 * 1024;
+
+/// `code` cut to [`CODE_SHOWN_BYTES`] (at a character), and how many bytes
+/// were cut.
+pub fn capped_text(code: &str) -> (String, Option<u64>) {
+    if code.len() <= CODE_SHOWN_BYTES {
+        return (code.to_string(), None);
+    }
+    let mut end = CODE_SHOWN_BYTES;
+    while !code.is_char_boundary(end) {
+        end -= 1;
+    }
+    (code[..end].to_string(), Some((code.len() - end) as u64))
 }
 
 /// A session's branch: its cells in execution order.
@@ -109,51 +150,83 @@ impl SessionManager {
         })
     }
 
-    /// The running cell of session `name` and the end of its output.
-    pub fn view_running(&self, name: &str) -> Option<RunningView> {
+    /// The running cell of session `name`. `known` is the (cell, output
+    /// bytes) of the caller's last look: the code comes only for another
+    /// cell, the output's end only when the byte count changed, and only
+    /// that end is read (from memory or the spill files' ends: at most
+    /// [`LIVE_TAIL_BYTES`], never the whole log).
+    pub fn view_running(&self, name: &str, known: Option<(u64, u64)>) -> Option<RunningLook> {
         let sess = self.peek(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
         let worker = st.worker.clone();
         let run = st.running.as_mut()?;
-        let mut bytes = run.log.bytes();
-        if let Some(w) = worker {
-            w.peek_log(&mut bytes);
-        }
-        let total = bytes.len() as u64;
-        let mut start = bytes.len().saturating_sub(LIVE_TAIL_BYTES);
-        // Not inside a UTF-8 sequence.
-        while start < bytes.len() && (bytes[start] & 0xC0) == 0x80 {
-            start += 1;
-        }
-        Some(RunningView {
-            cell: run.number,
-            code: run.code.clone(),
-            elapsed_s: (run.elapsed_secs() * 10.0).round() / 10.0,
-            prompt: run.prompt.as_ref().map(|(p, _)| p.clone()),
-            output_bytes: total + run.log.dropped(),
-            output_tail: String::from_utf8_lossy(&bytes[start..]).into_owned(),
+        let (mut pending, mut pending_dropped) =
+            worker.as_ref().map_or((0, 0), |w| w.peek_log_len());
+        let logged = run.log.len();
+        let mut output_bytes = logged + pending + run.log.dropped() + pending_dropped;
+        let same_cell = known.is_some_and(|(cell, _)| cell == run.number);
+        let output_tail = if same_cell && known.is_some_and(|(_, n)| n == output_bytes) {
+            None
+        } else {
+            // The end of the worker's part (taken with its length at once:
+            // the worker's reader moves it on), then of the cell's log.
+            let want = LIVE_TAIL_BYTES as u64;
+            let mut end = Vec::new();
+            if let Some(w) = &worker {
+                (pending, pending_dropped, end) = w.peek_log_tail(want);
+                output_bytes = logged + pending + run.log.dropped() + pending_dropped;
+            }
+            let need = want.saturating_sub(end.len() as u64);
+            let mut bytes = Vec::with_capacity(LIVE_TAIL_BYTES);
+            run.log
+                .read_range(logged.saturating_sub(need), need, &mut bytes);
+            bytes.extend_from_slice(&end);
+            // Not inside a UTF-8 sequence at either end (the rest of one
+            // cut at the end is still to come).
+            let start = crate::output::log::utf8_start(&bytes);
+            let end = crate::output::log::utf8_end(&bytes).max(start);
+            Some(String::from_utf8_lossy(&bytes[start..end]).into_owned())
+        };
+        let code = (!same_cell).then(|| {
+            let (code, code_cut) = capped_text(&source_code(&run.source));
+            RunningCode {
+                cell: run.number,
+                code,
+                code_cut,
+            }
+        });
+        Some(RunningLook {
+            code,
+            view: RunningView {
+                cell: run.number,
+                elapsed_s: (run.elapsed_secs() * 10.0).round() / 10.0,
+                prompt: run.prompt.as_ref().map(|(p, _)| p.clone()),
+                output_bytes,
+                output_tail,
+            },
         })
     }
 
-    /// The full output of a finished cell, or of the running one, while
-    /// it is kept (--output-keep-cells).
-    pub fn view_cell_text(&self, name: &str, cell: u64) -> Option<Vec<u8>> {
+    /// Where the full output of a finished cell, or of the running one, is
+    /// (while it is kept, --output-keep-cells): copies of the parts in
+    /// memory and the spill files, read later without the session's lock.
+    pub fn view_cell_text(&self, name: &str, cell: u64) -> Option<Vec<Piece>> {
         let sess = self.peek(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
         let worker = st.worker.clone();
+        let mut pieces = Vec::new();
         if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
-            let mut bytes = run.log.bytes();
+            run.log.pieces(&mut pieces);
             if let Some(w) = worker {
-                w.peek_log(&mut bytes);
+                w.peek_log_pieces(&mut pieces);
             }
-            return Some(bytes);
+            return Some(pieces);
         }
-        st.logs
-            .iter_mut()
-            .find(|l| l.cell == cell)
-            .map(|log| log.bytes())
+        let log = st.logs.iter_mut().find(|l| l.cell == cell)?;
+        log.pieces(&mut pieces);
+        Some(pieces)
     }
 
     /// Image `index` of a finished cell, as (mime, base64), while kept.
@@ -178,23 +251,22 @@ impl SessionManager {
         Some((worker, sess.changed.subscribe()))
     }
 
-    /// The notebook of session `name`'s current branch, as python_export
-    /// writes it (without marking the session used).
-    pub fn view_export(&self, name: &str) -> Option<String> {
+    /// The notebook of session `name`'s branch ending at `head` (default:
+    /// the current one), as python_export writes it (without marking the
+    /// session used); None for no such session or cell.
+    pub fn view_export(&self, name: &str, head: Option<u64>) -> Option<String> {
         let sess = self.peek(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
-        Some(export::notebook_of(&sess, &st))
+        export::notebook_of(&sess, &st, head)
     }
 }
 
 fn cell_view(st: &SessionState, c: &durable::PathCell) -> CellView {
     let history = st.history.iter().rev().find(|h| h.cell == c.id);
     let kept = st.kept.get(c.id);
-    let code = match history {
-        Some(h) => h.code.clone(),
-        None => source_code(&c.source),
-    };
+    // The source itself (the history keeps a shorter preview).
+    let (code, code_cut) = capped_text(&source_code(&c.source));
     let branches = st
         .tree
         .values()
@@ -207,6 +279,7 @@ fn cell_view(st: &SessionState, c: &durable::PathCell) -> CellView {
         status: c.status.as_str(),
         elapsed_ms: history.map(|h| h.elapsed_ms),
         code,
+        code_cut,
         kept: kept.is_some(),
         stdout: kept.map(|k| k.stdout.clone()).unwrap_or_default(),
         stderr: kept.map(|k| k.stderr.clone()).unwrap_or_default(),

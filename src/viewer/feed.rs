@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 use super::routes::{BranchQuery, listing, text};
 use super::{Viewer, valid_name};
 use crate::config::tokens::Tenant;
-use crate::session::view::RunningView;
+use crate::output::log::{utf8_end, utf8_start};
+use crate::session::view::{LIVE_TAIL_BYTES, RunningView};
 
 /// Cells per history page (an event each page's cells).
 pub(super) const PAGE: usize = 20;
@@ -148,6 +149,7 @@ async fn session_feed(
 ) {
     let mut known: Option<Vec<u64>> = None;
     let mut state = String::new();
+    // The running cell as last sent (without its output's end).
     let mut running: Option<RunningView> = None;
     loop {
         let Some(app) = viewer.app(&tenant) else {
@@ -204,22 +206,38 @@ async fn session_feed(
             }
         }
         if now.current {
-            let live = manager.view_running(&name);
-            let changed = match (&live, &running) {
-                (Some(a), Some(b)) => {
-                    a.cell != b.cell
-                        || a.output_bytes != b.output_bytes
-                        || a.prompt != b.prompt
-                        || a.elapsed_s.floor() != b.elapsed_s.floor()
+            let known = running.as_ref().map(|r| (r.cell, r.output_bytes));
+            match manager.view_running(&name, known) {
+                Some(look) => {
+                    if let Some(code) = &look.code
+                        && !out.send("running_cell", None, code).await
+                    {
+                        return;
+                    }
+                    let live = look.view;
+                    let changed = running.as_ref().is_none_or(|b| {
+                        live.cell != b.cell
+                            || live.output_bytes != b.output_bytes
+                            || live.prompt != b.prompt
+                            || live.elapsed_s.floor() != b.elapsed_s.floor()
+                    });
+                    if changed {
+                        if !out.send("running", None, &live).await {
+                            return;
+                        }
+                        running = Some(RunningView {
+                            output_tail: None,
+                            ..live
+                        });
+                    }
                 }
-                (None, None) => false,
-                _ => true,
-            };
-            if changed {
-                if !out.send("running", None, &live).await {
-                    return;
+                None if running.is_some() => {
+                    if !out.send("running", None, &()).await {
+                        return;
+                    }
+                    running = None;
                 }
-                running = live;
+                None => {}
             }
         }
         drop(app);
@@ -235,6 +253,112 @@ async fn session_feed(
                 }
             } => {}
             _ = session_rx.changed() => {}
+            () = tokio::time::sleep(TICK) => {}
+            () = out.tx.closed() => return,
+        }
+        tokio::time::sleep(COALESCE).await;
+    }
+}
+
+/// `/events/j/<id>`: a shell job's state, and its output as it comes (its
+/// end first when there is more than [`LIVE_TAIL_BYTES`]). An output
+/// event's id is the byte offset it ends at: a reconnect (Last-Event-ID)
+/// gets what came after.
+pub(super) async fn job(
+    State(viewer): State<Arc<Viewer>>,
+    axum::Extension(tenant): axum::Extension<Tenant>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !valid_name(&id) {
+        return text(StatusCode::NOT_FOUND, "not found\n");
+    }
+    let at = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let v = viewer.clone();
+    stream(&viewer, move |out| job_feed(v, tenant, id, at, out))
+}
+
+#[derive(Serialize)]
+struct JobOutput {
+    /// The offset of the text's first byte.
+    from: u64,
+    /// Output between the last event's end and `from` is not sent (see the
+    /// full text).
+    cut: bool,
+    text: String,
+}
+
+async fn job_feed(viewer: Arc<Viewer>, tenant: Tenant, id: String, at: Option<u64>, out: Out) {
+    let mut at = at;
+    let mut last = serde_json::Value::Null;
+    loop {
+        let Some(app) = viewer.app(&tenant) else {
+            let _ = out.send("gone", None, &id).await;
+            return;
+        };
+        let Some(job) = app.jobs.view(&id) else {
+            let _ = out.send("gone", None, &id).await;
+            return;
+        };
+        drop(app);
+        // Subscribed before looking: a change after the look wakes us.
+        let mut rx = job.subscribe();
+        let mut info = serde_json::to_value(job.view_info()).unwrap_or_default();
+        let exited = info["status"] == "exited";
+        if let Some(cmd) = info["command"].as_str().map(str::to_string) {
+            let (shown, cut) = crate::session::view::capped_text(&cmd);
+            info["command"] = shown.into();
+            if let Some(cut) = cut {
+                info["command_cut"] = cut.into();
+            }
+        }
+        if info != last {
+            if !out.send("job", None, &info).await {
+                return;
+            }
+            last = info;
+        }
+        let total = job.output_len();
+        if at.is_some_and(|a| a > total) {
+            // Not an offset of this job's output: from the start.
+            at = None;
+        }
+        let from = at.unwrap_or(0);
+        if total > from || at.is_none() {
+            let cut = total - from.min(total) > LIVE_TAIL_BYTES as u64;
+            let start = if cut {
+                total - LIVE_TAIL_BYTES as u64
+            } else {
+                from.min(total)
+            };
+            let (_, bytes) = job.output_range(start, LIVE_TAIL_BYTES as u64);
+            let skip = if cut { utf8_start(&bytes) } else { 0 };
+            // A character cut at the end comes whole with the next bytes.
+            let end = if exited {
+                bytes.len()
+            } else {
+                utf8_end(&bytes)
+            };
+            let end = end.max(skip);
+            let event = JobOutput {
+                from: start + skip as u64,
+                cut,
+                text: String::from_utf8_lossy(&bytes[skip..end]).into_owned(),
+            };
+            let next = start + end as u64;
+            if (!event.text.is_empty() || cut || at.is_none())
+                && !out.send("output", Some(next), &event).await
+            {
+                return;
+            }
+            at = Some(next);
+        }
+        drop(job);
+        tokio::select! {
+            _ = rx.changed() => {}
             () = tokio::time::sleep(TICK) => {}
             () = out.tx.closed() => return,
         }

@@ -6,8 +6,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Form, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
@@ -15,12 +18,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine;
 use serde::Deserialize;
+use tokio::sync::mpsc;
 
 use super::{Viewer, auth, feed, valid_name};
 use crate::config::tokens::Tenant;
+use crate::output::log::{LogReader, Piece};
 
 const INDEX: &str = include_str!("pages/index.html");
 const SESSION: &str = include_str!("pages/session.html");
+const JOB: &str = include_str!("pages/job.html");
 const LOGIN: &str = include_str!("pages/login.html");
 const CSS: &str = include_str!("pages/viewer.css");
 const JS: &str = include_str!("pages/viewer.js");
@@ -51,6 +57,8 @@ pub(super) fn router(viewer: Arc<Viewer>) -> Router {
         .route("/s/{name}/cell/{cell}/output.txt", get(cell_text))
         .route("/s/{name}/cell/{cell}/image/{index}", get(image))
         .route("/s/{name}/export.ipynb", get(export))
+        .route("/j/{id}", get(job_page))
+        .route("/events/j/{id}", get(feed::job))
         .route("/j/{id}/output.txt", get(job_text))
         .layer(middleware::from_fn_with_state(
             viewer.clone(),
@@ -186,6 +194,13 @@ async fn session_page(Path(name): Path<String>) -> Response {
         return not_found();
     }
     page(SESSION)
+}
+
+async fn job_page(Path(id): Path<String>) -> Response {
+    if !valid_name(&id) {
+        return not_found();
+    }
+    page(JOB)
 }
 
 #[derive(Deserialize)]
@@ -342,14 +357,62 @@ async fn branch(
     }
 }
 
-/// Agent-written text, never rendered: text/plain with nosniff.
-fn plain(bytes: Vec<u8>) -> Response {
+/// Bytes of full output read and sent at a time.
+const CHUNK: usize = 64 * 1024;
+/// A reader that takes no chunk for this long is dropped.
+const SEND_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Agent-written text, never rendered: text/plain with nosniff, read from
+/// `pieces` a chunk at a time off every lock (blocking reads on the
+/// blocking pool). A browser that stops reading holds nothing for long: a
+/// chunk it does not take within [`SEND_DEADLINE`] ends the response with
+/// an error (the connection is closed, not left looking complete).
+fn plain(pieces: Vec<Piece>) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(2);
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    tokio::spawn(async move {
+        let mut reader = LogReader::new(pieces);
+        loop {
+            let read = tokio::task::spawn_blocking(move || {
+                let chunk = reader.next_chunk(CHUNK);
+                (reader, chunk)
+            })
+            .await;
+            let Ok((back, chunk)) = read else {
+                return;
+            };
+            reader = back;
+            let Some(chunk) = chunk else {
+                done.store(true, Ordering::Release);
+                return;
+            };
+            if tx
+                .send_timeout(Bytes::from(chunk), SEND_DEADLINE)
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let body = futures::stream::unfold((rx, finished), |(mut rx, finished)| async move {
+        match rx.recv().await {
+            Some(b) => Some((Ok(b), (rx, finished))),
+            None if finished.load(Ordering::Acquire) => None,
+            None => Some((
+                Err(std::io::Error::other("the reader stalled")),
+                (rx, finished),
+            )),
+        }
+    });
+    // After an error the stream is not polled again.
     (
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
             (header::CONTENT_DISPOSITION, "inline"),
         ],
-        bytes,
+        Body::from_stream(body),
     )
         .into_response()
 }
@@ -363,7 +426,7 @@ async fn cell_text(
         return not_found();
     };
     match app.manager.view_cell_text(&name, cell) {
-        Some(bytes) => plain(bytes),
+        Some(pieces) => plain(pieces),
         None => text(
             StatusCode::NOT_FOUND,
             "this cell's full output is no longer kept (--output-keep-cells)\n",
@@ -405,21 +468,32 @@ async fn image(
     }
 }
 
+#[derive(Deserialize)]
+struct ExportQuery {
+    head: Option<u64>,
+}
+
+/// The notebook of the branch shown (`?head=N`, default the current one).
 async fn export(
     State(viewer): State<Arc<Viewer>>,
     axum::Extension(tenant): axum::Extension<Tenant>,
     Path(name): Path<String>,
+    Query(q): Query<ExportQuery>,
 ) -> Response {
     let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&name)) else {
         return not_found();
     };
-    match app.manager.view_export(&name) {
+    let file = match q.head {
+        Some(head) => format!("{name}-cell{head}.ipynb"),
+        None => format!("{name}.ipynb"),
+    };
+    match app.manager.view_export(&name, q.head) {
         Some(doc) => (
             [
                 (header::CONTENT_TYPE, "application/x-ipynb+json".to_string()),
                 (
                     header::CONTENT_DISPOSITION,
-                    format!("attachment; filename=\"{name}.ipynb\""),
+                    format!("attachment; filename=\"{file}\""),
                 ),
             ],
             doc,
@@ -437,9 +511,9 @@ async fn job_text(
     let Some(app) = viewer.app(&tenant).filter(|_| valid_name(&id)) else {
         return not_found();
     };
-    match app.jobs.output(&id) {
-        Ok((_, bytes, _, _)) => plain(bytes),
-        Err(_) => not_found(),
+    match app.jobs.view(&id) {
+        Some(job) => plain(job.output_pieces()),
+        None => not_found(),
     }
 }
 

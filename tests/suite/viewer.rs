@@ -405,3 +405,290 @@ async fn a_viewer_off_loopback_or_with_tenants_needs_viewer_tokens() {
         assert!(err.contains("--viewer-tokens"), "{err}");
     }
 }
+
+/// An event stream read by hand: (event, id, data) as they come.
+struct Events {
+    tcp: tokio::net::TcpStream,
+    /// Bytes read and not yet taken apart (the chunked body's framing).
+    raw: Vec<u8>,
+    /// The body so far, without its framing.
+    body: Vec<u8>,
+    head_done: bool,
+}
+
+impl Events {
+    async fn open(port: u16, path: &str, last_id: Option<&str>) -> Events {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let mut req = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n", host(port));
+        if let Some(id) = last_id {
+            req.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        req.push_str("\r\n");
+        tcp.write_all(req.as_bytes()).await.expect("send");
+        Events {
+            tcp,
+            raw: Vec::new(),
+            body: Vec::new(),
+            head_done: false,
+        }
+    }
+
+    /// Moves complete chunks from `raw` to `body`.
+    fn unframe(&mut self) {
+        if !self.head_done {
+            let Some(at) = self.raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return;
+            };
+            let head = String::from_utf8_lossy(&self.raw[..at]).to_string();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            self.raw.drain(..at + 4);
+            self.head_done = true;
+        }
+        loop {
+            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
+                return;
+            };
+            let size = std::str::from_utf8(&self.raw[..eol])
+                .ok()
+                .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+                .expect("a chunk size");
+            if self.raw.len() < eol + 2 + size + 2 {
+                return;
+            }
+            self.body
+                .extend_from_slice(&self.raw[eol + 2..eol + 2 + size]);
+            self.raw.drain(..eol + 2 + size + 2);
+        }
+    }
+
+    /// The next event, or None when the stream ends (or 60 s pass: a
+    /// guard against a hang, not a timing).
+    async fn next(&mut self) -> Option<(String, Option<String>, serde_json::Value)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(at) = self.body.windows(2).position(|w| w == b"\n\n") {
+                let frame = String::from_utf8_lossy(&self.body[..at]).to_string();
+                self.body.drain(..at + 2);
+                let (mut event, mut id, mut data) = (String::new(), None, String::new());
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        event = v.to_string();
+                    } else if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_string());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                let data = serde_json::from_str(&data).expect("JSON data");
+                return Some((event, id, data));
+            }
+            let mut buf = vec![0u8; 256 * 1024];
+            let n = tokio::time::timeout_at(
+                deadline,
+                tokio::io::AsyncReadExt::read(&mut self.tcp, &mut buf),
+            )
+            .await
+            .ok()?
+            .ok()?;
+            if n == 0 {
+                return None;
+            }
+            self.raw.extend_from_slice(&buf[..n]);
+            self.unframe();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_running_cell_sends_its_code_once_and_only_the_end_of_its_output() {
+    let (server, port) = stdio_viewer(&[]).await;
+    server.exec("x = 1").await;
+    let mut events = Events::open(port, "/events/s/default", None).await;
+    // A cell whose code is past the cap, printing 50 MB (it spills to disk)
+    // while the stream is open.
+    let code = format!(
+        "# {}\nimport sys, time\nfor i in range(50):\n    sys.stdout.write(str(i) + 'é' * 500_000 + '\\n')\n    sys.stdout.flush()\n    time.sleep(0.05)\nprint('done')",
+        "c".repeat(70_000)
+    );
+    let started = server
+        .call("python_exec", json!({"code": code, "wait_s": 0.2}))
+        .await;
+    assert!(!started.is_error, "{}", started.text);
+    let mut codes = Vec::new();
+    let mut sizes = Vec::new();
+    let mut finished = None;
+    while let Some((event, _, data)) = events.next().await {
+        match event.as_str() {
+            "running_cell" => codes.push(data),
+            "running" if data.is_null() => {}
+            "running" => {
+                assert!(data.get("code").is_none(), "code resent: {data}");
+                if let Some(tail) = data["output_tail"].as_str() {
+                    assert!(tail.len() <= 64 * 1024, "a tail of {}", tail.len());
+                }
+                sizes.push(data["output_bytes"].as_u64().expect("bytes"));
+            }
+            "cell" if data["cell"] == 2 => {
+                finished = Some(data);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let finished = finished.expect("the cell's end on the stream");
+    assert_eq!(codes.len(), 1, "{codes:?}");
+    assert_eq!(codes[0]["cell"], 2);
+    let shown = codes[0]["code"].as_str().expect("code");
+    assert!(shown.len() <= 64 * 1024, "{}", shown.len());
+    assert!(codes[0]["code_cut"].as_u64().is_some_and(|n| n > 4_000));
+    assert!(finished["code_cut"].as_u64().is_some_and(|n| n > 4_000));
+    let grew = sizes.windows(2).filter(|w| w[1] > w[0]).count();
+    assert!(grew >= 2, "output_bytes did not grow along: {sizes:?}");
+    assert!(sizes.last().is_some_and(|n| *n > 10_000_000), "{sizes:?}");
+    let wait = server.call("python_wait", json!({"wait_s": 60})).await;
+    assert!(wait.text.contains("done"), "{}", wait.text);
+}
+
+#[tokio::test]
+async fn a_job_page_streams_its_output_and_a_reconnect_resumes() {
+    let (server, port) = stdio_viewer(&["--tools", "all"]).await;
+    let cmd =
+        "for i in 1 2 3 4 5; do echo \"line $i <b>\"; sleep 0.3; done; echo '<script>end</script>'";
+    let started = server
+        .call("shell_exec", json!({"command": cmd, "wait_s": 0.1}))
+        .await;
+    assert!(!started.is_error, "{}", started.text);
+    let job = started.structured["job"]
+        .as_str()
+        .expect("job id")
+        .to_string();
+    let (status, page) = get(port, &format!("/j/{job}"), &[]).await;
+    assert_eq!(status, 200);
+    assert!(!page.contains("<b>"), "no data in the page");
+    let expected: String = (1..=5)
+        .map(|i| format!("line {i} <b>\n"))
+        .chain(["<script>end</script>\n".to_string()])
+        .collect();
+    let mut events = Events::open(port, &format!("/events/j/{job}"), None).await;
+    let mut text = String::new();
+    let mut first_id = None;
+    let mut outputs = 0;
+    let mut exited = false;
+    while !(exited && text == expected) {
+        let Some((event, id, data)) = events.next().await else {
+            panic!("the stream ended: {text:?}");
+        };
+        match event.as_str() {
+            "job" => {
+                assert_eq!(data["command"], cmd);
+                exited = data["status"] == "exited";
+            }
+            "output" => {
+                assert_eq!(data["cut"], false);
+                assert_eq!(data["from"].as_u64(), Some(text.len() as u64));
+                text.push_str(data["text"].as_str().expect("text"));
+                outputs += 1;
+                if first_id.is_none() && !text.is_empty() {
+                    first_id = id.map(|i| (i, text.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(outputs >= 3, "output came along, not at once: {outputs}");
+    // A reconnect after the first output gets the rest only.
+    let (id, seen) = first_id.expect("an output event's id");
+    let mut events = Events::open(port, &format!("/events/j/{job}"), Some(&id)).await;
+    let mut rest = String::new();
+    while seen.len() + rest.len() < expected.len() {
+        let (event, _, data) = events.next().await.expect("an event");
+        if event == "output" {
+            rest.push_str(data["text"].as_str().expect("text"));
+        }
+    }
+    assert_eq!(format!("{seen}{rest}"), expected);
+    let (status, full) = get(port, &format!("/j/{job}/output.txt"), &[]).await;
+    assert_eq!(status, 200);
+    assert!(full.contains("<script>end</script>"), "{full}");
+    // A job with more than the live bound: its end, marked as cut.
+    let big = server
+        .call(
+            "shell_exec",
+            json!({"command": "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo tail-mark", "wait_s": 30}),
+        )
+        .await;
+    let big_job = big.structured["job"].as_str().expect("job id").to_string();
+    let mut events = Events::open(port, &format!("/events/j/{big_job}"), None).await;
+    loop {
+        let (event, _, data) = events.next().await.expect("an event");
+        if event == "output" {
+            assert_eq!(data["cut"], true, "{}", data["from"]);
+            let text = data["text"].as_str().expect("text");
+            assert!(text.len() <= 64 * 1024 && text.ends_with("tail-mark\n"));
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_download_follows_the_branch_and_full_output_is_not_held_by_a_stalled_reader() {
+    let (server, port) = stdio_viewer(&[]).await;
+    server.exec("a = 'first'").await;
+    server.exec("b = 'second branch'").await;
+    let other = server
+        .call("python_exec", json!({"code": "c = 'third'", "parent": 1}))
+        .await;
+    assert!(!other.is_error, "{}", other.text);
+    let (status, current) = get(port, "/s/default/export.ipynb", &[]).await;
+    assert_eq!(status, 200);
+    assert!(current.contains("third") && !current.contains("second branch"));
+    let (status, head) = head_of(port, "/s/default/export.ipynb?head=2", &[]).await;
+    assert_eq!(status, 200);
+    assert!(head.contains("default-cell2.ipynb"), "{head}");
+    let (_, branch) = get(port, "/s/default/export.ipynb?head=2", &[]).await;
+    assert!(branch.contains("second branch") && !branch.contains("third"));
+    assert_eq!(
+        get(port, "/s/default/export.ipynb?head=99", &[]).await.0,
+        404
+    );
+
+    // 20 MB of output asked for and never read: past the send deadline the
+    // response ends unfinished instead of waiting on the reader forever.
+    server.exec("print('z' * 20_000_000)").await;
+    // A small receive buffer (no autotuning): the kernel holds little.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(64 * 1024).expect("rcvbuf");
+    let mut tcp = socket
+        .connect(([127, 0, 0, 1], port).into())
+        .await
+        .expect("connect");
+    let req = format!(
+        "GET /s/default/cell/4/output.txt HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        host(port)
+    );
+    tcp.write_all(req.as_bytes()).await.expect("send");
+    // The stalled reader (the server gives a chunk 5 s).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut got),
+    )
+    .await;
+    assert!(
+        read.is_ok(),
+        "the response was left open: {} bytes",
+        got.len()
+    );
+    assert!(
+        got.len() < 20_000_000 && !got.ends_with(b"0\r\n\r\n"),
+        "{} bytes, complete",
+        got.len()
+    );
+    // Read at once, it is whole.
+    let (status, full) = get(port, "/s/default/cell/4/output.txt", &[]).await;
+    assert_eq!(status, 200);
+    assert!(full.matches('z').count() >= 20_000_000);
+}

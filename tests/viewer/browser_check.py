@@ -4,10 +4,12 @@ runs cells in a ferrepl started over stdio with --viewer 127.0.0.1:0.
 
 Asserted in the DOM: a new cell with its output and value, the output of a
 running cell streaming in, an input() prompt, an image, an error with its
-traceback, a branch marker and the other branch's page, and that what the
-agent writes stays text: <script>, </pre><img onerror>, javascript: links,
-SVG with script, terminal escapes, invalid UTF-8 and a 10 MB output run no
-script (window.__pwned stays undefined, no alert) and show literally.
+traceback, a branch marker and the other branch's page (its download link
+carrying that branch's head), a shell job's output streaming on its page,
+and that what the agent writes stays text: <script>, </pre><img onerror>,
+javascript: links, SVG with script, terminal escapes, invalid UTF-8 and a
+10 MB output run no script (window.__pwned stays undefined, no alert) and
+show literally.
 Screenshots (session, list, dark theme) go to target/viewer-check/.
 
     target/test-env/viewer-venv/bin/python tests/viewer/browser_check.py [--readme docs/viewer.png]
@@ -168,6 +170,25 @@ async def check(readme):
             marker.click()
             wait_for("the other branch", lambda: "another branch" in driver.find_element(By.ID, "branch-note").text)
             wait_for("its cells", lambda: "7.0" in (cell_text(driver, 2) or ""))
+            # The download is the notebook of the branch shown.
+            href = driver.find_element(By.ID, "download").get_attribute("href")
+            assert re.search(r"/s/default/export\.ipynb\?head=2$", href), href
+
+            # A shell job's page: its command as text, its output streaming in.
+            r = await client.call_tool("shell_exec", {
+                "command": "for i in 1 2 3 4 5 6; do echo \"job tick $i <i>x</i>\"; sleep 0.5; done",
+                "wait_s": 0.2})
+            job = (getattr(r, "structured_content", None) or {}).get("job") or re.search(r"\bj\d+\b", "".join(
+                getattr(c, "text", "") for c in r.content)).group(0)
+            driver.get(base + "j/" + job)
+            wait_for("the job's command", lambda: "job tick $i" in driver.find_element(By.ID, "command").text)
+            wait_for("streamed job output", lambda: "job tick 2 <i>x</i>" in driver.find_element(By.ID, "output").text)
+            assert "job tick 6" not in driver.find_element(By.ID, "output").text
+            wait_for("the job's end", lambda: "exit 0" in driver.find_element(By.ID, "state").text)
+            wait_for("all its output", lambda: "job tick 6 <i>x</i>" in driver.find_element(By.ID, "output").text)
+            assert driver.find_elements(By.CSS_SELECTOR, "#output i, #command i") == []
+            no_script_ran(driver)
+            driver.save_screenshot(str(OUT / "job.png"))
 
             # The list (with the job, its command as text), the dark theme.
             driver.get(base)

@@ -106,7 +106,9 @@ function indexPage() {
     jobs.replaceChildren();
     for (const j of data.jobs) {
       const tr = el('tr');
-      tr.appendChild(el('td', 'code', j.job));
+      const jid = el('td', 'code');
+      jid.appendChild(link('/j/' + enc(j.job), j.job));
+      tr.appendChild(jid);
       tr.appendChild(el('td', 'code', j.command));
       tr.appendChild(el('td', null, j.status + (j.exit_code !== null && j.exit_code !== undefined ? ' (' + j.exit_code + ')' : '')));
       tr.appendChild(el('td', null, age(j.age_s)));
@@ -129,12 +131,19 @@ function sessionPage() {
   const base = '/s/' + enc(name);
   document.getElementById('title').textContent = shown(name);
   document.title = 'ferrepl · ' + shown(name);
-  document.getElementById('download').href = base + '/export.ipynb';
+  // The notebook of the branch shown.
+  document.getElementById('download').href = base + '/export.ipynb' + headQuery;
   const cells = document.getElementById('cells');
   const running = document.getElementById('running');
   let language = 'python';
   let path = [];
   let es = null;
+  // The running cell: its code (sent once per cell) and output's end
+  // (sent when it changed).
+  let runCode = null;
+  let runCodeNodes = [];
+  let runTail = '';
+  let runCell = null;
 
   function setState(state) {
     const s = document.getElementById('state');
@@ -163,6 +172,7 @@ function sessionPage() {
     const code = el('pre', 'code');
     highlight(code, c.code, language);
     art.appendChild(code);
+    if (c.code_cut) art.appendChild(codeCut(c.code_cut));
     if (!c.kept) {
       art.appendChild(el('p', 'note', 'This cell\'s output is no longer kept (only recent cells\' outputs are).'));
     }
@@ -199,9 +209,23 @@ function sessionPage() {
     document.getElementById('empty').hidden = path.length > 0 || !running.hidden;
   }
 
+  function codeCut(n) {
+    return el('p', 'note', 'The code is cut here: ' + size(n) + ' more not shown.');
+  }
+
+  function runningCode(c) {
+    runCode = c;
+    const code = el('pre', 'code');
+    highlight(code, c.code, language);
+    runCodeNodes = c.code_cut ? [code, codeCut(c.code_cut)] : [code];
+  }
+
   function showRunning(r) {
     running.replaceChildren();
-    if (!r) { running.hidden = true; order(); return; }
+    if (!r) { running.hidden = true; runCell = null; runTail = ''; order(); return; }
+    if (r.cell !== runCell) runTail = '';
+    runCell = r.cell;
+    if (r.output_tail !== undefined) runTail = r.output_tail;
     running.hidden = false;
     const h = el('header');
     h.appendChild(el('span', 'n', '[' + r.cell + ']'));
@@ -210,15 +234,13 @@ function sessionPage() {
     h.appendChild(el('span', null, r.elapsed_s.toFixed(0) + ' s'));
     h.appendChild(el('span', null, size(r.output_bytes) + ' of output'));
     running.appendChild(h);
-    const code = el('pre', 'code');
-    highlight(code, r.code, language);
-    running.appendChild(code);
-    if (r.output_tail) {
-      const out = el('pre', 'out stdout live', r.output_tail);
+    if (runCode && runCode.cell === r.cell) for (const n of runCodeNodes) running.appendChild(n);
+    if (runTail) {
+      const out = el('pre', 'out stdout live', runTail);
       running.appendChild(out);
       out.scrollTop = out.scrollHeight;
     }
-    if (r.output_bytes > r.output_tail.length) {
+    if (r.output_bytes > runTail.length) {
       const p = el('p', 'muted');
       p.appendChild(link(base + '/cell/' + Number(r.cell) + '/output.txt', 'full output so far as text'));
       running.appendChild(p);
@@ -259,6 +281,7 @@ function sessionPage() {
       order();
     });
     es.addEventListener('state', (ev) => setState(JSON.parse(ev.data)));
+    es.addEventListener('running_cell', (ev) => runningCode(JSON.parse(ev.data)));
     es.addEventListener('running', (ev) => showRunning(headQuery ? null : JSON.parse(ev.data)));
     es.addEventListener('gone', () => {
       setState('gone');
@@ -278,8 +301,69 @@ function sessionPage() {
   });
 }
 
+// ---- one shell job: its command, state and output as it comes ----
+
+function jobPage() {
+  const id = decodeURIComponent(location.pathname.slice(3));
+  const base = '/j/' + enc(id);
+  document.getElementById('title').textContent = shown(id);
+  document.title = 'ferrepl · ' + shown(id);
+  document.getElementById('full').href = base + '/output.txt';
+  const out = document.getElementById('output');
+  // Characters of output kept on the page (the full text has the rest).
+  const KEEP = 256 * 1024;
+
+  function cut() {
+    const note = document.getElementById('cut');
+    if (!note.hidden) return;
+    note.hidden = false;
+    note.replaceChildren(document.createTextNode('Earlier output is not shown here: '));
+    note.appendChild(link(base + '/output.txt', 'the full output as text'));
+  }
+
+  // The browser reconnects by itself, with the last offset (Last-Event-ID).
+  const es = new EventSource('/events' + base);
+  es.onopen = () => conn(true);
+  es.onerror = () => conn(false);
+  es.addEventListener('job', (ev) => {
+    const j = JSON.parse(ev.data);
+    document.getElementById('command').textContent = shown(j.command);
+    const cc = document.getElementById('command-cut');
+    cc.hidden = !j.command_cut;
+    if (j.command_cut) cc.textContent = 'The command is cut here: ' + size(j.command_cut) + ' more not shown.';
+    let state = j.status;
+    if (j.status !== 'running') {
+      if (j.exit_code !== null && j.exit_code !== undefined) state = 'exit ' + j.exit_code;
+      else if (j.signal) state = 'killed by ' + j.signal;
+    }
+    const s = document.getElementById('state');
+    s.textContent = shown(state);
+    s.className = 'badge state ' + (j.status === 'running' ? 'st-running' : j.exit_code === 0 ? 'st-ok' : 'st-error');
+    document.getElementById('elapsed').textContent = age(j.age_s);
+  });
+  es.addEventListener('output', (ev) => {
+    const o = JSON.parse(ev.data);
+    const atEnd = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    if (o.cut) { out.textContent = ''; cut(); }
+    if (o.text) out.appendChild(document.createTextNode(shown(o.text)));
+    if (out.childNodes.length > 200 || out.textContent.length > KEEP) {
+      const all = out.textContent;
+      if (all.length > KEEP) cut();
+      out.textContent = all.slice(-KEEP);
+    }
+    if (atEnd) out.scrollTop = out.scrollHeight;
+  });
+  es.addEventListener('gone', () => {
+    const s = document.getElementById('state');
+    s.textContent = 'gone';
+    es.close();
+    conn(false);
+  });
+}
+
 document.addEventListener('DOMContentLoaded', () => {
   const page = document.body.dataset.page;
   if (page === 'index') indexPage();
   if (page === 'session') sessionPage();
+  if (page === 'job') jobPage();
 });
