@@ -86,14 +86,19 @@ pub const CODE_SHOWN_BYTES: usize = 64 * 1024;
 /// `code` cut to [`CODE_SHOWN_BYTES`] (at a character), and how many bytes
 /// were cut.
 pub fn capped_text(code: &str) -> (String, Option<u64>) {
-    if code.len() <= CODE_SHOWN_BYTES {
-        return (code.to_string(), None);
+    capped_to(code, CODE_SHOWN_BYTES)
+}
+
+/// `text` cut to `max` bytes (at a character), and how many were cut.
+pub fn capped_to(text: &str, max: usize) -> (String, Option<u64>) {
+    if text.len() <= max {
+        return (text.to_string(), None);
     }
-    let mut end = CODE_SHOWN_BYTES;
-    while !code.is_char_boundary(end) {
+    let mut end = max;
+    while !text.is_char_boundary(end) {
         end -= 1;
     }
-    (code[..end].to_string(), Some((code.len() - end) as u64))
+    (text[..end].to_string(), Some((text.len() - end) as u64))
 }
 
 /// A session's branch: its cells in execution order.

@@ -21,7 +21,7 @@ use super::routes::{BranchQuery, listing, text};
 use super::{Viewer, valid_name};
 use crate::config::tokens::Tenant;
 use crate::output::log::{utf8_end, utf8_start};
-use crate::session::view::{LIVE_TAIL_BYTES, RunningView};
+use crate::session::view::{CODE_SHOWN_BYTES, LIVE_TAIL_BYTES, RunningView};
 
 /// Cells per history page (an event each page's cells).
 pub(super) const PAGE: usize = 20;
@@ -306,15 +306,8 @@ async fn job_feed(viewer: Arc<Viewer>, tenant: Tenant, id: String, at: Option<u6
         drop(app);
         // Subscribed before looking: a change after the look wakes us.
         let mut rx = job.subscribe();
-        let mut info = serde_json::to_value(job.view_info()).unwrap_or_default();
+        let info = super::routes::job_row(job.view_info(), CODE_SHOWN_BYTES);
         let exited = info["status"] == "exited";
-        if let Some(cmd) = info["command"].as_str().map(str::to_string) {
-            let (shown, cut) = crate::session::view::capped_text(&cmd);
-            info["command"] = shown.into();
-            if let Some(cut) = cut {
-                info["command_cut"] = cut.into();
-            }
-        }
         if info != last {
             if !out.send("job", None, &info).await {
                 return;

@@ -314,12 +314,31 @@ fn log_in(
     }
 }
 
+/// Bytes of a job's command the list shows (its page shows more).
+const LIST_COMMAND_BYTES: usize = 1024;
+
+/// A job's row as JSON, its command cut to `max` bytes (`command_cut`:
+/// how many more there are).
+pub(super) fn job_row(job: crate::jobs::JobInfo, max: usize) -> serde_json::Value {
+    let mut row = serde_json::to_value(&job).unwrap_or_default();
+    let (shown, cut) = crate::session::view::capped_to(&job.state.command, max);
+    row["command"] = shown.into();
+    if let Some(cut) = cut {
+        row["command_cut"] = cut.into();
+    }
+    row
+}
+
 /// The sessions and jobs of the caller's tenant, as JSON.
 pub(super) fn listing(viewer: &Viewer, tenant: &Tenant) -> serde_json::Value {
     let (sessions, jobs) = match viewer.app(tenant) {
         Some(app) => (
             serde_json::to_value(app.manager.list()).unwrap_or_default(),
-            serde_json::to_value(app.jobs.list()).unwrap_or_default(),
+            app.jobs
+                .list()
+                .into_iter()
+                .map(|j| job_row(j, LIST_COMMAND_BYTES))
+                .collect(),
         ),
         None => (serde_json::json!([]), serde_json::json!([])),
     };

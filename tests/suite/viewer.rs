@@ -630,6 +630,27 @@ async fn a_job_page_streams_its_output_and_a_reconnect_resumes() {
             break;
         }
     }
+    // A long command: cut in the list, whole (to 64 KiB) on its page.
+    let long = format!(": {}; echo long", "y".repeat(5000));
+    let started = server
+        .call("shell_exec", json!({"command": long, "wait_s": 10}))
+        .await;
+    let long_job = started.structured["job"]
+        .as_str()
+        .expect("job id")
+        .to_string();
+    let (_, list) = get(port, "/api/sessions", &[]).await;
+    let list: serde_json::Value = serde_json::from_str(&list).expect("JSON");
+    let row = list["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["job"] == long_job.as_str()))
+        .expect("its row");
+    assert_eq!(row["command"].as_str().map(str::len), Some(1024), "{row}");
+    assert_eq!(row["command_cut"].as_u64(), Some(long.len() as u64 - 1024));
+    let mut events = Events::open(port, &format!("/events/j/{long_job}"), None).await;
+    let (event, _, data) = events.next().await.expect("an event");
+    assert_eq!(event, "job");
+    assert_eq!(data["command"], long.as_str());
 }
 
 #[tokio::test]

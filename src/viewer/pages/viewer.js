@@ -109,7 +109,9 @@ function indexPage() {
       const jid = el('td', 'code');
       jid.appendChild(link('/j/' + enc(j.job), j.job));
       tr.appendChild(jid);
-      tr.appendChild(el('td', 'code', j.command));
+      const cmd = el('td', 'code', j.command);
+      if (j.command_cut) cmd.appendChild(el('span', 'muted', ' [… ' + size(j.command_cut) + ' more]'));
+      tr.appendChild(cmd);
       tr.appendChild(el('td', null, j.status + (j.exit_code !== null && j.exit_code !== undefined ? ' (' + j.exit_code + ')' : '')));
       tr.appendChild(el('td', null, age(j.age_s)));
       const out = el('td');
