@@ -381,12 +381,28 @@ const CHUNK: usize = 64 * 1024;
 /// A reader that takes no chunk for this long is dropped.
 const SEND_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Agent-written text, never rendered: text/plain with nosniff, read from
-/// `pieces` a chunk at a time off every lock (blocking reads on the
-/// blocking pool). A browser that stops reading holds nothing for long: a
-/// chunk it does not take within [`SEND_DEADLINE`] ends the response with
-/// an error (the connection is closed, not left looking complete).
+/// Agent-written text, never rendered: text/plain with nosniff (see
+/// [`chunked`]).
 fn plain(pieces: Vec<Piece>) -> Response {
+    let mut res = chunked(pieces);
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("inline"),
+    );
+    res
+}
+
+/// A body read from `pieces` a chunk at a time off every lock (blocking
+/// reads on the blocking pool). A browser that stops reading holds nothing
+/// for long: a chunk it does not take within [`SEND_DEADLINE`] ends the
+/// response with an error (the connection is closed, not left looking
+/// complete).
+fn chunked(pieces: Vec<Piece>) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(2);
     let finished = Arc::new(AtomicBool::new(false));
     let done = finished.clone();
@@ -426,14 +442,7 @@ fn plain(pieces: Vec<Piece>) -> Response {
         }
     });
     // After an error the stream is not polled again.
-    (
-        [
-            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            (header::CONTENT_DISPOSITION, "inline"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
+    Body::from_stream(body).into_response()
 }
 
 async fn cell_text(
@@ -507,17 +516,21 @@ async fn export(
         None => format!("{name}.ipynb"),
     };
     match app.manager.view_export(&name, q.head) {
-        Some(doc) => (
-            [
-                (header::CONTENT_TYPE, "application/x-ipynb+json".to_string()),
-                (
-                    header::CONTENT_DISPOSITION,
-                    format!("attachment; filename=\"{file}\""),
-                ),
-            ],
-            doc,
-        )
-            .into_response(),
+        Some(doc) => {
+            // Sent like full output: a reader that stalls is let go.
+            let len = doc.len();
+            let mut res = chunked(vec![Piece::Bytes(doc.into_bytes())]);
+            let h = res.headers_mut();
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-ipynb+json"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{file}\"")) {
+                h.insert(header::CONTENT_DISPOSITION, v);
+            }
+            res
+        }
         None => not_found(),
     }
 }
