@@ -663,7 +663,8 @@ pub struct Config {
     pub http_header_timeout: f64,
 
     /// HTTP: seconds a keep-alive connection may sit with no request in flight before it is
-    /// closed (a stream or a call in progress is never cut).
+    /// closed (a stream or a call in progress is never cut, unless the client stops reading
+    /// it for as long).
     #[arg(
         long,
         env = "FERREPL_HTTP_IDLE_TIMEOUT",

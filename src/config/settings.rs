@@ -32,6 +32,9 @@ pub struct HttpLimits {
     pub header_timeout: Duration,
     /// With no request in flight.
     pub idle_timeout: Duration,
+    /// A response the peer stops reading (its socket's buffer full) is cut
+    /// after this long: the idle timeout (the viewer's is shorter).
+    pub write_timeout: Duration,
     pub max_connections: usize,
     /// 0: no per-peer cap.
     pub max_per_peer: usize,
@@ -147,6 +150,7 @@ impl Settings {
             http: HttpLimits {
                 header_timeout: seconds(cfg.http_header_timeout, "--http-header-timeout")?,
                 idle_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
+                write_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
                 max_connections: cfg.http_max_connections.max(1),
                 max_per_peer: cfg.http_max_connections_per_peer,
                 max_head_bytes: 64 * 1024,

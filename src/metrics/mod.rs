@@ -328,7 +328,7 @@ impl Metrics {
         let jobs_started = family("jobs_started", "Jobs started (shell, install)");
         let http_refusals = family(
             "http_refusals",
-            "HTTP connections refused or closed before a request was served (max_connections, per_peer, header_timeout, idle_timeout, body_timeout)",
+            "HTTP connections refused, or closed for a slow or silent peer (max_connections, per_peer, header_timeout, idle_timeout, body_timeout, write_timeout: a response it stopped reading)",
         );
         let limits = register(
             &mut r,
@@ -409,6 +409,7 @@ impl Metrics {
                 "header_timeout",
                 "idle_timeout",
                 "body_timeout",
+                "write_timeout",
             ],
         );
         preset(

@@ -146,6 +146,9 @@ impl Bound {
         let mut bounds = instance.base().settings.http;
         // A page, its script and style, the API and an event stream each.
         bounds.max_connections = max_clients * 4 + 8;
+        // A browser that stops reading (a sleeping laptop) lets its
+        // connection go sooner than an MCP client would.
+        bounds.write_timeout = bounds.write_timeout.min(std::time::Duration::from_secs(20));
         let viewer = Arc::new(Viewer {
             instance,
             access: self.access,

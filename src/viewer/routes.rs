@@ -115,7 +115,9 @@ async fn require_login(
             req.extensions_mut().insert(tenant);
             next.run(req).await
         }
-        None if path == "/" || path.starts_with("/s/") && !path[3..].contains('/') => {
+        None if path == "/"
+            || (path.starts_with("/s/") || path.starts_with("/j/")) && !path[3..].contains('/') =>
+        {
             (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response()
         }
         None => text(StatusCode::UNAUTHORIZED, "log in first: /login\n"),

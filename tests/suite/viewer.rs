@@ -309,7 +309,14 @@ async fn tenants_viewers_see_their_own_sessions_and_tickets_work_once() {
     );
     // No cookie, a wrong cookie.
     assert_eq!(get(port, "/api/sessions", &[]).await.0, 401);
-    assert_eq!(head_of(port, "/", &[]).await.0, 303);
+    // Pages send a person to the login; data and streams are refused.
+    for page in ["/", "/s/default", "/j/1"] {
+        let (status, head) = head_of(port, page, &[]).await;
+        assert!(status == 303 && head.contains("/login"), "{page}: {head}");
+    }
+    for data in ["/events/j/1", "/j/1/output.txt", "/events/s/default"] {
+        assert_eq!(get(port, data, &[]).await.0, 401, "{data}");
+    }
     let wrong = format!("ferrepl_viewer={}", "a".repeat(64));
     assert_eq!(
         get(port, "/api/sessions", &[("Cookie", &wrong)]).await.0,

@@ -6,7 +6,9 @@
 //! body holds nothing for long). Connections are capped in total and, when
 //! asked, per peer address; past a cap a new connection is closed at once.
 //! A response still being sent (an SSE stream, a call in progress) is never
-//! cut. HTTP is parsed by hyper; nothing here reads a byte of it.
+//! cut for taking long, only when the peer stops reading it (the socket's
+//! buffer full for the write timeout). HTTP is parsed by hyper; nothing
+//! here reads a byte of it.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -36,6 +38,7 @@ enum Refusal {
     HeaderTimeout,
     IdleTimeout,
     BodyTimeout,
+    WriteTimeout,
 }
 
 impl Refusal {
@@ -46,6 +49,7 @@ impl Refusal {
             Refusal::HeaderTimeout => "header_timeout",
             Refusal::IdleTimeout => "idle_timeout",
             Refusal::BodyTimeout => "body_timeout",
+            Refusal::WriteTimeout => "write_timeout",
         }
     }
 }
@@ -86,6 +90,8 @@ struct Activity {
     head_since: AtomicU64,
     /// The last byte read or the last response finished.
     last_active: AtomicU64,
+    /// Since when a write has waited for the peer to read (NONE: none).
+    write_stalled: AtomicU64,
 }
 
 const NONE: u64 = u64::MAX;
@@ -97,7 +103,21 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             head_since: AtomicU64::new(0),
             last_active: AtomicU64::new(0),
+            write_stalled: AtomicU64::new(NONE),
         })
+    }
+
+    /// A write (or flush) was `ready`, or is waiting on the peer.
+    fn wrote<T>(&self, polled: Poll<T>) -> Poll<T> {
+        if polled.is_ready() {
+            self.write_stalled.store(NONE, Ordering::Relaxed);
+        } else {
+            let now = self.now();
+            let _ =
+                self.write_stalled
+                    .compare_exchange(NONE, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        polled
     }
 
     fn now(&self) -> u64 {
@@ -128,12 +148,20 @@ impl Activity {
     /// until it next needs a look.
     fn check(&self, bounds: &Bounds) -> Result<Duration, Refusal> {
         let now = self.now();
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return Ok(bounds.header_timeout.min(bounds.idle_timeout));
-        }
         let left = |since: u64, limit: Duration| {
             (limit.as_millis() as u64).saturating_sub(now.saturating_sub(since))
         };
+        let stalled = self.write_stalled.load(Ordering::Acquire);
+        let mut soonest = bounds.header_timeout.min(bounds.idle_timeout);
+        if stalled != NONE {
+            match left(stalled, bounds.write_timeout) {
+                0 => return Err(Refusal::WriteTimeout),
+                ms => soonest = soonest.min(Duration::from_millis(ms)),
+            }
+        }
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Ok(soonest);
+        }
         let head = self.head_since.load(Ordering::Acquire);
         if head != NONE {
             return match left(head, bounds.header_timeout) {
@@ -151,7 +179,8 @@ impl Activity {
     }
 }
 
-/// The TCP stream, telling its connection's activity about every read.
+/// The TCP stream, telling its connection's activity about every read and
+/// every write that waits on the peer.
 struct Watched {
     tcp: TcpStream,
     activity: Arc<Activity>,
@@ -178,10 +207,12 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.tcp).poll_write(cx, buf);
+        self.activity.wrote(polled)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
+        let polled = Pin::new(&mut self.tcp).poll_flush(cx);
+        self.activity.wrote(polled)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
@@ -191,7 +222,8 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
+        self.activity.wrote(polled)
     }
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
@@ -435,6 +467,7 @@ mod tests {
         Bounds {
             header_timeout: Duration::from_millis(50),
             idle_timeout: Duration::from_millis(200),
+            write_timeout: Duration::from_millis(100),
             max_connections: 2,
             max_per_peer: 1,
             max_head_bytes: 16 * 1024,
@@ -462,6 +495,62 @@ mod tests {
         drop(first);
         drop(second);
         take_slot(&open, a, &bounds()).expect("freed");
+    }
+
+    /// A response the peer stops reading is cut after the write timeout,
+    /// however long it could go on (here: without end).
+    #[tokio::test]
+    async fn a_peer_that_stops_reading_is_cut_off() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let endless = || async {
+            let chunk = axum::body::Bytes::from(vec![b'x'; 64 * 1024]);
+            let stream = futures::stream::repeat_with(move || {
+                Ok::<_, std::convert::Infallible>(chunk.clone())
+            });
+            Body::from_stream(stream)
+        };
+        let router = Router::new().route("/", axum::routing::get(endless));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let shutdown = CancellationToken::new();
+        let mut limits = bounds();
+        limits.header_timeout = Duration::from_secs(5);
+        limits.idle_timeout = Duration::from_secs(5);
+        tokio::spawn(serve(listener, router, limits, shutdown.clone()));
+        let cut = || {
+            crate::metrics::render(&[], false)
+                .lines()
+                .find(|l| l.starts_with(r#"ferrepl_http_refusals_total{reason="write_timeout"}"#))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let before = cut();
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("request");
+        // Not reading: the server's writes fill the buffers and wait.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cut() == before {
+            assert!(
+                Instant::now() < deadline,
+                "a stalled response was never cut"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // What was buffered drains, then the connection ends.
+        let mut sink = vec![0u8; 1 << 20];
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match tcp.read(&mut sink).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the connection was left open");
+        shutdown.cancel();
     }
 
     #[test]
