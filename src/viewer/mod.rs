@@ -57,6 +57,18 @@ pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<
         }
         return Ok(None);
     };
+    if server_tokens.has_tenants()
+        && cfg.network == crate::sandbox::Network::On
+        && !cfg
+            .viewer_allow_hosts
+            .iter()
+            .any(|h| h.starts_with("https://"))
+    {
+        // Cookies are not kept apart by port: see docs/security.md.
+        tracing::warn!(
+            "--viewer with tenants and --network on: an agent's web server on this host could be sent a viewer's cookie if that person opens its pages in the same browser; serve the viewer under a name of its own behind TLS (--viewer-allow-host https://NAME) or keep --network off"
+        );
+    }
     read_tokens(file, server_tokens).map(Some)
 }
 

@@ -468,3 +468,46 @@ async fn names_made_of_dots_are_not_names() {
     }
     assert_eq!(get(port, "/s/default", &[]).await.0, 200);
 }
+
+/// With tenants and --network on, an agent's own web server could be sent
+/// a person's cookie (cookies ignore ports): the start says so and how to
+/// avoid it, and says nothing once the viewer has a name behind TLS.
+#[tokio::test]
+async fn tenants_with_the_network_on_are_warned_about_the_cookie() {
+    const WARNING: &str = "could be sent a viewer's cookie";
+    let dir = tempfile::tempdir().expect("dir");
+    let (server, _, _, _) = tenants_viewer(dir.path(), &both_views(), &["--network", "on"]).await;
+    let log = server.stderr_log();
+    assert!(
+        log.contains(WARNING) && log.contains("--viewer-allow-host https://"),
+        "{log}"
+    );
+    drop(server);
+    // The same server named behind TLS: no warning.
+    let tokens = dir.path().join("tokens");
+    let views = dir.path().join("views");
+    let server = HttpServer::start(
+        &[
+            "--auth-token-file",
+            path_str(&tokens),
+            "--viewer",
+            "127.0.0.1:0",
+            "--viewer-tokens",
+            path_str(&views),
+            "--viewer-allow-host",
+            "https://view.example",
+            "--network",
+            "on",
+            "--warm-pool",
+            "0",
+        ],
+        &[],
+    )
+    .await;
+    let log = server.stderr_log();
+    assert!(
+        log.contains("ferrepl viewer: https://view.example"),
+        "{log}"
+    );
+    assert!(!log.contains(WARNING), "{log}");
+}
