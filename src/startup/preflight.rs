@@ -35,6 +35,7 @@ pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyho
         crate::worker::python::check_venv_dir(&crate::sandbox::paths::normalize(venv, workdir))?;
     }
     mcp_servers_place(cfg, workdir)?;
+    viewer_tokens_place(cfg, workdir)?;
     if let Some(file) = &cfg.mcp_servers {
         crate::upstream::UpstreamConfig::read(file)
             .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
@@ -69,6 +70,22 @@ pub fn mcp_servers_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
     if let Some((what, place)) = reachable_by_sessions(cfg, workdir, file, true) {
         anyhow::bail!(
             "--mcp-servers {} lies inside {what} {}, which sessions can read, and it may hold the servers' tokens: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
+            file.display(),
+            place.display()
+        );
+    }
+    Ok(())
+}
+
+/// The `--viewer-tokens` file logs a browser in to a tenant's sessions: no
+/// session may read it (another tenant's agent would read its way in).
+pub fn viewer_tokens_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
+    let Some(file) = cfg.viewer_tokens.as_ref().filter(|_| cfg.viewer.is_some()) else {
+        return Ok(());
+    };
+    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, file, true) {
+        anyhow::bail!(
+            "--viewer-tokens {} lies inside {what} {}, which sessions can read: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
             file.display(),
             place.display()
         );

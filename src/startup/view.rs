@@ -25,8 +25,9 @@ fn real(p: &Path) -> PathBuf {
     p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The tokens file, the runtime state (logs, policies, homes, the egress
-/// socket) and the stores.
+/// The tokens files (the server's, the viewer's), the MCP servers file,
+/// the runtime state (logs, policies, homes, the egress socket) and the
+/// stores.
 pub fn own_files(
     cfg: &Config,
     state_dir: &state::StateDir,
@@ -46,6 +47,9 @@ pub fn own_files(
     }
     if let Some(servers) = &cfg.mcp_servers {
         add("--mcp-servers", servers);
+    }
+    if let Some(views) = cfg.viewer_tokens.as_ref().filter(|_| cfg.viewer.is_some()) {
+        add("--viewer-tokens", views);
     }
     add(
         "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)",

@@ -27,7 +27,9 @@ struct Allowed {
 
 pub struct Rules {
     hosts: Vec<Allowed>,
-    /// A loopback viewer's `ferrepl-viewer.localhost:PORT`.
+    /// Where a login on a host that gets no cookie is sent: the first
+    /// `https://` name, else a loopback viewer's
+    /// `http://ferrepl-viewer.localhost:PORT`.
     named: Option<String>,
     url: String,
 }
@@ -99,19 +101,34 @@ impl Rules {
             }
             None => format!("http://{local}/"),
         };
+        // With a name behind TLS only such names get a cookie: the
+        // viewer's own address shares its host with whatever else listens
+        // there (an agent's server with --network on), the proxy's does not.
+        let tls = hosts.iter().find(|a| a.https).map(|a| {
+            format!(
+                "https://{}{}",
+                a.name,
+                a.port.map(|p| format!(":{p}")).unwrap_or_default()
+            )
+        });
         let own = |name: &str, cookie: bool| Allowed {
             name: name.to_string(),
             port: Some(port),
             https: false,
-            cookie,
+            cookie: cookie && tls.is_none(),
         };
-        let mut named = None;
+        if tls.is_some() {
+            for a in hosts.iter_mut().filter(|a| !a.https) {
+                a.cookie = false;
+            }
+        }
+        let mut named = tls.clone();
         if local.ip().is_loopback() || local.ip().is_unspecified() {
             hosts.push(own(NAMED_HOST, true));
             for literal in ["127.0.0.1", "localhost", "[::1]"] {
                 hosts.push(own(literal, false));
             }
-            named = Some(format!("{NAMED_HOST}:{port}"));
+            named = named.or_else(|| Some(format!("http://{NAMED_HOST}:{port}")));
         } else {
             let ip = match local.ip() {
                 std::net::IpAddr::V6(v6) => format!("[{v6}]"),
@@ -164,12 +181,10 @@ impl Rules {
         None
     }
 
-    /// Where a login that arrived on a loopback literal goes instead:
-    /// `path_and_query` on `ferrepl-viewer.localhost`.
+    /// Where a login that arrived on a host without cookies goes instead:
+    /// `path_and_query` on the name that has them.
     pub fn elsewhere(&self, path_and_query: &str) -> Option<String> {
-        self.named
-            .as_ref()
-            .map(|n| format!("http://{n}{path_and_query}"))
+        self.named.as_ref().map(|n| format!("{n}{path_and_query}"))
     }
 }
 
@@ -184,6 +199,42 @@ mod tests {
             h.insert(header::ORIGIN, o.parse().expect("origin"));
         }
         h
+    }
+
+    #[test]
+    fn behind_tls_only_the_tls_names_get_a_cookie() {
+        let r = Rules::new(
+            "127.0.0.1:8765".parse().expect("addr"),
+            &["http://plain.example".into(), "https://view.example".into()],
+        )
+        .expect("rules");
+        let cookie = |host: &str| r.host_of(&headers(host, None)).map(|m| m.cookie);
+        assert_eq!(cookie("view.example"), Some(true));
+        for none in [
+            "plain.example",
+            "ferrepl-viewer.localhost:8765",
+            "127.0.0.1:8765",
+        ] {
+            assert_eq!(cookie(none), Some(false), "{none}");
+        }
+        assert_eq!(
+            r.elsewhere("/login?ticket=t").as_deref(),
+            Some("https://view.example/login?ticket=t")
+        );
+        let off = Rules::new(
+            "10.1.2.3:8765".parse().expect("addr"),
+            &["https://view.example:8443".into()],
+        )
+        .expect("rules");
+        assert_eq!(
+            off.host_of(&headers("10.1.2.3:8765", None))
+                .map(|m| m.cookie),
+            Some(false)
+        );
+        assert_eq!(
+            off.elsewhere("/login").as_deref(),
+            Some("https://view.example:8443/login")
+        );
     }
 
     #[test]
@@ -250,7 +301,11 @@ mod tests {
             r.refuse(&headers("view.example", Some("http://view.example")))
                 .is_some()
         );
-        assert!(r.elsewhere("/login").is_none());
+        // A login on a name without TLS is sent to the TLS name.
+        assert_eq!(
+            r.elsewhere("/login").as_deref(),
+            Some("https://view.example/login")
+        );
         assert!(Rules::new("10.0.0.5:8000".parse().expect("addr"), &["a/b".into()]).is_err());
     }
 }

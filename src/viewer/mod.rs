@@ -50,6 +50,12 @@ pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<
                 "--viewer on a server with tenants needs --viewer-tokens FILE (lines 'TOKEN TENANT'): each tenant's viewer sees only its own sessions"
             );
         }
+        if !server_tokens.is_empty() {
+            // Its sessions are behind a token: so is their view.
+            anyhow::bail!(
+                "--viewer on a server with --auth-token-file needs --viewer-tokens FILE (a token of its own, 16 characters at least): without one, anyone who reaches the viewer would see the sessions the token guards"
+            );
+        }
         if !addr.ip().is_loopback() {
             anyhow::bail!(
                 "--viewer {addr} is not a loopback address: give --viewer-tokens FILE, or listen on 127.0.0.1"
@@ -57,16 +63,20 @@ pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<
         }
         return Ok(None);
     };
+    // Cookies are not kept apart by port (docs/security.md): where an
+    // agent can serve on the viewer's host, another tenant's person must
+    // log in only under a name of the viewer's own behind TLS.
+    let agents_serve = cfg.network == crate::sandbox::Network::On
+        || cfg.sandbox == crate::sandbox::SandboxMode::Off;
     if server_tokens.has_tenants()
-        && cfg.network == crate::sandbox::Network::On
+        && agents_serve
         && !cfg
             .viewer_allow_hosts
             .iter()
-            .any(|h| h.starts_with("https://"))
+            .any(|h| h.trim().starts_with("https://"))
     {
-        // Cookies are not kept apart by port: see docs/security.md.
-        tracing::warn!(
-            "--viewer with tenants and --network on: an agent's web server on this host could be sent a viewer's cookie if that person opens its pages in the same browser; serve the viewer under a name of its own behind TLS (--viewer-allow-host https://NAME) or keep --network off"
+        anyhow::bail!(
+            "--viewer with tenants and --network on (or --sandbox off): an agent's web server on this host could be sent another tenant's viewer cookie; serve the viewer behind TLS under a name of its own (--viewer-allow-host https://NAME: cookies are then set only there), or keep --network off"
         );
     }
     read_tokens(file, server_tokens).map(Some)

@@ -215,3 +215,38 @@ async fn an_mcp_servers_file_in_the_workspace_malformed_or_missing_is_refused() 
     );
     place.assert_nothing_started(&stderr);
 }
+
+#[tokio::test]
+async fn a_viewer_tokens_file_sessions_can_read_is_refused() {
+    // The viewer's tokens log a browser in to a tenant's sessions: one
+    // tenant's agent reading them would read its way into another's.
+    let place = Place::new();
+    let token = "viewer-token-0123456789abcdef";
+    let inside = place.workdir.path().join("views");
+    std::fs::write(&inside, format!("{token}\n")).expect("write");
+    let shared = tempfile::tempdir().expect("an --allow-read place");
+    let readable = shared.path().join("views");
+    std::fs::write(&readable, format!("{token}\n")).expect("write");
+    // Named as it is, and through a link in the workspace to a file the
+    // sessions cannot otherwise see.
+    let outside = tempfile::tempdir().expect("outside");
+    let hidden = outside.path().join("views");
+    std::fs::write(&hidden, format!("{token}\n")).expect("write");
+    let link = place.workdir.path().join("views-link");
+    std::os::unix::fs::symlink(&hidden, &link).expect("symlink");
+    for (file, extra) in [
+        (&inside, vec![]),
+        (&readable, vec!["--allow-read", text(shared.path())]),
+        (&link, vec![]),
+    ] {
+        let mut args = vec!["--viewer", "127.0.0.1:0", "--viewer-tokens", text(file)];
+        args.extend(extra);
+        let stderr = place.refused(&args, &[]).await;
+        assert!(
+            stderr.contains("--viewer-tokens") && stderr.contains("lies inside"),
+            "{file:?}: {stderr}"
+        );
+        assert!(!stderr.contains(token), "{stderr}");
+        place.assert_nothing_started(&stderr);
+    }
+}

@@ -398,7 +398,16 @@ async fn tenants_viewers_see_their_own_sessions_and_tickets_work_once() {
 #[tokio::test]
 async fn a_viewer_off_loopback_or_with_tenants_needs_viewer_tokens() {
     let dir = tempfile::tempdir().expect("dir");
-    for args in [vec!["--viewer", "0.0.0.0:0"]] {
+    let secrets = tempfile::tempdir().expect("the server's token");
+    let token = secrets.path().join("token");
+    std::fs::write(&token, "server-token-0123456789abcdef\n").expect("write");
+    let guarded = [
+        "--viewer",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        path_str(&token),
+    ];
+    for args in [vec!["--viewer", "0.0.0.0:0"], guarded.to_vec()] {
         let out = tokio::process::Command::new(crate::support::server_binary())
             .args(&args)
             .arg("--workdir")

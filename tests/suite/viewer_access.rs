@@ -370,6 +370,8 @@ async fn a_revoked_tenants_viewer_logins_and_streams_end_on_sighup() {
 #[tokio::test]
 async fn short_viewer_tokens_are_refused_at_start() {
     let dir = tempfile::tempdir().expect("dir");
+    // The tokens outside the workspace, where a session could read them.
+    let work = tempfile::tempdir().expect("workspace");
     let views = dir.path().join("views");
     std::fs::write(&views, "short\n").expect("write");
     let out = tokio::process::Command::new(crate::support::server_binary())
@@ -380,7 +382,7 @@ async fn short_viewer_tokens_are_refused_at_start() {
             path_str(&views),
         ])
         .arg("--workdir")
-        .arg(dir.path())
+        .arg(work.path())
         .stdin(std::process::Stdio::null())
         .output()
         .await
@@ -469,45 +471,87 @@ async fn names_made_of_dots_are_not_names() {
     assert_eq!(get(port, "/s/default", &[]).await.0, 200);
 }
 
-/// With tenants and --network on, an agent's own web server could be sent
-/// a person's cookie (cookies ignore ports): the start says so and how to
-/// avoid it, and says nothing once the viewer has a name behind TLS.
+/// With tenants and --network on, an agent's own web server on the
+/// viewer's host could be sent another tenant's cookie (cookies ignore
+/// ports): such a server starts only with a name behind TLS, and then only
+/// that name gets a cookie; a login on the viewer's own address is sent
+/// there without one.
 #[tokio::test]
-async fn tenants_with_the_network_on_are_warned_about_the_cookie() {
-    const WARNING: &str = "could be sent a viewer's cookie";
+async fn with_tenants_and_the_network_on_only_a_name_behind_tls_gets_a_cookie() {
     let dir = tempfile::tempdir().expect("dir");
-    let (server, _, _, _) = tenants_viewer(dir.path(), &both_views(), &["--network", "on"]).await;
-    let log = server.stderr_log();
-    assert!(
-        log.contains(WARNING) && log.contains("--viewer-allow-host https://"),
-        "{log}"
-    );
-    drop(server);
-    // The same server named behind TLS: no warning.
+    let work = tempfile::tempdir().expect("workspace");
     let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).expect("write");
     let views = dir.path().join("views");
-    let server = HttpServer::start(
+    std::fs::write(&views, both_views()).expect("write");
+    let base = [
+        "--http",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        path_str(&tokens),
+        "--viewer",
+        "127.0.0.1:0",
+        "--viewer-tokens",
+        path_str(&views),
+        "--warm-pool",
+        "0",
+    ];
+    for unconfined in [["--network", "on"], ["--sandbox", "off"]] {
+        let out = tokio::process::Command::new(crate::support::server_binary())
+            .args(base)
+            .args(unconfined)
+            .arg("--workdir")
+            .arg(work.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--viewer-allow-host https://"),
+            "{unconfined:?}: {err}"
+        );
+    }
+    let mut args = base[2..].to_vec();
+    args.extend([
+        "--network",
+        "on",
+        "--viewer-allow-host",
+        "https://view.example",
+    ]);
+    let server = HttpServer::start(&args, &[]).await;
+    let log = server.stderr_log();
+    let port: u16 = log
+        .split("(served on 127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the viewer's address: {log}"));
+    let (status, head) = post_login(port, &format!("{NAMED}:{port}"), ALPHA_VIEW).await;
+    assert_eq!(status, 303, "{head}");
+    assert_eq!(
+        header_of(&head, "location"),
+        Some("https://view.example/login"),
+        "{head}"
+    );
+    assert!(!head.to_ascii_lowercase().contains("set-cookie"), "{head}");
+    let origin = "https://view.example";
+    let (status, head) = raw_http(
+        port,
+        "POST",
+        "/login",
         &[
-            "--auth-token-file",
-            path_str(&tokens),
-            "--viewer",
-            "127.0.0.1:0",
-            "--viewer-tokens",
-            path_str(&views),
-            "--viewer-allow-host",
-            "https://view.example",
-            "--network",
-            "on",
-            "--warm-pool",
-            "0",
+            ("Host", "view.example"),
+            ("Origin", origin),
+            ("Content-Type", "application/x-www-form-urlencoded"),
         ],
-        &[],
+        &format!("token={ALPHA_VIEW}"),
     )
     .await;
-    let log = server.stderr_log();
-    assert!(
-        log.contains("ferrepl viewer: https://view.example"),
-        "{log}"
-    );
-    assert!(!log.contains(WARNING), "{log}");
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("a cookie on the TLS name: {head}"));
+    assert!(cookie.contains("Secure"), "{cookie}");
 }
