@@ -4,6 +4,7 @@
 //! which tool reads the rest is said by the caller.
 
 pub mod capture;
+pub mod image;
 pub mod log;
 pub mod text;
 

@@ -260,9 +260,16 @@ fn notebook(sess: &Session, cells: &[durable::PathCell], kept: &KeptResults) -> 
                 }
             }
             for (mime, data) in &k.images {
-                outputs.push(
-                    json!({"output_type": "display_data", "data": {mime: data}, "metadata": {}}),
-                );
+                // The agent's code names the type: written only as what
+                // its bytes are (an "image" of type text/html would be
+                // rendered by notebook tools).
+                match crate::output::image::base64_image_type(data) {
+                    Some(t) if t == mime => outputs.push(
+                        json!({"output_type": "display_data", "data": {t: data}, "metadata": {}}),
+                    ),
+                    _ => outputs.push(json!({"output_type": "stream", "name": "stderr",
+                        "text": ["[an image that is not PNG or JPEG is not exported]\n"]})),
+                }
             }
             if let Some(value) = &k.value {
                 outputs.push(json!({

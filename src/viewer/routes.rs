@@ -464,17 +464,6 @@ async fn cell_text(
     }
 }
 
-/// The content type of PNG or JPEG bytes, from their signature.
-pub fn image_type(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        Some("image/jpeg")
-    } else {
-        None
-    }
-}
-
 async fn image(
     State(viewer): State<Arc<Viewer>>,
     axum::Extension(tenant): axum::Extension<Tenant>,
@@ -489,7 +478,7 @@ async fn image(
     let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) else {
         return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "not an image\n");
     };
-    match image_type(&bytes) {
+    match crate::output::image::image_type(&bytes) {
         Some(mime) => ([(header::CONTENT_TYPE, mime)], bytes).into_response(),
         None => text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -548,19 +537,5 @@ async fn job_text(
     match app.jobs.view(&id) {
         Some(job) => plain(job.output_pieces()),
         None => not_found(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::image_type;
-
-    #[test]
-    fn only_png_and_jpeg_signatures_are_images() {
-        assert_eq!(image_type(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
-        assert_eq!(image_type(&[0xFF, 0xD8, 0xFF, 0xE0]), Some("image/jpeg"));
-        assert_eq!(image_type(b"<svg onload=alert(1)>"), None);
-        assert_eq!(image_type(b"GIF89a"), None);
-        assert_eq!(image_type(b""), None);
     }
 }

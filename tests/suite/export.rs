@@ -149,3 +149,35 @@ async fn a_cell_returned_while_running_is_exported_whole() {
         .expect("the later output is kept");
     assert!(early < late, "{outputs}");
 }
+
+/// An image's type is what its bytes are, not what the agent's code names:
+/// an "image" declared as text/html (which notebook tools would render)
+/// is not exported; a PNG is.
+#[tokio::test]
+async fn only_png_and_jpeg_bytes_are_exported_as_images() {
+    let server = StdioServer::start(&[]).await;
+    let code = "from ferrepl_driver.display import emit_image\n\
+                emit_image('text/html', b'<script>window.pwned = 1</script>')\n\
+                emit_image('image/png', b'<svg onload=\"alert(1)\"></svg>')\n\
+                emit_image('image/png', b'\\x89PNG\\r\\n\\x1a\\n' + b'0' * 32)";
+    server.exec(code).await.assert_ok();
+    let out = export(&server, json!({"path": "typed.ipynb", "format": "ipynb"})).await;
+    assert!(!out.is_error, "{out:#?}");
+    let text = std::fs::read_to_string(server.workdir.path().join("typed.ipynb")).expect("ipynb");
+    let notebook: Value = serde_json::from_str(&text).expect("json");
+    let outputs = &notebook["cells"][0]["outputs"];
+    let data: Vec<&Value> = outputs
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .filter_map(|o| o.get("data"))
+        .collect();
+    assert_eq!(data.len(), 1, "only the PNG: {outputs}");
+    assert!(data[0].get("image/png").is_some(), "{outputs}");
+    let shown = outputs.to_string();
+    assert!(
+        !shown.contains("text/html") && !shown.contains("PHN2Zy"),
+        "neither the HTML nor the SVG (base64 PHN2Zy) is written: {shown}"
+    );
+    assert!(shown.contains("not PNG or JPEG"), "{shown}");
+}
