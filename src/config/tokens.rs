@@ -154,6 +154,22 @@ impl TokenTable {
             .any(|(t, _)| other.entries.iter().any(|(o, _)| o == t))
     }
 
+    /// Whether `other` holds exactly our tokens for `tenant` (a viewer
+    /// login made with a ticket ends when they change).
+    pub fn same_tokens(&self, other: &TokenTable, tenant: &Tenant) -> bool {
+        fn of<'a>(table: &'a TokenTable, tenant: &Tenant) -> Vec<&'a str> {
+            let mut tokens: Vec<&str> = table
+                .entries
+                .iter()
+                .filter(|(_, t)| t == tenant)
+                .map(|(token, _)| token.as_str())
+                .collect();
+            tokens.sort_unstable();
+            tokens
+        }
+        of(self, tenant) == of(other, tenant)
+    }
+
     /// The tenant of a presented token. Every entry is compared in constant
     /// time, so timing says nothing about which tokens exist.
     pub fn tenant_of(&self, given: &[u8]) -> Option<&Tenant> {

@@ -3,12 +3,15 @@
 //! printed at start) is exchanged once for a cookie holding a random
 //! session id, never the token: HttpOnly, SameSite=Strict, Path=/. Without
 //! viewer tokens (a single-tenant server on loopback) every request is the
-//! sole tenant. Logins end when their tenant leaves the viewer tokens or is
-//! revoked (SIGHUP), and failed logins are throttled.
+//! sole tenant. A login holds while what made it holds: its token still
+//! names its tenant in the viewer tokens (a ticket's: the tenant's tokens
+//! are those it was printed with), and the server still serves the tenant;
+//! SIGHUP ends the others and the streams opened with them. Failed logins
+//! are throttled (a ticket never is).
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -24,9 +27,15 @@ pub const COOKIE: &str = "ferrepl_viewer";
 pub const TICKET_TTL: Duration = Duration::from_secs(10 * 60);
 /// How long a browser's login lasts.
 const LOGIN_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Logins kept at once; with several tenants each holds at most half
-/// (its own oldest is forgotten first).
+/// Logins kept at once, shared out among the tenants: each holds at most
+/// its share ([`login_share`]); a tenant at its share forgets its own
+/// oldest, never another's.
 const MAX_LOGINS: usize = 256;
+/// A tenant's share is never below this (with many tenants the total is
+/// then this many a tenant of the token file).
+const MIN_LOGIN_SHARE: usize = 8;
+/// Tickets kept at once, or as many as there are tenants (one each is
+/// printed at start).
 const MAX_TICKETS: usize = 64;
 
 pub struct Access {
@@ -34,17 +43,64 @@ pub struct Access {
     /// `--viewer-tokens` table, replaced on SIGHUP.
     tokens: Option<RwLock<Arc<TokenTable>>>,
     file: Option<PathBuf>,
-    tickets: Mutex<HashMap<String, (Tenant, Instant)>>,
-    logins: Mutex<Logins>,
+    tickets: Mutex<HashMap<String, Ticket>>,
+    logins: Mutex<HashMap<String, Login>>,
     pub throttle: Throttle,
 }
 
-#[derive(Default)]
-struct Logins {
-    by_id: HashMap<String, (Tenant, Instant)>,
-    /// Cancelled when a tenant's logins end: its live streams close. One
-    /// per tenant with a login or a stream (tenants of the tokens only).
-    ended: HashMap<Tenant, CancellationToken>,
+struct Ticket {
+    tenant: Tenant,
+    made: Instant,
+    /// The tokens it was printed with: it is void once its tenant's change.
+    table: Arc<TokenTable>,
+}
+
+/// What made a login.
+enum Source {
+    /// A viewer token (kept in memory, as the table keeps it, to check it
+    /// still names the tenant; compared in constant time).
+    Token(String),
+    /// A ticket: the table when it was used; the login ends when the
+    /// tenant's tokens are no longer those.
+    Ticket(Arc<TokenTable>),
+}
+
+struct Login {
+    tenant: Tenant,
+    made: Instant,
+    source: Source,
+    /// Cancelled when the login is forgotten (ended, expired or pushed
+    /// out): the live streams opened with it close.
+    cut: CancellationToken,
+}
+
+impl Drop for Login {
+    fn drop(&mut self) {
+        self.cut.cancel();
+    }
+}
+
+impl Login {
+    /// Whether the login still holds under `table`.
+    fn holds(&self, table: &Arc<TokenTable>) -> bool {
+        self.made.elapsed() < LOGIN_TTL
+            && table.has(&self.tenant)
+            && match &self.source {
+                Source::Token(token) => table.tenant_of(token.as_bytes()) == Some(&self.tenant),
+                Source::Ticket(from) => same_tokens(from, table, &self.tenant),
+            }
+    }
+}
+
+fn same_tokens(from: &Arc<TokenTable>, now: &Arc<TokenTable>, tenant: &Tenant) -> bool {
+    Arc::ptr_eq(from, now) || from.same_tokens(now, tenant)
+}
+
+/// The logins a tenant may hold when the viewer tokens name `tenants`:
+/// all of [`MAX_LOGINS`] for one, half for two, and so on, never below
+/// [`MIN_LOGIN_SHARE`].
+fn login_share(tenants: usize) -> usize {
+    (MAX_LOGINS / tenants.max(1)).max(MIN_LOGIN_SHARE)
 }
 
 /// 32 random bytes as hex, from the kernel.
@@ -54,27 +110,14 @@ pub fn random_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Keeps at most `max` entries, dropping expired ones and then the oldest.
-fn bound(map: &mut HashMap<String, (Tenant, Instant)>, ttl: Duration, max: usize) {
-    map.retain(|_, (_, made)| made.elapsed() < ttl);
-    while map.len() >= max {
-        if !forget_oldest(map, |_| true) {
-            break;
-        }
-    }
-}
-
-/// Forgets the oldest entry whose tenant passes `of`; false: none did.
-fn forget_oldest(
-    map: &mut HashMap<String, (Tenant, Instant)>,
-    of: impl Fn(&Tenant) -> bool,
-) -> bool {
-    let oldest = map
+/// Forgets `tenant`'s oldest login; false: it has none.
+fn forget_oldest(logins: &mut HashMap<String, Login>, tenant: &Tenant) -> bool {
+    let oldest = logins
         .iter()
-        .filter(|(_, (t, _))| of(t))
-        .min_by_key(|(_, (_, made))| *made)
+        .filter(|(_, l)| l.tenant == *tenant)
+        .min_by_key(|(_, l)| l.made)
         .map(|(k, _)| k.clone());
-    oldest.is_some_and(|k| map.remove(&k).is_some())
+    oldest.is_some_and(|k| logins.remove(&k).is_some())
 }
 
 impl Access {
@@ -83,7 +126,7 @@ impl Access {
             tokens: tokens.map(|t| RwLock::new(Arc::new(t))),
             file,
             tickets: Mutex::new(HashMap::new()),
-            logins: Mutex::new(Logins::default()),
+            logins: Mutex::new(HashMap::new()),
             throttle: Throttle::default(),
         }
     }
@@ -99,20 +142,43 @@ impl Access {
             .map(|t| t.read().unwrap_or_else(|e| e.into_inner()).clone())
     }
 
-    /// A one-time ticket for `tenant`, valid for [`TICKET_TTL`].
+    /// A one-time ticket for `tenant`, valid for [`TICKET_TTL`] while the
+    /// tenant's viewer tokens stay as they are.
     pub fn ticket(&self, tenant: &Tenant) -> std::io::Result<String> {
+        let table = self
+            .table()
+            .ok_or_else(|| std::io::Error::other("no viewer tokens"))?;
+        let max = MAX_TICKETS.max(table.tenants().len());
         let id = random_id()?;
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        bound(&mut tickets, TICKET_TTL, MAX_TICKETS);
-        tickets.insert(id.clone(), (tenant.clone(), Instant::now()));
+        tickets.retain(|_, t| t.made.elapsed() < TICKET_TTL);
+        while tickets.len() >= max {
+            let oldest = tickets
+                .iter()
+                .min_by_key(|(_, t)| t.made)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => tickets.remove(&k),
+                None => break,
+            };
+        }
+        tickets.insert(
+            id.clone(),
+            Ticket {
+                tenant: tenant.clone(),
+                made: Instant::now(),
+                table,
+            },
+        );
         Ok(id)
     }
 
     /// A ticket's tenant, once: the ticket is gone after this.
-    fn redeem(&self, ticket: &str) -> Option<Tenant> {
+    fn redeem(&self, ticket: &str, table: &Arc<TokenTable>) -> Option<Tenant> {
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        let (tenant, made) = tickets.remove(ticket)?;
-        (made.elapsed() < TICKET_TTL).then_some(tenant)
+        let t = tickets.remove(ticket)?;
+        (t.made.elapsed() < TICKET_TTL && same_tokens(&t.table, table, &t.tenant))
+            .then_some(t.tenant)
     }
 
     /// A new login (the cookie's value) for a ticket or a token, of a
@@ -124,40 +190,37 @@ impl Access {
         serves: impl Fn(&Tenant) -> bool,
     ) -> Option<String> {
         let table = self.table()?;
-        let tenant = match (ticket, token) {
-            (Some(t), _) => self.redeem(t)?,
-            (None, Some(tok)) => table.tenant_of(tok.trim().as_bytes())?.clone(),
+        let (tenant, source) = match (ticket, token) {
+            (Some(t), _) => (self.redeem(t, &table)?, Source::Ticket(table.clone())),
+            (None, Some(tok)) => {
+                let tok = tok.trim();
+                let tenant = table.tenant_of(tok.as_bytes())?.clone();
+                (tenant, Source::Token(tok.to_string()))
+            }
             _ => return None,
         };
         if !table.has(&tenant) || !serves(&tenant) {
             return None;
         }
         let id = random_id().ok()?;
-        let share = if table.tenants().len() > 1 {
-            MAX_LOGINS / 2
-        } else {
-            MAX_LOGINS
-        };
+        let share = login_share(table.tenants().len());
         let mut logins = self.logins.lock().unwrap_or_else(|e| e.into_inner());
-        let map = &mut logins.by_id;
-        map.retain(|_, (_, made)| made.elapsed() < LOGIN_TTL);
-        // Its own oldest first; when all are full, the largest tenant's.
-        if map.values().filter(|(t, _)| *t == tenant).count() >= share {
-            forget_oldest(map, |t| *t == tenant);
-        } else if map.len() >= MAX_LOGINS {
-            let mut counts: HashMap<&Tenant, usize> = HashMap::new();
-            for (t, _) in map.values() {
-                *counts.entry(t).or_default() += 1;
-            }
-            let largest = counts
-                .into_iter()
-                .max_by_key(|(_, n)| *n)
-                .map(|(t, _)| t.clone());
-            if let Some(largest) = largest {
-                forget_oldest(map, |t| *t == largest);
+        logins.retain(|_, l| l.made.elapsed() < LOGIN_TTL);
+        // Its own oldest go; another tenant's never do.
+        while logins.values().filter(|l| l.tenant == tenant).count() >= share {
+            if !forget_oldest(&mut logins, &tenant) {
+                break;
             }
         }
-        map.insert(id.clone(), (tenant, Instant::now()));
+        logins.insert(
+            id.clone(),
+            Login {
+                tenant,
+                made: Instant::now(),
+                source,
+                cut: CancellationToken::new(),
+            },
+        );
         Some(id)
     }
 
@@ -168,31 +231,48 @@ impl Access {
         };
         let login = cookie(headers)?;
         let logins = self.logins.lock().unwrap_or_else(|e| e.into_inner());
-        let (tenant, made) = logins.by_id.get(&login)?;
-        // A tenant whose viewer tokens are gone is not served.
-        (made.elapsed() < LOGIN_TTL && table.has(tenant)).then(|| tenant.clone())
+        let login = logins.get(&login)?;
+        login.holds(&table).then(|| login.tenant.clone())
     }
 
-    /// What ends `tenant`'s live streams when its logins end.
-    pub fn ended(&self, tenant: &Tenant) -> CancellationToken {
-        let mut logins = self.logins.lock().unwrap_or_else(|e| e.into_inner());
-        logins.ended.entry(tenant.clone()).or_default().clone()
+    /// What ends a live stream of the request's login (of `tenant`): None
+    /// when that login no longer holds or `serves` refuses its tenant,
+    /// checked under the lock that ending logins takes, so a stream never
+    /// starts on a login SIGHUP has just ended. Without viewer tokens
+    /// nothing ends one.
+    pub fn ended(
+        &self,
+        headers: &HeaderMap,
+        tenant: &Tenant,
+        serves: impl Fn(&Tenant) -> bool,
+    ) -> Option<CancellationToken> {
+        let Some(table) = self.table() else {
+            return Some(CancellationToken::new());
+        };
+        let login = cookie(headers)?;
+        let logins = self.logins.lock().unwrap_or_else(|e| e.into_inner());
+        let login = logins.get(&login)?;
+        (login.tenant == *tenant && login.holds(&table) && serves(tenant))
+            .then(|| login.cut.clone())
     }
 
-    /// Ends the logins (and streams) of tenants no longer in the viewer
-    /// tokens or that `serves` refuses; returns those tenants.
-    pub fn end_logins(&self, serves: impl Fn(&Tenant) -> bool) -> Vec<Tenant> {
-        let table = self.table();
-        let keep = |t: &Tenant| table.as_ref().is_none_or(|tab| tab.has(t)) && serves(t);
+    /// Ends the logins (and their streams) that no longer hold under the
+    /// viewer tokens or whose tenant `serves` refuses; returns how many
+    /// ended of each tenant.
+    pub fn end_logins(&self, serves: impl Fn(&Tenant) -> bool) -> Vec<(Tenant, usize)> {
+        let Some(table) = self.table() else {
+            return Vec::new();
+        };
         let mut logins = self.logins.lock().unwrap_or_else(|e| e.into_inner());
-        logins.by_id.retain(|_, (t, _)| keep(t));
-        let mut gone = Vec::new();
-        logins.ended.retain(|t, cut| {
-            if keep(t) {
+        let mut gone: Vec<(Tenant, usize)> = Vec::new();
+        logins.retain(|_, l| {
+            if l.holds(&table) && serves(&l.tenant) {
                 return true;
             }
-            cut.cancel();
-            gone.push(t.clone());
+            match gone.iter_mut().find(|(t, _)| *t == l.tenant) {
+                Some((_, n)) => *n += 1,
+                None => gone.push((l.tenant.clone(), 1)),
+            }
             false
         });
         gone
@@ -235,10 +315,15 @@ impl Access {
     }
 }
 
-/// Failed logins per peer address and overall, in fixed windows; a peer
-/// or the instance past its count waits for the window's end. Bounded: at
-/// most [`MAX_PEERS`] addresses are remembered (past that only the overall
-/// count applies).
+/// Failed logins per peer and overall, in fixed windows. A peer is an
+/// address as [`peer_of`] groups them (all of loopback one peer, IPv6 by
+/// its /64). A peer past its own count waits for its window's end; past
+/// the overall count, so does every peer that failed itself in the
+/// current window, never one that did not (a flood from elsewhere cannot
+/// lock out a person who types the right token). Bounded: at most
+/// [`MAX_PEERS`] peers are remembered; failures of peers past that are
+/// counted together, and while any of those failed in the window, a peer
+/// not remembered counts as one that failed.
 #[derive(Default)]
 pub struct Throttle {
     state: Mutex<ThrottleState>,
@@ -247,6 +332,8 @@ pub struct Throttle {
 #[derive(Default)]
 struct ThrottleState {
     peers: HashMap<IpAddr, Window>,
+    /// Failures of peers not remembered (the map was full).
+    unremembered: Window,
     all: Window,
 }
 
@@ -257,11 +344,25 @@ struct Window {
 }
 
 const WINDOW: Duration = Duration::from_secs(60);
-/// Failed logins a peer address may make per window.
+/// Failed logins a peer may make per window.
 pub const PEER_FAILS: u32 = 10;
 /// Failed logins of every peer together per window.
 const ALL_FAILS: u32 = 100;
 const MAX_PEERS: usize = 1024;
+
+/// The peer an address is counted as: every loopback address (127.0.0.0/8
+/// and ::1) is one, an IPv6 address is its /64, an IPv4-mapped IPv6
+/// address its IPv4 address.
+pub fn peer_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        ip if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
 
 impl Window {
     /// The failures in the window running at `now`, and its time left.
@@ -279,25 +380,32 @@ impl Window {
         if fails == 0 {
             self.start = Some(now);
         }
-        self.fails = fails + 1;
+        self.fails = fails.saturating_add(1);
     }
 }
 
 impl Throttle {
-    /// Err(how long to wait) when `peer` or everyone failed too often.
+    /// Err(how long to wait) when `peer` failed too often, or everyone did
+    /// and so did `peer`.
     pub fn check(&self, peer: IpAddr, now: Instant) -> Result<(), Duration> {
+        let peer = peer_of(peer);
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (all, left) = state.all.current(now);
-        if all >= ALL_FAILS {
-            return Err(left);
-        }
-        match state.peers.get(&peer).map(|w| w.current(now)) {
-            Some((fails, left)) if fails >= PEER_FAILS => Err(left),
-            _ => Ok(()),
+        let (all, all_left) = state.all.current(now);
+        let (mine, left) = match state.peers.get(&peer) {
+            Some(w) => w.current(now),
+            None => (state.unremembered.current(now).0.min(1), WINDOW),
+        };
+        if mine >= PEER_FAILS {
+            Err(left)
+        } else if mine > 0 && all >= ALL_FAILS {
+            Err(all_left)
+        } else {
+            Ok(())
         }
     }
 
     pub fn fail(&self, peer: IpAddr, now: Instant) {
+        let peer = peer_of(peer);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.all.fail(now);
         if !state.peers.contains_key(&peer) && state.peers.len() >= MAX_PEERS {
@@ -305,6 +413,8 @@ impl Throttle {
         }
         if state.peers.contains_key(&peer) || state.peers.len() < MAX_PEERS {
             state.peers.entry(peer).or_default().fail(now);
+        } else {
+            state.unremembered.fail(now);
         }
     }
 }
@@ -326,109 +436,265 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 mod tests {
     use super::*;
 
+    const A: &str = "aaaaaaaaaaaaaaaaaaaa";
+    const A2: &str = "aaaaaaaaaaaaaaaaaaa2";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbb";
+    const B2: &str = "bbbbbbbbbbbbbbbbbbb2";
+
+    fn access(tokens: &str) -> Access {
+        let table = TokenTable::parse(tokens).expect("tokens");
+        Access::new(Some(table), Some(PathBuf::from("/viewer-tokens")))
+    }
+
+    fn with_cookie(login: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = format!("x=1; {COOKIE}={login}");
+        headers.insert(header::COOKIE, value.parse().expect("header"));
+        headers
+    }
+
+    fn named(name: &str) -> Tenant {
+        Tenant::Named(name.into())
+    }
+
+    /// SIGHUP with `tokens` as the new file: the tenants whose logins ended.
+    fn sighup(access: &Access, tokens: &str) -> Vec<(Tenant, usize)> {
+        let text = tokens.to_string();
+        access
+            .reload(|_| TokenTable::parse(&text).map_err(anyhow::Error::msg))
+            .expect("reload");
+        access.end_logins(|_| true)
+    }
+
     #[test]
     fn a_ticket_logs_in_once_and_a_cookie_names_its_tenant() {
-        let tokens = TokenTable::parse("aaaaaaaaaaaaaaaaaaaa alice\nbbbbbbbbbbbbbbbbbbbb bob\n")
-            .expect("tokens");
-        let access = Access::new(Some(tokens), None);
-        let alice = Tenant::Named("alice".into());
+        let access = access(&format!("{A} alice\n{B} bob\n"));
+        let alice = named("alice");
         let ticket = access.ticket(&alice).expect("ticket");
         let login = access.login(Some(&ticket), None, |_| true).expect("login");
         assert!(
             access.login(Some(&ticket), None, |_| true).is_none(),
             "single use"
         );
-        let mut headers = HeaderMap::new();
-        let value = format!("x=1; {COOKIE}={login}");
-        headers.insert(header::COOKIE, value.parse().expect("header"));
-        assert_eq!(access.tenant_of(&headers), Some(alice));
-        let by_token = access
-            .login(None, Some("bbbbbbbbbbbbbbbbbbbb"), |_| true)
-            .expect("token login");
-        headers.insert(
-            header::COOKIE,
-            format!("{COOKIE}={by_token}").parse().expect("h"),
-        );
+        assert_eq!(access.tenant_of(&with_cookie(&login)), Some(alice));
+        let by_token = access.login(None, Some(B), |_| true).expect("token login");
         assert_eq!(
-            access.tenant_of(&headers),
-            Some(Tenant::Named("bob".into()))
+            access.tenant_of(&with_cookie(&by_token)),
+            Some(named("bob"))
         );
         assert!(
             access
                 .login(None, Some("wrong-token-wrong-token"), |_| true)
                 .is_none()
         );
-        headers.insert(
-            header::COOKIE,
-            format!("{COOKIE}={}", "0".repeat(64)).parse().expect("h"),
-        );
-        assert_eq!(access.tenant_of(&headers), None);
+        assert_eq!(access.tenant_of(&with_cookie(&"0".repeat(64))), None);
         assert_eq!(access.tenant_of(&HeaderMap::new()), None);
     }
 
     #[test]
-    fn failed_logins_wait_per_address_and_overall_and_the_memory_is_bounded() {
-        let t = Throttle::default();
-        let now = Instant::now();
-        let (a, b): (IpAddr, IpAddr) = (
-            "10.0.0.1".parse().expect("ip"),
-            "10.0.0.2".parse().expect("ip"),
+    fn a_rotated_token_ends_the_logins_made_with_it_and_a_changed_tenant_its_tickets() {
+        const C: &str = "cccccccccccccccccccc";
+        let access = access(&format!("{A} alice\n{A2} alice\n{B} bob\n{C} carol\n"));
+        let (alice, bob, carol) = (named("alice"), named("bob"), named("carol"));
+        let by_a = access.login(None, Some(A), |_| true).expect("a");
+        let by_a2 = access.login(None, Some(A2), |_| true).expect("a2");
+        let by_b = access.login(None, Some(B), |_| true).expect("b");
+        let by_ticket = |tenant: &Tenant| {
+            let ticket = access.ticket(tenant).expect("ticket");
+            access
+                .login(Some(&ticket), None, |_| true)
+                .expect("ticket login")
+        };
+        let (alice_t, bob_t, carol_t) = (by_ticket(&alice), by_ticket(&bob), by_ticket(&carol));
+        let cut = |login: &str, tenant: &Tenant| {
+            access
+                .ended(&with_cookie(login), tenant, |_| true)
+                .expect("a live login")
+        };
+        let cuts = [
+            cut(&by_a, &alice),
+            cut(&by_b, &bob),
+            cut(&bob_t, &bob),
+            cut(&alice_t, &alice),
+        ];
+        let (kept_a2, kept_carol) = (cut(&by_a2, &alice), cut(&carol_t, &carol));
+        let late_ticket = access.ticket(&bob).expect("ticket");
+
+        // A is gone (A2 stays), B becomes B2, carol's tokens stay.
+        let gone = sighup(&access, &format!("{A2} alice\n{B2} bob\n{C} carol\n"));
+        assert!(gone.contains(&(alice.clone(), 2)), "{gone:?}");
+        assert!(gone.contains(&(bob.clone(), 2)), "{gone:?}");
+        assert_eq!(gone.len(), 2, "{gone:?}");
+        let is = |login: &str| access.tenant_of(&with_cookie(login));
+        assert_eq!(is(&by_a), None);
+        assert_eq!(
+            is(&by_a2),
+            Some(alice.clone()),
+            "its token is still alice's"
         );
-        for _ in 0..PEER_FAILS {
-            assert!(t.check(a, now).is_ok());
-            t.fail(a, now);
-        }
-        let wait = t.check(a, now).expect_err("a waits");
-        assert!(wait <= WINDOW && wait > Duration::ZERO);
-        assert!(t.check(b, now).is_ok(), "b does not");
-        assert!(t.check(a, now + WINDOW).is_ok(), "a new window");
-        for n in 0..(ALL_FAILS as usize + MAX_PEERS) {
-            let peer = IpAddr::from([10, 1, (n >> 8) as u8, n as u8]);
-            t.fail(peer, now);
-        }
-        assert!(t.check(b, now).is_err(), "everyone waits");
-        let state = t.state.lock().expect("lock");
-        assert!(state.peers.len() <= MAX_PEERS);
+        assert_eq!(is(&by_b), None);
+        assert_eq!(is(&alice_t), None, "alice's tokens changed");
+        assert_eq!(is(&bob_t), None);
+        assert_eq!(is(&carol_t), Some(carol.clone()), "carol's did not");
+        assert!(cuts.iter().all(CancellationToken::is_cancelled));
+        assert!(!kept_a2.is_cancelled() && !kept_carol.is_cancelled());
+        assert!(
+            access.login(Some(&late_ticket), None, |_| true).is_none(),
+            "a ticket printed with bob's old tokens"
+        );
+        assert!(access.login(None, Some(B), |_| true).is_none());
+        assert!(access.login(None, Some(B2), |_| true).is_some());
+
+        // A token moved to another tenant does not keep its logins.
+        let by_a2_again = access.login(None, Some(A2), |_| true).expect("a2");
+        sighup(&access, &format!("{A2} bob\n{B2} alice\n{C} carol\n"));
+        assert_eq!(is(&by_a2_again), None);
+        assert_eq!(is(&carol_t), Some(carol));
     }
 
     #[test]
-    fn a_tenant_holds_at_most_half_the_logins_and_ended_logins_end_streams() {
-        let tokens = TokenTable::parse("aaaaaaaaaaaaaaaaaaaa alice\nbbbbbbbbbbbbbbbbbbbb bob\n")
-            .expect("tokens");
-        let access = Access::new(Some(tokens), None);
-        let bob = access
-            .login(None, Some("bbbbbbbbbbbbbbbbbbbb"), |_| true)
-            .expect("bob");
-        for _ in 0..MAX_LOGINS {
-            access
-                .login(None, Some("aaaaaaaaaaaaaaaaaaaa"), |_| true)
-                .expect("alice");
-        }
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::COOKIE,
-            format!("{COOKIE}={bob}").parse().expect("h"),
-        );
-        assert_eq!(
-            access.tenant_of(&headers),
-            Some(Tenant::Named("bob".into()))
-        );
-        let alice = Tenant::Named("alice".into());
-        let count = |t: &Tenant| {
-            let logins = access.logins.lock().expect("lock");
-            logins.by_id.values().filter(|(x, _)| x == t).count()
-        };
-        assert_eq!(count(&alice), MAX_LOGINS / 2);
-        let cut = access.ended(&alice);
-        let kept = access.ended(&Tenant::Named("bob".into()));
-        let gone = access.end_logins(|t| t != &alice);
-        assert_eq!(gone, vec![alice.clone()]);
-        assert!(cut.is_cancelled() && !kept.is_cancelled());
-        assert_eq!(count(&alice), 0);
+    fn rotating_a_bare_token_ends_its_logins() {
+        let access = access(&format!("{A}\n"));
+        let old = access.login(None, Some(A), |_| true).expect("a");
+        let ticket = access.ticket(&Tenant::Sole).expect("ticket");
+        let by_ticket = access.login(Some(&ticket), None, |_| true).expect("t");
+        assert_eq!(sighup(&access, &format!("{A}\n")), vec![]);
+        assert_eq!(access.tenant_of(&with_cookie(&old)), Some(Tenant::Sole));
+        assert_eq!(sighup(&access, &format!("{B}\n")), vec![(Tenant::Sole, 2)]);
+        assert_eq!(access.tenant_of(&with_cookie(&old)), None);
+        assert_eq!(access.tenant_of(&with_cookie(&by_ticket)), None);
+    }
+
+    #[test]
+    fn a_stream_never_starts_on_a_login_that_has_ended() {
+        let access = access(&format!("{A} alice\n{B} bob\n"));
+        let alice = named("alice");
+        let login = access.login(None, Some(A), |_| true).expect("a");
+        let headers = with_cookie(&login);
+        // The request was let in as alice...
+        assert_eq!(access.tenant_of(&headers), Some(alice.clone()));
+        // ...then SIGHUP ended alice's logins before its stream began.
+        sighup(&access, &format!("{B} bob\n"));
+        assert!(access.ended(&headers, &alice, |_| true).is_none());
+        // Revoked on the server (the viewer tokens as they were).
+        let bob = named("bob");
+        let login = access.login(None, Some(B), |_| true).expect("b");
+        let headers = with_cookie(&login);
+        assert!(access.ended(&headers, &bob, |t| t != &bob).is_none());
         assert!(
+            access.ended(&headers, &alice, |_| true).is_none(),
+            "not alice's"
+        );
+        let cut = access.ended(&headers, &bob, |_| true).expect("live");
+        assert!(!cut.is_cancelled());
+        assert_eq!(access.end_logins(|t| t != &bob), vec![(bob, 1)]);
+        assert!(cut.is_cancelled());
+        // Without viewer tokens a stream ends only with the server.
+        let open = Access::new(None, None);
+        assert!(
+            open.ended(&HeaderMap::new(), &Tenant::Sole, |_| true)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn every_tenant_of_a_large_file_gets_a_working_ticket() {
+        let n = MAX_TICKETS * 2;
+        let tokens: String = (0..n)
+            .map(|i| format!("token-number-{i:08} t{i}\n"))
+            .collect();
+        let access = access(&tokens);
+        let tickets: Vec<(Tenant, String)> = access
+            .tenants()
+            .into_iter()
+            .map(|t| {
+                let ticket = access.ticket(&t).expect("ticket");
+                (t, ticket)
+            })
+            .collect();
+        assert_eq!(tickets.len(), n);
+        for (tenant, ticket) in tickets {
+            let login = access.login(Some(&ticket), None, |_| true).expect("login");
+            assert_eq!(access.tenant_of(&with_cookie(&login)), Some(tenant));
+        }
+    }
+
+    #[test]
+    fn each_tenant_holds_its_own_share_and_pushes_out_only_its_own_logins() {
+        let access = access(&format!("{A} alice\n{B} bob\ncccccccccccccccccccc carol\n"));
+        let share = login_share(3);
+        assert_eq!(share, MAX_LOGINS / 3);
+        assert_eq!(
+            (login_share(1), login_share(2)),
+            (MAX_LOGINS, MAX_LOGINS / 2)
+        );
+        assert_eq!(login_share(1000), MIN_LOGIN_SHARE);
+        let bob = access.login(None, Some(B), |_| true).expect("bob");
+        let first_carol = access
+            .login(None, Some("cccccccccccccccccccc"), |_| true)
+            .expect("carol");
+        for _ in 0..MAX_LOGINS * 2 {
+            access.login(None, Some(A), |_| true).expect("alice");
+        }
+        for _ in 1..share {
             access
-                .login(None, Some("aaaaaaaaaaaaaaaaaaaa"), |t| t != &alice)
-                .is_none(),
+                .login(None, Some("cccccccccccccccccccc"), |_| true)
+                .expect("carol");
+        }
+        let count = |t: &str| {
+            let logins = access.logins.lock().expect("lock");
+            logins.values().filter(|l| l.tenant == named(t)).count()
+        };
+        assert_eq!(
+            (count("alice"), count("bob"), count("carol")),
+            (share, 1, share)
+        );
+        assert_eq!(access.tenant_of(&with_cookie(&bob)), Some(named("bob")));
+        assert_eq!(
+            access.tenant_of(&with_cookie(&first_carol)),
+            Some(named("carol"))
+        );
+        // At its share, carol's own oldest goes.
+        access
+            .login(None, Some("cccccccccccccccccccc"), |_| true)
+            .expect("carol");
+        assert_eq!(access.tenant_of(&with_cookie(&first_carol)), None);
+        assert_eq!(access.tenant_of(&with_cookie(&bob)), Some(named("bob")));
+        assert_eq!(count("carol"), share);
+    }
+
+    #[test]
+    fn with_two_tenants_each_holds_half_and_revoked_logins_end_their_streams() {
+        let access = access(&format!("{A} alice\n{B} bob\n"));
+        let bob_login = access.login(None, Some(B), |_| true).expect("bob");
+        for _ in 0..MAX_LOGINS {
+            access.login(None, Some(A), |_| true).expect("alice");
+        }
+        let (alice, bob) = (named("alice"), named("bob"));
+        assert_eq!(
+            access.tenant_of(&with_cookie(&bob_login)),
+            Some(bob.clone())
+        );
+        let alice_logins: Vec<String> = {
+            let logins = access.logins.lock().expect("lock");
+            logins
+                .iter()
+                .filter(|(_, l)| l.tenant == alice)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        assert_eq!(alice_logins.len(), MAX_LOGINS / 2);
+        let cut = access
+            .ended(&with_cookie(&alice_logins[0]), &alice, |_| true)
+            .expect("alice");
+        let kept = access
+            .ended(&with_cookie(&bob_login), &bob, |_| true)
+            .expect("bob");
+        let gone = access.end_logins(|t| t != &alice);
+        assert_eq!(gone, vec![(alice.clone(), MAX_LOGINS / 2)]);
+        assert!(cut.is_cancelled() && !kept.is_cancelled());
+        assert!(
+            access.login(None, Some(A), |t| t != &alice).is_none(),
             "a tenant the server no longer serves"
         );
     }
@@ -438,5 +704,84 @@ mod tests {
         let access = Access::new(None, None);
         assert_eq!(access.tenant_of(&HeaderMap::new()), Some(Tenant::Sole));
         assert!(access.login(None, Some("anything"), |_| true).is_none());
+    }
+
+    #[test]
+    fn loopback_is_one_peer_ipv6_a_64_and_mapped_ipv4_its_ipv4() {
+        let p = |s: &str| peer_of(s.parse().expect("ip"));
+        let lo = p("127.0.0.1");
+        for same in ["127.0.0.2", "127.255.0.9", "::1", "::ffff:127.0.0.5"] {
+            assert_eq!(p(same), lo, "{same}");
+        }
+        assert_eq!(p("2001:db8:1:2:aaaa::1"), p("2001:db8:1:2:ffff:1:2:3"));
+        assert_ne!(p("2001:db8:1:2::1"), p("2001:db8:1:3::1"));
+        assert_eq!(p("::ffff:192.0.2.7"), p("192.0.2.7"));
+        assert_ne!(p("192.0.2.7"), p("192.0.2.8"));
+    }
+
+    #[test]
+    fn failed_logins_wait_per_peer_and_other_loopback_addresses_are_the_same_peer() {
+        let t = Throttle::default();
+        let now = Instant::now();
+        let ip = |s: &str| -> IpAddr { s.parse().expect("ip") };
+        for n in 0..PEER_FAILS {
+            assert!(t.check(ip("127.0.0.1"), now).is_ok());
+            t.fail(ip(&format!("127.0.0.{}", n + 2)), now);
+        }
+        let wait = t.check(ip("127.0.0.1"), now).expect_err("loopback waits");
+        assert!(wait <= WINDOW && wait > Duration::ZERO);
+        assert!(t.check(ip("::1"), now).is_err());
+        for n in 0..PEER_FAILS {
+            t.fail(ip(&format!("2001:db8::{n}")), now);
+        }
+        assert!(t.check(ip("2001:db8::ffff"), now).is_err(), "the same /64");
+        assert!(t.check(ip("2001:db8:0:1::1"), now).is_ok(), "another /64");
+        assert!(t.check(ip("10.0.0.2"), now).is_ok());
+        assert!(
+            t.check(ip("127.0.0.1"), now + WINDOW).is_ok(),
+            "a new window"
+        );
+    }
+
+    #[test]
+    fn a_flood_from_elsewhere_never_refuses_an_address_that_has_not_failed() {
+        let t = Throttle::default();
+        let now = Instant::now();
+        let (fresh, failed): (IpAddr, IpAddr) = (
+            "10.9.9.9".parse().expect("ip"),
+            "10.9.9.8".parse().expect("ip"),
+        );
+        t.fail(failed, now);
+        for n in 0..ALL_FAILS as usize {
+            t.fail(IpAddr::from([10, 1, (n >> 8) as u8, n as u8]), now);
+        }
+        assert!(t.check(fresh, now).is_ok(), "no failure of its own");
+        assert!(
+            t.check(failed, now).is_err(),
+            "failed once, and everyone did"
+        );
+        t.fail(fresh, now);
+        assert!(t.check(fresh, now).is_err());
+        assert!(t.check(fresh, now + WINDOW).is_ok());
+    }
+
+    #[test]
+    fn the_throttles_memory_is_bounded_and_peers_past_it_count_as_failed() {
+        let t = Throttle::default();
+        let now = Instant::now();
+        let fresh: IpAddr = "10.9.9.9".parse().expect("ip");
+        for n in 0..MAX_PEERS {
+            t.fail(IpAddr::from([10, 1, (n >> 8) as u8, n as u8]), now);
+        }
+        assert!(t.check(fresh, now).is_ok());
+        // Past the memory: the others are counted together and, once
+        // everyone failed too often, a peer not remembered waits.
+        let past: IpAddr = "10.2.0.1".parse().expect("ip");
+        t.fail(past, now);
+        assert!(t.check(past, now).is_err());
+        assert!(t.check(fresh, now).is_err());
+        assert!(t.check(fresh, now + WINDOW).is_ok());
+        let state = t.state.lock().expect("lock");
+        assert!(state.peers.len() <= MAX_PEERS);
     }
 }

@@ -255,22 +255,39 @@ impl Viewer {
         self.access.tenant_of(headers).filter(|t| self.serves(t))
     }
 
-    /// A place for one more live stream of `tenant`: its share first, then
-    /// the instance's --viewer-max-clients; the refusal says which.
-    pub(crate) fn admit(&self, tenant: &Tenant) -> Result<StreamSlot, String> {
+    /// A place for one more live stream of `tenant`, logged in by the
+    /// request's cookie (`headers`): its login must still hold (401
+    /// otherwise), then its share, then the instance's
+    /// --viewer-max-clients (503; the refusal says which). The stream ends
+    /// when that login does.
+    pub(crate) fn admit(
+        &self,
+        tenant: &Tenant,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<StreamSlot, (axum::http::StatusCode, String)> {
+        use axum::http::StatusCode;
+        let Some(ended) = self.access.ended(headers, tenant, |t| self.serves(t)) else {
+            return Err((StatusCode::UNAUTHORIZED, "log in first: /login\n".into()));
+        };
         let share = share(self.max_clients, self.access.tenants().len());
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let mine = held.get(tenant).copied().unwrap_or(0);
         if mine >= share {
-            return Err(format!(
-                "this tenant's live views are at its share ({share} of --viewer-max-clients {}); close one of its tabs\n",
-                self.max_clients
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "this tenant's live views are at its share ({share} of --viewer-max-clients {}); close one of its tabs\n",
+                    self.max_clients
+                ),
             ));
         }
         let Ok(permit) = self.streams.clone().try_acquire_owned() else {
-            return Err(format!(
-                "too many live views are open (--viewer-max-clients {}); close a tab or try later\n",
-                self.max_clients
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "too many live views are open (--viewer-max-clients {}); close a tab or try later\n",
+                    self.max_clients
+                ),
             ));
         };
         *held.entry(tenant.clone()).or_insert(0) += 1;
@@ -278,13 +295,15 @@ impl Viewer {
             _permit: permit,
             held: self.held.clone(),
             tenant: tenant.clone(),
-            ended: self.access.ended(tenant),
+            ended,
         })
     }
 
     /// SIGHUP, after the server's tokens: `--viewer-tokens` again (kept as
-    /// they were when they cannot be read), then the logins of tenants no
-    /// longer in them or revoked on the server end, and their streams.
+    /// they were when they cannot be read), then the logins that no longer
+    /// hold end (a token gone or moved to another tenant, a ticket's
+    /// tenant whose tokens changed, a tenant gone or revoked on the
+    /// server), and the streams opened with them.
     pub fn reload(&self) {
         match self
             .access
@@ -299,10 +318,10 @@ impl Viewer {
             ),
         }
         let ended = self.access.end_logins(|t| self.serves(t));
-        for tenant in ended {
+        for (tenant, n) in ended {
             tracing::info!(
                 tenant = tenant.name(),
-                "SIGHUP: the viewer's logins of tenant '{}' ended",
+                "SIGHUP: {n} viewer login(s) of tenant '{}' ended",
                 tenant.name()
             );
         }

@@ -104,12 +104,12 @@ async fn require_login(
 ) -> Response {
     let path = req.uri().path();
     match viewer.tenant_of(req.headers()) {
-        Some(tenant) if path.starts_with("/events") => match viewer.admit(&tenant) {
+        Some(tenant) if path.starts_with("/events") => match viewer.admit(&tenant, req.headers()) {
             Ok(slot) => {
                 req.extensions_mut().insert(tenant);
                 until_ended(next.run(req).await, slot)
             }
-            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, &why),
+            Err((status, why)) => text(status, &why),
         },
         Some(tenant) => {
             req.extensions_mut().insert(tenant);
@@ -273,8 +273,10 @@ fn elsewhere(viewer: &Viewer, uri: &Uri) -> Response {
     }
 }
 
-/// A login by ticket or token, unless the peer (or everyone) failed too
-/// often lately: then 429 with Retry-After.
+/// A login by ticket or token. A ticket (256 random bits, single use) is
+/// tried before any throttle; a token only unless the peer failed too
+/// often lately (or everyone did, and so did the peer): then 429 with
+/// Retry-After.
 fn log_in(
     viewer: &Viewer,
     peer: IpAddr,
@@ -283,21 +285,16 @@ fn log_in(
     token: Option<&str>,
 ) -> Response {
     let now = std::time::Instant::now();
-    if let Err(wait) = viewer.access.throttle.check(peer, now) {
-        let secs = wait.as_secs().max(1);
-        return (
-            StatusCode::TOO_MANY_REQUESTS,
-            [
-                (header::RETRY_AFTER, secs.to_string()),
-                (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
-            ],
-            format!(
-                "too many failed logins; try again in {secs} s with the viewer token you were given, or a link printed at start\n"
-            ),
-        )
-            .into_response();
-    }
-    match viewer.access.login(ticket, token, |t| viewer.serves(t)) {
+    let throttle = &viewer.access.throttle;
+    let serves = |t: &crate::config::tokens::Tenant| viewer.serves(t);
+    let login = match ticket {
+        Some(ticket) => viewer.access.login(Some(ticket), None, serves),
+        None => match throttle.check(peer, now) {
+            Err(wait) => return too_many(wait),
+            Ok(()) => viewer.access.login(None, token, serves),
+        },
+    };
+    match login {
         Some(id) => (
             StatusCode::SEE_OTHER,
             [
@@ -307,13 +304,32 @@ fn log_in(
         )
             .into_response(),
         None => {
-            viewer.access.throttle.fail(peer, now);
-            text(
-                StatusCode::FORBIDDEN,
-                "this ticket or token is not valid (a ticket works once, for a few minutes)\n",
-            )
+            let waits = throttle.check(peer, now);
+            throttle.fail(peer, now);
+            match waits {
+                Err(wait) => too_many(wait),
+                Ok(()) => text(
+                    StatusCode::FORBIDDEN,
+                    "this ticket or token is not valid (a ticket works once, for a few minutes)\n",
+                ),
+            }
         }
     }
+}
+
+fn too_many(wait: Duration) -> Response {
+    let secs = wait.as_secs().max(1);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::RETRY_AFTER, secs.to_string()),
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+        ],
+        format!(
+            "too many failed logins; try again in {secs} s with the viewer token you were given, or a link printed at start\n"
+        ),
+    )
+        .into_response()
 }
 
 /// Bytes of a job's command the list shows (its page shows more).

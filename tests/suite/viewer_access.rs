@@ -406,7 +406,7 @@ async fn failed_logins_are_throttled_per_address() {
         let (status, _) = post_login(port, &h, &format!("wrong-token-{n:010}")).await;
         assert_eq!(status, 403, "attempt {n}");
     }
-    // Even the right token waits now, and so does a ticket.
+    // Even the right token waits now, and so does a wrong ticket.
     let (status, head) = post_login(port, &h, ALPHA_VIEW).await;
     assert_eq!(status, 429, "{head}");
     let wait: u64 = header_of(&head, "retry-after")
@@ -554,4 +554,116 @@ async fn with_tenants_and_the_network_on_only_a_name_behind_tls_gets_a_cookie() 
         .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
         .unwrap_or_else(|| panic!("a cookie on the TLS name: {head}"));
     assert!(cookie.contains("Secure"), "{cookie}");
+}
+
+/// The one-time login link printed at start for `tenant` (None: the bare
+/// token's).
+fn printed_ticket(log: &str, tenant: Option<&str>) -> String {
+    log.lines()
+        .filter(|l| l.contains("login?ticket="))
+        .find(|l| tenant.is_none_or(|t| l.contains(&format!("(tenant {t})"))))
+        .and_then(|l| l.split("ticket=").nth(1))
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a ticket for {tenant:?}: {log}"))
+        .to_string()
+}
+
+/// Logs in with a ticket; the cookie.
+async fn ticket_login(port: u16, ticket: &str) -> String {
+    let (status, head) = head_of(port, &format!("/login?ticket={ticket}"), &[]).await;
+    assert_eq!(status, 303, "{head}");
+    cookie_of(&head)
+}
+
+/// Replacing a tenant's viewer token ends the logins made with it and
+/// with that tenant's tickets, and their streams; the other tenant's
+/// logins (its token unchanged) hold.
+#[tokio::test]
+async fn a_replaced_viewer_token_ends_the_logins_made_with_it_on_sighup() {
+    const BETA_VIEW2: &str = "beta-view-token-replaced-0123";
+    let dir = tempfile::tempdir().expect("dir");
+    let (server, port, _, views) = tenants_viewer(dir.path(), &both_views(), &[]).await;
+    let log = server.stderr_log();
+    let alpha = login(port, ALPHA_VIEW).await;
+    let beta = login(port, BETA_VIEW).await;
+    let alpha_ticket = ticket_login(port, &printed_ticket(&log, Some("alpha"))).await;
+    let beta_ticket = ticket_login(port, &printed_ticket(&log, Some("beta"))).await;
+    let mut beta_feed = open_stream(port, "/events", &beta).await;
+    for cookie in [&alpha, &beta, &alpha_ticket, &beta_ticket] {
+        assert_eq!(
+            get(port, "/api/sessions", &[("Cookie", cookie)]).await.0,
+            200
+        );
+    }
+
+    std::fs::write(&views, format!("{ALPHA_VIEW} alpha\n{BETA_VIEW2} beta\n")).expect("write");
+    sighup(&server, "2 viewer login(s) of tenant 'beta' ended", 1).await;
+    assert!(
+        stream_ends(&mut beta_feed, Duration::from_secs(5)).await,
+        "the stream of a replaced token's login still open"
+    );
+    for cookie in [&beta, &beta_ticket] {
+        assert_eq!(
+            get(port, "/api/sessions", &[("Cookie", cookie)]).await.0,
+            401
+        );
+    }
+    for cookie in [&alpha, &alpha_ticket] {
+        assert_eq!(
+            get(port, "/api/sessions", &[("Cookie", cookie)]).await.0,
+            200
+        );
+    }
+    assert_eq!(post_login(port, &host(port), BETA_VIEW).await.0, 403);
+    let beta = login(port, BETA_VIEW2).await;
+    assert_eq!(
+        get(port, "/api/sessions", &[("Cookie", &beta)]).await.0,
+        200
+    );
+}
+
+/// POST /login with `token` from the local address `from`; the status.
+async fn post_login_from(from: [u8; 4], port: u16, token: &str) -> u16 {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from((from, 0)))
+        .expect("bind a loopback address");
+    let mut tcp = socket
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .expect("connect");
+    let h = host(port);
+    let body = format!("token={token}");
+    let req = format!(
+        "POST /login HTTP/1.1\r\nHost: {h}\r\nOrigin: http://{h}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(req.as_bytes()).await.expect("send");
+    let head = read_until(&mut tcp, "\r\n\r\n", WAIT).await;
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status: {head}"))
+}
+
+/// Other 127/8 addresses are the same peer as 127.0.0.1, and a ticket logs
+/// in even when its peer has failed too often.
+#[tokio::test]
+async fn other_loopback_addresses_share_a_limit_and_a_ticket_still_logs_in() {
+    let dir = tempfile::tempdir().expect("dir");
+    let views = dir.path().join("views");
+    std::fs::write(&views, format!("{ALPHA_VIEW}\n")).expect("write");
+    let (server, port) = stdio_viewer(&["--viewer-tokens", path_str(&views)]).await;
+    let ticket = printed_ticket(&server.stderr_log(), None);
+    for n in 0..10u8 {
+        let status =
+            post_login_from([127, 0, 0, 2 + n], port, &format!("wrong-token-{n:010}")).await;
+        assert_eq!(status, 403, "attempt {n}");
+    }
+    assert_eq!(post_login(port, &host(port), ALPHA_VIEW).await.0, 429);
+    let cookie = ticket_login(port, &ticket).await;
+    assert_eq!(
+        get(port, "/api/sessions", &[("Cookie", &cookie)]).await.0,
+        200
+    );
 }
