@@ -15,6 +15,9 @@ use crate::{mcp, session, startup, state};
 
 /// Runs the server until its transport ends or a signal arrives.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    // Watched from the start: a Ctrl-C while sessions start (the person
+    // read the hint and changed their mind) ends the server as one after.
+    let signals = Signals::watch();
     let settings = Settings::from_config(&cfg)?;
     let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &settings.languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
@@ -98,6 +101,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let viewer = viewer.map(|v| v.spawn(&cfg, instance.clone(), shutdown.clone()));
     spawn_signal_watch(
+        signals,
         instance.clone(),
         upstreams.clone(),
         viewer,
@@ -245,21 +249,43 @@ const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// drains first (`drain`: readiness off, new work refused, running cells
 /// given time to finish and be collected), and a second SIGTERM ends the
 /// drain at once. SIGHUP reloads the token files.
+/// SIGTERM, SIGINT and SIGHUP, each recorded from the moment it is
+/// watched (None: they cannot be, and the defaults apply).
+struct Signals(
+    Option<(
+        tokio::signal::unix::Signal,
+        tokio::signal::unix::Signal,
+        tokio::signal::unix::Signal,
+    )>,
+);
+
+impl Signals {
+    fn watch() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(term), Ok(int), Ok(hup)) => Self(Some((term, int, hup))),
+            _ => {
+                tracing::warn!("cannot watch SIGTERM/SIGINT/SIGHUP");
+                Self(None)
+            }
+        }
+    }
+}
+
 fn spawn_signal_watch(
+    signals: Signals,
     instance: Arc<tenants::Instance>,
     upstreams: Arc<crate::upstream::Upstreams>,
     viewer: Option<Arc<crate::viewer::Viewer>>,
     shutdown: CancellationToken,
     drain: Option<std::time::Duration>,
 ) {
-    use tokio::signal::unix::{SignalKind, signal};
     tokio::spawn(async move {
-        let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::hangup()),
-        ) else {
-            tracing::warn!("cannot watch SIGTERM/SIGINT/SIGHUP");
+        let Some((mut term, mut int, mut hup)) = signals.0 else {
             return;
         };
         loop {

@@ -161,6 +161,27 @@ async fn ctrl_c_in_the_terminal_exits_0() {
     ended_by(0x03).await;
 }
 
+/// Ctrl-C typed as soon as the hint shows, while the sessions start: the
+/// signal is watched from the first step, so the server ends as it would
+/// later (exit 0), not killed by SIGINT's default.
+#[tokio::test]
+async fn ctrl_c_while_starting_exits_0() {
+    let mut server = TerminalServer::start();
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    while !server.stderr().contains(HINT) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no hint:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.type_keys(&[0x03]);
+    let (code, stdout, stderr) = server.exit().await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.is_empty(), "{:?}", String::from_utf8_lossy(&stdout));
+}
+
 /// stdin a pipe: the handshake answered, no hint, every stdout line JSON,
 /// exit 0 when the client closes stdin.
 #[tokio::test]
