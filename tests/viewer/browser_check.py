@@ -20,6 +20,7 @@ Environment: FERREPL_BIN (default target/debug/ferrepl), FERREPL_RICH_PYTHON
 
 import argparse
 import asyncio
+import contextlib
 import os
 import pathlib
 import re
@@ -85,23 +86,33 @@ def no_script_ran(driver):
         pass
 
 
-async def check(readme):
-    OUT.mkdir(parents=True, exist_ok=True)
+@contextlib.asynccontextmanager
+async def served(extra):
+    """ferrepl over stdio with --viewer 127.0.0.1:0 (and `extra`), in a
+    workspace and state of its own: an MCP client of it and the viewer's
+    URL. Everything is removed afterwards."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrepl-viewer-"))
     work = tmp / "work"
     work.mkdir()
-    errlog = open(tmp / "stderr.log", "w+")
-    args = ["--workdir", str(work), "--viewer", "127.0.0.1:0", "--state-dir", str(tmp / "state"), "--tools", "all"]
-    if os.access(RICH, os.X_OK):
-        args += ["--python", RICH]
+    args = ["--workdir", str(work), "--viewer", "127.0.0.1:0", "--state-dir", str(tmp / "state"), *extra]
     params = StdioServerParameters(command=BIN, args=args, env={"XDG_STATE_HOME": str(tmp / "xdg")})
+    try:
+        with open(tmp / "stderr.log", "w+") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                url = wait_for("the viewer's URL on stderr", lambda: re.search(
+                    r"ferrepl viewer: (http://\S+)", (tmp / "stderr.log").read_text()))
+                yield client, url.group(1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def check(readme):
+    OUT.mkdir(parents=True, exist_ok=True)
+    extra = ["--tools", "all"] + (["--python", RICH] if os.access(RICH, os.X_OK) else [])
     driver = browser()
     started = time.monotonic()
     try:
-        async with Client(stdio_client(params, errlog=errlog)) as client:
-            url = wait_for("the viewer's URL on stderr", lambda: re.search(
-                r"ferrepl viewer: (http://\S+)", (tmp / "stderr.log").read_text()))
-            base = url.group(1)
+        async with served(extra) as (client, base):
 
             async def run(code, **kw):
                 r = await client.call_tool("python_exec", {"code": code, "wait_s": kw.pop("wait_s", 30), **kw})
@@ -207,8 +218,6 @@ async def check(readme):
                 await readme_shot(run, client, driver, base, readme)
     finally:
         driver.quit()
-        errlog.close()
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"viewer browser check: ok in {time.monotonic() - started:.1f} s; screenshots in {OUT}")
 
 

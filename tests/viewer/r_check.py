@@ -13,17 +13,12 @@ literally with no script run. A screenshot goes to target/viewer-check/r.png.
 
 import asyncio
 import pathlib
-import re
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from browser_check import BIN, OUT, XSS, browser, cell_text, no_script_ran, wait_for  # noqa: E402
-from mcp import Client, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
+from browser_check import OUT, XSS, browser, cell_text, no_script_ran, served, wait_for  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 SESSION = "rstats"
@@ -31,20 +26,10 @@ SESSION = "rstats"
 
 async def check():
     OUT.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrepl-viewer-r-"))
-    work = tmp / "work"
-    work.mkdir()
-    errlog = open(tmp / "stderr.log", "w+")
-    args = ["--workdir", str(work), "--viewer", "127.0.0.1:0", "--state-dir", str(tmp / "state"),
-            "--languages", "python,r"]
-    params = StdioServerParameters(command=BIN, args=args, env={"XDG_STATE_HOME": str(tmp / "xdg")})
     driver = browser()
     started = time.monotonic()
     try:
-        async with Client(stdio_client(params, errlog=errlog)) as client:
-            url = wait_for("the viewer's URL on stderr", lambda: re.search(
-                r"ferrepl viewer: (http://\S+)", (tmp / "stderr.log").read_text()))
-            base = url.group(1)
+        async with served(["--languages", "python,r"]) as (client, base):
 
             async def run(code, wait_s=60):
                 r = await client.call_tool("r_exec", {"code": code, "session": SESSION, "wait_s": wait_s})
@@ -91,8 +76,6 @@ async def check():
             wait_for("the R session listed", lambda: SESSION in driver.find_element(By.ID, "sessions").text)
     finally:
         driver.quit()
-        errlog.close()
-        shutil.rmtree(tmp, ignore_errors=True)
     print(f"viewer R check: ok in {time.monotonic() - started:.1f} s; screenshot in {OUT / 'r.png'}")
 
 
