@@ -274,25 +274,34 @@ async fn an_event_stream_gives_the_history_and_resumes_after_last_event_id() {
     );
 }
 
+/// A server with tenants alpha and beta (tokens `[alpha, beta]`) over HTTP
+/// whose viewer tokens are their MCP tokens (a tokens file in `dir`), and
+/// `extra` flags.
+pub async fn tenants_with_their_mcp_tokens(
+    dir: &std::path::Path,
+    [alpha, beta]: [&str; 2],
+    extra: &[&str],
+) -> HttpServer {
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("{alpha} alpha\n{beta} beta\n")).expect("write");
+    let mut args = vec![
+        "--auth-token-file",
+        path_str(&tokens),
+        "--viewer",
+        "127.0.0.1:0",
+        "--viewer-tokens",
+        path_str(&tokens),
+        "--warm-pool",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    HttpServer::start(&args, &[]).await
+}
+
 #[tokio::test]
 async fn tenants_viewers_see_their_own_sessions_and_tickets_work_once() {
     let dir = tempfile::tempdir().expect("dir");
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).expect("write");
-    let server = HttpServer::start(
-        &[
-            "--auth-token-file",
-            path_str(&tokens),
-            "--viewer",
-            "127.0.0.1:0",
-            "--viewer-tokens",
-            path_str(&tokens),
-            "--warm-pool",
-            "0",
-        ],
-        &[],
-    )
-    .await;
+    let server = tenants_with_their_mcp_tokens(dir.path(), [ALPHA, BETA], &[]).await;
     let log = server.stderr_log();
     let port = viewer_port(&log).expect("viewer port");
     let ticket_of = |tenant: &str| {

@@ -422,22 +422,10 @@ async fn failed_logins_are_throttled_per_address() {
 async fn each_tenant_holds_at_most_its_share_of_live_views() {
     let dir = tempfile::tempdir().expect("dir");
     // The viewer tokens are the MCP tokens here: warned about.
-    let tokens = dir.path().join("tokens");
-    std::fs::write(&tokens, format!("{ALPHA} alpha\n{BETA} beta\n")).expect("write");
-    let server = HttpServer::start(
-        &[
-            "--auth-token-file",
-            path_str(&tokens),
-            "--viewer",
-            "127.0.0.1:0",
-            "--viewer-tokens",
-            path_str(&tokens),
-            "--viewer-max-clients",
-            "2",
-            "--warm-pool",
-            "0",
-        ],
-        &[],
+    let server = crate::viewer::tenants_with_their_mcp_tokens(
+        dir.path(),
+        [ALPHA, BETA],
+        &["--viewer-max-clients", "2"],
     )
     .await;
     let log = server.stderr_log();
