@@ -4,27 +4,21 @@ use super::*;
 
 // ---------------------------------------------------------------- HTTP
 
-#[tokio::test]
-async fn http_upstreams_with_and_without_required_headers() {
-    let up = Upstreams::new();
-
-    // Our upstream over streamable HTTP, refusing requests without the token.
+/// Our upstream over streamable HTTP (with `extra` flags), logging to the
+/// test's log: the process (ended on drop) and its port.
+async fn own_http_upstream(up: &Upstreams, extra: &[&str]) -> (tokio::process::Child, u16) {
     let port_file = up.dir.path().join("port");
-    let spec = own_upstream(&[
-        "--http",
-        "0",
-        "--port-file",
-        &path_str(&port_file),
-        "--require-header",
-        "Authorization: Bearer t0k",
-    ]);
+    let port_arg = path_str(&port_file);
+    let mut flags = vec!["--http", "0", "--port-file", &port_arg];
+    flags.extend_from_slice(extra);
+    let spec = own_upstream(&flags);
     let args: Vec<&str> = spec["args"]
         .as_array()
         .expect("args")
         .iter()
         .map(|a| a.as_str().expect("arg"))
         .collect();
-    let _own = tokio::process::Command::new(spec["command"].as_str().expect("command"))
+    let child = tokio::process::Command::new(spec["command"].as_str().expect("command"))
         .args(&args)
         .env("UPSTREAM_LOG", up.log())
         .stdin(Stdio::null())
@@ -33,11 +27,21 @@ async fn http_upstreams_with_and_without_required_headers() {
         .kill_on_drop(true)
         .spawn()
         .expect("start our upstream over HTTP");
-    let own_port: u16 = wait_for_file_line(&port_file, EVENT_TIMEOUT)
+    let port = wait_for_file_line(&port_file, EVENT_TIMEOUT)
         .await
         .trim()
         .parse()
         .expect("a port number");
+    (child, port)
+}
+
+#[tokio::test]
+async fn http_upstreams_with_and_without_required_headers() {
+    let up = Upstreams::new();
+
+    // Our upstream over streamable HTTP, refusing requests without the token.
+    let (_own, own_port) =
+        own_http_upstream(&up, &["--require-header", "Authorization: Bearer t0k"]).await;
 
     // server-everything over streamable HTTP.
     let every_port = free_port();
@@ -185,31 +189,14 @@ async fn an_https_upstream_is_reached_with_the_systems_roots() {
         ],
     );
 
-    let port_file = dir.join("port");
-    let spec = own_upstream(&["--http", "0", "--port-file", &path_str(&port_file)]);
-    let args: Vec<&str> = spec["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .map(|a| a.as_str().expect("arg"))
-        .collect();
-    let _own = tokio::process::Command::new(spec["command"].as_str().expect("command"))
-        .args(&args)
-        .env("UPSTREAM_LOG", up.log())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start our upstream over HTTP");
-    let own_port = wait_for_file_line(&port_file, EVENT_TIMEOUT).await;
+    let (_own, own_port) = own_http_upstream(&up, &[]).await;
     let front_file = dir.join("front-port");
     let proxy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/upstream/tls_proxy.py");
     let _front = tokio::process::Command::new("python3")
         .arg(&proxy)
         .arg(dir.join("srv.pem"))
         .arg(dir.join("srv.key"))
-        .arg(own_port.trim())
+        .arg(own_port.to_string())
         .arg(&front_file)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
