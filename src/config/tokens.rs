@@ -194,6 +194,15 @@ pub fn check_tenant_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// `bytes` random bytes from the kernel, as hex: ids that are bearer
+/// handles (viewer logins and tickets, MCP task ids), never guessable.
+pub fn random_id(bytes: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;

@@ -24,7 +24,6 @@
 //! at most [`MAX_KEPT`] of them, like finished jobs.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -408,10 +407,7 @@ fn unknown_task(id: &str) -> McpError {
 
 /// 128 random bits in hex: task ids are bearer handles, not guessable.
 fn random_id() -> Option<String> {
-    let mut bytes = [0u8; 16];
-    let mut urandom = std::fs::File::open("/dev/urandom").ok()?;
-    urandom.read_exact(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::config::tokens::random_id(16).ok()
 }
 
 #[cfg(test)]

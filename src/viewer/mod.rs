@@ -10,6 +10,7 @@ mod auth;
 mod feed;
 mod hosts;
 mod routes;
+mod throttle;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
