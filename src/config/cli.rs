@@ -222,6 +222,27 @@ pub struct Config {
     )]
     pub allow_write: Vec<PathBuf>,
 
+    /// Also protect this place from every sandboxed write, existing or not (repeatable): a bare
+    /// name at any depth of the workspace, a relative path at that place, or an absolute path.
+    /// Built in: .git, agent clients' and editors' settings, R's start-up files, .venv...
+    #[arg(
+        long = "protect",
+        env = "FERREPL_PROTECT",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub protect: Vec<String>,
+
+    /// Let sessions write a protected name after all (repeatable), e.g. .git for an agent meant
+    /// to commit; 'all' frees every one.
+    #[arg(
+        long = "allow-write-protected",
+        env = "FERREPL_ALLOW_WRITE_PROTECTED",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub allow_write_protected: Vec<String>,
+
     /// Host devices added to the sessions' private /dev (comma separated), e.g. /dev/nvidia0.
     #[arg(
         long = "allow-device",

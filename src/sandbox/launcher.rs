@@ -374,7 +374,7 @@ fn wait_for(child: Pid) -> Option<WaitStatus> {
     }
 }
 
-fn close_fds_except(keep: &[i32]) {
+pub(crate) fn close_fds_except(keep: &[i32]) {
     let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
         .map(|d| {
             d.filter_map(Result::ok)

@@ -14,12 +14,15 @@ pub mod paths;
 #[cfg(target_os = "linux")]
 mod privileges;
 mod probe;
+pub mod protected;
 #[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
 mod relay;
 #[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
+mod supervisor;
 pub mod uids;
 #[cfg(target_os = "linux")]
 mod userns;
@@ -163,6 +166,10 @@ pub struct Policy {
     /// Apply everything, then print what is active instead of exec'ing.
     #[serde(default)]
     pub probe: bool,
+    /// Places no process of the program's may create, change, rename or
+    /// remove (enforced by the launcher's supervisor); None: none.
+    #[serde(default)]
+    pub protected: Option<protected::Protected>,
 }
 
 /// What the launcher could apply (reported by the startup probe).
@@ -181,6 +188,10 @@ pub struct Applied {
     /// The uid the program ended up with.
     #[serde(default)]
     pub uid: u32,
+    /// Whether the supervisor of protected places answered (None: none
+    /// was asked for; Some(error) where it could not be set up).
+    #[serde(default)]
+    pub protection: Option<Result<(), String>>,
 }
 
 /// How the launcher reports Landlock fully enforced.
@@ -248,6 +259,9 @@ pub struct SandboxConfig {
     /// Why sessions do not run as `identity` after all, or not through
     /// idmapped mounts (found by the probe).
     pub identity_gap: Option<String>,
+    /// Protected places in what sessions share with the host (None: the
+    /// sandbox is off or the workspace read-only, or every name is freed).
+    pub protected: Option<protected::Protected>,
 }
 
 /// The owner of `path` (following symlinks), if it exists.
@@ -349,6 +363,11 @@ impl SandboxConfig {
             identity: if self.namespaces { self.identity } else { None },
             egress: None,
             probe: false,
+            protected: if workspace_writable {
+                self.protected.clone()
+            } else {
+                None
+            },
         }
     }
 

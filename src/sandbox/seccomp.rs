@@ -20,7 +20,7 @@ pub enum SeccompError {
     Install(#[from] seccompiler::Error),
 }
 
-fn target_arch() -> Result<TargetArch, SeccompError> {
+pub(crate) fn target_arch() -> Result<TargetArch, SeccompError> {
     if cfg!(target_arch = "x86_64") {
         Ok(TargetArch::x86_64)
     } else if cfg!(target_arch = "aarch64") {

@@ -234,7 +234,9 @@ fn sandbox_settings(
         named_read: cfg.allow_read.iter().map(abs).collect(),
         idmapped: Vec::new(),
         identity_gap: None,
+        protected: None,
     };
+    sandbox_cfg.protected = protected_places(cfg, &sandbox_cfg)?;
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
@@ -261,6 +263,23 @@ fn sandbox_settings(
     }
     let summary = sandbox::short_description(&sandbox_cfg, &applied);
     Ok((sandbox_cfg, summary))
+}
+
+/// The protected places of a writable workspace (and of --allow-write
+/// paths), from the built-in list and the operator's --protect and
+/// --allow-write-protected.
+fn protected_places(
+    cfg: &Config,
+    sandbox_cfg: &sandbox::SandboxConfig,
+) -> anyhow::Result<Option<sandbox::protected::Protected>> {
+    if sandbox_cfg.mode != sandbox::SandboxMode::WorkspaceWrite {
+        return Ok(None);
+    }
+    let mut roots = vec![sandbox_cfg.workspace.clone()];
+    roots.extend(sandbox_cfg.write.iter().cloned());
+    let protected =
+        sandbox::protected::Protected::new(roots, &cfg.protect, &cfg.allow_write_protected)?;
+    Ok((!protected.is_empty()).then_some(protected))
 }
 
 /// Where ferrepl's own files stand against the view: refused inside

@@ -32,6 +32,11 @@ pub enum ApplyError {
     #[cfg(target_os = "linux")]
     #[error("seccomp: {0}")]
     Seccomp(crate::sandbox::seccomp::SeccompError),
+    #[cfg(target_os = "linux")]
+    #[error(
+        "the supervisor of protected places could not start ({0}); it needs seccomp user notification (Linux 5.14 or later)"
+    )]
+    Protection(String),
     #[cfg(not(target_os = "linux"))]
     #[error("{0} needs Linux")]
     LinuxOnly(&'static str),
@@ -169,6 +174,12 @@ fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
             Err(e) => applied.landlock = format!("unavailable ({e})"),
         }
     }
+    // After Landlock (the supervisor shares the program's domain), before
+    // the main filter (which denies what the supervisor needs).
+    if let Some(protected) = &policy.protected {
+        supervise(protected).map_err(ApplyError::Protection)?;
+        applied.protection = Some(Ok(()));
+    }
     if policy.seccomp {
         match crate::sandbox::seccomp::apply(policy.network || policy.egress.is_some()) {
             Ok(()) => applied.seccomp = true,
@@ -177,6 +188,51 @@ fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
         }
     }
     Ok(())
+}
+
+/// Forks the supervisor of protected places, which stays behind as this
+/// process's parent in its place (serving until the program exits, then
+/// exiting as it did); the program goes on here with the filter that sends
+/// its changing calls to it.
+#[cfg(target_os = "linux")]
+fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), String> {
+    use crate::sandbox::supervisor;
+    let handoff = supervisor::handoff().map_err(|e| format!("socketpair: {e}"))?;
+    // SAFETY: the launcher is single-threaded here.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(format!("fork: {e}")),
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(handoff.theirs);
+            supervisor::serve(protected, handoff.ours, child.as_raw())
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(handoff.ours);
+            die_with_parent_supervisor();
+            let listener = supervisor::install().map_err(|e| e.to_string())?;
+            supervisor::send_fd(&handoff.theirs, listener.as_raw_fd())
+                .map_err(|e| format!("handing over the listener: {e}"))?;
+            drop(listener);
+            drop(handoff.theirs);
+            // A first call the supervisor answers (ENOENT for an empty
+            // path); ENOSYS would mean nobody serves the filter.
+            // SAFETY: mkdir of an empty C string.
+            let r = unsafe { libc::mkdir(c"".as_ptr(), 0) };
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ENOENT) if r < 0 => Ok(()),
+                _ => Err("the supervisor does not answer".into()),
+            }
+        }
+    }
+}
+
+/// The program dies with its supervisor (which then can no longer check
+/// its calls).
+#[cfg(target_os = "linux")]
+fn die_with_parent_supervisor() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) has no memory effects.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+    }
 }
 
 /// The resource limits (no core dumps, ever); what was set, for the report.

@@ -1,0 +1,375 @@
+//! Protected places: entries inside the places sessions share with the host
+//! (the workspace, `--allow-write` paths) that a host program runs by itself
+//! when the user works there: git's hooks and config, agent clients' and
+//! editors' settings, R's start-up files, the user's venv. No sandboxed
+//! process may create, change, rename, remove or link over one, existing or
+//! not (the launcher's supervisor enforces it: `sandbox::supervisor`), and
+//! no write the server makes for the agent (`file_write`, `file_delete`,
+//! `python_export`, install targets) may touch one.
+//!
+//! One rule for every check: a path is protected when, below one of the
+//! shared roots, one of its components is a protected name (or a protected
+//! sequence of names such as `renv/activate.R`), or when it lies in a
+//! protected absolute place. Paths are checked after resolution (a link
+//! `g -> .git` is checked as `.git`); the callers resolve.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The built-in protected names, each with the host program that runs what
+/// it holds (docs/security.md lists the same; a test keeps them equal).
+pub const BUILT_IN: &[(&str, &str)] = &[
+    (
+        ".git",
+        "git runs its hooks and its config's commands (core.fsmonitor, core.pager, core.sshCommand, filters) on commit, status, log, fetch; shell prompts run git status on every cd",
+    ),
+    (".gitmodules", "git reads submodule URLs and paths from it"),
+    (".hg", "Mercurial runs the hooks in .hg/hgrc"),
+    (
+        ".pre-commit-config.yaml",
+        "pre-commit, once installed as a git hook, runs its local hooks on commit",
+    ),
+    (".husky", "husky points git's hooks (core.hooksPath) here"),
+    (
+        ".mcp.json",
+        "Claude Code starts the MCP servers it names (ferrepl install --scope project writes it)",
+    ),
+    (
+        ".claude",
+        "Claude Code runs the hooks and commands of its settings",
+    ),
+    (
+        ".codex",
+        "Codex starts the MCP servers of its config.toml (ferrepl install --scope project writes it)",
+    ),
+    (
+        ".gemini",
+        "Gemini CLI starts the MCP servers of its settings",
+    ),
+    (".cursor", "Cursor starts the MCP servers of its mcp.json"),
+    (
+        ".vscode",
+        "VS Code runs tasks and starts the MCP servers of its settings",
+    ),
+    (".idea", "JetBrains IDEs run configured tools and tasks"),
+    (
+        ".zed",
+        "Zed starts the language and context servers of its settings",
+    ),
+    (
+        ".agents",
+        "agent clients read their skills and instructions here",
+    ),
+    (".envrc", "direnv runs it on every cd"),
+    (".Rprofile", "R runs it at start"),
+    (
+        ".Renviron",
+        "R reads its variables at start (R_PROFILE_USER and others)",
+    ),
+    (".RData", "R loads it at start"),
+    ("renv/activate.R", "R runs it at start through .Rprofile"),
+    (
+        ".venv",
+        "the user's interpreter runs every .pth in its site-packages at start, and its bin/ scripts run as commands",
+    ),
+];
+
+/// What the operator's flags make of the built-in list.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProtectError {
+    #[error(
+        "--allow-write-protected {0}: not a protected name; the names are {names}, or 'all'",
+        names = built_in_names().join(", ")
+    )]
+    UnknownName(String),
+    #[error(
+        "--protect {0}: give a name (protected at any depth), a path relative to the workspace, or an absolute path"
+    )]
+    BadPath(String),
+}
+
+fn built_in_names() -> Vec<&'static str> {
+    BUILT_IN.iter().map(|(n, _)| *n).collect()
+}
+
+/// The protected places of one server, fixed at start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protected {
+    /// The places shared with the host where names are protected at any
+    /// depth (the workspace, `--allow-write` paths).
+    pub roots: Vec<PathBuf>,
+    /// Names and sequences of names (`renv/activate.R`) protected at any
+    /// depth below a root.
+    pub names: Vec<String>,
+    /// Places protected with everything beneath them (`--protect` paths, the
+    /// directory a root's `.git` file points to).
+    pub paths: Vec<PathBuf>,
+}
+
+impl Protected {
+    /// The built-in names plus `--protect` entries (a bare name at any
+    /// depth, a relative path at that place of the workspace, an absolute
+    /// path), minus `--allow-write-protected` names (`all` frees every
+    /// built-in one). `roots[0]` is the workspace.
+    pub fn new(
+        roots: Vec<PathBuf>,
+        protect: &[String],
+        freed: &[String],
+    ) -> Result<Self, ProtectError> {
+        let builtin = built_in_names();
+        for name in freed {
+            if name != "all" && !builtin.contains(&name.as_str()) && !protect.contains(name) {
+                return Err(ProtectError::UnknownName(name.clone()));
+            }
+        }
+        let free_all = freed.iter().any(|n| n == "all");
+        let mut names: Vec<String> = if free_all {
+            Vec::new()
+        } else {
+            builtin
+                .iter()
+                .filter(|n| !freed.iter().any(|f| f == *n))
+                .map(|n| n.to_string())
+                .collect()
+        };
+        let mut paths = Vec::new();
+        let workspace = roots.first().cloned().unwrap_or_else(|| PathBuf::from("/"));
+        for entry in protect {
+            let path = Path::new(entry);
+            let normal = path
+                .components()
+                .all(|c| matches!(c, Component::Normal(_) | Component::RootDir));
+            if entry.is_empty() || !normal {
+                return Err(ProtectError::BadPath(entry.clone()));
+            }
+            if path.is_absolute() {
+                paths.push(path.to_path_buf());
+            } else if path.components().count() == 1 {
+                names.push(entry.clone());
+            } else {
+                paths.push(workspace.join(path));
+            }
+        }
+        let mut protected = Protected {
+            roots,
+            names,
+            paths,
+        };
+        if !free_all && !freed.iter().any(|f| f == ".git") {
+            protected.paths.extend(protected.gitdirs());
+        }
+        protected.names.sort();
+        protected.names.dedup();
+        protected.paths.sort();
+        protected.paths.dedup();
+        Ok(protected)
+    }
+
+    /// Nothing is protected (every entry freed).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.paths.is_empty()
+    }
+
+    /// The directories a root's `.git` *file* points to (`gitdir: DIR`),
+    /// where they lie in a root: git runs their hooks as it would a `.git`
+    /// directory's.
+    fn gitdirs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for root in &self.roots {
+            let dot_git = root.join(".git");
+            let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+                continue;
+            };
+            if !meta.is_file() || meta.len() > 4096 {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&dot_git) else {
+                continue;
+            };
+            let Some(dir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
+                continue;
+            };
+            let dir = super::paths::normalize(Path::new(dir.trim()), root);
+            let dir = dir.canonicalize().unwrap_or(dir);
+            if self.roots.iter().any(|r| dir.starts_with(r)) {
+                out.push(dir);
+            }
+        }
+        out
+    }
+
+    /// The protected place `path` (absolute, resolved) is or lies in, if any:
+    /// the place itself, for messages (`/ws/.git` for `/ws/.git/hooks/x`).
+    pub fn find(&self, path: &Path) -> Option<PathBuf> {
+        if let Some(p) = self.paths.iter().find(|p| path.starts_with(p)) {
+            return Some(p.clone());
+        }
+        let root = self
+            .roots
+            .iter()
+            .filter(|r| path.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len())?;
+        let rel = path.strip_prefix(root).ok()?;
+        let parts: Vec<&std::ffi::OsStr> = rel
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let mut place = root.clone();
+        for (i, part) in parts.iter().enumerate() {
+            place.push(part);
+            for name in &self.names {
+                let seq: Vec<&str> = name.split('/').collect();
+                let Some(first) = seq.first() else { continue };
+                if part.as_encoded_bytes() != first.as_bytes() || i + seq.len() > parts.len() {
+                    continue;
+                }
+                let matches = seq
+                    .iter()
+                    .zip(&parts[i..])
+                    .all(|(s, p)| p.as_encoded_bytes() == s.as_bytes());
+                if matches {
+                    let mut whole = place.clone();
+                    for s in &seq[1..] {
+                        whole.push(s);
+                    }
+                    return Some(whole);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether `path` holds a protected absolute place beneath it (renaming
+    /// or removing it would move the place away, and a new one could be
+    /// made in its stead).
+    pub fn holds(&self, path: &Path) -> Option<PathBuf> {
+        self.paths
+            .iter()
+            .find(|p| p.starts_with(path) && p.as_path() != path)
+            .cloned()
+    }
+
+    /// The protected place a change of `path` would touch: `path` lies in
+    /// one, or (for renames and removals) holds one.
+    pub fn touched(&self, path: &Path) -> Option<PathBuf> {
+        self.find(path).or_else(|| self.holds(path))
+    }
+
+    /// The name an operator frees a place with, for messages: the protected
+    /// name in the place's last components, else the place as given.
+    pub fn flag_name(&self, place: &Path) -> String {
+        let text = place.to_string_lossy();
+        self.names
+            .iter()
+            .find(|n| text.ends_with(&format!("/{n}")))
+            .cloned()
+            .unwrap_or_else(|| text.into_owned())
+    }
+
+    /// What an agent reads when a write is refused.
+    pub fn refusal(&self, place: &Path) -> String {
+        let name = self.flag_name(place);
+        format!(
+            "{} is protected: host programs run what it holds (see docs/security.md), so nothing in the sandbox may create, change, rename or remove it; the operator can free it with --allow-write-protected {name}",
+            place.display()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> Protected {
+        Protected::new(vec![PathBuf::from("/ws"), PathBuf::from("/data")], &[], &[])
+            .expect("built-in")
+    }
+
+    #[test]
+    fn built_in_names_are_protected_at_any_depth_below_a_root() {
+        let p = ws();
+        assert_eq!(p.find(Path::new("/ws/.git")), Some("/ws/.git".into()));
+        assert_eq!(
+            p.find(Path::new("/ws/.git/hooks/pre-commit")),
+            Some("/ws/.git".into())
+        );
+        assert_eq!(
+            p.find(Path::new("/ws/a/b/.git/config")),
+            Some("/ws/a/b/.git".into())
+        );
+        assert_eq!(
+            p.find(Path::new("/data/.mcp.json")),
+            Some("/data/.mcp.json".into())
+        );
+        assert_eq!(
+            p.find(Path::new("/ws/x/renv/activate.R")),
+            Some("/ws/x/renv/activate.R".into())
+        );
+        assert_eq!(
+            p.find(Path::new("/ws/.venv/lib/x.pth")),
+            Some("/ws/.venv".into())
+        );
+        // Controls: other names, look-alikes, outside the roots.
+        for free in [
+            "/ws/src/main.py",
+            "/ws/.gitignore",
+            "/ws/git",
+            "/ws/renv/library/x",
+            "/ws/activate.R",
+            "/tmp/x/.git/config",
+            "/ws",
+        ] {
+            assert_eq!(p.find(Path::new(free)), None, "{free}");
+        }
+    }
+
+    #[test]
+    fn the_operator_adds_and_frees_names() {
+        let p = Protected::new(
+            vec![PathBuf::from("/ws")],
+            &["Makefile".into(), "conf/run.sh".into(), "/ws/abs".into()],
+            &[".git".into()],
+        )
+        .expect("flags");
+        assert_eq!(p.find(Path::new("/ws/.git/config")), None);
+        assert!(p.find(Path::new("/ws/sub/Makefile")).is_some());
+        assert_eq!(
+            p.find(Path::new("/ws/conf/run.sh")),
+            Some("/ws/conf/run.sh".into())
+        );
+        assert_eq!(p.find(Path::new("/ws/x/conf/run.sh")), None);
+        assert!(p.find(Path::new("/ws/abs/deep")).is_some());
+        assert_eq!(
+            p.holds(Path::new("/ws/conf")),
+            Some("/ws/conf/run.sh".into())
+        );
+        assert!(p.find(Path::new("/ws/.mcp.json")).is_some());
+        let all = Protected::new(vec![PathBuf::from("/ws")], &[], &["all".into()]).expect("all");
+        assert!(all.is_empty());
+        assert_eq!(
+            Protected::new(vec![], &[], &["src".into()]),
+            Err(ProtectError::UnknownName("src".into()))
+        );
+        assert!(Protected::new(vec![], &["../up".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn a_root_git_file_protects_the_directory_it_points_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::create_dir_all(root.join("store/gd")).expect("gitdir");
+        std::fs::write(root.join(".git"), "gitdir: store/gd\n").expect(".git file");
+        let p = Protected::new(vec![root.clone()], &[], &[]).expect("built-in");
+        assert_eq!(
+            p.find(&root.join("store/gd/hooks/pre-commit")),
+            Some(root.join("store/gd"))
+        );
+        assert_eq!(p.holds(&root.join("store")), Some(root.join("store/gd")));
+        let msg = p.refusal(&root.join(".git"));
+        assert!(msg.contains("--allow-write-protected .git"), "{msg}");
+    }
+}
