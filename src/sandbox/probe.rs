@@ -38,6 +38,13 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
         Err(e) => return Err(e),
     };
     let _ = std::fs::remove_dir_all(&tmp);
+    if cfg.protected.is_some() && applied.protection != Some(Ok(())) {
+        // The launch itself fails where the supervisor cannot start; a
+        // probe that says nothing of it is refused the same way.
+        anyhow::bail!(
+            "the protected places (.git, agent clients' settings, R's start-up files, .venv...) cannot be kept from sessions here; run where seccomp user notification works (Linux 5.14 or later), or free them with --allow-write-protected all"
+        );
+    }
     let mut parts = confinement(cfg, &applied, gap.as_deref());
     parts.extend(limits(cfg));
     cfg.active = parts.join("; ");
@@ -82,6 +89,9 @@ pub fn short_description(cfg: &SandboxConfig, applied: &Applied) -> String {
         ),
         (cgroups, "cgroup limits"),
     ];
+    if cfg.mode == SandboxMode::WorkspaceWrite {
+        layers.push((cfg.protected.is_some(), "protected places"));
+    }
     if !cfg.network {
         layers.push((applied.network_blocked, "no network"));
     }
@@ -149,6 +159,19 @@ fn confinement(cfg: &SandboxConfig, applied: &Applied, gap: Option<&str>) -> Vec
         "no_new_privs {}",
         if applied.no_new_privs { "on" } else { "off" }
     ));
+    if let Some(protected) = &cfg.protected {
+        parts.push(format!(
+            "protected places kept from every write by a supervisor: {}{}",
+            protected.names.join(" "),
+            protected
+                .paths
+                .iter()
+                .map(|p| format!(" {}", p.display()))
+                .collect::<String>()
+        ));
+    } else if cfg.mode == SandboxMode::WorkspaceWrite {
+        parts.push("protected places: all freed by --allow-write-protected".into());
+    }
     if !applied.rlimits.is_empty() {
         parts.push(format!("rlimits: {}", applied.rlimits.join(", ")));
     }

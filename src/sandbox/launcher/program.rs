@@ -34,7 +34,7 @@ pub enum ApplyError {
     Seccomp(crate::sandbox::seccomp::SeccompError),
     #[cfg(target_os = "linux")]
     #[error(
-        "the supervisor of protected places could not start ({0}); it needs seccomp user notification (Linux 5.14 or later)"
+        "the supervisor of protected places could not start ({0}); it needs seccomp user notification (Linux 5.14 or later); the operator can free the places with --allow-write-protected all"
     )]
     Protection(String),
     #[cfg(not(target_os = "linux"))]
@@ -208,6 +208,12 @@ fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), Str
         Ok(nix::unistd::ForkResult::Child) => {
             drop(handoff.ours);
             die_with_parent_supervisor();
+            // A switch of uid left us undumpable, which would keep the
+            // supervisor out of our memory and /proc until exec.
+            // SAFETY: prctl(PR_SET_DUMPABLE) has no memory effects.
+            unsafe {
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            }
             let listener = supervisor::install().map_err(|e| e.to_string())?;
             supervisor::send_fd(&handoff.theirs, listener.as_raw_fd())
                 .map_err(|e| format!("handing over the listener: {e}"))?;
