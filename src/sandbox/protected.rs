@@ -102,9 +102,12 @@ pub struct Protected {
     /// Names and sequences of names (`renv/activate.R`) protected at any
     /// depth below a root.
     pub names: Vec<String>,
-    /// Places protected with everything beneath them (`--protect` paths, the
-    /// directory a root's `.git` file points to).
+    /// Places protected with everything beneath them (absolute `--protect`
+    /// paths, the directory a root's `.git` file points to).
     pub paths: Vec<PathBuf>,
+    /// Relative `--protect` paths, at that place of the workspace (`roots[0]`).
+    #[serde(default)]
+    pub relative: Vec<PathBuf>,
 }
 
 impl Protected {
@@ -134,7 +137,7 @@ impl Protected {
                 .collect()
         };
         let mut paths = Vec::new();
-        let workspace = roots.first().cloned().unwrap_or_else(|| PathBuf::from("/"));
+        let mut relative = Vec::new();
         for entry in protect {
             let path = Path::new(entry);
             let normal = path
@@ -148,13 +151,14 @@ impl Protected {
             } else if path.components().count() == 1 {
                 names.push(entry.clone());
             } else {
-                paths.push(workspace.join(path));
+                relative.push(path.to_path_buf());
             }
         }
         let mut protected = Protected {
             roots,
             names,
             paths,
+            relative,
         };
         if !free_all && !freed.iter().any(|f| f == ".git") {
             protected.paths.extend(protected.gitdirs());
@@ -168,7 +172,23 @@ impl Protected {
 
     /// Nothing is protected (every entry freed).
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.paths.is_empty()
+        self.names.is_empty() && self.paths.is_empty() && self.relative.is_empty()
+    }
+
+    /// The same places for another workspace (a tenant's, inside the
+    /// server's): relative entries and the `.git` file's directory follow it.
+    pub fn with_workspace(&self, workspace: &Path) -> Protected {
+        let mut out = self.clone();
+        match out.roots.first_mut() {
+            Some(first) => *first = workspace.to_path_buf(),
+            None => out.roots.push(workspace.to_path_buf()),
+        }
+        if self.names.iter().any(|n| n == ".git") {
+            out.paths.extend(out.gitdirs());
+            out.paths.sort();
+            out.paths.dedup();
+        }
+        out
     }
 
     /// The directories a root's `.git` *file* points to (`gitdir: DIR`),
@@ -205,6 +225,15 @@ impl Protected {
         if let Some(p) = self.paths.iter().find(|p| path.starts_with(p)) {
             return Some(p.clone());
         }
+        if let Some(workspace) = self.roots.first()
+            && let Some(p) = self
+                .relative
+                .iter()
+                .map(|r| workspace.join(r))
+                .find(|p| path.starts_with(p))
+        {
+            return Some(p);
+        }
         let root = self
             .roots
             .iter()
@@ -224,13 +253,15 @@ impl Protected {
             for name in &self.names {
                 let seq: Vec<&str> = name.split('/').collect();
                 let Some(first) = seq.first() else { continue };
-                if part.as_encoded_bytes() != first.as_bytes() || i + seq.len() > parts.len() {
+                // Case-blind: a case-folding directory (ext4's casefold,
+                // macOS) makes `.GIT` the same entry as `.git`.
+                let same = |p: &std::ffi::OsStr, s: &str| {
+                    p.as_encoded_bytes().eq_ignore_ascii_case(s.as_bytes())
+                };
+                if !same(part, first) || i + seq.len() > parts.len() {
                     continue;
                 }
-                let matches = seq
-                    .iter()
-                    .zip(&parts[i..])
-                    .all(|(s, p)| p.as_encoded_bytes() == s.as_bytes());
+                let matches = seq.iter().zip(&parts[i..]).all(|(s, p)| same(p, s));
                 if matches {
                     let mut whole = place.clone();
                     for s in &seq[1..] {
@@ -247,10 +278,16 @@ impl Protected {
     /// or removing it would move the place away, and a new one could be
     /// made in its stead).
     pub fn holds(&self, path: &Path) -> Option<PathBuf> {
+        let workspace = self.roots.first();
         self.paths
             .iter()
-            .find(|p| p.starts_with(path) && p.as_path() != path)
             .cloned()
+            .chain(
+                self.relative
+                    .iter()
+                    .filter_map(|r| workspace.map(|w| w.join(r))),
+            )
+            .find(|p| p.starts_with(path) && p.as_path() != path)
     }
 
     /// The protected place a change of `path` would touch: `path` lies in
@@ -263,9 +300,10 @@ impl Protected {
     /// name in the place's last components, else the place as given.
     pub fn flag_name(&self, place: &Path) -> String {
         let text = place.to_string_lossy();
+        let lower = text.to_ascii_lowercase();
         self.names
             .iter()
-            .find(|n| text.ends_with(&format!("/{n}")))
+            .find(|n| lower.ends_with(&format!("/{}", n.to_ascii_lowercase())))
             .cloned()
             .unwrap_or_else(|| text.into_owned())
     }
@@ -348,6 +386,12 @@ mod tests {
             Some("/ws/conf/run.sh".into())
         );
         assert!(p.find(Path::new("/ws/.mcp.json")).is_some());
+        let tenant = p.with_workspace(Path::new("/ws/alice"));
+        assert_eq!(
+            tenant.find(Path::new("/ws/alice/conf/run.sh")),
+            Some("/ws/alice/conf/run.sh".into())
+        );
+        assert!(tenant.find(Path::new("/ws/alice/sub/Makefile")).is_some());
         let all = Protected::new(vec![PathBuf::from("/ws")], &[], &["all".into()]).expect("all");
         assert!(all.is_empty());
         assert_eq!(
@@ -355,6 +399,34 @@ mod tests {
             Err(ProtectError::UnknownName("src".into()))
         );
         assert!(Protected::new(vec![], &["../up".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn docs_security_lists_exactly_the_built_in_places() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/security.md");
+        let text = std::fs::read_to_string(&path).expect("read docs/security.md");
+        let (_, rest) = text
+            .split_once("<!-- protected-places -->")
+            .expect("the table's start marker");
+        let (table, _) = rest
+            .split_once("<!-- /protected-places -->")
+            .expect("the table's end marker");
+        let rows: Vec<(String, String)> = table
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| {
+                let (name, rest) = l.split_once("` | ")?;
+                Some((name.to_string(), rest.trim_end_matches(" |").to_string()))
+            })
+            .collect();
+        let built_in: Vec<(String, String)> = BUILT_IN
+            .iter()
+            .map(|(n, why)| (n.to_string(), why.to_string()))
+            .collect();
+        assert_eq!(
+            rows, built_in,
+            "docs/security.md's table of protected places"
+        );
     }
 
     #[test]

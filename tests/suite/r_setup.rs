@@ -174,8 +174,11 @@ async fn killing_the_server_leaves_no_r_process_behind() {
         .await;
     out.assert_ok();
     let worker = crate::support::session_pid(server.peer(), "r").await;
-    // The sandbox's init (R's parent) adopts the background sleep.
-    let root = crate::support::parent_pid(worker).unwrap_or(worker);
+    // The sandbox's init (R's grandparent, above the supervisor of
+    // protected places) adopts the background sleep.
+    let root = crate::support::parent_pid(worker)
+        .and_then(crate::support::parent_pid)
+        .unwrap_or(worker);
     let mut tree = crate::support::descendants(root);
     tree.push(root);
     assert!(

@@ -912,8 +912,8 @@ async fn only_install_jobs_see_the_operators_ca_bundle() {
         r#"{ATTEMPT}
 import subprocess, sys, glob, os
 attempt('bundle', lambda: open({ca}).read())
-subprocess.run([sys.executable, '-m', 'venv', '--without-pip', '.venv'], check=True)
-site = glob.glob('.venv/lib/python*/site-packages')[0]
+subprocess.run([sys.executable, '-m', 'venv', '--without-pip', 'venv'], check=True)
+site = glob.glob('venv/lib/python*/site-packages')[0]
 line = "import os; open(%r, 'w').write(repr(open(os.environ['SSL_CERT_FILE']).read()))\n" % {report}
 open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
 "#,
@@ -929,7 +929,7 @@ open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
     let created = server
         .call(
             "python_sessions",
-            json!({ "action": "create", "session": "v", "venv": path_string(&ws.join(".venv")) }),
+            json!({ "action": "create", "session": "v", "venv": path_string(&ws.join("venv")) }),
         )
         .await;
     assert!(!created.is_error, "{created:#?}");

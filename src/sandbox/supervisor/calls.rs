@@ -298,7 +298,9 @@ fn open_entry(
                     // may need us meanwhile: opened on a thread of its own.
                     return s.open_later(call.id, object, reopen, cloexec);
                 }
-                take_umask(call.pid);
+                if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+                    take_umask(call.pid);
+                }
                 let fd = open_at(libc::AT_FDCWD, &magic(&object), reopen, mode)?;
                 return Ok(Answer::Fd(fd, cloexec));
             }

@@ -580,7 +580,9 @@ async fn dev_shm_is_private_to_each_session_and_reset() {
 
 #[tokio::test]
 async fn dev_shm_is_counted_against_the_memory_limit() {
-    const LIMIT_MIB: u64 = 64;
+    // Room for the sandbox's own processes (launcher, init, the supervisor
+    // of protected places: ~35 MiB of resident memory in a debug build).
+    const LIMIT_MIB: u64 = 96;
     const WRITE_MIB: u64 = 160;
     let marker = unique("ferrepl-escape-shm-big-");
     let host_path = Path::new("/dev/shm").join(&marker);

@@ -116,7 +116,9 @@ async fn user_names_and_the_home_resolve_from_the_sandboxes_passwd() {
 
 #[tokio::test]
 async fn git_and_make_work_in_a_shell_job() {
-    let server = StdioServer::start(&[]).await;
+    // .git is a protected place (docs/security.md): an agent meant to
+    // commit gets it freed by the operator.
+    let server = StdioServer::start(&["--allow-write-protected", ".git"]).await;
     let ws = server.workdir.path();
     std::fs::write(
         ws.join("Makefile"),

@@ -355,15 +355,15 @@ async fn server_files_probe(place: Place) {
             alice,
             "default",
             "import subprocess, sys, glob, os\n\
-             subprocess.run([sys.executable, '-m', 'venv', '--without-pip', '.venv'], check=True)\n\
-             os.path.abspath(glob.glob('.venv/lib/python*/site-packages')[0])",
+             subprocess.run([sys.executable, '-m', 'venv', '--without-pip', 'venv'], check=True)\n\
+             os.path.abspath(glob.glob('venv/lib/python*/site-packages')[0])",
         )
         .await,
     );
     let created = call(
         alice,
         "python_sessions",
-        json!({ "action": "create", "session": "v", "venv": path_str(&ws.join(".venv")) }),
+        json!({ "action": "create", "session": "v", "venv": path_str(&ws.join("venv")) }),
     )
     .await;
     assert!(!created.is_error, "{created:#?}");
