@@ -247,26 +247,20 @@ impl Protected {
                 _ => None,
             })
             .collect();
-        let mut place = root.clone();
-        for (i, part) in parts.iter().enumerate() {
-            place.push(part);
+        // Case-blind: a case-folding directory (ext4's casefold, macOS)
+        // makes `.GIT` the same entry as `.git`.
+        let same =
+            |p: &std::ffi::OsStr, s: &str| p.as_encoded_bytes().eq_ignore_ascii_case(s.as_bytes());
+        // No allocation unless a name matches: every filtered call of a
+        // session is checked here.
+        for i in 0..parts.len() {
             for name in &self.names {
-                let seq: Vec<&str> = name.split('/').collect();
-                let Some(first) = seq.first() else { continue };
-                // Case-blind: a case-folding directory (ext4's casefold,
-                // macOS) makes `.GIT` the same entry as `.git`.
-                let same = |p: &std::ffi::OsStr, s: &str| {
-                    p.as_encoded_bytes().eq_ignore_ascii_case(s.as_bytes())
-                };
-                if !same(part, first) || i + seq.len() > parts.len() {
-                    continue;
-                }
-                let matches = seq.iter().zip(&parts[i..]).all(|(s, p)| same(p, s));
+                let count = name.split('/').count();
+                let matches = i + count <= parts.len()
+                    && name.split('/').zip(&parts[i..]).all(|(s, p)| same(p, s));
                 if matches {
-                    let mut whole = place.clone();
-                    for s in &seq[1..] {
-                        whole.push(s);
-                    }
+                    let mut whole = root.clone();
+                    whole.extend(&parts[..i + count]);
                     return Some(whole);
                 }
             }
