@@ -38,7 +38,11 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
         Err(e) => return Err(e),
     };
     let _ = std::fs::remove_dir_all(&tmp);
-    if cfg.protected.is_some() && applied.protection != Some(Ok(())) {
+    // Where writes are confined at all (Landlock, namespaces), protected
+    // places must be too; where nothing confines them (macOS for now),
+    // the status line says so.
+    let confined = applied.landlock_full() || applied.namespaces;
+    if confined && cfg.protected.is_some() && applied.protection != Some(Ok(())) {
         // The launch itself fails where the supervisor cannot start; a
         // probe that says nothing of it is refused the same way.
         anyhow::bail!(
@@ -90,7 +94,10 @@ pub fn short_description(cfg: &SandboxConfig, applied: &Applied) -> String {
         (cgroups, "cgroup limits"),
     ];
     if cfg.mode == SandboxMode::WorkspaceWrite {
-        layers.push((cfg.protected.is_some(), "protected places"));
+        layers.push((
+            cfg.protected.is_some() && applied.protection == Some(Ok(())),
+            "protected places",
+        ));
     }
     if !cfg.network {
         layers.push((applied.network_blocked, "no network"));
@@ -159,7 +166,12 @@ fn confinement(cfg: &SandboxConfig, applied: &Applied, gap: Option<&str>) -> Vec
         "no_new_privs {}",
         if applied.no_new_privs { "on" } else { "off" }
     ));
-    if let Some(protected) = &cfg.protected {
+    if cfg.protected.is_some() && applied.protection != Some(Ok(())) {
+        parts.push(
+            "protected places NOT kept: nothing confines writes here (no Landlock, no namespaces)"
+                .into(),
+        );
+    } else if let Some(protected) = &cfg.protected {
         parts.push(format!(
             "protected places kept from every write by a supervisor: {}{}",
             protected.names.join(" "),
