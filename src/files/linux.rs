@@ -12,8 +12,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::{
-    EntryKind, FileError, FileWrite, Listing, MAX_DELETE_ROUNDS, MAX_DIR_NAMES, MAX_WALK_DEPTH,
-    RelPath, within_limit,
+    Entry, EntryKind, FileError, FileWrite, Guard, Listing, MAX_DELETE_ROUNDS, MAX_DIR_NAMES,
+    MAX_WALK_DEPTH, RelPath, within_limit,
 };
 
 /// How often an open is retried when the kernel reports a concurrent
@@ -89,6 +89,36 @@ fn fstat(rel: &str, fd: &OwnedFd) -> Result<FileStat, FileError> {
     nix::sys::stat::fstat(fd).map_err(|e| FileError::io(rel, e.desc()))
 }
 
+/// Where a descriptor of ours resolved to, as the kernel names it (the
+/// server's view: the host's paths, as the protected places are).
+fn resolved_path(rel: &str, fd: &OwnedFd) -> Result<std::path::PathBuf, FileError> {
+    use std::os::fd::AsRawFd;
+    match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+        Ok(path) if path.is_absolute() => Ok(path),
+        _ => Err(FileError::io(
+            rel,
+            "cannot tell where this path resolves (/proc/self/fd is unreadable), so it could be a protected place; refused (mount /proc for the server)",
+        )),
+    }
+}
+
+/// Refuses when what `fd` resolved to (joined with `name`) is protected.
+fn check_resolved(
+    guard: Guard<'_>,
+    rel: &str,
+    fd: &OwnedFd,
+    name: Option<&OsStr>,
+) -> Result<(), FileError> {
+    if !guard.active() {
+        return Ok(());
+    }
+    let mut place = resolved_path(rel, fd)?;
+    if let Some(name) = name {
+        place.push(name);
+    }
+    guard.check(rel, &place)
+}
+
 /// Opens the regular file at `path` (relative to `dir`, symlinks
 /// followed beneath it unless `nofollow`) with `flags`: first with
 /// O_PATH, which opens no FIFO or device, to check its type, then for
@@ -159,7 +189,14 @@ pub(super) fn read(
 /// The parent directory of a file to write, opened with O_PATH; missing
 /// components are created one by one with mkdirat relative to the
 /// descriptor of their parent (itself opened beneath the root).
-fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, FileError> {
+/// No directory is made where a protected place would be (`guard`,
+/// checked on the resolved directory it would be made in).
+fn ensure_dir(
+    root: &OwnedFd,
+    rel: &str,
+    parent: &RelPath,
+    guard: Guard<'_>,
+) -> Result<OwnedFd, FileError> {
     let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
     match open_beneath(
         root.as_fd(),
@@ -188,6 +225,7 @@ fn ensure_dir(root: &OwnedFd, rel: &str, parent: &RelPath) -> Result<OwnedFd, Fi
         prefix.push(part);
         let opened = match open_beneath(root.as_fd(), &prefix, dir_flags, ResolveFlag::empty()) {
             Err(Errno::ENOENT) => {
+                check_resolved(guard, rel, &current, Some(part))?;
                 match nix::sys::stat::mkdirat(
                     &current,
                     part.as_os_str(),
@@ -251,7 +289,10 @@ fn give_to_owner(root: &OwnedFd, made: &OwnedFd) {
 
 pub(super) fn write(root: &OwnedFd, w: &FileWrite<'_>) -> Result<(), FileError> {
     let rel = w.rel;
-    let dir = ensure_dir(root, rel, w.parent)?;
+    let dir = ensure_dir(root, rel, w.parent, w.guard)?;
+    // The entry in its resolved directory, before anything is opened,
+    // created or changed.
+    check_resolved(w.guard, rel, &dir, Some(w.name))?;
     let mode = if w.append {
         OFlag::O_WRONLY | OFlag::O_APPEND
     } else {
@@ -296,12 +337,28 @@ pub(super) fn write(root: &OwnedFd, w: &FileWrite<'_>) -> Result<(), FileError> 
             }
         }
     };
+    // The file opened (through a link, perhaps): checked before a byte of
+    // it changes.
+    check_resolved(w.guard, rel, &fd, None)?;
+    if w.plain {
+        drop_exec_bits(rel, &fd)?;
+    }
     if !w.append {
         nix::unistd::ftruncate(&fd, 0).map_err(|e| FileError::io(rel, e.desc()))?;
     }
     std::fs::File::from(fd)
         .write_all(w.data)
         .map_err(|e| FileError::io(rel, e))
+}
+
+/// Clears a file's execute bits (an export written over an executable).
+fn drop_exec_bits(rel: &str, fd: &OwnedFd) -> Result<(), FileError> {
+    let mode = fstat(rel, fd)?.st_mode & 0o7777;
+    if mode & 0o111 == 0 {
+        return Ok(());
+    }
+    nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(mode & !0o7111))
+        .map_err(|e| FileError::io(rel, format!("cannot clear its execute bits: {}", e.desc())))
 }
 
 fn write_through_symlink(
@@ -391,18 +448,13 @@ fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<FileStat> {
     nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
 }
 
-pub(super) fn delete(
-    root: &OwnedFd,
-    rel: &str,
-    parent: &RelPath,
-    name: &OsStr,
-    recursive: bool,
-) -> Result<(), FileError> {
+pub(super) fn delete(root: &OwnedFd, e: &Entry<'_>, recursive: bool) -> Result<(), FileError> {
+    let (rel, name, guard) = (e.rel, e.name, e.guard);
     // The parent may be reached through symlinks inside the root; the
     // entry itself is never followed.
     let dir = open_beneath(
         root.as_fd(),
-        &parent.path(),
+        &e.parent.path(),
         OFlag::O_PATH | OFlag::O_DIRECTORY,
         ResolveFlag::empty(),
     )
@@ -410,6 +462,15 @@ pub(super) fn delete(
         Errno::ENOTDIR => FileError::NotFound(rel.to_string()),
         e => open_error(rel, e),
     })?;
+    // The entry in its resolved directory: not protected, holding nothing
+    // protected.
+    let place = if guard.active() {
+        let place = resolved_path(rel, &dir)?.join(name);
+        guard.check_removal(rel, &place)?;
+        Some(place)
+    } else {
+        None
+    };
     let st = lstat_at(dir.as_fd(), name).map_err(|e| match e {
         Errno::ENOENT | Errno::ENOTDIR => FileError::NotFound(rel.to_string()),
         e => FileError::io(rel, e.desc()),
@@ -418,16 +479,30 @@ pub(super) fn delete(
         return nix::unistd::unlinkat(&dir, name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| FileError::io(rel, e.desc()));
     }
-    if recursive {
-        remove_contents(dir.as_fd(), name, 1).map_err(|e| match e {
-            Removal::TooDeep => FileError::io(
-                rel,
-                format!(
-                    "nested more than {MAX_WALK_DEPTH} directories deep; delete its deepest parts first"
-                ),
+    let removal_error = |e: Removal| match e {
+        Removal::TooDeep => FileError::io(
+            rel,
+            format!(
+                "nested more than {MAX_WALK_DEPTH} directories deep; delete its deepest parts first"
             ),
-            Removal::Failed(e) => FileError::io(rel, e.desc()),
-        })?;
+        ),
+        Removal::TooLarge => FileError::io(
+            rel,
+            format!(
+                "a directory in it holds more than {MAX_DIR_NAMES} names, too many to check for protected places before deleting; delete its parts first"
+            ),
+        ),
+        Removal::Protected(found) => guard.holding(rel, &found),
+        Removal::Failed(e) => FileError::io(rel, e.desc()),
+    };
+    if recursive {
+        let protect = guard.0.zip(place);
+        // Everything is checked before anything is deleted.
+        if let Some((protected, place)) = &protect {
+            find_protected(dir.as_fd(), name, place, protected, 1).map_err(removal_error)?;
+        }
+        let watch = protect.as_ref().map(|(p, place)| (*p, place.as_path()));
+        remove_contents(dir.as_fd(), name, watch, 1).map_err(removal_error)?;
     }
     nix::unistd::unlinkat(&dir, name, UnlinkatFlags::RemoveDir).map_err(|e| match e {
         Errno::ENOTEMPTY | Errno::EEXIST => FileError::NotEmpty(rel.to_string()),
@@ -435,9 +510,58 @@ pub(super) fn delete(
     })
 }
 
+/// Looks through everything inside `parent/name` (at `place`), never
+/// following a symlink, for an entry that is a protected place; deletes
+/// nothing. A directory too large or too deep to look through whole is
+/// refused too.
+fn find_protected(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    place: &std::path::Path,
+    protected: &crate::sandbox::protected::Protected,
+    depth: usize,
+) -> Result<(), Removal> {
+    if depth > MAX_WALK_DEPTH {
+        return Err(Removal::TooDeep);
+    }
+    let dir = match open_child_dir(parent, name) {
+        Ok(dir) => dir,
+        Err(e) if gone(e) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let (names, more) = DirStream::open(&dir)
+        .and_then(|mut s| s.names(MAX_DIR_NAMES))
+        .map_err(errno_of)?;
+    if more {
+        return Err(Removal::TooLarge);
+    }
+    for child in &names {
+        let at = place.join(child);
+        if protected.find(&at).is_some() {
+            return Err(Removal::Protected(at));
+        }
+        let st = match lstat_at(dir.as_fd(), child) {
+            Ok(st) => st,
+            Err(e) if gone(e) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if kind_of(&st) == SFlag::S_IFDIR {
+            find_protected(dir.as_fd(), child, &at, protected, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes everything inside `parent/name` (a directory opened without
-/// following symlinks), depth first, by descriptor.
-fn remove_contents(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> Result<(), Removal> {
+/// following symlinks), depth first, by descriptor. With `watch` (the
+/// protected places and the directory's place), it stops at an entry that
+/// is a protected place (one made since `find_protected` looked).
+fn remove_contents(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    watch: Option<(&crate::sandbox::protected::Protected, &std::path::Path)>,
+    depth: usize,
+) -> Result<(), Removal> {
     if depth > MAX_WALK_DEPTH {
         return Err(Removal::TooDeep);
     }
@@ -449,13 +573,20 @@ fn remove_contents(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> Result
     for _ in 0..MAX_DELETE_ROUNDS {
         let (names, more) = stream.names(MAX_DIR_NAMES).map_err(errno_of)?;
         for child in &names {
+            let at = watch.map(|(p, place)| (p, place.join(child)));
+            if let Some((protected, at)) = &at
+                && protected.find(at).is_some()
+            {
+                return Err(Removal::Protected(at.clone()));
+            }
             let st = match lstat_at(dir.as_fd(), child) {
                 Ok(st) => st,
                 Err(Errno::ENOENT) => continue,
                 Err(e) => return Err(e.into()),
             };
             let result = if kind_of(&st) == SFlag::S_IFDIR {
-                remove_contents(dir.as_fd(), child, depth + 1).and_then(|()| {
+                let inner = at.as_ref().map(|(p, at)| (*p, at.as_path()));
+                remove_contents(dir.as_fd(), child, inner, depth + 1).and_then(|()| {
                     nix::unistd::unlinkat(&dir, child.as_os_str(), UnlinkatFlags::RemoveDir)
                         .map_err(Removal::from)
                 })
@@ -481,9 +612,14 @@ fn errno_of(e: std::io::Error) -> Errno {
     e.raw_os_error().map(Errno::from_raw).unwrap_or(Errno::EIO)
 }
 
-/// Why a recursive delete stopped.
+/// Why a recursive delete stopped (or, looking first, would not start).
 enum Removal {
     TooDeep,
+    /// A directory of more than `MAX_DIR_NAMES` names, not looked through
+    /// whole for protected places.
+    TooLarge,
+    /// An entry that is a protected place (its path).
+    Protected(std::path::PathBuf),
     Failed(Errno),
 }
 

@@ -15,7 +15,13 @@
 //!   `O_PATH` (which opens no FIFO or device) and checked, then opened for
 //!   real with `O_NONBLOCK | O_NOCTTY` and checked again with `fstat`, so a
 //!   FIFO never blocks and a device is never read;
-//! * reads stop at a byte limit however much the file holds or grows.
+//! * reads stop at a byte limit however much the file holds or grows;
+//! * writes and deletions never touch a protected place
+//!   (`sandbox::protected`: `.git`, `.mcp.json`, `.venv`...): the path is
+//!   checked as given, then as it resolves (each directory about to be
+//!   made, the entry's directory through `/proc/self/fd`, the file opened),
+//!   before anything is created, changed or removed; a recursive delete
+//!   walks the whole tree first and deletes nothing if it holds one.
 //!
 //! Elsewhere (macOS...), the same checks are made on paths (symlinks resolved
 //! and compared with the root) and opens use `O_NOFOLLOW | O_NONBLOCK`; a
@@ -23,6 +29,9 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::sandbox::protected::Protected;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
@@ -63,6 +72,10 @@ pub enum FileError {
         "'{0}' is a symlink to a file that does not exist; file_write does not create files through symlinks"
     )]
     DanglingSymlink(String),
+    /// A write or deletion that would touch a protected place; `message`
+    /// names the place and the flag that frees it (`Protected::refusal`).
+    #[error("'{path}': {message}")]
+    Protected { path: String, message: String },
     #[error("'{path}': {error}")]
     Io { path: String, error: String },
 }
@@ -230,6 +243,71 @@ struct FileWrite<'a> {
     name: &'a OsStr,
     data: &'a [u8],
     append: bool,
+    /// Clear the file's execute bits before writing (an export: a
+    /// notebook or script written over an executable never stays one).
+    plain: bool,
+    guard: Guard<'a>,
+}
+
+/// The protected places a write or deletion may not touch (none when the
+/// sandbox is off or read-only, or every place is freed).
+#[derive(Debug, Clone, Copy)]
+struct Guard<'a>(Option<&'a Protected>);
+
+impl Guard<'_> {
+    fn active(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Refuses a change of `place` (absolute; as given or resolved) when it
+    /// is or lies in a protected place.
+    fn check(&self, rel: &str, place: &Path) -> Result<(), FileError> {
+        match self.0.and_then(|p| p.find(place).map(|found| (p, found))) {
+            Some((p, found)) => Err(FileError::Protected {
+                path: rel.to_string(),
+                message: p.refusal(&found),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses removing `place` when it is, lies in or holds a protected
+    /// place.
+    fn check_removal(&self, rel: &str, place: &Path) -> Result<(), FileError> {
+        self.check(rel, place)?;
+        match self.0.and_then(|p| p.holds(place).map(|found| (p, found))) {
+            Some((p, found)) => Err(FileError::Protected {
+                path: rel.to_string(),
+                message: format!("it holds {}; {}", found.display(), p.refusal(&found)),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses deleting the directory `rel` because `found` lies inside it.
+    fn holding(&self, rel: &str, found: &Path) -> FileError {
+        let message = match self.0.and_then(|p| p.find(found).map(|place| (p, place))) {
+            Some((p, place)) => format!(
+                "it holds {}; nothing was deleted. {}",
+                place.display(),
+                p.refusal(&place)
+            ),
+            None => format!("it holds the protected place {}", found.display()),
+        };
+        FileError::Protected {
+            path: rel.to_string(),
+            message,
+        }
+    }
+}
+
+/// An entry to delete: its path as given (for messages), its directory and
+/// name, and what it may not touch.
+struct Entry<'a> {
+    rel: &'a str,
+    parent: &'a RelPath,
+    name: &'a OsStr,
+    guard: Guard<'a>,
 }
 
 /// A path checked lexically: its normal components.
@@ -308,6 +386,8 @@ pub struct Workspace {
     root: PathBuf,
     /// `--sandbox read-only`: the tools may not change the workspace either.
     read_only: bool,
+    /// The places no write or deletion may touch (`sandbox::protected`).
+    protected: Option<Arc<Protected>>,
     #[cfg(target_os = "linux")]
     dir: std::sync::Arc<std::os::fd::OwnedFd>,
 }
@@ -327,7 +407,8 @@ impl Workspace {
             Ok(Self {
                 root,
                 read_only: false,
-                dir: std::sync::Arc::new(dir),
+                protected: None,
+                dir: Arc::new(dir),
             })
         }
         #[cfg(not(target_os = "linux"))]
@@ -335,6 +416,7 @@ impl Workspace {
             Ok(Self {
                 root,
                 read_only: false,
+                protected: None,
             })
         }
     }
@@ -345,8 +427,25 @@ impl Workspace {
         self
     }
 
+    /// The same workspace, refusing writes and deletions that would touch
+    /// a protected place (`None`: nothing is protected).
+    pub fn protected(mut self, protected: Option<Arc<Protected>>) -> Self {
+        self.protected = protected.filter(|p| !p.is_empty());
+        self
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn guard(&self) -> Guard<'_> {
+        Guard(self.protected.as_deref())
+    }
+
+    /// `path` as given, under the root (links not resolved): refused
+    /// before anything is looked at when a protected name is in it.
+    fn lexical_place(&self, path: &RelPath) -> PathBuf {
+        self.root.join(path.path())
     }
 
     /// Reads a regular file, at most `limit` bytes (a larger or growing file
@@ -370,10 +469,23 @@ impl Workspace {
     /// Writes (or appends to) a regular file, creating its parent
     /// directories; returns the path as shown.
     pub fn write(&self, rel: &str, data: &[u8], append: bool) -> Result<String, FileError> {
-        counted(self.write_beneath(rel, data, append))
+        counted(self.write_beneath(rel, data, append, false))
     }
 
-    fn write_beneath(&self, rel: &str, data: &[u8], append: bool) -> Result<String, FileError> {
+    /// Writes an export (a notebook, a script) over `rel`: as `write`, and
+    /// the file is left without execute bits (one written over an
+    /// executable does not stay one).
+    pub fn export(&self, rel: &str, data: &[u8]) -> Result<String, FileError> {
+        counted(self.write_beneath(rel, data, false, true))
+    }
+
+    fn write_beneath(
+        &self,
+        rel: &str,
+        data: &[u8],
+        append: bool,
+        plain: bool,
+    ) -> Result<String, FileError> {
         if self.read_only {
             return Err(FileError::ReadOnly);
         }
@@ -381,6 +493,8 @@ impl Workspace {
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::is_dir(rel, true));
         };
+        let guard = self.guard();
+        guard.check(rel, &self.lexical_place(&path))?;
         let write = FileWrite {
             rel,
             path: &path,
@@ -388,6 +502,8 @@ impl Workspace {
             name,
             data,
             append,
+            plain,
+            guard,
         };
         #[cfg(target_os = "linux")]
         linux::write(&self.dir, &write)?;
@@ -410,10 +526,18 @@ impl Workspace {
         let Some((parent, name)) = path.split_last() else {
             return Err(FileError::Root(rel.to_string()));
         };
+        let guard = self.guard();
+        guard.check_removal(rel, &self.lexical_place(&path))?;
+        let entry = Entry {
+            rel,
+            parent: &parent,
+            name,
+            guard,
+        };
         #[cfg(target_os = "linux")]
-        linux::delete(&self.dir, rel, &parent, name, recursive)?;
+        linux::delete(&self.dir, &entry, recursive)?;
         #[cfg(not(target_os = "linux"))]
-        portable::delete(&self.root, rel, &parent, name, recursive)?;
+        portable::delete(&self.root, &entry, recursive)?;
         Ok(path.shown())
     }
 

@@ -1,12 +1,12 @@
 //! Fallback file I/O by checked paths, for systems without openat2.
 
-use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::{
-    EntryKind, FileError, FileWrite, Listing, MAX_DIR_NAMES, MAX_WALK_DEPTH, RelPath, within_limit,
+    Entry, EntryKind, FileError, FileWrite, Guard, Listing, MAX_DIR_NAMES, MAX_WALK_DEPTH, RelPath,
+    within_limit,
 };
 
 fn io(rel: &str, e: std::io::Error) -> FileError {
@@ -102,9 +102,15 @@ pub(super) fn write(root: &Path, w: &FileWrite<'_>) -> Result<(), FileError> {
     if !real.starts_with(root) {
         return Err(FileError::Escapes(rel.to_string()));
     }
+    // What would be made, from the nearest existing ancestor resolved.
+    let missing = lexical_parent
+        .strip_prefix(&ancestor)
+        .unwrap_or(Path::new(""));
+    w.guard.check(rel, &real.join(missing).join(w.name))?;
     std::fs::create_dir_all(&lexical_parent).map_err(|e| io(rel, e))?;
     let real_parent = existing(root, rel, w.parent)?;
     let mut target = real_parent.join(w.name);
+    w.guard.check(rel, &target)?;
     if let Ok(meta) = std::fs::symlink_metadata(&target)
         && meta.file_type().is_symlink()
     {
@@ -112,6 +118,7 @@ pub(super) fn write(root: &Path, w: &FileWrite<'_>) -> Result<(), FileError> {
             FileError::NotFound(p) => FileError::DanglingSymlink(p),
             e => e,
         })?;
+        w.guard.check(rel, &target)?;
     }
     if let Ok(meta) = std::fs::symlink_metadata(&target) {
         require_regular(rel, &meta, true)?;
@@ -123,25 +130,34 @@ pub(super) fn write(root: &Path, w: &FileWrite<'_>) -> Result<(), FileError> {
         .custom_flags(flags())
         .open(&target)
         .map_err(|e| io(rel, e))?;
-    require_regular(rel, &file.metadata().map_err(|e| io(rel, e))?, true)?;
+    let meta = file.metadata().map_err(|e| io(rel, e))?;
+    require_regular(rel, &meta, true)?;
+    if w.plain {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o111 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(mode & !0o7111))
+                .map_err(|e| io(rel, e))?;
+        }
+    }
     if !w.append {
         file.set_len(0).map_err(|e| io(rel, e))?;
     }
     file.write_all(w.data).map_err(|e| io(rel, e))
 }
 
-pub(super) fn delete(
-    root: &Path,
-    rel: &str,
-    parent: &RelPath,
-    name: &OsStr,
-    recursive: bool,
-) -> Result<(), FileError> {
-    let real_parent = existing(root, rel, parent)?;
-    let entry = real_parent.join(name);
+pub(super) fn delete(root: &Path, e: &Entry<'_>, recursive: bool) -> Result<(), FileError> {
+    let (rel, guard) = (e.rel, e.guard);
+    let real_parent = existing(root, rel, e.parent)?;
+    let entry = real_parent.join(e.name);
+    guard.check_removal(rel, &entry)?;
     let meta = std::fs::symlink_metadata(&entry).map_err(|e| io(rel, e))?;
     let result = if meta.is_dir() {
         if recursive {
+            // Everything is checked before anything is deleted.
+            if guard.active() {
+                find_protected(rel, &entry, guard, 1)?;
+            }
             // std's remove_dir_all never follows symlinks.
             std::fs::remove_dir_all(&entry)
         } else {
@@ -157,6 +173,40 @@ pub(super) fn delete(
             io(rel, e)
         }
     })
+}
+
+/// Refuses a recursive delete of `dir` holding a protected place (symlinks
+/// not followed), or too large or deep to look through whole.
+fn find_protected(rel: &str, dir: &Path, guard: Guard<'_>, depth: usize) -> Result<(), FileError> {
+    if depth > MAX_WALK_DEPTH {
+        return Err(FileError::io(
+            rel,
+            format!(
+                "nested more than {MAX_WALK_DEPTH} directories deep; delete its deepest parts first"
+            ),
+        ));
+    }
+    let mut count = 0;
+    for item in std::fs::read_dir(dir).map_err(|e| io(rel, e))? {
+        let item = item.map_err(|e| io(rel, e))?;
+        count += 1;
+        if count > MAX_DIR_NAMES {
+            return Err(FileError::io(
+                rel,
+                format!(
+                    "a directory in it holds more than {MAX_DIR_NAMES} names, too many to check for protected places before deleting; delete its parts first"
+                ),
+            ));
+        }
+        let path = item.path();
+        if guard.check(rel, &path).is_err() {
+            return Err(guard.holding(rel, &path));
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            find_protected(rel, &path, guard, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn list(

@@ -151,3 +151,162 @@ fn disk_usage_counts_only_a_vanished_entry_as_nothing() {
     // A directory made unreadable must not hide what it holds.
     assert!(!super::linux::gone(Errno::EACCES) && !super::linux::gone(Errno::EMFILE));
 }
+
+/// A workspace whose built-in protected places are refused, and its root.
+fn protected_workspace() -> (tempfile::TempDir, PathBuf, Workspace) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().canonicalize().expect("canonical");
+    let protected = Protected::new(vec![root.clone()], &[], &[]).expect("built-in");
+    let ws = Workspace::new(&root)
+        .expect("workspace")
+        .protected(Some(Arc::new(protected)));
+    (dir, root, ws)
+}
+
+fn is_protected(result: Result<String, FileError>, place: &str) -> bool {
+    match result {
+        Err(FileError::Protected { message, .. }) => {
+            message.contains(place) && message.contains("--allow-write-protected")
+        }
+        _ => false,
+    }
+}
+
+#[test]
+fn writes_never_touch_a_protected_place() {
+    let (_dir, root, ws) = protected_workspace();
+    std::fs::create_dir_all(root.join(".git/hooks")).expect("git dir");
+    std::fs::write(root.join(".git/config"), "[core]\n").expect("config");
+    std::os::unix::fs::symlink(".git", root.join("g")).expect("g -> .git");
+    std::fs::create_dir(root.join("sub")).expect("sub");
+    std::os::unix::fs::symlink("..", root.join("sub/up")).expect("sub/up -> ..");
+    std::os::unix::fs::symlink(".git/hooks", root.join("h")).expect("h -> .git/hooks");
+    let refused = [
+        (".git/config", ".git"),
+        (".git/hooks/pre-commit", ".git"),
+        ("new/.git/x", "new/.git"),
+        (".mcp.json", ".mcp.json"),
+        ("g/config", ".git"),
+        ("g/hooks/post-checkout", ".git"),
+        ("g/new/deeper/x", ".git"),
+        ("h/pre-push", ".git"),
+        ("sub/up/.git/config", ".git"),
+        ("x/renv/activate.R", "renv/activate.R"),
+    ];
+    for (rel, place) in refused {
+        assert!(is_protected(ws.write(rel, b"PWNED", false), place), "{rel}");
+        assert!(is_protected(ws.export(rel, b"PWNED"), place), "{rel}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).expect("config"),
+        "[core]\n"
+    );
+    // Nothing was made on the way: no hook, no directory for new/.git.
+    assert!(!root.join(".git/hooks/pre-commit").exists());
+    assert!(!root.join("new").exists() && !root.join(".git/new").exists());
+    assert!(!root.join(".git/hooks/pre-push").exists());
+    assert!(!root.join(".mcp.json").exists());
+    // Controls.
+    ws.write(".gitignore", b"target\n", false)
+        .expect(".gitignore");
+    ws.write("sub/ok.txt", b"ok", false).expect("ordinary file");
+    ws.write("gitx/config", b"ok", false).expect("look-alike");
+}
+
+#[test]
+fn an_export_over_an_executable_does_not_stay_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_dir, root, ws) = protected_workspace();
+    let script = root.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    ws.export("run.sh", b"print(1)\n").expect("export");
+    let mode = std::fs::metadata(&script)
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0, "{mode:o}");
+    assert_eq!(std::fs::read(&script).expect("read"), b"print(1)\n");
+    // file_write keeps a script's mode (an edit, not an export).
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    ws.write("run.sh", b"#!/bin/sh\n", false).expect("write");
+    let mode = std::fs::metadata(&script)
+        .expect("stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+}
+
+#[test]
+fn deletes_never_touch_a_protected_place() {
+    let (_dir, root, ws) = protected_workspace();
+    std::fs::create_dir_all(root.join(".git/hooks")).expect("git dir");
+    std::fs::create_dir_all(root.join("proj/deep/sub/.git")).expect("nested git");
+    std::fs::write(root.join("proj/a.txt"), "a").expect("a");
+    std::fs::write(root.join("proj/deep/b.txt"), "b").expect("b");
+    std::os::unix::fs::symlink(".git", root.join("g")).expect("g -> .git");
+    for (rel, recursive) in [
+        (".git", true),
+        (".git", false),
+        (".git/hooks", true),
+        ("g/hooks", true),
+    ] {
+        assert!(is_protected(ws.delete(rel, recursive), ".git"), "{rel}");
+    }
+    // A tree holding one, at any depth: refused, nothing deleted.
+    let err = ws.delete("proj", true).expect_err("holds sub/.git");
+    let text = err.to_string();
+    assert!(text.contains("proj/deep/sub/.git"), "{text}");
+    assert!(text.contains("nothing was deleted"), "{text}");
+    assert!(root.join("proj/a.txt").exists() && root.join("proj/deep/b.txt").exists());
+    // The link itself is no protected place.
+    ws.delete("g", false).expect("delete the link g");
+    assert!(root.join(".git/hooks").is_dir());
+    // Controls: a tree without one goes.
+    std::fs::remove_dir_all(root.join("proj/deep/sub/.git")).expect("rm");
+    ws.delete("proj", true).expect("delete proj");
+    assert!(!root.join("proj").exists());
+}
+
+#[test]
+fn portable_writes_and_deletes_refuse_protected_places_too() {
+    let (_dir, root, ws) = protected_workspace();
+    std::fs::create_dir_all(root.join("tree/x/.hg")).expect("hg");
+    std::fs::create_dir_all(root.join(".git")).expect("git");
+    std::os::unix::fs::symlink(".git", root.join("g")).expect("g -> .git");
+    let guard = ws.guard();
+    let write = |rel: &str| {
+        let path = lexical(rel).expect("lexical");
+        let (parent, name) = path.split_last().expect("a name");
+        let w = FileWrite {
+            rel,
+            path: &path,
+            parent: &parent,
+            name,
+            data: b"PWNED",
+            append: false,
+            plain: true,
+            guard,
+        };
+        portable::write(&root, &w).map(|()| rel.to_string())
+    };
+    assert!(is_protected(write("g/config"), ".git"));
+    assert!(is_protected(write("g/new/x"), ".git"));
+    assert!(!root.join(".git/new").exists() && !root.join(".git/config").exists());
+    write("plain.txt").expect("ordinary file");
+    let delete = |rel: &str| {
+        let path = lexical(rel).expect("lexical");
+        let (parent, name) = path.split_last().expect("a name");
+        let e = Entry {
+            rel,
+            parent: &parent,
+            name,
+            guard,
+        };
+        portable::delete(&root, &e, true).map(|()| rel.to_string())
+    };
+    assert!(is_protected(delete("tree"), "tree/x/.hg"));
+    assert!(root.join("tree/x/.hg").is_dir());
+    assert!(is_protected(delete("g/x"), ".git"));
+    delete("plain.txt").expect("ordinary file");
+}

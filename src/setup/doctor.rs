@@ -3,10 +3,12 @@
 //! looks and changes nothing: the interpreters sessions would use (found
 //! the way the server finds them, run the way sessions run: in the
 //! sandbox), which protections this kernel gives (the server's own start-up
-//! probe), whether the package indexes answer, and which agent clients have
-//! ferrepl configured. Only what stops sessions from starting (no working
-//! Python, a server that would refuse to start) fails it with exit code 1;
-//! the rest are warnings. `--version`'s text (`long_version`) lives here too.
+//! probe), whether the package indexes answer, which agent clients have
+//! ferrepl configured (and whether a project's entry weakens the sandbox),
+//! and whether git runs bare repositories it finds (`doctor_host.rs`).
+//! Only what stops sessions from starting (no working Python, a server
+//! that would refuse to start) fails it with exit code 1; the rest are
+//! warnings. `--version`'s text (`long_version`) lives here too.
 //!
 //! Test hook: `FERREPL_DOCTOR_FAKE_PROBE=no-landlock` makes doctor report a
 //! kernel without Landlock, so that what a user of such a machine reads is
@@ -198,6 +200,10 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
         report.items.push(item(name, status, detail));
     }
     report.items.push(configured_clients(&workdir));
+    report
+        .items
+        .extend(super::doctor_host::project_flags_item(&workdir));
+    report.items.push(super::doctor_host::git_item(&workdir));
     report.ready = !report.items.iter().any(required);
     report
 }

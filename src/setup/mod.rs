@@ -5,6 +5,7 @@
 mod approval;
 pub mod clients;
 pub mod doctor;
+mod doctor_host;
 mod doctor_install;
 mod doctor_upstreams;
 pub mod install;

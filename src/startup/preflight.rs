@@ -3,8 +3,9 @@
 //! operator with a typo learns it at once, with the fix in the message,
 //! not after a full start-up or on the first call.
 
+use std::io::Read;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::Config;
 use crate::config::tokens::TokenTable;
@@ -21,8 +22,9 @@ pub fn check(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Resul
 
 /// The checks but the interpreter's (which `doctor` reports on its own):
 /// tenants need HTTP, HTTP off loopback needs a token, `--venv` must be a
-/// venv or a place to make one.
+/// venv or a place to make one, the workspace is no home directory.
 pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
+    home_workspace(cfg, workdir)?;
     if tokens.has_tenants() && cfg.http.is_none() {
         anyhow::bail!(
             "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
@@ -41,6 +43,77 @@ pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyho
             .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
     }
     Ok(())
+}
+
+/// Most bytes of /etc/passwd read (a file larger than this is read in part).
+const PASSWD_CAP: u64 = 16 << 20;
+
+/// A workspace that is a home directory (the server user's, from the
+/// password database whatever `$HOME` says, or any account's in
+/// /etc/passwd) would give sessions the start-up files of its shells and
+/// ssh, which no list of protected names can cover; refused unless the
+/// sandbox is off (then sessions reach everything anyway). Only an exact
+/// match counts (after resolving links): a home of `/` (system accounts)
+/// or one that does not exist refuses nothing.
+pub fn home_workspace(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
+    if cfg.sandbox == crate::sandbox::SandboxMode::Off {
+        return Ok(());
+    }
+    // Not `$HOME`, which a caller sets as it likes (to a scratch
+    // directory, a state place): the accounts' own homes.
+    let mut homes = own_homes();
+    let mut passwd = String::new();
+    if let Ok(file) = std::fs::File::open("/etc/passwd") {
+        let mut bytes = Vec::new();
+        let _ = file.take(PASSWD_CAP).read_to_end(&mut bytes);
+        passwd = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    homes.extend(passwd_homes(&passwd));
+    let workdir = workdir
+        .canonicalize()
+        .unwrap_or_else(|_| workdir.to_path_buf());
+    let is_home = homes
+        .iter()
+        .filter(|h| h.is_absolute())
+        .filter_map(|h| h.canonicalize().ok())
+        .any(|h| h != Path::new("/") && h == workdir);
+    if !is_home {
+        return Ok(());
+    }
+    let what = if cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly {
+        "its private files (.ssh keys, shell history, tokens in dotfiles) would be readable by sessions and cannot all be listed"
+    } else {
+        "its shell and ssh start-up files (.bashrc, .profile, .ssh/...) would be writable by sessions and cannot all be listed"
+    };
+    anyhow::bail!(
+        "--workdir {} is a home directory: {what}; give a project directory inside it instead (e.g. --workdir {})",
+        workdir.display(),
+        workdir.join("project").display()
+    )
+}
+
+/// The home directories of the server's user (effective and real uid), from
+/// the password database (NSS: also accounts not in /etc/passwd).
+fn own_homes() -> Vec<PathBuf> {
+    use nix::unistd::{User, geteuid, getuid};
+    [geteuid(), getuid()]
+        .into_iter()
+        .filter_map(|uid| User::from_uid(uid).ok().flatten())
+        .map(|user| user.dir)
+        .collect()
+}
+
+/// The home directory of each account in the text of /etc/passwd (the
+/// sixth of its colon-separated fields); comments, NIS `+`/`-` lines and
+/// lines too short are skipped.
+pub fn passwd_homes(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty() && !l.starts_with(['#', '+', '-']))
+        .filter_map(|l| l.split(':').nth(5))
+        .filter(|home| home.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// The state directory (the stores, the tenants' uids, the kept venvs) lies
@@ -206,6 +279,48 @@ mod tests {
         std::fs::write(&file, "").expect("write");
         let err = named_python(&file).unwrap_err();
         assert!(format!("{err:#}").contains("not an executable"), "{err:#}");
+    }
+
+    #[test]
+    fn homes_are_read_from_passwd_text() {
+        let text = "root:x:0:0:root:/root:/bin/bash\n\
+# a comment:x:1:1::/commented:/bin/sh\n\
+\n\
+sys:x:3:3:sys:/dev:/usr/sbin/nologin\n\
+systemd-network:x:998:998:systemd Network Management:/:/usr/sbin/nologin\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
+u:x:1000:1000:A User,,,:/home/u:/bin/bash\r\n\
+short:x:5\n\
++nisuser::::::\n\
+odd:x:7:7::relative/home:/bin/sh\n";
+        let homes = passwd_homes(text);
+        let want: Vec<PathBuf> = ["/root", "/dev", "/", "/nonexistent", "/home/u"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(homes, want);
+    }
+
+    #[test]
+    fn only_an_exact_home_is_refused_and_never_slash() {
+        use clap::Parser;
+        let home = own_homes()
+            .into_iter()
+            .find(|h| h.canonicalize().is_ok_and(|c| c != Path::new("/")));
+        let cfg = Config::parse_from(["ferrepl"]);
+        if let Some(home) = home {
+            let err = format!("{:#}", home_workspace(&cfg, &home).unwrap_err());
+            assert!(err.contains("is a home directory"), "{err}");
+            assert!(err.contains("give a project directory inside it"), "{err}");
+            let off = Config::parse_from(["ferrepl", "--sandbox", "off"]);
+            assert!(home_workspace(&off, &home).is_ok());
+        }
+        // `/` is the home of some system accounts: it refuses no workspace
+        // (nor itself: other checks refuse `/`); nor does a directory
+        // inside a home.
+        assert!(home_workspace(&cfg, Path::new("/")).is_ok());
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(home_workspace(&cfg, dir.path()).is_ok());
     }
 
     #[test]

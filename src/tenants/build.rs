@@ -130,7 +130,8 @@ impl Base {
         let sandbox = Arc::new(sandbox);
         let workspace = files::Workspace::new(&workdir)
             .with_context(|| format!("workspace root {}", workdir.display()))?
-            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly);
+            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly)
+            .protected(sandbox.protected.clone().map(Arc::new));
         let log_dir = self.log_dir_of(tenant)?;
         let quota = match (tenant, self.tenant_disk) {
             (Tenant::Named(_), Some(limit)) => {

@@ -492,3 +492,101 @@ async fn each_mcp_server_is_started_and_its_tools_counted() {
     assert_eq!(status, "missing", "{detail}");
     assert!(detail.contains("lies inside the workspace"), "{detail}");
 }
+
+/// A project's client entry that starts ferrepl with the sandbox weakened
+/// (issue 40): a file that comes with a cloned repository. Doctor names
+/// the file, the flag and what it does, in either form and from env.
+#[tokio::test]
+async fn a_project_entry_weakening_the_sandbox_is_warned_of() {
+    let machine = Machine::new();
+    let dir = machine.workdir.path().canonicalize().expect("canonical");
+    let write = |rel: &str, text: &str| {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write");
+    };
+    // An entry with the defaults: no warning.
+    write(
+        ".mcp.json",
+        r#"{"mcpServers": {"ferrepl": {"command": "/x/ferrepl", "args": ["--workdir", "."]}}}"#,
+    );
+    let (_, report) = machine.json(&[], &[]).await;
+    let named = |report: &Value| {
+        report["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .any(|i| i["name"] == "project-flags")
+    };
+    assert!(!named(&report), "{report:#}");
+
+    write(
+        ".mcp.json",
+        r#"{"mcpServers": {"ferrepl": {"command": "/x/ferrepl", "args": ["--sandbox", "off"]}}}"#,
+    );
+    write(
+        ".codex/config.toml",
+        "[mcp_servers.ferrepl]\ncommand = \"/x/ferrepl\"\nargs = [\"--allow-write-protected=.git\"]\n[mcp_servers.ferrepl.env]\nFERREPL_NETWORK = \"on\"\n",
+    );
+    let (out, report) = machine.json(&[], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "a warning only: {report:#}");
+    let (status, detail) = item(&report, "project-flags");
+    assert_eq!(status, "warn", "{detail}");
+    for said in [
+        format!(
+            "{}: --sandbox off (runs sessions with no sandbox",
+            dir.join(".mcp.json").display()
+        ),
+        format!(
+            "{}: --allow-write-protected .git (lets sessions change that protected place",
+            dir.join(".codex/config.toml").display()
+        ),
+        "FERREPL_NETWORK=on (gives sessions the whole network".to_string(),
+        "remove the flag from the entry".to_string(),
+    ] {
+        assert!(detail.contains(&said), "{said}\nnot in: {detail}");
+    }
+}
+
+/// git's safe.bareRepository (issue 40): without `explicit`, a bare
+/// repository made of ordinary files a session writes is run by git when
+/// the user's shell enters it. Doctor asks the host's git with the HOME it
+/// is given: warned of until the setting is made.
+#[tokio::test]
+async fn git_running_bare_repositories_is_warned_of_until_set_explicit() {
+    let machine = Machine::new();
+    let git_item = || async {
+        let (out, report) = machine.json(&[], &[]).await;
+        assert_eq!(out.status.code(), Some(0), "a warning only: {report:#}");
+        item(&report, "git")
+    };
+    let (status, detail) = git_item().await;
+    if detail.starts_with("no git on PATH") {
+        assert_eq!(status, "ok", "{detail}");
+        eprintln!("skipped: no git on PATH");
+        return;
+    }
+    assert_eq!(status, "warn", "{detail}");
+    for said in [
+        "safe.bareRepository is not set",
+        "cannot be recognised by name",
+        "git config --global safe.bareRepository explicit",
+    ] {
+        assert!(detail.contains(said), "{said}\nnot in: {detail}");
+    }
+    let gitconfig = machine.home.path().join(".gitconfig");
+    std::fs::write(&gitconfig, "[user]\n\tname = someone\n").expect("write .gitconfig");
+    let (status, detail) = git_item().await;
+    assert_eq!(status, "warn", "{detail}");
+    std::fs::write(&gitconfig, "[safe]\n\tbareRepository = all\n").expect("write .gitconfig");
+    let (status, detail) = git_item().await;
+    assert_eq!(status, "warn", "{detail}");
+    assert!(detail.contains("safe.bareRepository is 'all'"), "{detail}");
+    std::fs::write(&gitconfig, "[safe]\n\tbareRepository = explicit\n").expect("write .gitconfig");
+    let (status, detail) = git_item().await;
+    assert_eq!(status, "ok", "{detail}");
+    assert!(
+        detail.contains("safe.bareRepository is explicit"),
+        "{detail}"
+    );
+}

@@ -250,3 +250,91 @@ async fn a_viewer_tokens_file_sessions_can_read_is_refused() {
         place.assert_nothing_started(&stderr);
     }
 }
+
+/// The server user's home, from the password database (not $HOME), when
+/// it is a directory other than `/`.
+fn own_home() -> Option<std::path::PathBuf> {
+    let user = nix::unistd::User::from_uid(nix::unistd::geteuid()).ok()??;
+    let home = user.dir.canonicalize().ok()?;
+    (home != Path::new("/") && home.is_dir()).then_some(home)
+}
+
+/// A workspace that is a home directory (issue 40): its shell and ssh
+/// start-up files would be writable by sessions. The home is found from
+/// the password database, whatever $HOME says; the refusal comes before
+/// anything starts, names the fix, and doctor reports it.
+#[tokio::test]
+async fn a_home_directory_as_the_workspace_is_refused() {
+    let Some(home) = own_home() else {
+        eprintln!("skipped: this user's home is / or missing");
+        return;
+    };
+    let place = Place::new();
+    let elsewhere = tempfile::tempdir().expect("a decoy HOME");
+    let mut cmd = server_command_plain();
+    cmd.arg("--workdir")
+        .arg(&home)
+        .arg("--state-dir")
+        .arg(place.state_dir())
+        .env("HOME", elsewhere.path())
+        .env("XDG_RUNTIME_DIR", place.runtime.path())
+        .stdin(Stdio::piped());
+    let out = tokio::time::timeout(REFUSAL_TIMEOUT, cmd.output())
+        .await
+        .expect("refused in time")
+        .expect("run ferrepl");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "a home workspace must be refused:\n{stderr}"
+    );
+    for needle in [
+        format!("--workdir {} is a home directory", home.display()),
+        ".bashrc".to_string(),
+        "would be writable by sessions".to_string(),
+        "give a project directory inside it instead".to_string(),
+    ] {
+        assert!(stderr.contains(&needle), "{needle}: {stderr}");
+    }
+    place.assert_nothing_started(&stderr);
+    // Read-only: its private files would be readable.
+    let mut cmd = server_command_plain();
+    cmd.args(["--sandbox", "read-only", "--workdir"])
+        .arg(&home)
+        .arg("--state-dir")
+        .arg(place.state_dir())
+        .env("XDG_RUNTIME_DIR", place.runtime.path())
+        .stdin(Stdio::piped());
+    let out = tokio::time::timeout(REFUSAL_TIMEOUT, cmd.output())
+        .await
+        .expect("refused in time")
+        .expect("run ferrepl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("would be readable by sessions"), "{stderr}");
+
+    // Doctor says the server would refuse to start, with the same reason.
+    let mut cmd = server_command_plain();
+    cmd.args(["doctor", "--json", "--workdir"])
+        .arg(&home)
+        .env("HOME", elsewhere.path());
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("doctor in time")
+        .expect("run ferrepl doctor");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor's JSON");
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let config = report["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["name"] == "config")
+        .unwrap_or_else(|| panic!("no config item: {report:#}"));
+    assert_eq!(config["status"], "missing", "{config}");
+    let detail = config["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("the server would refuse to start")
+            && detail.contains("is a home directory"),
+        "{detail}"
+    );
+}

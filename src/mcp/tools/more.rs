@@ -82,7 +82,8 @@ impl FerreplServer {
         let files = self.files.clone();
         let path = p.path.as_str().to_string();
         let bytes = export.text.into_bytes();
-        let shown = tokio::task::spawn_blocking(move || files.write(&path, &bytes, false))
+        // Never onto a protected place, never left executable.
+        let shown = tokio::task::spawn_blocking(move || files.export(&path, &bytes))
             .await
             .map_err(|e| ToolError::new(format!("python_export failed: {e}")))??;
         let mut message = format!(

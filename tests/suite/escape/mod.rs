@@ -15,6 +15,7 @@ mod privileges;
 mod r_args;
 mod review;
 mod robustness;
+mod server_writes;
 mod state_dir;
 mod tenants;
 mod uids;
