@@ -25,6 +25,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "git runs its hooks and its config's commands (core.fsmonitor, core.pager, core.sshCommand, filters) on commit, status, log, fetch; shell prompts run git status on every cd",
     ),
     (".gitmodules", "git reads submodule URLs and paths from it"),
+    (
+        "HEAD",
+        "git takes a directory holding HEAD, objects/ and refs/ for a bare repository and runs its config's commands (core.pager, core.fsmonitor) when a user works in it",
+    ),
     (".hg", "Mercurial runs the hooks in .hg/hgrc"),
     (
         ".pre-commit-config.yaml",
@@ -148,6 +152,9 @@ impl Protected {
             }
             if path.is_absolute() {
                 paths.push(path.to_path_buf());
+                if let Ok(real) = path.canonicalize() {
+                    paths.push(real);
+                }
             } else if path.components().count() == 1 {
                 names.push(entry.clone());
             } else {
@@ -161,7 +168,7 @@ impl Protected {
             relative,
         };
         if !free_all && !freed.iter().any(|f| f == ".git") {
-            protected.paths.extend(protected.gitdirs());
+            protected.paths.extend(protected.git_places());
         }
         protected.names.sort();
         protected.names.dedup();
@@ -184,38 +191,29 @@ impl Protected {
             None => out.roots.push(workspace.to_path_buf()),
         }
         if self.names.iter().any(|n| n == ".git") {
-            out.paths.extend(out.gitdirs());
+            out.paths.extend(out.git_places());
             out.paths.sort();
             out.paths.dedup();
         }
         out
     }
 
-    /// The directories a root's `.git` *file* points to (`gitdir: DIR`),
-    /// where they lie in a root: git runs their hooks as it would a `.git`
-    /// directory's.
-    fn gitdirs(&self) -> Vec<PathBuf> {
+    /// Places in a root that git uses for a root's repository without
+    /// their being named `.git`: the directory a `.git` *file* points to
+    /// (`gitdir: DIR`), and what the repository's config points git to
+    /// (`core.hooksPath`, `include.path`, `includeIf.*.path`). The
+    /// repository is the one git finds for the root: its own, or the
+    /// nearest above it.
+    fn git_places(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for root in &self.roots {
-            let dot_git = root.join(".git");
-            let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+            let Some((top, gitdir)) = repository_of(root) else {
                 continue;
             };
-            if !meta.is_file() || meta.len() > 4096 {
-                continue;
-            }
-            let Ok(text) = std::fs::read_to_string(&dot_git) else {
-                continue;
-            };
-            let Some(dir) = text.lines().find_map(|l| l.strip_prefix("gitdir:")) else {
-                continue;
-            };
-            let dir = super::paths::normalize(Path::new(dir.trim()), root);
-            let dir = dir.canonicalize().unwrap_or(dir);
-            if self.roots.iter().any(|r| dir.starts_with(r)) {
-                out.push(dir);
-            }
+            out.push(gitdir.clone());
+            out.extend(config_targets(&top, &gitdir));
         }
+        out.retain(|p| self.in_root(p) && !self.roots.contains(p));
         out
     }
 
@@ -285,9 +283,33 @@ impl Protected {
     }
 
     /// The protected place a change of `path` would touch: `path` lies in
-    /// one, or (for renames and removals) holds one.
+    /// one, or (for renames and removals) holds one, or is the first part
+    /// of a protected sequence (renaming a directory to or from `renv`
+    /// would make or unmake `renv/activate.R` without writing it).
     pub fn touched(&self, path: &Path) -> Option<PathBuf> {
-        self.find(path).or_else(|| self.holds(path))
+        self.find(path)
+            .or_else(|| self.holds(path))
+            .or_else(|| self.leads(path))
+    }
+
+    /// `path/rest` where `path` is named as the first part of a protected
+    /// sequence `first/rest` and lies below a root.
+    fn leads(&self, path: &Path) -> Option<PathBuf> {
+        let name = path.file_name()?;
+        if !self.in_root(path) || self.roots.iter().any(|r| r == path) {
+            return None;
+        }
+        self.names.iter().find_map(|n| {
+            let (first, rest) = n.split_once('/')?;
+            name.as_encoded_bytes()
+                .eq_ignore_ascii_case(first.as_bytes())
+                .then(|| path.join(rest))
+        })
+    }
+
+    /// Whether `path` lies in a shared root (where names are protected).
+    pub fn in_root(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r))
     }
 
     /// The name an operator frees a place with, for messages: the protected
@@ -310,6 +332,101 @@ impl Protected {
             place.display()
         )
     }
+}
+
+/// The repository git finds for `root` (the first `.git` at or above it):
+/// its working tree's top and its git directory.
+fn repository_of(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    for top in root.ancestors() {
+        let dot_git = top.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&dot_git) else {
+            continue;
+        };
+        if meta.is_dir() {
+            return Some((top.to_path_buf(), dot_git));
+        }
+        if !meta.is_file() || meta.len() > 4096 {
+            return None;
+        }
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let dir = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?;
+        let dir = super::paths::normalize(Path::new(dir.trim()), top);
+        return Some((top.to_path_buf(), dir.canonicalize().unwrap_or(dir)));
+    }
+    None
+}
+
+/// The places a repository's config (and what it includes) sends git to.
+fn config_targets(top: &Path, gitdir: &Path) -> Vec<PathBuf> {
+    let mut files = vec![gitdir.join("config"), gitdir.join("config.worktree")];
+    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+        files.push(super::paths::normalize(Path::new(common.trim()), gitdir).join("config"));
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let resolve = |value: &str, base: &Path| -> Option<PathBuf> {
+        let path = match value.strip_prefix("~/") {
+            Some(rest) => home.as_ref()?.join(rest),
+            None => super::paths::normalize(Path::new(value), base),
+        };
+        Some(path.canonicalize().unwrap_or(path))
+    };
+    let mut out = Vec::new();
+    let mut read = std::collections::HashSet::new();
+    while let Some(file) = files.pop() {
+        if read.len() >= 16 || !read.insert(file.clone()) {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        if meta.len() > 1 << 20 {
+            continue;
+        }
+        let base = file.parent().unwrap_or(gitdir).to_path_buf();
+        let mut section = String::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(head) = line.strip_prefix('[') {
+                let head = head.split(']').next().unwrap_or_default();
+                section = head
+                    .split(|c: char| c.is_whitespace() || c == '"')
+                    .next()
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = config_value(value);
+            let key = key.trim().to_ascii_lowercase();
+            if section == "core" && key == "hookspath" {
+                out.extend(resolve(&value, top));
+            } else if (section == "include" || section == "includeif") && key == "path" {
+                if let Some(p) = resolve(&value, &base) {
+                    out.push(p.clone());
+                    files.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A git config value: quoted, or up to a comment.
+fn config_value(raw: &str) -> String {
+    let raw = raw.trim();
+    if let Some(rest) = raw.strip_prefix('"') {
+        return rest.split('"').next().unwrap_or_default().to_string();
+    }
+    raw.split([';', '#'])
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 #[cfg(test)]
@@ -435,6 +552,18 @@ mod tests {
             Some(root.join("store/gd"))
         );
         assert_eq!(p.holds(&root.join("store")), Some(root.join("store/gd")));
+        // What a repository's config points git to is protected too.
+        let repo = root.join("app");
+        std::fs::create_dir_all(repo.join(".git")).expect("repo");
+        std::fs::write(
+            repo.join(".git/config"),
+            "[core]\n\thooksPath = .githooks ; husky\n[include]\n\tpath = \"../shared.cfg\"\n[includeIf \"gitdir:x\"]\n\tpath = ../../up.cfg\n",
+        )
+        .expect("config");
+        let p = Protected::new(vec![repo.clone()], &[], &[]).expect("built-in");
+        assert_eq!(p.find(&repo.join(".githooks/pre-commit")), Some(repo.join(".githooks")));
+        assert_eq!(p.find(&repo.join("shared.cfg")), Some(repo.join("shared.cfg")));
+        assert_eq!(p.find(&root.join("up.cfg")), None, "outside the root");
         let msg = p.refusal(&root.join(".git"));
         assert!(msg.contains("--allow-write-protected .git"), "{msg}");
     }

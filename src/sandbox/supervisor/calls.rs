@@ -55,6 +55,26 @@ impl Entry {
 /// The caller's view of `path` as seen from the supervisor: its own
 /// `/proc/self` and `/dev/fd` are the caller's.
 fn caller_path(pid: libc::pid_t, path: &[u8]) -> Vec<u8> {
+    // `//proc/self`, `/proc/./self`: one spelling for the prefixes below
+    // (empty and `.` components dropped; `..` kept for the kernel).
+    if path.is_empty() {
+        return Vec::new();
+    }
+    let absolute = path.starts_with(b"/");
+    let parts: Vec<&[u8]> = path
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+        .collect();
+    let mut plain: Vec<u8> = if absolute { b"/".to_vec() } else { Vec::new() };
+    plain.extend_from_slice(&parts.join(&b'/'));
+    if plain.is_empty() {
+        plain.push(b'.');
+    }
+    let dir_only = path.ends_with(b"/") || path.ends_with(b"/.");
+    if dir_only && !plain.ends_with(b"/") {
+        plain.push(b'/');
+    }
+    let path = plain.as_slice();
     let swaps: [(&[u8], String); 6] = [
         (b"/proc/self/", format!("/proc/{pid}/")),
         (b"/proc/thread-self/", format!("/proc/{pid}/task/{pid}/")),
@@ -152,15 +172,42 @@ impl Supervisor<'_> {
     }
 
     /// Refuses with the protected place an opened object lies in.
+    /// A file or directory whose place cannot be read (a path past
+    /// PATH_MAX) is refused: it could lie in a protected place. Pipes,
+    /// sockets and anonymous inodes have no place.
     fn check_object(&mut self, object: &OwnedFd) -> Result<(), i32> {
         match fd_path(object) {
-            Some(path) if path.is_absolute() => match self.refuse(&path, false) {
-                Some(e) => Err(e),
-                None => Ok(()),
-            },
+            Some(path) if path.is_absolute() => {
+                if is_own_proc(&path) {
+                    return Err(libc::EACCES);
+                }
+                match self.refuse(&path, false) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                }
+            }
+            _ if has_place(object) => Err(libc::ENAMETOOLONG),
             _ => Ok(()),
         }
     }
+}
+
+/// Whether `object` is a file, directory or link (not a pipe, socket or
+/// anonymous inode).
+fn has_place(object: &OwnedFd) -> bool {
+    [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK, libc::S_IFCHR, libc::S_IFBLK]
+        .iter()
+        .any(|kind| is_kind(object, *kind))
+}
+
+/// Whether `path` is the supervisor's own /proc entry (reached through a
+/// spelling of /proc/self the rewrite did not catch): never the caller's.
+fn is_own_proc(path: &std::path::Path) -> bool {
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
+    [pid, tid]
+        .iter()
+        .any(|p| path.starts_with(format!("/proc/{p}")))
 }
 
 /// Answers one call.
@@ -291,11 +338,11 @@ fn open_entry(
                 }
                 let reopen = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW);
                 if is_kind(&object, libc::S_IFIFO)
-                    && flags & libc::O_ACCMODE == libc::O_WRONLY
+                    && flags & libc::O_ACCMODE != libc::O_RDWR
                     && flags & libc::O_NONBLOCK == 0
                 {
-                    // Opening a FIFO for writing waits for its reader, who
-                    // may need us meanwhile: opened on a thread of its own.
+                    // Opening a FIFO waits for its other end, which may
+                    // need us meanwhile: opened on a thread of its own.
                     return s.open_later(call.id, object, reopen, cloexec);
                 }
                 if flags & libc::O_TMPFILE == libc::O_TMPFILE {
@@ -464,6 +511,18 @@ fn rename(
     }
     s.check(&from, true)?;
     s.check(&to, true)?;
+    // A directory moved between a shared place and any other (the
+    // process's temporary directory, where nothing is protected) could
+    // carry a repository changed there: refused as across file systems,
+    // so `mv` and shutil.move copy it entry by entry, each checked.
+    let shared = |e: &Entry| s.protected.in_root(&e.place());
+    if shared(&from) != shared(&to)
+        && from
+            .object(false)
+            .is_ok_and(|o| is_kind(&o, libc::S_IFDIR))
+    {
+        return Err(libc::EXDEV);
+    }
     // SAFETY: valid C strings and descriptors.
     let r = unsafe {
         libc::syscall(
@@ -623,6 +682,12 @@ mod tests {
         assert_eq!(caller_path(42, b"/proc/self"), b"/proc/42");
         assert_eq!(caller_path(42, b"/ws/x"), b"/ws/x");
         assert_eq!(caller_path(42, b"proc/self/x"), b"proc/self/x");
+        assert_eq!(caller_path(42, b"//proc/./self//fd/3"), b"/proc/42/fd/3");
+        assert_eq!(caller_path(42, b"./a//b/./"), b"a/b/");
+        assert_eq!(caller_path(42, b"x/."), b"x/");
+        assert_eq!(caller_path(42, b"."), b".");
+        assert_eq!(caller_path(42, b""), b"", "an empty path stays empty (ENOENT)");
+        assert_eq!(caller_path(42, b"/"), b"/");
     }
 
     #[test]
