@@ -704,15 +704,33 @@ pub struct Config {
     )]
     pub http_max_connections: usize,
 
-    /// HTTP: TCP connections one peer address may hold (0: no cap; behind a proxy every
-    /// connection comes from its address).
+    /// HTTP: TCP connections one peer address may hold (default an eighth of
+    /// --http-max-connections; 0: no cap). Peers named by --http-trusted-proxy are not capped:
+    /// the addresses they forward are, request by request.
+    #[arg(long, env = "FERREPL_HTTP_MAX_CONNECTIONS_PER_PEER", value_name = "N")]
+    pub http_max_connections_per_peer: Option<usize>,
+
+    /// HTTP: proxies (CIDR or address, comma separated) whose X-Forwarded-For / Forwarded
+    /// header names the client; the client's address is then the peer each share counts.
+    /// Headers from any other peer are ignored.
     #[arg(
         long,
-        env = "FERREPL_HTTP_MAX_CONNECTIONS_PER_PEER",
-        default_value_t = 0,
-        value_name = "N"
+        env = "FERREPL_HTTP_TRUSTED_PROXY",
+        value_delimiter = ',',
+        value_name = "CIDR"
     )]
-    pub http_max_connections_per_peer: usize,
+    pub http_trusted_proxy: Vec<String>,
+
+    /// HTTP: TCP connections one tenant may hold once authenticated (default half of
+    /// --http-max-connections); past it its requests get 429.
+    #[arg(long, env = "FERREPL_TENANT_MAX_HTTP_CONNECTIONS", value_name = "N")]
+    pub tenant_max_http_connections: Option<usize>,
+
+    /// HTTP: request body bytes buffered at once over all connections (default 32 times
+    /// --max-request-bytes); one principal (a tenant, or a peer without a token) may hold a
+    /// quarter of it. Past it a request gets 503 with Retry-After.
+    #[arg(long, env = "FERREPL_HTTP_MAX_BUFFERED_BYTES", value_name = "BYTES")]
+    pub http_max_buffered_bytes: Option<usize>,
 
     /// Largest request accepted, in bytes: an HTTP body or one stdio line.
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]

@@ -24,8 +24,8 @@ pub struct OutputSizes {
     pub log_bytes: u64,
 }
 
-/// The HTTP listener's bounds, before anyone is authenticated.
-#[derive(Debug, Clone, Copy)]
+/// The HTTP listener's bounds and the shares of each principal.
+#[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// To send each request head (from its first byte, or the opening);
     /// a body gets 6 times as long.
@@ -40,6 +40,40 @@ pub struct HttpLimits {
     pub max_per_peer: usize,
     /// Largest request head.
     pub max_head_bytes: usize,
+    /// Proxies whose forwarded-for header names the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Connections one authenticated tenant may hold.
+    pub tenant_connections: usize,
+    /// Event streams one principal may hold open (its MCP connections).
+    pub principal_streams: usize,
+    /// Request body bytes buffered at once, in all and by one principal.
+    pub buffered_total: usize,
+    pub buffered_share: usize,
+}
+
+/// `--http-max-buffered-bytes`, by default 32 of the largest requests.
+fn buffered_total(cfg: &Config) -> usize {
+    cfg.http_max_buffered_bytes
+        .unwrap_or(cfg.max_request_bytes.saturating_mul(32))
+        .max(cfg.max_request_bytes)
+}
+
+/// `--http-trusted-proxy` entries: a CIDR, or an address (its own /32 or /128).
+fn trusted_proxies(entries: &[String]) -> anyhow::Result<Vec<ipnet::IpNet>> {
+    entries
+        .iter()
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let e = e.trim();
+            e.parse::<ipnet::IpNet>()
+                .or_else(|_| e.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "--http-trusted-proxy {e}: not an address or CIDR (e.g. 10.0.0.0/8, 127.0.0.1)"
+                    )
+                })
+        })
+        .collect()
 }
 
 /// What one named tenant may hold of the instance: by default half of
@@ -152,8 +186,18 @@ impl Settings {
                 idle_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
                 write_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
                 max_connections: cfg.http_max_connections.max(1),
-                max_per_peer: cfg.http_max_connections_per_peer,
+                max_per_peer: cfg
+                    .http_max_connections_per_peer
+                    .unwrap_or((cfg.http_max_connections / 8).max(1)),
                 max_head_bytes: 64 * 1024,
+                trusted_proxies: trusted_proxies(&cfg.http_trusted_proxy)?,
+                tenant_connections: cfg
+                    .tenant_max_http_connections
+                    .unwrap_or(cfg.http_max_connections / 2)
+                    .max(1),
+                principal_streams: cfg.max_connections.max(1),
+                buffered_total: buffered_total(cfg),
+                buffered_share: (buffered_total(cfg) / 4).max(cfg.max_request_bytes),
             },
             shares: Shares::from_config(cfg),
         })
@@ -170,6 +214,15 @@ impl Settings {
             ("http_max_connections", n(self.http.max_connections)),
             ("http_max_connections_per_peer", n(self.http.max_per_peer)),
             (
+                "http_max_streams_per_principal",
+                n(self.http.principal_streams),
+            ),
+            ("http_max_buffered_bytes", n(self.http.buffered_total)),
+            (
+                "http_max_buffered_bytes_per_principal",
+                n(self.http.buffered_share),
+            ),
+            (
                 "http_header_timeout_seconds",
                 self.http.header_timeout.as_secs(),
             ),
@@ -183,6 +236,10 @@ impl Settings {
                 ("tenant_max_sessions", n(self.shares.sessions)),
                 ("tenant_max_jobs", n(self.shares.jobs)),
                 ("tenant_warm_pool", n(self.shares.warm_pool)),
+                (
+                    "tenant_max_http_connections",
+                    n(self.http.tenant_connections),
+                ),
             ]);
         }
         out

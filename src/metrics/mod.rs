@@ -243,6 +243,7 @@ struct Metrics {
     admission_refusals: Family<Label, Counter>,
     jobs_started: Family<Label, Counter>,
     http_refusals: Family<Label, Counter>,
+    http_share_refusals: Family<Labels, Counter>,
     limits: Family<Label, Gauge>,
 }
 
@@ -330,6 +331,12 @@ impl Metrics {
             "http_refusals",
             "HTTP connections refused, or closed for a slow or silent peer (max_connections, per_peer, header_timeout, idle_timeout, body_timeout, write_timeout: a response it stopped reading)",
         );
+        let http_share_refusals = register(
+            &mut r,
+            "http_share_refusals",
+            "HTTP requests refused because their principal (principal: tenant, or peer for a client address without a token) held its share (share: connections, streams, buffered_bytes) or the instance held all its buffered bytes (buffered_bytes_total)",
+            Family::<Labels, Counter>::default(),
+        );
         let limits = register(
             &mut r,
             "limit",
@@ -351,6 +358,7 @@ impl Metrics {
             admission_refusals,
             jobs_started,
             http_refusals,
+            http_share_refusals,
             limits,
         };
         metrics.preset_zeros();
@@ -532,6 +540,15 @@ pub fn http_refusal(reason: &'static str) {
     metrics()
         .http_refusals
         .get_or_create(&[("reason", reason)])
+        .inc();
+}
+
+/// An HTTP request refused for its principal's share (or the instance's
+/// total of buffered bytes).
+pub fn http_share_refusal(share: &'static str, principal: &'static str) {
+    metrics()
+        .http_share_refusals
+        .get_or_create(&[("share", share), ("principal", principal)])
         .inc();
 }
 

@@ -27,6 +27,9 @@ pub struct Instance {
     /// Set by shutdown: no tenant is built after it.
     closing: AtomicBool,
     started: Instant,
+    /// Bumped after each token reload, for what must follow it (the HTTP
+    /// connections of a removed or replaced token are closed).
+    reloads: tokio::sync::watch::Sender<u64>,
 }
 
 /// A tenant's parts once built; its first callers wait on `building`, so a
@@ -53,7 +56,13 @@ impl Instance {
             live: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             started: Instant::now(),
+            reloads: tokio::sync::watch::channel(0).0,
         })
+    }
+
+    /// Changes after each token reload.
+    pub fn watch_reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 
     pub fn tokens(&self) -> Arc<TokenTable> {
@@ -103,6 +112,7 @@ impl Instance {
                 ));
             }
         }
+        self.reloads.send_modify(|n| *n += 1);
         Ok(done)
     }
 

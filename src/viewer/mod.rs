@@ -166,7 +166,7 @@ impl Bound {
         shutdown: CancellationToken,
     ) -> Arc<Viewer> {
         let max_clients = cfg.viewer_max_clients.max(1);
-        let mut bounds = instance.base().settings.http;
+        let mut bounds = instance.base().settings.http.clone();
         // A page, its script and style, the API and an event stream each.
         bounds.max_connections = max_clients * 4 + 8;
         // A browser that stops reading (a sleeping laptop) lets its

@@ -23,6 +23,8 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use super::budgets::{FrontDoor, Principal, Share};
+use super::listener::{ClientAddr, Connection};
 use super::probes;
 use crate::config::{Config, DefaultSession};
 use crate::mcp::server::FerreplServer;
@@ -55,6 +57,8 @@ pub(super) struct HttpState {
     /// Transport sessions one tenant may hold open (--max-connections).
     max_connections: usize,
     pub(super) origin_rules: probes::OriginRules,
+    /// What each principal holds of the front door.
+    door: Arc<FrontDoor>,
 }
 
 /// The listening sockets of `--http` and `--metrics-addr`, bound once the
@@ -111,7 +115,9 @@ pub async fn serve(
         client_grace: std::time::Duration::from_secs(cfg.client_grace),
         max_connections: cfg.max_connections.max(1),
         origin_rules,
+        door: FrontDoor::new(&instance.base().settings.http),
     });
+    end_revoked_connections(&instance, &state.door, &shutdown);
     let router = Router::new()
         .route("/mcp", any(mcp_of_token))
         .route("/t/{tenant}/mcp", any(mcp_of_path))
@@ -119,6 +125,7 @@ pub async fn serve(
         .route("/readyz", get(probes::readyz))
         .route("/metrics", get(probes::metrics_of_caller))
         .layer(middleware::from_fn(super::json_reply::prefer_json_replies))
+        .layer(middleware::from_fn_with_state(state.clone(), meter_body))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             probes::check_host_and_origin,
@@ -131,7 +138,7 @@ pub async fn serve(
     }
 
     tracing::info!("listening on http://{local}/mcp");
-    let bounds = instance.base().settings.http;
+    let bounds = instance.base().settings.http.clone();
     let server = super::listener::serve(listener, router, bounds, shutdown.clone());
     tokio::select! {
         () = server => Ok(()),
@@ -158,7 +165,7 @@ fn serve_open_probes(
     );
     // Bounded like the main listener: it is often reachable by more than
     // the monitoring.
-    let bounds = state.instance.base().settings.http;
+    let bounds = state.instance.base().settings.http.clone();
     tokio::spawn(super::listener::serve(
         listener,
         probes::open_router(state),
@@ -166,6 +173,89 @@ fn serve_open_probes(
         shutdown,
     ));
     Ok(())
+}
+
+/// After each token reload (SIGHUP), the connections last used with a
+/// token that no longer names their tenant are closed, with the streams
+/// they carry; the tenant's sessions stay (a replaced token) or are
+/// revoked by the instance (a removed tenant).
+fn end_revoked_connections(
+    instance: &Arc<Instance>,
+    door: &Arc<FrontDoor>,
+    shutdown: &CancellationToken,
+) {
+    let (instance, door, shutdown) = (instance.clone(), door.clone(), shutdown.clone());
+    let mut reloads = instance.watch_reloads();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = reloads.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let closed = door.revoke(&instance.tokens());
+                    if closed > 0 {
+                        tracing::info!("SIGHUP: {closed} HTTP connection(s) of revoked or replaced tokens closed");
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// A refusal for a principal at its share: 429 (503 for the instance's
+/// total of buffered bytes) with Retry-After, counted.
+fn share_refusal(share: Share, principal: &Principal, what: &str) -> Response {
+    crate::metrics::http_share_refusal(share.as_str(), principal.kind());
+    let status = match share {
+        Share::BufferedTotal => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let mut response = text(
+        status,
+        &format!("{what}; retry in {} s\n", share.retry_after()),
+    );
+    if let Ok(v) = share.retry_after().to_string().parse() {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    response
+}
+
+/// A response after which the connection is closed (a request that failed
+/// authentication must not keep its connection idle).
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// Request bodies count against their principal's share of buffered bytes
+/// while they arrive; a body whose declared length does not fit is refused
+/// before a byte of it is read.
+async fn meter_body(State(state): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    let Some(principal) = req.extensions().get::<Principal>().cloned() else {
+        return next.run(req).await;
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    if let Some(n) = declared
+        && let Err(share) = state.door.body_room(&principal, n)
+    {
+        return share_refusal(
+            share,
+            &principal,
+            "the request bodies this server buffers for this client, or for all, are at their limit (--http-max-buffered-bytes)",
+        );
+    }
+    let (parts, body) = req.into_parts();
+    let body = state.door.metered(principal, body);
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// The token that ends rmcp's transport sessions: cancelled once shutdown
@@ -269,10 +359,10 @@ async fn mcp_of_path(
     };
     match &tenant {
         Tenant::Named(n) if *n == named => serve_mcp(&state, &tenant, req).await,
-        Tenant::Named(n) => text(
+        Tenant::Named(n) => closing(text(
             StatusCode::FORBIDDEN,
             &format!("this token belongs to tenant '{n}', not '{named}'; use /t/{n}/mcp or /mcp\n"),
-        ),
+        )),
         Tenant::Sole => text(
             StatusCode::NOT_FOUND,
             "this server has no tenants (its tokens name none); use /mcp\n",
@@ -325,12 +415,60 @@ async fn serve_mcp(state: &HttpState, tenant: &Tenant, req: Request) -> Response
             );
         }
     }
+    let principal = req.extensions().get::<Principal>().cloned();
+    let standalone = req.method() == axum::http::Method::GET;
+    if standalone
+        && let Some(p) = &principal
+        && let Err(share) = state.door.stream_room(p)
+    {
+        return share_refusal(
+            share,
+            p,
+            "this client holds its share of open event streams (one per MCP connection: --max-connections); close clients you no longer use",
+        );
+    }
     let mut response = service.handle(req).await.into_response();
+    let streaming = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if streaming && let Some(p) = &principal {
+        let slot = state.door.stream(p);
+        let body = std::mem::take(response.body_mut());
+        *response.body_mut() = axum::body::Body::new(Held { body, _slot: slot });
+    }
     if is_delete && response.status() == StatusCode::ACCEPTED {
         *response.status_mut() = StatusCode::NO_CONTENT;
         *response.body_mut() = axum::body::Body::empty();
     }
     response
+}
+
+/// A response body that holds its principal's stream slot until it ends.
+struct Held {
+    body: axum::body::Body,
+    _slot: super::budgets::StreamSlot,
+}
+
+impl http_body::Body for Held {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// What a request to a tenant's endpoint is, once admitted.
@@ -428,27 +566,47 @@ async fn require_token(
     next: Next,
 ) -> Response {
     let tokens = state.instance.tokens();
-    if tokens.is_empty() {
-        req.extensions_mut().insert(Tenant::Sole);
-        return next.run(req).await;
-    }
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given.and_then(|g| tokens.tenant_of(g.as_bytes())) {
-        Some(tenant) => {
-            req.extensions_mut().insert(tenant.clone());
-            next.run(req).await
+    let client = req.extensions().get::<ClientAddr>().copied();
+    let connection = req.extensions().get::<Arc<Connection>>().cloned();
+    let (tenant, token, principal) = if tokens.is_empty() {
+        // No authentication: the client's address stays the principal.
+        let principal = client.map(|c| Principal::Peer(c.0));
+        (Tenant::Sole, None, principal)
+    } else {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given.and_then(|g| tokens.tenant_of(g.as_bytes()).map(|t| (t.clone(), g))) {
+            Some((tenant, g)) => {
+                let principal = Principal::Tenant(tenant.clone());
+                (tenant, Some(g.to_string()), Some(principal))
+            }
+            None => {
+                return closing(
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        [(header::WWW_AUTHENTICATE, "Bearer")],
+                        "missing or wrong bearer token: send 'Authorization: Bearer <token>' with a token the server was given (--auth-token-file)\n",
+                    )
+                        .into_response(),
+                );
+            }
         }
-        None => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token: send 'Authorization: Bearer <token>' with a token the server was given (--auth-token-file)\n",
-        )
-            .into_response(),
+    };
+    if let (Some(principal), Some(connection)) = (&principal, &connection) {
+        if let Err(share) = state.door.hold(connection, principal, token.as_deref()) {
+            return closing(share_refusal(
+                share,
+                principal,
+                "this client holds its share of the server's connections (--tenant-max-http-connections, or --http-max-connections-per-peer without a token); close idle ones",
+            ));
+        }
+        req.extensions_mut().insert(principal.clone());
     }
+    req.extensions_mut().insert(tenant);
+    next.run(req).await
 }
 
 pub(super) fn text(status: StatusCode, body: &str) -> Response {

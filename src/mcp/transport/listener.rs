@@ -4,7 +4,11 @@
 //! one with no request in flight is closed after the idle timeout; a
 //! request body must arrive within the header timeout's multiple (a slow
 //! body holds nothing for long). Connections are capped in total and, when
-//! asked, per peer address; past a cap a new connection is closed at once.
+//! per peer address (not a trusted proxy's: the address it forwards is the
+//! client, see [`ClientAddr`]); past a cap a new connection is answered 503
+//! or 429 with Retry-After and closed at once. Each request carries its
+//! [`Connection`], which the layers above charge to a principal and close
+//! (a revoked token).
 //! A response still being sent (an SSE stream, a call in progress) is never
 //! cut for taking long, only when the peer stops reading it (the socket's
 //! buffer full for the write timeout). HTTP is parsed by hyper; nothing
@@ -52,6 +56,119 @@ impl Refusal {
             Refusal::WriteTimeout => "write_timeout",
         }
     }
+}
+
+/// The client a request comes from: the peer, or, when the peer is a
+/// trusted proxy (`--http-trusted-proxy`), the address it forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
+
+/// The connection a request came on: what the layers above attach to it
+/// (the principal it is charged to) lives as long as it, and they may close
+/// it (a token revoked on SIGHUP).
+pub struct Connection {
+    pub id: u64,
+    close: CancellationToken,
+    attached: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Connection {
+    /// Ends the connection (and so any stream it carries) at once.
+    pub fn close(&self) {
+        self.close.cancel();
+    }
+
+    /// Whether it was closed.
+    pub fn is_closed(&self) -> bool {
+        self.close.is_cancelled()
+    }
+
+    /// A connection of no socket, whose attachments go when it is dropped.
+    #[cfg(test)]
+    pub fn for_tests() -> Arc<Connection> {
+        Arc::new(Connection {
+            id: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
+            close: CancellationToken::new(),
+            attached: Mutex::new(None),
+        })
+    }
+
+    /// Replaces what is attached (dropping the old one), or returns what
+    /// `f` makes of the current one.
+    pub fn with_attached<R>(
+        &self,
+        f: impl FnOnce(&mut Option<Box<dyn std::any::Any + Send>>) -> R,
+    ) -> R {
+        let mut attached = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut attached)
+    }
+}
+
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+/// Drops what is attached to a connection when its task ends.
+struct Release(Arc<Connection>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let attached = self.0.with_attached(Option::take);
+        drop(attached);
+    }
+}
+
+/// The client of a request from `peer`: a trusted proxy's forwarded
+/// address (the right-most one that is not itself a trusted proxy, from
+/// `Forwarded: for=` or `X-Forwarded-For`), else the peer.
+pub fn client_addr(
+    peer: IpAddr,
+    headers: &axum::http::HeaderMap,
+    trusted: &[ipnet::IpNet],
+) -> IpAddr {
+    let is_trusted = |a: &IpAddr| trusted.iter().any(|n| n.contains(a));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let mut chain: Vec<IpAddr> = Vec::new();
+    for value in headers.get_all("forwarded") {
+        let Ok(text) = value.to_str() else { continue };
+        for element in text.split(',') {
+            for pair in element.split(';') {
+                let Some((k, v)) = pair.trim().split_once('=') else {
+                    continue;
+                };
+                if k.trim().eq_ignore_ascii_case("for")
+                    && let Some(addr) = forwarded_addr(v.trim().trim_matches('"'))
+                {
+                    chain.push(addr);
+                }
+            }
+        }
+    }
+    if chain.is_empty() {
+        for value in headers.get_all("x-forwarded-for") {
+            let Ok(text) = value.to_str() else { continue };
+            chain.extend(text.split(',').filter_map(|a| forwarded_addr(a.trim())));
+        }
+    }
+    chain
+        .into_iter()
+        .rev()
+        .find(|a| !is_trusted(a))
+        .unwrap_or(peer)
+}
+
+/// An address as forwarding headers write it: `1.2.3.4`, `1.2.3.4:5`,
+/// `[::1]`, `[::1]:5`, `::1`.
+fn forwarded_addr(text: &str) -> Option<IpAddr> {
+    if let Ok(a) = text.parse::<IpAddr>() {
+        return Some(a);
+    }
+    if let Ok(sa) = text.parse::<SocketAddr>() {
+        return Some(sa.ip());
+    }
+    text.strip_prefix('[')
+        .and_then(|t| t.split_once(']'))
+        .and_then(|(a, _)| a.parse().ok())
 }
 
 /// Counts a refusal and logs it, at most once per reason every 10 s (with
@@ -339,7 +456,8 @@ fn take_slot(open: &Arc<Mutex<Open>>, peer: IpAddr, bounds: &Bounds) -> Result<S
         return Err(Refusal::MaxConnections);
     }
     let mine = o.per_peer.get(&peer).copied().unwrap_or(0);
-    if bounds.max_per_peer > 0 && mine >= bounds.max_per_peer {
+    let proxy = bounds.trusted_proxies.iter().any(|n| n.contains(&peer));
+    if bounds.max_per_peer > 0 && mine >= bounds.max_per_peer && !proxy {
         return Err(Refusal::PerPeer);
     }
     o.total += 1;
@@ -377,6 +495,7 @@ pub async fn serve(
             Ok(slot) => slot,
             Err(reason) => {
                 refused(reason, peer.ip());
+                answer_refusal(&tcp, reason);
                 drop(tcp);
                 continue;
             }
@@ -385,10 +504,38 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let router = router.clone();
         let shutdown = shutdown.clone();
-        connections.spawn(serve_connection(tcp, peer, router, bounds, shutdown, slot));
+        connections.spawn(serve_connection(
+            tcp,
+            peer,
+            router,
+            bounds.clone(),
+            shutdown,
+            slot,
+        ));
     }
     connections.close();
     connections.wait().await;
+}
+
+/// A connection refused at accept is told why, if its socket takes the
+/// few bytes at once (never waited on), then closed.
+fn answer_refusal(tcp: &TcpStream, reason: Refusal) {
+    let (status, why) = match reason {
+        Refusal::PerPeer => (
+            "429 Too Many Requests",
+            "this address holds its share of connections (--http-max-connections-per-peer)",
+        ),
+        _ => (
+            "503 Service Unavailable",
+            "the server holds all the connections it takes (--http-max-connections)",
+        ),
+    };
+    let body = format!("{why}; retry later\n");
+    let response = format!(
+        "HTTP/1.1 {status}\r\nRetry-After: 5\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tcp.try_write(response.as_bytes());
 }
 
 async fn serve_connection(
@@ -400,6 +547,15 @@ async fn serve_connection(
     _slot: Slot,
 ) {
     let activity = Activity::new();
+    let connection = Arc::new(Connection {
+        id: NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed),
+        close: CancellationToken::new(),
+        attached: Mutex::new(None),
+    });
+    // What is attached goes when the connection does, whoever still holds
+    // the handle (a request's extensions may outlive it).
+    let _release = Release(connection.clone());
+    let trusted = Arc::new(bounds.trusted_proxies.clone());
     let io = TokioIo::new(Watched {
         tcp,
         activity: activity.clone(),
@@ -407,6 +563,7 @@ async fn serve_connection(
     let body_time = bounds.header_timeout * 6;
     let service = {
         let activity = activity.clone();
+        let connection = connection.clone();
         hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             activity.request_started();
             let (parts, body) = req.into_parts();
@@ -415,9 +572,12 @@ async fn serve_connection(
                 sleep: Box::pin(tokio::time::sleep(body_time)),
                 peer: peer.ip(),
             });
+            let client = ClientAddr(client_addr(peer.ip(), &parts.headers, &trusted));
             let mut req = Request::from_parts(parts, body);
             req.extensions_mut()
                 .insert(axum::extract::ConnectInfo(peer));
+            req.extensions_mut().insert(client);
+            req.extensions_mut().insert(connection.clone());
             let router = router.clone();
             let activity = activity.clone();
             async move {
@@ -450,6 +610,7 @@ async fn serve_connection(
         };
         tokio::select! {
             _ = conn.as_mut() => return,
+            _ = connection.close.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.cancelled(), if !stopping => {
                 stopping = true;
@@ -471,7 +632,56 @@ mod tests {
             max_connections: 2,
             max_per_peer: 1,
             max_head_bytes: 16 * 1024,
+            trusted_proxies: vec!["10.0.0.0/8".parse().expect("cidr")],
+            tenant_connections: 2,
+            principal_streams: 2,
+            buffered_total: 1 << 20,
+            buffered_share: 1 << 18,
         }
+    }
+
+    #[test]
+    fn a_trusted_proxys_forwarded_address_is_the_client_and_no_one_elses_is() {
+        use axum::http::HeaderMap;
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().expect("cidr")];
+        let headers = |pairs: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(
+                    axum::http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                    v.parse().expect("value"),
+                );
+            }
+            h
+        };
+        let proxy: IpAddr = "10.1.2.3".parse().expect("ip");
+        let stranger: IpAddr = "192.0.2.9".parse().expect("ip");
+        let xff = headers(&[("x-forwarded-for", "203.0.113.5, 198.51.100.7")]);
+        // The right-most untrusted hop: the client as the proxy saw it.
+        assert_eq!(
+            client_addr(proxy, &xff, &trusted),
+            "198.51.100.7".parse::<IpAddr>().expect("ip")
+        );
+        // Anyone else's header is ignored.
+        assert_eq!(client_addr(stranger, &xff, &trusted), stranger);
+        let chained = headers(&[("x-forwarded-for", "198.51.100.7, 10.9.9.9")]);
+        assert_eq!(
+            client_addr(proxy, &chained, &trusted),
+            "198.51.100.7".parse::<IpAddr>().expect("ip")
+        );
+        let fwd = headers(&[(
+            "forwarded",
+            "for=\"[2001:db8::1]:4711\";proto=https, for=10.0.0.2",
+        )]);
+        assert_eq!(
+            client_addr(proxy, &fwd, &trusted),
+            "2001:db8::1".parse::<IpAddr>().expect("ip")
+        );
+        // Nothing usable forwarded: the proxy itself.
+        assert_eq!(
+            client_addr(proxy, &headers(&[("x-forwarded-for", "junk")]), &trusted),
+            proxy
+        );
     }
 
     #[test]
