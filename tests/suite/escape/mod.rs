@@ -12,6 +12,7 @@ mod front_door;
 mod install_specs;
 mod isolation;
 mod privileges;
+mod protected;
 mod r_args;
 mod review;
 mod robustness;
