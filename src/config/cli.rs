@@ -178,13 +178,15 @@ pub struct Config {
     )]
     pub cran: String,
 
-    /// Virtual environment for sessions (created if it does not exist; uv when available,
-    /// else python -m venv). python_install installs into it.
+    /// The user's virtual environment for sessions (created if it does not exist; uv when
+    /// available, else python -m venv). Read-only to sessions: they run, and python_install
+    /// installs into, a venv ferrepl keeps over it in its state directory.
     #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
     pub venv: Option<PathBuf>,
 
     /// Interpreters or virtual environments (comma separated) that python_sessions may name
-    /// besides those inside the workspace; their installations become readable, venvs writable.
+    /// besides those inside the workspace; their installations become readable (venvs too,
+    /// read-only).
     #[arg(
         long = "allow-python",
         env = "FERREPL_ALLOW_PYTHON",

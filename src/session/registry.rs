@@ -591,7 +591,7 @@ impl SessionManager {
         }
         crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Interpreter);
         Err(SessionError::Invalid(format!(
-            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv .venv), or ask the operator to start ferrepl with --allow-python {}",
+            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv env: .venv is the user's and protected), or ask the operator to start ferrepl with --allow-python {}",
             path.display(),
             workspace.display(),
             abs.display()

@@ -18,29 +18,36 @@ pub(super) async fn install_item(
     source: PythonSource,
     ready: Option<(&StateDir, &Prepared)>,
 ) -> Item {
-    let venv = match source {
-        PythonSource::Venv | PythonSource::VenvFlag => {
-            Some(format!("the venv of {}", found.display()))
-        }
-        _ if crate::worker::session_venv::in_a_venv(found) => {
-            Some(format!("the venv of {}", found.display()))
-        }
-        _ => crate::tenants::store::dir_path(cfg).map(|dir| {
-            format!(
-                "a venv ferrepl keeps for the workspace in {} (made at the first session)",
-                dir.join("venvs").display()
-            )
-        }),
+    let user_venv = match source {
+        PythonSource::Venv | PythonSource::VenvFlag => true,
+        _ => crate::worker::session_venv::in_a_venv(found),
     };
-    let Some(venv) = venv else {
-        return item(
-            "install",
-            Status::Missing,
-            format!(
-                "{} is not a venv and sessions are not kept (--resume off), so no venv is kept either: python_install is refused; pass --venv DIR",
-                found.display()
-            ),
-        );
+    let kept = crate::tenants::store::dir_path(cfg).map(|dir| dir.join("venvs"));
+    let venv = match (kept, user_venv) {
+        (Some(dir), true) => format!(
+            "a venv ferrepl keeps over the venv of {} (which sessions only read) in {} (made at the first session)",
+            found.display(),
+            dir.display()
+        ),
+        (Some(dir), false) => format!(
+            "a venv ferrepl keeps for the workspace in {} (made at the first session)",
+            dir.display()
+        ),
+        (None, user_venv) => {
+            let what = if user_venv {
+                "is the user's venv, which sessions only read"
+            } else {
+                "is not a venv"
+            };
+            return item(
+                "install",
+                Status::Missing,
+                format!(
+                    "{} {what}, and sessions are not kept (--resume off), so no venv is kept for the workspace: python_install is refused; start ferrepl without --resume off",
+                    found.display()
+                ),
+            );
+        }
     };
     if let Some(uv) = crate::worker::python::uv() {
         return item(

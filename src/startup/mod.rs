@@ -19,9 +19,10 @@ mod view;
 /// What the server starts with.
 pub struct Prepared {
     pub python: PathBuf,
-    /// Where the venvs ferrepl keeps for workspaces go, and the interpreter
-    /// they are made from: when the interpreter is not a venv and the
-    /// operator named none (installs then work on first use).
+    /// Where the venvs ferrepl keeps for workspaces go (python_install puts
+    /// packages there), and the interpreter they are made from: when sessions
+    /// are kept (a state directory) and the interpreter is not one the agent
+    /// wrote; over the user's venv when it is one.
     pub kept_venvs: Option<KeptVenvs>,
     pub sandbox: sandbox::SandboxConfig,
     pub installer: installer::InstallerSettings,
@@ -34,7 +35,10 @@ pub struct Prepared {
 #[derive(Debug, Clone)]
 pub struct KeptVenvs {
     pub root: PathBuf,
+    /// The interpreter they are made from (over a user's venv: its own).
     pub base: PathBuf,
+    /// The user's venv they are kept over, which sessions only read.
+    pub layer: Option<PathBuf>,
 }
 
 pub fn prepare(
@@ -51,6 +55,10 @@ pub fn prepare(
     let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
     // Judged from the path as named: a venv's interpreter links to its base.
     let named_a_venv = worker::session_venv::in_a_venv(&python);
+    let named_venv = python
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
     // What sessions can write: nothing there is trusted or run by the
     // server outside the sandbox.
     let mut writable = sandbox::paths::Writable(vec![workdir.to_path_buf()]);
@@ -62,6 +70,10 @@ pub fn prepare(
             .map(abs)
             .filter(|p| p.join("pyvenv.cfg").is_file()),
     );
+    // The user's venv: --venv, the .venv found upward, or the one --python
+    // lies in. Sessions only read it (a .pth there would run on the host);
+    // installs go to a venv kept over it. The first two stay among the
+    // places the server never trusts or runs (sessions wrote them before).
     let mut venvs = Vec::new();
     if let Some(venv) = &cfg.venv {
         venvs.push(abs(venv));
@@ -71,6 +83,12 @@ pub fn prepare(
         venvs.push(dir.to_path_buf());
     }
     writable.0.extend(venvs.iter().cloned());
+    if venvs.is_empty()
+        && named_a_venv
+        && let Some(dir) = named_venv
+    {
+        venvs.push(dir);
+    }
     // The system interpreter on PATH is the base for creating venvs and for
     // finding the installation sessions need to read.
     let path_python = writable
@@ -92,25 +110,39 @@ pub fn prepare(
         python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
         source = worker::python::PythonSource::VenvFlag;
     }
-    let kept_venvs = match (source, kept_in) {
-        (worker::python::PythonSource::Path | worker::python::PythonSource::Flag, Some(root))
-            if !named_a_venv && !writable.contains(&python) =>
-        {
-            Some(KeptVenvs {
-                root: root.to_path_buf(),
-                base: python.clone(),
-            })
-        }
+    let plain = matches!(
+        source,
+        worker::python::PythonSource::Path | worker::python::PythonSource::Flag
+    ) && !named_a_venv
+        && !writable.contains(&python);
+    let kept_venvs = match (kept_in, venvs.first()) {
+        (Some(root), Some(user)) => Some(KeptVenvs {
+            root: root.to_path_buf(),
+            base: python.clone(),
+            layer: Some(user.clone()),
+        }),
+        (Some(root), None) if plain => Some(KeptVenvs {
+            root: root.to_path_buf(),
+            base: python.clone(),
+            layer: None,
+        }),
         _ => None,
     };
+    let mut kept_dirs = Vec::new();
     if let (Some(kept), false) = (&kept_venvs, tenants) {
         // The sole tenant's: writable in the view (and idmapped like the
         // workspace when that is root's), so it is named before the
         // sandbox is settled. Tenants' are added as each is built.
         let owner = sandbox::owner_of(workdir);
-        let dir = worker::session_venv::prepare_dir(&kept.root, workdir, "local", owner)
-            .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
-        venvs.push(dir.clone());
+        let dir = worker::session_venv::prepare_dir(
+            &kept.root,
+            workdir,
+            "local",
+            kept.layer.as_deref(),
+            owner,
+        )
+        .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
+        kept_dirs.push(dir.clone());
         writable.0.push(dir);
     }
     if tenants && python.starts_with(workdir) {
@@ -126,7 +158,7 @@ pub fn prepare(
         workdir,
         (state_dir, kept_in, tenants),
         (&python, &base_python),
-        &venvs,
+        (&venvs, &kept_dirs),
         &writable,
         uids,
     )?;
@@ -165,12 +197,12 @@ fn sandbox_settings(
     workdir: &Path,
     (state_dir, kept_in, tenants): (&state::StateDir, Option<&Path>, bool),
     pythons: (&Path, &Path),
-    venvs: &[PathBuf],
+    (venvs, kept): (&[PathBuf], &[PathBuf]),
     writable: &sandbox::paths::Writable,
     uids: Option<&sandbox::uids::TenantUids>,
 ) -> anyhow::Result<(sandbox::SandboxConfig, String)> {
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
-    let access = Access::granted(cfg, workdir, pythons, venvs, writable);
+    let access = Access::granted(cfg, workdir, pythons, (venvs, kept), writable);
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h != Path::new("/"));
@@ -236,7 +268,7 @@ fn sandbox_settings(
         identity_gap: None,
         protected: None,
     };
-    sandbox_cfg.protected = protected_places(cfg, &sandbox_cfg)?;
+    sandbox_cfg.protected = protected_places(cfg, &sandbox_cfg, venvs)?;
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
@@ -267,18 +299,30 @@ fn sandbox_settings(
 
 /// The protected places of a writable workspace (and of --allow-write
 /// paths), from the built-in list and the operator's --protect and
-/// --allow-write-protected.
+/// --allow-write-protected; and the user's venv where it lies in one under
+/// another name than `.venv` (`--venv env`), protected and freed like
+/// `.venv`.
 fn protected_places(
     cfg: &Config,
     sandbox_cfg: &sandbox::SandboxConfig,
+    venvs: &[PathBuf],
 ) -> anyhow::Result<Option<sandbox::protected::Protected>> {
     if sandbox_cfg.mode != sandbox::SandboxMode::WorkspaceWrite {
         return Ok(None);
     }
     let mut roots = vec![sandbox_cfg.workspace.clone()];
     roots.extend(sandbox_cfg.write.iter().cloned());
-    let protected =
+    let mut protected =
         sandbox::protected::Protected::new(roots, &cfg.protect, &cfg.allow_write_protected)?;
+    if protected.names.iter().any(|n| n == ".venv") {
+        for venv in venvs {
+            let venv = venv.canonicalize().unwrap_or_else(|_| venv.clone());
+            let shared = protected.roots.iter().any(|r| venv.starts_with(r));
+            if shared && protected.find(&venv).is_none() {
+                protected.paths.push(venv);
+            }
+        }
+    }
     Ok((!protected.is_empty()).then_some(protected))
 }
 
@@ -316,12 +360,13 @@ struct Access {
 
 impl Access {
     /// From the interpreters (`python` and the base it was made from), the
-    /// venvs, --allow-python, uv on PATH, --allow-read and --allow-write.
+    /// user's venvs (read-only), the kept venvs (writable), --allow-python,
+    /// uv on PATH, --allow-read and --allow-write.
     fn granted(
         cfg: &Config,
         workdir: &Path,
         (python, base_python): (&Path, &Path),
-        venvs: &[PathBuf],
+        (venvs, kept): (&[PathBuf], &[PathBuf]),
         writable: &sandbox::paths::Writable,
     ) -> Self {
         use sandbox::paths::{interpreter_dirs, normalize};
@@ -329,16 +374,21 @@ impl Access {
         let outside = |p: &Path| !p.starts_with(workdir);
         let mut read = interpreter_dirs(python, writable);
         read.extend(interpreter_dirs(base_python, writable));
-        let mut write: Vec<PathBuf> = venvs.iter().filter(|v| outside(v)).cloned().collect();
+        // The user's venvs are read, never written: a .pth or a bin/ script
+        // planted there would run on the host (python_install writes the
+        // venv kept over them).
+        read.extend(venvs.iter().filter(|v| outside(v)).cloned());
+        let mut write: Vec<PathBuf> = kept.to_vec();
         let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
-        allowed_python.extend(venvs.iter().cloned());
+        allowed_python.extend(venvs.iter().chain(kept).cloned());
         for p in cfg.allow_python.iter().map(abs) {
             if p.join("pyvenv.cfg").is_file() {
-                // A venv: writable (installs), never run by the server; its base
-                // must be readable already (--python, or another --allow-python).
+                // A venv: read-only, as the user's are (the operator's own
+                // environment, run on the host too), never run by the
+                // server; its base must be readable already (--python, or
+                // another --allow-python).
                 if outside(&p) {
                     read.push(p.clone());
-                    write.push(p.clone());
                 }
             } else if p.is_dir() {
                 read.extend(interpreter_dirs(&p.join("bin").join("python3"), writable));
@@ -376,7 +426,7 @@ fn check_shared_places(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> 
     });
     if cfg.venv.is_some() || !cfg.allow_write.is_empty() || shared_venv {
         anyhow::bail!(
-            "--venv, --allow-write and venvs in --allow-python would be writable by every tenant (one could change what another runs); with tenants, each keeps its venvs in its own workspace (python_install, python_sessions create venv=...), and shared interpreters are given read-only with --python or --allow-python DIR"
+            "--allow-write would be writable by every tenant (one could change what another runs), and --venv and venvs in --allow-python are not shared between tenants either; with tenants, each keeps its venvs in its own workspace (python_install, python_sessions create venv=...), and shared interpreters are given read-only with --python or --allow-python DIR"
         );
     }
     if let Some(stores) = kept_in.and_then(|d| d.canonicalize().ok())

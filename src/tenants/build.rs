@@ -209,9 +209,9 @@ impl Base {
         })
     }
 
-    /// The venv kept for the tenant's workspace, when its interpreter is
-    /// not one: a named tenant's is added to its view here, writable and
-    /// its own (the sole tenant's was added at start-up).
+    /// The venv kept for the tenant's workspace (over the user's venv when
+    /// the interpreter is one): a named tenant's is added to its view here,
+    /// writable and its own (the sole tenant's was added at start-up).
     fn kept_venv(
         &self,
         tenant: &Tenant,
@@ -226,27 +226,32 @@ impl Base {
             (Tenant::Named(_), _, _) => None,
             (Tenant::Sole, _, _) => crate::sandbox::owner_of(workdir),
         };
-        let dir = worker::session_venv::prepare_dir(&kept.root, workdir, tenant.name(), owner)
-            .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
+        let dir = worker::session_venv::prepare_dir(
+            &kept.root,
+            workdir,
+            tenant.name(),
+            kept.layer.as_deref(),
+            owner,
+        )
+        .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
         if let Tenant::Named(_) = tenant {
             sandbox.write.push(dir.clone());
             sandbox.allowed_python.push(dir.clone());
         }
+        let mut venv = worker::session_venv::SessionVenv::new(dir, kept.base.clone());
+        if let Some(user) = &kept.layer {
+            venv = venv.over(user.clone());
+        }
         // Shell jobs and subprocesses run the same interpreter as the
-        // sessions, and see what python_install put there.
-        let bin = dir.join("bin").display().to_string();
-        let path = match sandbox.env.get("PATH") {
-            Some(rest) if !rest.is_empty() => format!("{bin}:{rest}"),
-            _ => bin,
-        };
+        // sessions, and see what python_install put there; the user's
+        // venv's commands come next. VIRTUAL_ENV names the kept venv, the
+        // one installers (uv, pip) may write.
+        let path = venv.shell_path(sandbox.env.get("PATH").map(String::as_str));
         sandbox.env.insert("PATH".into(), path);
         sandbox
             .env
-            .insert("VIRTUAL_ENV".into(), dir.display().to_string());
-        Ok(Some(worker::session_venv::SessionVenv::new(
-            dir,
-            kept.base.clone(),
-        )))
+            .insert("VIRTUAL_ENV".into(), venv.dir.display().to_string());
+        Ok(Some(venv))
     }
 
     /// Where a tenant's output logs and its processes' temporary homes go:

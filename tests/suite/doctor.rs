@@ -442,7 +442,7 @@ async fn the_install_item_says_where_packages_go_or_why_they_cannot() {
         .await;
     let (status, detail) = item(&report, "install");
     assert_eq!(status, "missing", "{detail}");
-    assert!(detail.contains("--venv"), "{detail}");
+    assert!(detail.contains("without --resume off"), "{detail}");
 }
 
 #[tokio::test]

@@ -31,8 +31,26 @@ pub(super) fn shell_quote(s: &str) -> String {
 
 /// Run first in the install job, inside the sandbox like the install itself
 /// (the interpreter may be any file the agent wrote): refuses interpreters
-/// that are not a virtual environment, saying what to do instead.
-const VENV_CHECK: &str = "import sys,os,sysconfig as c;sys.prefix==sys.base_prefix and sys.exit(\"ferrepl: \"+sys.executable+(\" is externally managed (PEP 668)\" if os.path.exists(os.path.join(c.get_path(\"stdlib\"),\"EXTERNALLY-MANAGED\")) else \" is not a virtual environment\")+\"; ferrepl installs only into venvs: restart ferrepl with --venv DIR, or run python3 -m venv .venv in the workspace and python_sessions {action: create, session: ..., venv: .venv}\")";
+/// that are not a virtual environment, and venvs sessions only read (the
+/// user's, an operator's `--allow-python` one: a `.pth` written there would
+/// run on the host), each saying what to do instead. Whether the venv can be
+/// written is tried, not judged: a file made and removed in site-packages.
+const VENV_CHECK: &str = r#"import sys, os, errno, sysconfig, tempfile
+own = "run python3 -m venv env in the workspace and python_sessions {action: create, session: ..., venv: env}"
+if sys.prefix == sys.base_prefix:
+    managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+    sys.exit("ferrepl: " + sys.executable + (" is externally managed (PEP 668)" if managed else " is not a virtual environment")
+             + "; ferrepl installs only into venvs: " + own + " (or restart ferrepl without --resume off: it then keeps a venv for the workspace)")
+try:
+    fd, probe = tempfile.mkstemp(dir=sysconfig.get_path("purelib"))
+    os.close(fd)
+    os.unlink(probe)
+except OSError as e:
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        sys.exit("ferrepl: " + sys.prefix + " is read-only to sessions (" + e.strerror + "): a user's venv is never written from the sandbox, "
+                 + "since a .pth there would run on the host; python_install installs into the venv ferrepl keeps over it, which needs sessions kept "
+                 + "(ferrepl started without --resume off); or " + own)
+"#;
 
 #[tool_router(router = packages_router, vis = "pub(crate)")]
 impl FerreplServer {

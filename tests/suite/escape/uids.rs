@@ -739,31 +739,51 @@ async fn an_install_job_writes_the_venv_as_the_sessions_uid() {
     assert_eq!(out.structured["status"], "exited", "{out:#?}");
     assert_eq!(out.structured["exit_code"], 0, "the install: {out:#?}");
 
-    let installed: Vec<PathBuf> = std::fs::read_dir(venv.join("lib"))
-        .expect("the venv's lib")
+    // --venv is the user's, read-only to sessions: the install went to the
+    // venv ferrepl keeps over it (kept_venv.rs), given to the workspace's
+    // owner and shown to the sessions' uid like the workspace.
+    let installed_in = |prefix: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(prefix.join("lib"))
+            .map(|dir| {
+                dir.filter_map(Result::ok)
+                    .map(|py| {
+                        py.path()
+                            .join("site-packages")
+                            .join(name)
+                            .join("__init__.py")
+                    })
+                    .filter(|p| p.is_file())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        installed_in(&venv),
+        Vec::<PathBuf>::new(),
+        "nothing in --venv"
+    );
+    let kept: Vec<PathBuf> = std::fs::read_dir(place.state.path().join("venvs"))
+        .expect("the kept venvs")
         .filter_map(Result::ok)
-        .map(|py| {
-            py.path()
-                .join("site-packages")
-                .join(name)
-                .join("__init__.py")
-        })
-        .filter(|p| p.is_file())
+        .map(|e| e.path())
         .collect();
+    assert_eq!(kept.len(), 1, "one kept venv: {kept:?}");
+    let installed = installed_in(&kept[0]);
     assert_eq!(
         installed.len(),
         1,
-        "the package is in the venv: {installed:?}"
+        "the package is in the kept venv: {installed:?}"
     );
     assert_eq!(
         owner(&installed[0]),
-        venv_owner,
-        "the install wrote as the venv's owner is shown to the sessions' uid"
+        owner(&kept[0]),
+        "the install wrote as the kept venv's owner is shown to the sessions' uid"
     );
     assert_eq!(
         owner(installed[0].parent().expect("package dir")),
-        venv_owner
+        owner(&kept[0])
     );
+    assert_eq!(owner(&venv), venv_owner);
 
     // The session picks it up (the refresh after an install may lag).
     let mut imported = server.exec(&format!("import {name}\n{name}.VALUE")).await;
