@@ -1,0 +1,903 @@
+//! The secrets ferrepl hands out (upstream servers' `env` and header
+//! values, credentials in URLs, its own bearer tokens and the viewer's),
+//! replaced by [`MARKER`] in every text that ferrepl composes from what
+//! the holders of those secrets say (an upstream's errors, stderr,
+//! results, tool lists, progress) before a session, a tool result or the
+//! viewer sees it.
+//!
+//! Each secret is looked for as it is, percent-encoded (the usual sets,
+//! both hex cases), JSON-escaped (minimal and ASCII-only, `\/` or not),
+//! and in base64 (standard and URL-safe alphabets) at each of the three
+//! alignments a secret can have inside a longer encoded string (`Basic
+//! base64(user:password)`): there, only the characters made of the
+//! secret's bits alone are stable, so those are matched, and the one
+//! character on each side that mixes its bits with its neighbours' goes
+//! with them. Values shorter than [`MIN_SECRET_CHARS`] characters are not
+//! secrets (they would match ordinary words and say little).
+//!
+//! Matches may overlap (two secrets sharing characters): every match is
+//! found and overlapping ones are replaced as one. Text that arrives in
+//! pieces goes through a [`StreamRedactor`], which holds back only what
+//! may be the start of a secret, so a secret cut by a chunk boundary is
+//! still found. Redact before cutting a text to a size: a cut could leave
+//! a secret's start, which no longer matches.
+//!
+//! This is no filter for a session's own output: that text is the
+//! agent's, and redacting it would tell the agent which strings are
+//! secrets (an oracle for guesses).
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine;
+use serde_json::Value;
+
+/// What a secret is replaced with.
+pub const MARKER: &str = "[redacted]";
+/// Shorter values are not treated as secrets.
+pub const MIN_SECRET_CHARS: usize = 8;
+/// What replaces a whole text when the secrets cannot be looked for.
+const WITHHELD: &str =
+    "[withheld: ferrepl could not look for its secrets in this text; see its log]";
+/// The start of a secret this long, where a library may have cut it, goes
+/// too ([`Redactor::redact_cut`]).
+const PARTIAL_MIN: usize = 6;
+
+/// The forms of a set of secrets, ready to be found in text.
+pub struct Redactor {
+    secrets: BTreeSet<String>,
+    /// The forms looked for (indexed like the automaton's patterns).
+    forms: Vec<Form>,
+    matcher: Option<AhoCorasick>,
+    /// The first [`PARTIAL_MIN`] bytes of the longer forms, and the forms
+    /// each one starts.
+    starts: Option<(AhoCorasick, Vec<Vec<usize>>)>,
+    /// The matcher could not be built: every text is withheld whole
+    /// rather than passed on unredacted.
+    broken: bool,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secrets themselves.
+        f.debug_struct("Redactor")
+            .field("secrets", &self.secrets.len())
+            .field("forms", &self.forms.len())
+            .finish()
+    }
+}
+
+/// One form of a secret.
+struct Form {
+    bytes: Vec<u8>,
+    /// Base64 characters just before and after a match that mix the
+    /// secret's bits with its neighbours' (0 or 1 each).
+    left: usize,
+    right: usize,
+    /// Its start is looked for too ([`Redactor::redact_cut`]): not for a
+    /// value of several words (`Bearer TOKEN`), whose first word may be
+    /// common and whose long words are secrets of their own.
+    starts: bool,
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::new(std::iter::empty::<&str>())
+    }
+}
+
+impl Redactor {
+    /// The redactor of `secrets` (values under [`MIN_SECRET_CHARS`]
+    /// characters are left out).
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let secrets: BTreeSet<String> = secrets
+            .into_iter()
+            .map(|s| s.as_ref().to_string())
+            .filter(|s| is_secret(s))
+            .collect();
+        let mut seen: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut forms = Vec::new();
+        for secret in &secrets {
+            for form in forms_of(secret) {
+                if form.bytes.is_empty() || !seen.insert(form.bytes.clone()) {
+                    continue;
+                }
+                forms.push(form);
+            }
+        }
+        let mut broken = false;
+        let matcher = if forms.is_empty() {
+            None
+        } else {
+            // Standard semantics: overlapping matches are all reported.
+            AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .build(forms.iter().map(|f| f.bytes.as_slice()))
+                .map_err(|e| {
+                    broken = true;
+                    tracing::error!(
+                        "the matcher of the secrets to redact could not be built ({e}): what upstream servers say is withheld whole; give them shorter secrets"
+                    )
+                })
+                .ok()
+        };
+        let starts = starts_of(&forms);
+        Redactor {
+            secrets,
+            forms,
+            matcher,
+            starts,
+            broken,
+        }
+    }
+
+    /// These secrets and `more`'s.
+    pub fn with(&self, more: &Redactor) -> Redactor {
+        Redactor::new(self.secrets.iter().chain(more.secrets.iter()))
+    }
+
+    /// Whether it holds no secret.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    /// How many secrets it holds.
+    pub fn len(&self) -> usize {
+        self.secrets.len()
+    }
+
+    /// `text` with every secret replaced by [`MARKER`].
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match self.redact_bytes(text.as_bytes()) {
+            Cow::Borrowed(_) => Cow::Borrowed(text),
+            // Forms are whole UTF-8 sequences and extensions ASCII, so the
+            // cuts fall on character boundaries.
+            Cow::Owned(bytes) => Cow::Owned(match String::from_utf8(bytes) {
+                Ok(s) => s,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            }),
+        }
+    }
+
+    /// `text` redacted, and also every start of a secret of at least
+    /// [`PARTIAL_MIN`] characters in it: for text a library may have cut
+    /// anywhere before ferrepl saw it (an HTTP client's error quoting the
+    /// first bytes of a body), where a secret cut in two no longer matches.
+    /// Never for a session's own text: it would tell which starts are a
+    /// secret's.
+    pub fn redact_cut<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let full = self.redact(text);
+        let Some((matcher, groups)) = &self.starts else {
+            return full;
+        };
+        let bytes = full.as_bytes();
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for m in matcher.find_overlapping_iter(bytes) {
+            let rest = &bytes[m.start()..];
+            let mut end = m.end();
+            for &i in &groups[m.pattern().as_usize()] {
+                let form = &self.forms[i].bytes;
+                let same = form.iter().zip(rest).take_while(|(a, b)| a == b).count();
+                end = end.max(m.start() + same);
+            }
+            ranges.push((m.start(), end));
+        }
+        if ranges.is_empty() {
+            return full;
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match merged.last_mut() {
+                Some(last) if r.0 <= last.1 => last.1 = last.1.max(r.1),
+                _ => merged.push(r),
+            }
+        }
+        let out = replace(bytes, &merged, bytes.len());
+        Cow::Owned(match String::from_utf8(out) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
+    }
+
+    /// `text` redacted, as an owned string.
+    pub fn redact_string(&self, text: String) -> String {
+        match self.redact(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(s) => s,
+        }
+    }
+
+    /// `bytes` with every secret replaced by [`MARKER`].
+    pub fn redact_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.broken && !bytes.is_empty() {
+            return Cow::Owned(WITHHELD.as_bytes().to_vec());
+        }
+        let ranges = self.ranges(bytes);
+        if ranges.is_empty() {
+            return Cow::Borrowed(bytes);
+        }
+        Cow::Owned(replace(bytes, &ranges, bytes.len()))
+    }
+
+    /// Every string of `value` (object keys too) redacted in place.
+    pub fn redact_json(&self, value: &mut Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(s) => {
+                if let Cow::Owned(r) = self.redact(s) {
+                    *s = r;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
+            Value::Object(map) => {
+                let changed = map.keys().any(|k| matches!(self.redact(k), Cow::Owned(_)));
+                if changed {
+                    let old = std::mem::take(map);
+                    for (k, v) in old {
+                        let k = self.redact_string(k);
+                        // Two keys redacted alike: the later wins, as in
+                        // any object with a repeated key.
+                        map.insert(k, v);
+                    }
+                }
+                map.values_mut().for_each(|v| self.redact_json(v));
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
+    /// The byte ranges to replace in `bytes`, each with the characters
+    /// that go with its match, sorted, overlapping ones merged.
+    fn ranges(&self, bytes: &[u8]) -> Vec<(usize, usize)> {
+        self.ranges_with_ends(bytes)
+            .into_iter()
+            .map(|r| (r.start, r.end))
+            .collect()
+    }
+
+    /// As [`Self::ranges`], also telling how far each range's matches
+    /// needed the text (the character after a base64 match is looked at).
+    fn ranges_with_ends(&self, bytes: &[u8]) -> Vec<Range> {
+        let Some(matcher) = &self.matcher else {
+            return Vec::new();
+        };
+        let mut found: Vec<Range> = matcher
+            .find_overlapping_iter(bytes)
+            .map(|m| {
+                let form = &self.forms[m.pattern().as_usize()];
+                let mut start = m.start();
+                if form.left > 0 && start > 0 && is_base64_char(bytes[start - 1]) {
+                    start -= 1;
+                }
+                let mut end = m.end();
+                let needs = end + form.right;
+                if form.right > 0 && end < bytes.len() && is_base64_char(bytes[end]) {
+                    end += 1;
+                }
+                Range { start, end, needs }
+            })
+            .collect();
+        found.sort_by_key(|r| (r.start, r.end));
+        let mut merged: Vec<Range> = Vec::with_capacity(found.len());
+        for r in found {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => {
+                    last.end = last.end.max(r.end);
+                    last.needs = last.needs.max(r.needs);
+                }
+                _ => merged.push(r),
+            }
+        }
+        merged
+    }
+
+    /// The length of the longest end of `bytes` that is the start of some
+    /// form (it may become a match when more text comes), plus the one
+    /// base64 character that would go with it.
+    fn pending(&self, bytes: &[u8]) -> usize {
+        let mut longest = 0;
+        for form in &self.forms {
+            let most = (form.bytes.len() - 1).min(bytes.len());
+            for k in (1..=most).rev() {
+                if k + form.left <= longest {
+                    break;
+                }
+                if bytes.ends_with(&form.bytes[..k]) {
+                    longest = k + form.left;
+                    break;
+                }
+            }
+        }
+        longest.min(bytes.len())
+    }
+}
+
+/// A range to replace; `needs`: the text up to there decides it.
+struct Range {
+    start: usize,
+    end: usize,
+    needs: usize,
+}
+
+/// `bytes[..upto]` with `ranges` (sorted, within it) replaced by the marker.
+fn replace(bytes: &[u8], ranges: &[(usize, usize)], upto: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(upto);
+    let mut at = 0;
+    for &(start, end) in ranges {
+        out.extend_from_slice(&bytes[at..start]);
+        out.extend_from_slice(MARKER.as_bytes());
+        at = end;
+    }
+    out.extend_from_slice(&bytes[at..upto]);
+    out
+}
+
+/// The automaton of the forms' first [`PARTIAL_MIN`] bytes (for the forms
+/// longer than that), and which forms start with each.
+fn starts_of(forms: &[Form]) -> Option<(AhoCorasick, Vec<Vec<usize>>)> {
+    let mut index: std::collections::BTreeMap<&[u8], Vec<usize>> = Default::default();
+    for (i, form) in forms.iter().enumerate().filter(|(_, f)| f.starts) {
+        // Cut on a character boundary: a start is looked for as text.
+        let mut n = PARTIAL_MIN;
+        while n < form.bytes.len() && (form.bytes[n] & 0xC0) == 0x80 {
+            n += 1;
+        }
+        if form.bytes.len() > n {
+            index.entry(&form.bytes[..n]).or_default().push(i);
+        }
+    }
+    if index.is_empty() {
+        return None;
+    }
+    let (starts, groups): (Vec<&[u8]>, Vec<Vec<usize>>) = index.into_iter().unzip();
+    AhoCorasick::builder()
+        .match_kind(MatchKind::Standard)
+        .build(starts)
+        .ok()
+        .map(|m| (m, groups))
+}
+
+/// Whether `value` is long enough to be treated as a secret.
+pub fn is_secret(value: &str) -> bool {
+    value.chars().count() >= MIN_SECRET_CHARS
+}
+
+fn is_base64_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
+}
+
+/// Every form `secret` is looked for in.
+fn forms_of(secret: &str) -> Vec<Form> {
+    let starts = !secret.contains(char::is_whitespace);
+    let plain = |s: String| Form {
+        bytes: s.into_bytes(),
+        left: 0,
+        right: 0,
+        starts,
+    };
+    let mut texts: Vec<String> = vec![secret.to_string()];
+    texts.extend(json_escaped(secret));
+    texts.extend(percent_encoded(secret));
+    let mut forms: Vec<Form> = texts.into_iter().map(plain).collect();
+    for engine in [
+        &base64::engine::general_purpose::STANDARD,
+        &base64::engine::general_purpose::URL_SAFE,
+    ] {
+        forms.extend(
+            base64_forms(secret.as_bytes(), engine)
+                .into_iter()
+                .map(|f| Form { starts, ..f }),
+        );
+    }
+    forms
+}
+
+/// The JSON string forms of `s` (without the quotes): minimal escapes as
+/// serde_json and Python write them, ASCII-only (`\uXXXX`), and each with
+/// `/` written `\/`.
+fn json_escaped(s: &str) -> Vec<String> {
+    let minimal = serde_json::to_string(s)
+        .map(|q| q[1..q.len() - 1].to_string())
+        .unwrap_or_default();
+    let mut ascii = String::with_capacity(minimal.len());
+    for c in minimal.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                ascii.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    let mut out = vec![minimal, ascii];
+    let slashed: Vec<String> = out
+        .iter()
+        .filter(|t| t.contains('/'))
+        .map(|t| t.replace('/', "\\/"))
+        .collect();
+    out.extend(slashed);
+    out
+}
+
+/// `s` percent-encoded as URLs and forms carry it: every byte but the
+/// unreserved ones (both hex cases), and the sets of a URL's user info,
+/// path segment and form fields.
+fn percent_encoded(s: &str) -> Vec<String> {
+    let mut upper = String::new();
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            upper.push(b as char);
+        } else {
+            upper.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let lower = lower_hex_escapes(&upper);
+    let mut out = vec![upper, lower];
+    out.push(url::form_urlencoded::byte_serialize(s.as_bytes()).collect());
+    if let Ok(mut u) = url::Url::parse("http://h/") {
+        if u.set_password(Some(s)).is_ok()
+            && let Some(p) = u.password()
+        {
+            out.push(p.to_string());
+        }
+        if u.set_username(s).is_ok() {
+            out.push(u.username().to_string());
+        }
+        if let Ok(mut segments) = u.path_segments_mut() {
+            segments.clear().push(s);
+        }
+        out.push(u.path().trim_start_matches('/').to_string());
+    }
+    let with_lower: Vec<String> = out.iter().map(|t| lower_hex_escapes(t)).collect();
+    out.extend(with_lower);
+    out
+}
+
+/// `%2F` → `%2f` (the rest as it is).
+fn lower_hex_escapes(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(b'%');
+            out.push(b[i + 1].to_ascii_lowercase());
+            out.push(b[i + 2].to_ascii_lowercase());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
+}
+
+/// The stable inner part of `secret`'s base64 at each alignment (0, 1 or
+/// 2 bytes of something else before it in its group of three): the
+/// characters whose six bits are all the secret's.
+fn base64_forms(secret: &[u8], engine: &base64::engine::GeneralPurpose) -> Vec<Form> {
+    let mut out = Vec::new();
+    for align in 0..3usize {
+        let mut buf = vec![0u8; align];
+        buf.extend_from_slice(secret);
+        buf.extend_from_slice(&[0, 0]);
+        let encoded = engine.encode(&buf);
+        let bits_before = 8 * align;
+        let bits_to_end = 8 * (align + secret.len());
+        let start = bits_before.div_ceil(6);
+        let end = bits_to_end / 6;
+        if end <= start || end > encoded.len() {
+            continue;
+        }
+        out.push(Form {
+            bytes: encoded.as_bytes()[start..end].to_vec(),
+            left: usize::from(!bits_before.is_multiple_of(6)),
+            right: usize::from(!bits_to_end.is_multiple_of(6)),
+            starts: true,
+        });
+    }
+    out
+}
+
+/// The secrets of a URL: its user name and password, as written and
+/// decoded (a user name alone may be a token: `https://TOKEN@host`).
+pub fn url_credentials(url: &str) -> Vec<String> {
+    let Ok(u) = url::Url::parse(url) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for part in [u.username(), u.password().unwrap_or("")] {
+        if part.is_empty() {
+            continue;
+        }
+        out.push(part.to_string());
+        if let Ok(decoded) = percent_decode(part) {
+            out.push(decoded);
+        }
+    }
+    if let (user, Some(password)) = (u.username(), u.password())
+        && let (Ok(user), Ok(password)) = (percent_decode(user), percent_decode(password))
+    {
+        out.push(format!("{user}:{password}"));
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> Result<String, std::string::FromUtf8Error> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
+}
+
+/// The secrets of an HTTP header's value: the whole value, each of its
+/// words (`Bearer TOKEN`'s token) and, for a word that is base64 of
+/// `user:password` (`Basic ...`), that text and its parts.
+pub fn header_secrets(value: &str) -> Vec<String> {
+    let mut out = vec![value.to_string(), value.trim().to_string()];
+    for word in value.split_whitespace() {
+        out.push(word.to_string());
+        if let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(word)
+            && let Ok(text) = String::from_utf8(decoded)
+            && let Some((user, password)) = text.split_once(':')
+        {
+            out.extend([user.to_string(), password.to_string()]);
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// The redactor in force, shared by everything that redacts; secrets are
+/// added when their settings are read (at start, on SIGHUP) and never
+/// dropped while ferrepl runs (a replaced token may still be valid
+/// somewhere).
+#[derive(Clone, Default)]
+pub struct Secrets(Arc<RwLock<Arc<Redactor>>>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.current().fmt(f)
+    }
+}
+
+impl Secrets {
+    /// No secrets yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A handle holding `secrets`.
+    pub fn of<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let s = Self::default();
+        s.add(secrets);
+        s
+    }
+
+    /// The redactor as it is now.
+    pub fn current(&self) -> Arc<Redactor> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds `secrets` (the ones already held stay).
+    pub fn add<I, S>(&self, secrets: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let more = Redactor::new(secrets);
+        let mut slot = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if more.secrets.iter().all(|s| slot.secrets.contains(s)) {
+            return;
+        }
+        *slot = Arc::new(slot.with(&more));
+    }
+
+    /// `text` redacted with the current secrets.
+    pub fn redact(&self, text: String) -> String {
+        self.current().redact_string(text)
+    }
+}
+
+/// Redacts text that arrives in pieces: what may be the start of a secret
+/// is held back until the next piece (or the end) decides it.
+pub struct StreamRedactor {
+    secrets: Secrets,
+    held: Vec<u8>,
+}
+
+impl StreamRedactor {
+    pub fn new(secrets: Secrets) -> Self {
+        StreamRedactor {
+            secrets,
+            held: Vec::new(),
+        }
+    }
+
+    /// The text of `chunk` (with what was held) that is decided, redacted.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.held.extend_from_slice(chunk);
+        let redactor = self.secrets.current();
+        if redactor.is_empty() {
+            return std::mem::take(&mut self.held);
+        }
+        if redactor.broken {
+            let held = std::mem::take(&mut self.held);
+            return redactor.redact_bytes(&held).into_owned();
+        }
+        let len = self.held.len();
+        let mut cut = len - redactor.pending(&self.held);
+        let ranges = redactor.ranges_with_ends(&self.held);
+        // A range that reaches the held part, or whose end is not decided
+        // yet (the character after it has not come), waits whole.
+        for r in ranges.iter().rev() {
+            if r.end > cut || r.needs > len {
+                cut = cut.min(r.start);
+            } else {
+                break;
+            }
+        }
+        let done: Vec<(usize, usize)> = ranges
+            .iter()
+            .filter(|r| r.end <= cut)
+            .map(|r| (r.start, r.end))
+            .collect();
+        let out = replace(&self.held, &done, cut);
+        self.held.drain(..cut);
+        out
+    }
+
+    /// The rest, redacted (the text ended).
+    pub fn finish(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        self.secrets.current().redact_bytes(&held).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "s3cr/t+k=y\"\\ é";
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    fn redacted(r: &Redactor, text: &str) -> String {
+        r.redact(text).into_owned()
+    }
+
+    #[test]
+    fn short_values_are_not_secrets() {
+        let r = Redactor::new(["1234567", "", "abcdefgh"]);
+        assert_eq!(r.len(), 1);
+        assert_eq!(redacted(&r, "1234567 abcdefgh"), "1234567 [redacted]");
+        // Characters, not bytes: seven accented letters are 14 bytes.
+        assert!(Redactor::new(["ééééééé"]).is_empty());
+    }
+
+    #[test]
+    fn every_plain_encoding_is_found() {
+        let r = Redactor::new([SECRET]);
+        let json = serde_json::to_string(SECRET).expect("json");
+        let json = &json[1..json.len() - 1];
+        let ascii_json = "s3cr\\/t+k=y\\\"\\\\ \\u00e9";
+        let percent = "s3cr%2Ft%2Bk%3Dy%22%5C%20%C3%A9";
+        let form: String = url::form_urlencoded::byte_serialize(SECRET.as_bytes()).collect();
+        for text in [
+            SECRET.to_string(),
+            json.to_string(),
+            ascii_json.to_string(),
+            percent.to_string(),
+            percent.to_ascii_lowercase(),
+            form,
+        ] {
+            let line = format!("before {text} after");
+            assert_eq!(
+                redacted(&r, &line),
+                "before [redacted] after",
+                "{text:?} was not redacted"
+            );
+        }
+    }
+
+    #[test]
+    fn base64_at_every_alignment_and_in_basic_auth() {
+        let r = Redactor::new(["password-0123"]);
+        for prefix in ["", "a", "ab", "abc", "user:", "u:"] {
+            for suffix in ["", "x", "xy", "xyz"] {
+                let encoded = b64(format!("{prefix}password-0123{suffix}").as_bytes());
+                let text = format!("Authorization: Basic {encoded} end");
+                let out = redacted(&r, &text);
+                assert!(out.contains(MARKER), "{prefix:?}+{suffix:?}: {out}");
+                assert!(
+                    !out.contains(&b64(b"password-0123")[..8]),
+                    "{prefix:?}+{suffix:?}: {out}"
+                );
+                // At most the characters made of the neighbours' bits are left.
+                let kept = out
+                    .trim_start_matches("Authorization: Basic ")
+                    .trim_end_matches(" end")
+                    .replace(MARKER, "")
+                    .trim_end_matches('=')
+                    .len();
+                let neighbours = (prefix.len() * 8).div_ceil(6) + (suffix.len() * 8).div_ceil(6);
+                assert!(
+                    kept <= neighbours,
+                    "{prefix:?}+{suffix:?}: {kept} characters kept of {out}"
+                );
+            }
+        }
+        // URL-safe base64 too.
+        let url_safe = base64::engine::general_purpose::URL_SAFE.encode(b"?password-0123>");
+        assert!(redacted(&r, &url_safe).contains(MARKER), "{url_safe}");
+    }
+
+    #[test]
+    fn overlapping_secrets_are_replaced_as_one() {
+        let r = Redactor::new(["abcdefghij", "ghijklmnop", "mnopqrstuv"]);
+        assert_eq!(redacted(&r, "<abcdefghijklmnopqrstuv>"), "<[redacted]>");
+        // One inside another.
+        let r = Redactor::new(["0123456789", "2345678"]);
+        assert_eq!(redacted(&r, "x0123456789y"), "x[redacted]y");
+        // Touching ones.
+        let r = Redactor::new(["aaaaaaaa", "bbbbbbbb"]);
+        assert_eq!(redacted(&r, "aaaaaaaabbbbbbbb"), "[redacted]");
+        assert_eq!(redacted(&r, "aaaaaaaa bbbbbbbb"), "[redacted] [redacted]");
+    }
+
+    #[test]
+    fn json_values_keys_included() {
+        let r = Redactor::new(["topsecret-1"]);
+        let mut v = serde_json::json!({
+            "a": ["x topsecret-1 y", 1, null],
+            "topsecret-1": {"k": "dG9wc2VjcmV0LTE="},
+        });
+        r.redact_json(&mut v);
+        assert_eq!(
+            v,
+            serde_json::json!({"a": ["x [redacted] y", 1, null], "[redacted]": {"k": "[redacted]="}})
+        );
+    }
+
+    #[test]
+    fn credentials_of_urls_and_headers() {
+        let creds = url_credentials("https://deploy-user:p%40ss%2Fword@idx.example/simple");
+        for want in [
+            "deploy-user",
+            "p%40ss%2Fword",
+            "p@ss/word",
+            "deploy-user:p@ss/word",
+        ] {
+            assert!(creds.iter().any(|c| c == want), "{want} in {creds:?}");
+        }
+        assert!(url_credentials("https://idx.example/simple").is_empty());
+        let basic = b64(b"alice:wonderland-9");
+        let h = header_secrets(&format!("Basic {basic}"));
+        assert!(h.contains(&basic) && h.contains(&"wonderland-9".to_string()));
+        let h = header_secrets("Bearer tok-123456789");
+        assert!(h.contains(&"tok-123456789".to_string()));
+        let r = Redactor::new(h);
+        assert_eq!(redacted(&r, "got Bearer tok-123456789"), "got [redacted]");
+        assert_eq!(
+            redacted(&r, "bad token tok-123456789."),
+            "bad token [redacted]."
+        );
+    }
+
+    /// Every way of cutting `text` into two or three pieces gives what one
+    /// call gives.
+    #[test]
+    fn streams_find_secrets_across_chunk_boundaries() {
+        let secrets = Secrets::of(["abcdefghij", "ghijklmnop", "password-0123"]);
+        let whole = Redactor::new(["abcdefghij", "ghijklmnop", "password-0123"]);
+        let basic = b64(b"user:password-0123");
+        let text = format!("1 abcdefghijklmnop 2 abcdefghi 3 Basic {basic} 4 password-012 5");
+        let want = whole.redact(&text).into_owned();
+        assert!(
+            !want.contains("ghijklmnop") && want.contains("abcdefghi 3"),
+            "{want}"
+        );
+        let bytes = text.as_bytes();
+        for i in 0..=bytes.len() {
+            for j in i..=bytes.len() {
+                let mut s = StreamRedactor::new(secrets.clone());
+                let mut out = s.push(&bytes[..i]);
+                out.extend(s.push(&bytes[i..j]));
+                out.extend(s.push(&bytes[j..]));
+                out.extend(s.finish());
+                assert_eq!(String::from_utf8_lossy(&out), want, "cut at {i}, {j}");
+            }
+        }
+        // Byte by byte, and only what may start a secret is held back.
+        let mut s = StreamRedactor::new(secrets.clone());
+        let mut out = Vec::new();
+        for b in bytes {
+            out.extend(s.push(std::slice::from_ref(b)));
+        }
+        out.extend(s.finish());
+        assert_eq!(String::from_utf8_lossy(&out), want);
+        let mut s = StreamRedactor::new(secrets);
+        assert_eq!(s.push(b"plain line\n"), b"plain line\n");
+        assert_eq!(s.push(b"key abcde"), b"key ");
+        assert_eq!(s.push(b"fghij!"), b"[redacted]!");
+    }
+
+    #[test]
+    fn starts_cut_by_a_library_go_too() {
+        let r = Redactor::new(["0123456789abcdef"]);
+        // Cut after 6 or more characters: gone, with what followed the cut.
+        assert_eq!(
+            r.redact_cut("preview: 0123456789, when sending")
+                .into_owned(),
+            "preview: [redacted], when sending"
+        );
+        assert_eq!(r.redact_cut("…012345").into_owned(), "…[redacted]");
+        // Shorter starts say little and stay, as does the plain redact.
+        assert_eq!(r.redact_cut("01234 x").into_owned(), "01234 x");
+        assert_eq!(r.redact("0123456789").into_owned(), "0123456789");
+        // Whole ones as always.
+        assert_eq!(
+            r.redact_cut("a 0123456789abcdef b").into_owned(),
+            "a [redacted] b"
+        );
+        // The start of a base64 form too.
+        let b = b64(b"0123456789abcdef");
+        assert_eq!(
+            r.redact_cut(&format!("Basic {}", &b[..9])).into_owned(),
+            "Basic [redacted]"
+        );
+        // A value of several words: its token's start goes, not its
+        // scheme's common word.
+        let r = Redactor::new(header_secrets("Bearer 0123456789abcdef"));
+        assert_eq!(
+            r.redact_cut("WWW-Authenticate: Bearer realm, got Bearer 0123456789")
+                .into_owned(),
+            "WWW-Authenticate: Bearer realm, got Bearer [redacted]"
+        );
+    }
+
+    #[test]
+    fn secrets_are_added_and_kept() {
+        let secrets = Secrets::new();
+        assert_eq!(
+            secrets.redact("old-token-1 new-token-2".into()),
+            "old-token-1 new-token-2"
+        );
+        secrets.add(["old-token-1"]);
+        secrets.add(["new-token-2"]);
+        assert_eq!(
+            secrets.redact("old-token-1 new-token-2".into()),
+            "[redacted] [redacted]"
+        );
+        assert!(!format!("{secrets:?}").contains("token"));
+    }
+}
