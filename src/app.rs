@@ -25,6 +25,13 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     // Refusals from the flags alone come before anything is started.
     startup::preflight::check(&cfg, &settings.workdir, &tokens)?;
     let viewer_tokens = crate::viewer::check(&cfg, &tokens)?;
+    // Every secret ferrepl hands out, redacted from what its holders say
+    // (the upstream servers add theirs when their file is read).
+    let secrets = crate::output::redact::Secrets::new();
+    secrets.add(tokens.secrets());
+    if let Some(viewer_tokens) = &viewer_tokens {
+        secrets.add(viewer_tokens.secrets());
+    }
     let viewer = crate::viewer::bind(&cfg, viewer_tokens).await?;
     let terminal = cfg.http.is_none() && startup::terminal::stdin_is_terminal();
     if terminal {
@@ -72,7 +79,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         None => None,
     };
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
-    let upstreams = upstream_servers(&cfg, &settings.workdir, writable)?;
+    secrets.add(
+        std::iter::once(&installer.index_url)
+            .chain(&installer.extra_index_urls)
+            .flat_map(|u| crate::output::redact::url_credentials(u)),
+    );
+    let upstreams = upstream_servers(&cfg, &settings.workdir, writable, secrets.clone())?;
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,
@@ -102,9 +114,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let viewer = viewer.map(|v| v.spawn(&cfg, instance.clone(), shutdown.clone()));
     spawn_signal_watch(
         signals,
-        instance.clone(),
-        upstreams.clone(),
-        viewer,
+        Reloaded {
+            instance: instance.clone(),
+            upstreams: upstreams.clone(),
+            viewer,
+            secrets,
+        },
         shutdown.clone(),
         instance.base().settings.drain,
     );
@@ -139,6 +154,7 @@ fn upstream_servers(
     cfg: &Config,
     workdir: &std::path::Path,
     writable: crate::sandbox::paths::Writable,
+    secrets: crate::output::redact::Secrets,
 ) -> anyhow::Result<Arc<crate::upstream::Upstreams>> {
     let limits = crate::upstream::Limits {
         call_timeout: crate::units::seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
@@ -153,9 +169,14 @@ fn upstream_servers(
     let place_check: crate::upstream::PlaceCheck = Box::new(move || {
         startup::preflight::mcp_servers_place(&place_cfg, &place_workdir).map_err(|e| e.to_string())
     });
-    let upstreams =
-        crate::upstream::Upstreams::new(cfg.mcp_servers.clone(), limits, writable, place_check)
-            .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
+    let upstreams = crate::upstream::Upstreams::new(
+        cfg.mcp_servers.clone(),
+        limits,
+        writable,
+        place_check,
+        secrets,
+    )
+    .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
     let config = upstreams.config();
     if !config.servers.is_empty() {
         let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
@@ -276,14 +297,21 @@ impl Signals {
     }
 }
 
-fn spawn_signal_watch(
-    signals: Signals,
+/// What SIGHUP reloads.
+struct Reloaded {
     instance: Arc<tenants::Instance>,
     upstreams: Arc<crate::upstream::Upstreams>,
     viewer: Option<Arc<crate::viewer::Viewer>>,
+    secrets: crate::output::redact::Secrets,
+}
+
+fn spawn_signal_watch(
+    signals: Signals,
+    reloaded: Reloaded,
     shutdown: CancellationToken,
     drain: Option<std::time::Duration>,
 ) {
+    let instance = reloaded.instance.clone();
     tokio::spawn(async move {
         let Some((mut term, mut int, mut hup)) = signals.0 else {
             return;
@@ -296,7 +324,7 @@ fn spawn_signal_watch(
                     shutdown.cancel();
                     return;
                 }
-                _ = hup.recv() => reload(&instance, &upstreams, viewer.as_deref()).await,
+                _ = hup.recv() => reload(&reloaded).await,
             }
         }
         let Some(grace) = drain else {
@@ -329,7 +357,7 @@ fn spawn_signal_watch(
                     break;
                 }
                 // A revoked token stops working during a drain too.
-                _ = hup.recv() => reload(&instance, &upstreams, viewer.as_deref()).await,
+                _ = hup.recv() => reload(&reloaded).await,
             }
         }
         shutdown.cancel();
@@ -338,15 +366,20 @@ fn spawn_signal_watch(
 
 /// SIGHUP: the token file, the viewer's tokens (after it: a revoked
 /// tenant's viewer logins end) and the MCP servers file, each kept as it
-/// was when it cannot be read.
-async fn reload(
-    instance: &Arc<tenants::Instance>,
-    upstreams: &crate::upstream::Upstreams,
-    viewer: Option<&crate::viewer::Viewer>,
-) {
+/// was when it cannot be read. The secrets they hold join those redacted
+/// (the servers file's, by its own reload, before a server starts).
+async fn reload(reloaded: &Reloaded) {
+    let Reloaded {
+        instance,
+        upstreams,
+        viewer,
+        secrets,
+    } = reloaded;
     reload_tokens(instance).await;
+    secrets.add(instance.tokens().secrets());
     if let Some(viewer) = viewer {
         viewer.reload();
+        secrets.add(viewer.token_secrets());
     }
     match upstreams.reload().await {
         Ok(done) => tracing::info!("SIGHUP: {done}"),

@@ -561,7 +561,7 @@ pub struct Config {
     )]
     pub mcp_max_result_bytes: usize,
 
-    /// Tool calls one session may have in flight at once.
+    /// Tool calls one session may have in flight at once; more wait for a slot.
     #[arg(
         long,
         env = "FERREPL_MCP_MAX_IN_FLIGHT",
@@ -570,7 +570,7 @@ pub struct Config {
     )]
     pub mcp_max_in_flight: usize,
 
-    /// Tool calls one cell may make.
+    /// Tool calls one cell may make; more are refused.
     #[arg(
         long,
         env = "FERREPL_MCP_MAX_CELL_CALLS",
@@ -579,7 +579,8 @@ pub struct Config {
     )]
     pub mcp_max_cell_calls: u64,
 
-    /// Upstream servers (processes or HTTP connections) each tenant may keep.
+    /// Upstream servers (processes or HTTP connections) each tenant may keep; a call to one
+    /// more waits for one with no call in flight.
     #[arg(
         long,
         env = "FERREPL_MCP_MAX_SERVERS",

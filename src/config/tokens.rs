@@ -109,6 +109,12 @@ impl TokenTable {
         Ok(Self { entries })
     }
 
+    /// The tokens themselves (never to be shown: `output::redact` keeps
+    /// them out of what sessions and results carry).
+    pub fn secrets(&self) -> Vec<String> {
+        self.entries.iter().map(|(t, _)| t.clone()).collect()
+    }
+
     /// Whether the tokens name tenants (each gets its own area).
     pub fn has_tenants(&self) -> bool {
         self.entries

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Mutex;
 
-use tokio::io::AsyncBufReadExt;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+
+use crate::output::redact::{Secrets, StreamRedactor};
 
 /// The only variables of ferrepl's own environment an upstream gets (its
 /// configured `env` comes on top): never ferrepl's token or anything else.
@@ -88,6 +90,7 @@ impl UpstreamChild {
         env: &BTreeMap<String, String>,
         cwd: Option<&str>,
         rules: &SpawnRules,
+        secrets: &Secrets,
     ) -> Result<(UpstreamChild, ChildStdout, ChildStdin), String> {
         let (dir, path, program) = rules.place(command, cwd)?;
         // Under this binary's containment mode (contain.rs) where it can
@@ -135,27 +138,12 @@ impl UpstreamChild {
         };
         let stderr_tail = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
         if let Some(stderr) = child.stderr.take() {
-            let name = name.to_string();
-            let tail = stderr_tail.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(mut line)) = lines.next_line().await {
-                    if line.len() > MAX_LOG_LINE {
-                        let mut cut = MAX_LOG_LINE;
-                        while !line.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        line.truncate(cut);
-                        line.push_str(" [cut]");
-                    }
-                    tracing::info!(server = %name, "upstream: {line}");
-                    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    if tail.len() == TAIL_LINES {
-                        tail.pop_front();
-                    }
-                    tail.push_back(line);
-                }
-            });
+            tokio::spawn(follow_stderr(
+                stderr,
+                name.to_string(),
+                stderr_tail.clone(),
+                secrets.clone(),
+            ));
         }
         Ok((
             UpstreamChild {
@@ -188,6 +176,99 @@ impl UpstreamChild {
     }
 }
 
+/// Reads a server's stderr to its end: each line to the log and the tail,
+/// secrets redacted first (across the pipe's chunks) and only then cut to
+/// [`MAX_LOG_LINE`]; a longer line's rest is skipped, never held.
+async fn follow_stderr(
+    mut stderr: ChildStderr,
+    name: String,
+    tail: std::sync::Arc<Mutex<std::collections::VecDeque<String>>>,
+    secrets: Secrets,
+) {
+    let mut redactor = StreamRedactor::new(secrets);
+    let mut lines = Lines::default();
+    let mut chunk = vec![0u8; 8192];
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for line in lines.feed(&redactor.push(&chunk[..n])) {
+            keep_line(&name, &tail, line);
+        }
+    }
+    let rest = redactor.finish();
+    let mut last = lines.feed(&rest);
+    last.extend(lines.end());
+    for line in last {
+        keep_line(&name, &tail, line);
+    }
+}
+
+fn keep_line(name: &str, tail: &Mutex<std::collections::VecDeque<String>>, line: String) {
+    tracing::info!(server = %name, "upstream: {line}");
+    let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if tail.len() == TAIL_LINES {
+        tail.pop_front();
+    }
+    tail.push_back(line);
+}
+
+/// Splits redacted text into lines of at most [`MAX_LOG_LINE`] bytes
+/// (longer ones cut, marked, their rest dropped as it comes).
+#[derive(Default)]
+struct Lines {
+    current: Vec<u8>,
+    /// The current line was cut: drop the rest of it.
+    cut: bool,
+}
+
+impl Lines {
+    fn feed(&mut self, mut text: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        while !text.is_empty() {
+            let (piece, ended) = match memchr::memchr(b'\n', text) {
+                Some(i) => (&text[..i], Some(i + 1)),
+                None => (text, None),
+            };
+            if !self.cut {
+                let room = MAX_LOG_LINE - self.current.len();
+                if piece.len() > room {
+                    self.current.extend_from_slice(&piece[..room]);
+                    self.cut = true;
+                } else {
+                    self.current.extend_from_slice(piece);
+                }
+            }
+            match ended {
+                Some(next) => {
+                    out.push(self.take());
+                    text = &text[next..];
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// The last line, if the text did not end with a newline.
+    fn end(&mut self) -> Option<String> {
+        (!self.current.is_empty() || self.cut).then(|| self.take())
+    }
+
+    fn take(&mut self) -> String {
+        let bytes = std::mem::take(&mut self.current);
+        // Lossy: a character the cut split shows as one replacement sign.
+        let mut line = String::from_utf8_lossy(&bytes)
+            .trim_end_matches('\r')
+            .to_string();
+        if std::mem::take(&mut self.cut) {
+            line.push_str(" [cut]");
+        }
+        line
+    }
+}
+
 impl Drop for UpstreamChild {
     fn drop(&mut self) {
         // Its whole group: npx and the node it started alike.
@@ -200,5 +281,48 @@ impl Drop for UpstreamChild {
         let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
         let _ = child.start_kill();
         let _ = child.try_wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_split_and_cut_after_redaction() {
+        let mut lines = Lines::default();
+        assert!(lines.feed(b"par").is_empty());
+        assert_eq!(lines.feed(b"tial\nnext\r\nla"), ["partial", "next"]);
+        assert_eq!(lines.end().as_deref(), Some("la"));
+        assert_eq!(lines.end(), None);
+        let long = vec![b'x'; MAX_LOG_LINE + 10];
+        assert!(lines.feed(&long).is_empty());
+        let got = lines.feed(b"more\nok\n");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], format!("{} [cut]", "x".repeat(MAX_LOG_LINE)));
+        assert_eq!(got[1], "ok");
+    }
+
+    /// A secret that straddles the cut is redacted whole before the line
+    /// is cut (not left as its first characters).
+    #[tokio::test]
+    async fn a_secret_at_the_cut_is_redacted_before_it() {
+        let secrets = Secrets::of(["0123456789abcdef"]);
+        let mut text = "x".repeat(MAX_LOG_LINE - 4).into_bytes();
+        text.extend_from_slice(b"0123456789abcdef tail\nnext 0123456789abcdef\n");
+        let mut redactor = StreamRedactor::new(secrets);
+        let mut lines = Lines::default();
+        let mut got = Vec::new();
+        for piece in text.chunks(7) {
+            got.extend(lines.feed(&redactor.push(piece)));
+        }
+        got.extend(lines.feed(&redactor.finish()));
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].ends_with("xxxx[red [cut]"),
+            "{}",
+            &got[0][got[0].len() - 30..]
+        );
+        assert_eq!(got[1], "next [redacted]");
     }
 }

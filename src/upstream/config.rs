@@ -142,6 +142,34 @@ impl UpstreamConfig {
     pub fn get(&self, name: &str) -> Option<&ServerSpec> {
         self.servers.iter().find(|s| s.name == name)
     }
+
+    /// What the servers are handed that sessions must never read: every
+    /// `env` value, every header value (and its words), the credentials of
+    /// every URL (redacted from whatever the servers say, see
+    /// `output::redact`).
+    pub fn secrets(&self) -> Vec<String> {
+        use crate::output::redact::{header_secrets, url_credentials};
+        let mut out = Vec::new();
+        for server in &self.servers {
+            match &server.transport {
+                Transport::Stdio { env, .. } => {
+                    for value in env.values() {
+                        // Its words too (`--token KEY`): a cut value's
+                        // start is looked for by word (output::redact).
+                        out.push(value.clone());
+                        out.extend(value.split_whitespace().map(str::to_string));
+                    }
+                }
+                Transport::Http { url, headers } => {
+                    out.extend(url_credentials(url));
+                    for value in headers.values() {
+                        out.extend(header_secrets(value));
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 fn server_spec(name: &str, form: ServerForm) -> Result<ServerSpec, String> {

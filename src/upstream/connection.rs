@@ -19,6 +19,7 @@ use tokio::sync::Mutex;
 
 use super::child::{SpawnRules, UpstreamChild};
 use super::config::{ServerSpec, Transport};
+use crate::output::redact::Secrets;
 
 /// How long a server may take to start and answer `initialize`.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,13 +41,17 @@ pub enum Failure {
 pub type ProgressSink = Arc<StdMutex<Option<String>>>;
 
 /// ferrepl's client handler: progress notifications of calls in flight go
-/// to their callers' sinks (everything else keeps rmcp's defaults).
+/// to their callers' sinks, secrets redacted (everything else keeps rmcp's
+/// defaults).
 #[derive(Clone, Default)]
-struct ProgressRelay(Arc<StdMutex<HashMap<ProgressToken, ProgressSink>>>);
+struct ProgressRelay {
+    sinks: Arc<StdMutex<HashMap<ProgressToken, ProgressSink>>>,
+    secrets: Secrets,
+}
 
 impl ProgressRelay {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, ProgressSink>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.sinks.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -61,10 +66,12 @@ impl rmcp::ClientHandler for ProgressRelay {
                 Some(total) => format!("{}/{}", params.progress, total),
                 None => format!("{}", params.progress),
             };
-            let mut text = match &params.message {
+            let text = match &params.message {
                 Some(m) if !m.is_empty() => format!("{amount} {m}"),
                 _ => amount,
             };
+            // Redacted before the cut, which could leave a secret's start.
+            let mut text = self.secrets.redact(text);
             if text.len() > 200 {
                 let mut cut = 200;
                 while !text.is_char_boundary(cut) {
@@ -134,18 +141,43 @@ pub struct Connection {
     use_state: StdMutex<(usize, Instant)>,
     max_response_bytes: usize,
     rules: Arc<SpawnRules>,
+    /// What the server must never pass on to a session.
+    secrets: Secrets,
+    /// Woken when its last call in flight ends.
+    freed: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Connection {
-    pub fn new(spec: Arc<ServerSpec>, max_response_bytes: usize, rules: Arc<SpawnRules>) -> Self {
+    pub fn new(
+        spec: Arc<ServerSpec>,
+        max_response_bytes: usize,
+        rules: Arc<SpawnRules>,
+        secrets: Secrets,
+        freed: Option<Arc<tokio::sync::Notify>>,
+    ) -> Self {
         Connection {
             spec,
             state: Mutex::new(State::Stopped),
-            relay: ProgressRelay::default(),
+            relay: ProgressRelay {
+                sinks: Default::default(),
+                secrets: secrets.clone(),
+            },
             use_state: StdMutex::new((0, Instant::now())),
             max_response_bytes,
             rules,
+            secrets,
+            freed,
         }
+    }
+
+    /// An rmcp error as messages quote it: secrets redacted, and also the
+    /// start of one its text may hold where rmcp cut a body it quotes
+    /// (at 256 bytes, or its diagnostic limit), which no longer matches.
+    fn quoted(&self, e: &dyn std::fmt::Display) -> String {
+        self.secrets
+            .current()
+            .redact_cut(&e.to_string())
+            .into_owned()
     }
 
     fn uses(&self) -> std::sync::MutexGuard<'_, (usize, Instant)> {
@@ -164,6 +196,12 @@ impl Connection {
     pub fn idle_for(&self, idle: Duration) -> bool {
         let u = self.uses();
         u.0 == 0 && u.1.elapsed() >= idle
+    }
+
+    /// Since when it has had no call in flight (None: it has some).
+    pub fn idle_since(&self) -> Option<Instant> {
+        let u = self.uses();
+        (u.0 == 0).then_some(u.1)
     }
 
     /// Whether a server process or connection is up.
@@ -254,6 +292,7 @@ impl Connection {
                     env,
                     cwd.as_deref(),
                     &self.rules,
+                    &self.secrets,
                 )?;
                 let served = self.relay.clone().serve((stdout, stdin)).await;
                 let service = match served {
@@ -271,6 +310,7 @@ impl Connection {
                         } else {
                             format!("; it said: {tail}")
                         };
+                        let e = self.quoted(&e);
                         return Err(format!("the MCP handshake failed: {e}{status}{said}"));
                     }
                 };
@@ -305,7 +345,7 @@ impl Connection {
                 let transport = StreamableHttpClientTransport::from_config(config);
                 let shown = redact_url(url);
                 let service = self.relay.clone().serve(transport).await.map_err(|e| {
-                    let e = without_url(&e.to_string(), url, &shown);
+                    let e = self.quoted(&without_url(&e.to_string(), url, &shown));
                     format!("the MCP handshake with {shown} failed: {e}")
                 })?;
                 tracing::info!(server = %self.spec.name, "upstream server connected");
@@ -340,8 +380,9 @@ impl Connection {
             })?
             .map_err(|e| {
                 Failure::Failed(format!(
-                    "MCP server '{}' did not list its tools: {e}",
-                    self.spec.name
+                    "MCP server '{}' did not list its tools: {}",
+                    self.spec.name,
+                    self.quoted(&e)
                 ))
             })?;
         let tools = Arc::new(listed);
@@ -401,8 +442,10 @@ impl Connection {
     fn failed(&self, peer: &Peer<RoleClient>, e: rmcp::ServiceError) -> Failure {
         let closed = matches!(e, rmcp::ServiceError::TransportClosed) || peer.is_transport_closed();
         let e = match &self.spec.transport {
-            Transport::Http { url, .. } => without_url(&e.to_string(), url, &redact_url(url)),
-            Transport::Stdio { .. } => e.to_string(),
+            Transport::Http { url, .. } => {
+                self.quoted(&without_url(&e.to_string(), url, &redact_url(url)))
+            }
+            Transport::Stdio { .. } => self.quoted(&e),
         };
         Failure::Failed(if closed {
             format!(
@@ -434,6 +477,11 @@ impl Drop for InUse {
         let mut u = self.0.uses();
         u.0 = u.0.saturating_sub(1);
         u.1 = Instant::now();
+        let idle = u.0 == 0;
+        drop(u);
+        if idle && let Some(freed) = &self.0.freed {
+            freed.notify_waiters();
+        }
     }
 }
 

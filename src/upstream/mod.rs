@@ -20,8 +20,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use config::{ServerSpec, Transport, UpstreamConfig};
-use connection::Connection;
+use connection::{Connection, InUse};
 pub use connection::{Failure, ProgressSink};
+
+use crate::output::redact::Secrets;
 
 /// Installs rustls's ring provider for the process (once; one installed
 /// before, by anyone, does as well). The HTTP client needs one even for
@@ -68,6 +70,8 @@ struct Shared {
     limits: Limits,
     place_check: PlaceCheck,
     rules: Arc<child::SpawnRules>,
+    /// Everything ferrepl hands out, redacted from what servers say.
+    secrets: Secrets,
 }
 
 impl Shared {
@@ -96,16 +100,20 @@ impl Upstreams {
     /// Reads `--mcp-servers` (None: no servers, every call refused with
     /// why). Servers never run from (nor with PATH entries in) `writable`,
     /// what sessions can write; relative paths are the file's directory's.
+    /// The servers' secrets join `secrets`, which is redacted from all
+    /// they say before a session sees it.
     pub fn new(
         path: Option<PathBuf>,
         limits: Limits,
         writable: crate::sandbox::paths::Writable,
         place_check: PlaceCheck,
+        secrets: Secrets,
     ) -> Result<Arc<Self>, String> {
         let config = match &path {
             Some(p) => UpstreamConfig::read(p)?,
             None => UpstreamConfig::default(),
         };
+        secrets.add(config.secrets());
         let base_dir = path
             .as_deref()
             .and_then(|p| std::path::absolute(p).ok())
@@ -119,6 +127,7 @@ impl Upstreams {
                 limits,
                 place_check,
                 rules: Arc::new(child::SpawnRules { writable, base_dir }),
+                secrets,
             }),
             tenants: Mutex::new(HashMap::new()),
         });
@@ -150,6 +159,7 @@ impl Upstreams {
                     tenant: tenant.to_string(),
                     shared: self.shared.clone(),
                     conns: tokio::sync::Mutex::new(HashMap::new()),
+                    freed: Arc::new(tokio::sync::Notify::new()),
                 })
             })
             .clone()
@@ -172,6 +182,8 @@ impl Upstreams {
         };
         (self.shared.place_check)()?;
         let config = Arc::new(UpstreamConfig::read(path)?);
+        // Known before any server is started with them.
+        self.shared.secrets.add(config.secrets());
         *self
             .shared
             .config
@@ -215,7 +227,19 @@ pub async fn probe(
     rules: child::SpawnRules,
     within: Duration,
 ) -> Result<Vec<(String, bool)>, String> {
-    let conn = Connection::new(Arc::new(spec.clone()), 16 << 20, Arc::new(rules));
+    let secrets = Secrets::of(
+        UpstreamConfig {
+            servers: vec![spec.clone()],
+        }
+        .secrets(),
+    );
+    let conn = Connection::new(
+        Arc::new(spec.clone()),
+        16 << 20,
+        Arc::new(rules),
+        secrets,
+        None,
+    );
     let listed = tokio::time::timeout(within, conn.tools()).await;
     conn.stop().await;
     match listed {
@@ -228,11 +252,22 @@ pub async fn probe(
     }
 }
 
+/// `failure` with the secrets redacted from its message.
+fn redacted(redactor: &crate::output::redact::Redactor, failure: Failure) -> Failure {
+    match failure {
+        Failure::Refused(m) => Failure::Refused(redactor.redact_string(m)),
+        Failure::Failed(m) => Failure::Failed(redactor.redact_string(m)),
+    }
+}
+
 /// One tenant's servers: the ones granted to it, its own connections.
 pub struct TenantUpstreams {
     tenant: String,
     shared: Arc<Shared>,
     conns: tokio::sync::Mutex<HashMap<String, Arc<Connection>>>,
+    /// Woken when a server's last call in flight ends (a caller waiting
+    /// for room under --mcp-max-servers tries again).
+    freed: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for TenantUpstreams {
@@ -280,54 +315,89 @@ impl TenantUpstreams {
         }
     }
 
-    /// The connection to `server` (made, not started, when new).
-    async fn connection(&self, server: &str) -> Result<Arc<Connection>, Failure> {
-        let spec = self.spec(server)?;
-        let mut conns = self.conns.lock().await;
-        if let Some(conn) = conns.get(server) {
-            if *conn.spec == *spec {
-                return Ok(conn.clone());
-            }
-            let old = conns.remove(server);
-            if let Some(old) = old {
-                old.stop().await;
-            }
-        }
-        let max = self.shared.limits.max_servers.max(1);
-        if conns.len() >= max {
-            // Make room by ending the longest-unused server with no call in flight.
-            let victim = conns
-                .iter()
-                .filter(|(_, c)| c.idle_for(Duration::ZERO))
-                .map(|(n, _)| n.clone())
-                .next();
-            match victim.and_then(|n| conns.remove(&n)) {
-                Some(old) => old.stop().await,
-                None => {
-                    return Err(Failure::Refused(format!(
-                        "this tenant already uses {max} MCP servers, each with calls in flight (--mcp-max-servers); wait for those calls to end"
-                    )));
+    /// The connection to `server` (made, not started, when new), marked in
+    /// use before any other caller can see it idle. With `--mcp-max-servers`
+    /// servers kept, the longest-unused one with no call in flight is
+    /// ended to make room; when every one has calls in flight, this waits
+    /// for one to end, as long as the call itself may take.
+    async fn connection(&self, server: &str) -> Result<(Arc<Connection>, InUse), Failure> {
+        let within = self
+            .spec(server)?
+            .timeout
+            .unwrap_or(self.shared.limits.call_timeout);
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Read again after a wait: a reload may have changed it.
+            let spec = self.spec(server)?;
+            let mut conns = self.conns.lock().await;
+            if let Some(conn) = conns.get(server) {
+                if *conn.spec == *spec {
+                    let used = conn.in_use();
+                    return Ok((conn.clone(), used));
+                }
+                let old = conns.remove(server);
+                if let Some(old) = old {
+                    old.stop().await;
                 }
             }
+            let max = self.shared.limits.max_servers.max(1);
+            if conns.len() >= max {
+                let victim = conns
+                    .iter()
+                    .filter_map(|(n, c)| c.idle_since().map(|since| (since, n.clone())))
+                    .min()
+                    .map(|(_, n)| n);
+                match victim.and_then(|n| conns.remove(&n)) {
+                    Some(old) => old.stop().await,
+                    None => {
+                        // Registered before the lock is let go: a call that
+                        // ends meanwhile still wakes this one.
+                        let freed = self.freed.notified();
+                        tokio::pin!(freed);
+                        freed.as_mut().enable();
+                        drop(conns);
+                        if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                            return Err(Failure::Refused(format!(
+                                "this tenant's {max} MCP servers (--mcp-max-servers) all had calls in flight for {:.0} s, as long as this call may take (timeoutSeconds, else --mcp-call-timeout); try again once some have ended",
+                                within.as_secs_f64()
+                            )));
+                        }
+                        continue;
+                    }
+                }
+            }
+            let conn = Arc::new(Connection::new(
+                spec,
+                self.shared
+                    .limits
+                    .max_result_bytes
+                    .saturating_mul(2)
+                    .max(1 << 20),
+                self.shared.rules.clone(),
+                self.shared.secrets.clone(),
+                Some(self.freed.clone()),
+            ));
+            let used = conn.in_use();
+            conns.insert(server.to_string(), conn.clone());
+            return Ok((conn, used));
         }
-        let conn = Arc::new(Connection::new(
-            spec,
-            self.shared
-                .limits
-                .max_result_bytes
-                .saturating_mul(2)
-                .max(1 << 20),
-            self.shared.rules.clone(),
-        ));
-        conns.insert(server.to_string(), conn.clone());
-        Ok(conn)
     }
 
     /// The allowed tools of `server`: name, title, description, input and
-    /// output schema.
+    /// output schema; secrets redacted from them, and from the failure.
     pub async fn tools(&self, server: &str) -> Result<Value, Failure> {
-        let conn = self.connection(server).await?;
-        let _use = conn.in_use();
+        let redactor = self.shared.secrets.current();
+        match self.listing(server).await {
+            Ok(mut listing) => {
+                redactor.redact_json(&mut listing);
+                Ok(listing)
+            }
+            Err(f) => Err(redacted(&redactor, f)),
+        }
+    }
+
+    async fn listing(&self, server: &str) -> Result<Value, Failure> {
+        let (conn, _use) = self.connection(server).await?;
         let tools = conn.tools().await?;
         Ok(Value::Array(
             tools
@@ -352,7 +422,8 @@ impl TenantUpstreams {
     }
 
     /// Calls `tool` of `server` with `arguments` (a JSON object passed as
-    /// is). Dropping the future cancels the call upstream.
+    /// is). Dropping the future cancels the call upstream. Whatever it
+    /// comes to, the secrets ferrepl holds are redacted from it.
     pub async fn call(
         &self,
         server: &str,
@@ -360,7 +431,27 @@ impl TenantUpstreams {
         arguments: serde_json::Map<String, Value>,
         progress: Option<ProgressSink>,
     ) -> CallOutcome {
-        let conn = match self.connection(server).await {
+        let redactor = self.shared.secrets.current();
+        match self
+            .call_unredacted(server, tool, arguments, progress, &redactor)
+            .await
+        {
+            // Redacted before it was cut to size (result::for_driver).
+            CallOutcome::Ok(v) => CallOutcome::Ok(v),
+            CallOutcome::ToolError(m) => CallOutcome::ToolError(redactor.redact_string(m)),
+            CallOutcome::Failure(f) => CallOutcome::Failure(redacted(&redactor, f)),
+        }
+    }
+
+    async fn call_unredacted(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Map<String, Value>,
+        progress: Option<ProgressSink>,
+        redactor: &crate::output::redact::Redactor,
+    ) -> CallOutcome {
+        let (conn, _use) = match self.connection(server).await {
             Ok(c) => c,
             Err(f) => return CallOutcome::Failure(f),
         };
@@ -383,13 +474,14 @@ impl TenantUpstreams {
                 "tool '{tool}' of MCP server '{server}' is not allowed for sessions; allowed: {allowed}"
             )));
         }
-        let _use = conn.in_use();
         let timeout = conn.spec.timeout.unwrap_or(self.shared.limits.call_timeout);
         match conn.call(tool, arguments, timeout, progress).await {
-            Ok(result) => match result::for_driver(&result, self.shared.limits.max_result_bytes) {
-                Ok(v) => CallOutcome::Ok(v),
-                Err(message) => CallOutcome::ToolError(message),
-            },
+            Ok(result) => {
+                match result::for_driver(&result, self.shared.limits.max_result_bytes, redactor) {
+                    Ok(v) => CallOutcome::Ok(v),
+                    Err(message) => CallOutcome::ToolError(message),
+                }
+            }
             Err(f) => CallOutcome::Failure(f),
         }
     }

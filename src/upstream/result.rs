@@ -5,9 +5,16 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 /// The driver's form of `result` (see docs/protocol.md), at most about
-/// `max_bytes` of payload; Err(message) for an error result.
-pub fn for_driver(result: &rmcp::model::CallToolResult, max_bytes: usize) -> Result<Value, String> {
-    let raw = serde_json::to_value(result).unwrap_or(Value::Null);
+/// `max_bytes` of payload; Err(message) for an error result. The secrets
+/// of `redactor` are replaced first, before anything is cut (a cut could
+/// leave the start of one, which would no longer match).
+pub fn for_driver(
+    result: &rmcp::model::CallToolResult,
+    max_bytes: usize,
+    redactor: &crate::output::redact::Redactor,
+) -> Result<Value, String> {
+    let mut raw = serde_json::to_value(result).unwrap_or(Value::Null);
+    redactor.redact_json(&mut raw);
     let blocks = raw
         .get("content")
         .and_then(Value::as_array)
@@ -114,8 +121,37 @@ pub fn cut_text(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Value, json};
+    use crate::output::redact::Redactor;
     use rmcp::model::{CallToolResult, ContentBlock as Content};
+
+    fn for_driver(r: &CallToolResult, max: usize) -> Result<Value, String> {
+        super::for_driver(r, max, &Redactor::default())
+    }
+
+    /// A secret that straddles the cut is redacted whole, in text, error
+    /// and structured results alike.
+    #[test]
+    fn redacted_before_the_cut() {
+        let secret = "0123456789abcdef";
+        let r = Redactor::new([secret]);
+        let text = format!("{}{secret}", "x".repeat(10));
+        let ok = CallToolResult::success(vec![Content::text(text.clone())]);
+        let v = super::for_driver(&ok, 14, &r).expect("ok");
+        let shown = v["content"][0]["text"].as_str().expect("text");
+        assert!(
+            shown.starts_with("xxxxxxxxxx[red\n[ferrepl: result cut"),
+            "{shown}"
+        );
+        let err = CallToolResult::error(vec![Content::text(text)]);
+        assert_eq!(
+            super::for_driver(&err, 1000, &r),
+            Err("xxxxxxxxxx[redacted]".to_string())
+        );
+        let structured = CallToolResult::structured(json!({"key": secret}));
+        let v = super::for_driver(&structured, 1000, &r).expect("ok");
+        assert_eq!(v, json!({"structured": {"key": "[redacted]"}}));
+    }
 
     #[test]
     fn shapes() {

@@ -305,6 +305,11 @@ impl Access {
         )
     }
 
+    /// The viewer tokens (for the redactor; none without a file).
+    pub fn token_secrets(&self) -> Vec<String> {
+        self.table().map(|t| t.secrets()).unwrap_or_default()
+    }
+
     /// The tenants of the viewer tokens (for the tickets printed at start).
     pub fn tenants(&self) -> Vec<Tenant> {
         self.table().map(|t| t.tenants()).unwrap_or_default()

@@ -300,6 +300,11 @@ impl Viewer {
         })
     }
 
+    /// The viewer tokens as they are now (secrets to redact).
+    pub fn token_secrets(&self) -> Vec<String> {
+        self.access.token_secrets()
+    }
+
     /// SIGHUP, after the server's tokens: `--viewer-tokens` again (kept as
     /// they were when they cannot be read), then the logins that no longer
     /// hold end (a token gone or moved to another tenant, a ticket's

@@ -1,28 +1,42 @@
 //! A session's code calling the operator's MCP servers: the driver's
 //! `upstream` events, answered by `upstream_reply` requests on the channel
-//! read while a cell runs (see docs/protocol.md). Bounded per worker (calls
-//! in flight) and per cell (calls made); counted per cell for its result.
+//! read while a cell runs (see docs/protocol.md). Bounded per worker: calls
+//! in flight (beyond them, calls wait for a slot, in the order they came,
+//! as long as the interpreter waits for them) and per cell (calls made:
+//! refused past the cap); counted per cell for its result.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
 use super::protocol::UpstreamEvent;
 use crate::upstream::{CallOutcome, Failure, ProgressSink, TenantUpstreams};
 
-/// A worker's tool calls: those in flight (with where their progress goes),
-/// and the current cell's count.
+/// Calls that may wait for a slot at once, per worker: beyond them a call
+/// is refused (a flood of hand-made events holds no more than this).
+const MAX_WAITING: usize = 4096;
+/// Bytes of arguments (as JSON) the waiting calls of a worker may hold.
+const MAX_WAITING_BYTES: usize = 64 << 20;
+
+/// A worker's tool calls: those in flight or waiting for a slot (with
+/// where their progress goes), and the current cell's count.
 #[derive(Default)]
 pub(super) struct Calls {
     in_flight: HashMap<u64, InFlight>,
     cell: CellCalls,
-    /// Since when some call has been in flight (time waiting on upstream
-    /// servers counts once however many calls overlap).
+    /// Since when some call has been in flight or waiting (time waiting on
+    /// upstream servers counts once however many calls overlap).
     busy_since: Option<Instant>,
+    /// `--mcp-max-in-flight` slots, made with the first call.
+    slots: Option<Arc<Semaphore>>,
+    /// Calls waiting for a slot, and the bytes of their arguments.
+    waiting: usize,
+    waiting_bytes: usize,
 }
 
 impl Calls {
@@ -35,10 +49,29 @@ impl Calls {
 
     fn remove(&mut self, id: u64) -> Option<InFlight> {
         let call = self.in_flight.remove(&id);
+        if let Some(c) = &call
+            && let Some(bytes) = c.waiting
+        {
+            self.waiting -= 1;
+            self.waiting_bytes -= bytes;
+        }
         if call.is_some() && self.in_flight.is_empty() {
             self.settle_busy();
         }
         call
+    }
+
+    /// The call `id` got its slot: it no longer counts as waiting. False
+    /// when it is gone (cancelled meanwhile).
+    fn started(&mut self, id: u64) -> bool {
+        let Some(call) = self.in_flight.get_mut(&id) else {
+            return false;
+        };
+        if let Some(bytes) = call.waiting.take() {
+            self.waiting -= 1;
+            self.waiting_bytes -= bytes;
+        }
+        true
     }
 
     /// Counts the time some call was in flight into the current cell.
@@ -57,6 +90,8 @@ struct InFlight {
     /// `server.tool`, for progress lines.
     what: String,
     progress: ProgressSink,
+    /// Waiting for a slot, holding this many bytes of arguments.
+    waiting: Option<usize>,
 }
 
 /// The tool calls one cell made.
@@ -95,12 +130,14 @@ impl Worker {
         std::mem::take(&mut st.calls.cell)
     }
 
-    /// Ends every call in flight (the worker is gone or its cell ended).
+    /// Ends every call in flight or waiting (the worker is gone).
     pub(super) fn cancel_calls(&self) {
         let mut st = self.lock();
         for (_, call) in st.calls.in_flight.drain() {
             call.cancel.cancel();
         }
+        st.calls.waiting = 0;
+        st.calls.waiting_bytes = 0;
         st.calls.settle_busy();
     }
 
@@ -147,18 +184,13 @@ impl Worker {
         let token = CancellationToken::new();
         let progress = ProgressSink::default();
         let is_call = ev.op == "call";
-        {
+        let slots = {
             let mut st = self.lock();
-            if st.calls.in_flight.len() >= limits.max_in_flight {
-                drop(st);
-                return self.reply_upstream(
-                    ev.id,
-                    Err(Failure::Refused(format!(
-                        "this session already has {} tool calls in flight (--mcp-max-in-flight); await some before starting more",
-                        limits.max_in_flight
-                    ))),
-                );
-            }
+            let slots = st
+                .calls
+                .slots
+                .get_or_insert_with(|| Arc::new(Semaphore::new(limits.max_in_flight.max(1))))
+                .clone();
             if st.calls.in_flight.contains_key(&ev.id) {
                 drop(st);
                 return self.reply_upstream(
@@ -169,17 +201,46 @@ impl Worker {
                     )),
                 );
             }
-            if is_call {
-                if st.calls.cell.count >= limits.max_cell_calls {
+            // A runaway loop is refused, not queued: waiting calls count.
+            if is_call && st.calls.cell.count >= limits.max_cell_calls {
+                drop(st);
+                return self.reply_upstream(
+                    ev.id,
+                    Err(Failure::Refused(format!(
+                        "this cell has made {} tool calls, the most one cell may (--mcp-max-cell-calls); continue in another cell",
+                        limits.max_cell_calls
+                    ))),
+                );
+            }
+            // Every slot taken: the call waits for one, within bounds that
+            // keep a flood of events from holding the server's memory.
+            let waiting = if slots.available_permits() == 0 || st.calls.waiting > 0 {
+                let bytes = ev
+                    .arguments
+                    .as_ref()
+                    .map_or(0, |a| serde_json::to_vec(a).map_or(0, |v| v.len()));
+                if st.calls.waiting >= MAX_WAITING
+                    || st.calls.waiting_bytes + bytes > MAX_WAITING_BYTES
+                {
+                    let (n, held) = (st.calls.waiting, st.calls.waiting_bytes);
                     drop(st);
                     return self.reply_upstream(
                         ev.id,
                         Err(Failure::Refused(format!(
-                            "this cell has made {} tool calls, the most one cell may (--mcp-max-cell-calls); continue in another cell",
-                            limits.max_cell_calls
+                            "this session has {} tool calls in flight (--mcp-max-in-flight) and {n} more waiting for a slot, holding {} KiB of arguments (at most {MAX_WAITING} calls and {} MiB wait); await some before starting more",
+                            limits.max_in_flight,
+                            held >> 10,
+                            MAX_WAITING_BYTES >> 20
                         ))),
                     );
                 }
+                st.calls.waiting += 1;
+                st.calls.waiting_bytes += bytes;
+                Some(bytes)
+            } else {
+                None
+            };
+            if is_call {
                 st.calls.cell.count += 1;
             }
             let what = format!(
@@ -193,11 +254,26 @@ impl Worker {
                     cancel: token.clone(),
                     what,
                     progress: progress.clone(),
+                    waiting,
                 },
             );
-        }
+            slots
+        };
         let worker = self.clone();
         tokio::spawn(async move {
+            // A slot, in the order calls came (the semaphore is fair); a
+            // call cancelled meanwhile (interrupt, the code stopped
+            // waiting, the worker ended) leaves without a word.
+            let _slot = tokio::select! {
+                slot = slots.acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => return,
+                },
+                _ = token.cancelled() => return,
+            };
+            if !worker.lock().calls.started(ev.id) {
+                return;
+            }
             let server = ev.server.unwrap_or_default();
             let work = async {
                 if is_call {

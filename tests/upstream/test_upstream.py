@@ -18,6 +18,7 @@ Tools:
   add(a, b)           structuredContent {"sum": a+b}, with an output schema
   fail(message)       a result with isError true and the message
   slow(seconds)       sleeps, then "slept"; a cancellation is logged
+  peak()              the most slow calls that ran at once so far
   huge(n)             a text of n bytes ('x' * n)
   crash()             exits at once (code 3) without answering
   image()             a 2x2 PNG image block, then a text block
@@ -108,16 +109,31 @@ def fail(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+# Slow calls running now and the most at once (one event loop: no lock).
+SLOW = {"running": 0, "peak": 0}
+
+
 @server.tool(structured_output=False)
 async def slow(seconds: float, ctx: Context) -> str:
     """Sleeps for the given seconds, then returns "slept"."""
     log("called slow")
+    SLOW["running"] += 1
+    SLOW["peak"] = max(SLOW["peak"], SLOW["running"])
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         log(f"cancelled {ctx.request_id} seconds={seconds:g}")
         raise
+    finally:
+        SLOW["running"] -= 1
     return "slept"
+
+
+@server.tool(structured_output=False)
+def peak() -> str:
+    """The most slow calls that ran at once in this process so far."""
+    log("called peak")
+    return str(SLOW["peak"])
 
 
 @server.tool(structured_output=False)

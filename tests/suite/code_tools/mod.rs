@@ -215,7 +215,8 @@ print(json.dumps({"servers": ferrepl.servers(), "names": sorted(by), "echo": by[
     assert_eq!(
         got["names"],
         json!([
-            "add", "children", "crash", "echo", "env", "fail", "huge", "image", "progress", "slow"
+            "add", "children", "crash", "echo", "env", "fail", "huge", "image", "peak", "progress",
+            "slow"
         ]),
         "{got:#}"
     );
@@ -408,29 +409,173 @@ print(json.dumps({"done": done, "seconds": time.monotonic() - t0}))"#,
         "{out:#?}"
     );
     drop(wide);
+}
 
-    // The default: 16 in flight; the 17th is refused at once.
-    let narrow = start(&file, &[]).await;
+/// With the default flags, `gather` of 100 calls succeeds: the calls past
+/// --mcp-max-in-flight (16) wait for a slot instead of being refused, and
+/// the upstream never has more than 16 at once (it records its peak).
+#[tokio::test]
+async fn calls_past_the_in_flight_limit_wait_for_a_slot() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "own": up.own() }));
+    let server = start(&file, &[]).await;
     let out = run(
-        &narrow,
+        &server,
         r#"import asyncio
 async def one():
     try:
-        return ["ok", await ferrepl.acall("own", "slow", seconds=2)]
+        return ["ok", await ferrepl.acall("own", "slow", seconds=0.5)]
     except ferrepl.Error as e:
         return [type(e).__name__, str(e)]
-print(json.dumps(await asyncio.gather(*(one() for _ in range(17)))))"#,
+done = await asyncio.gather(*(one() for _ in range(100)))
+print(json.dumps({"done": done, "peak": ferrepl.call("own", "peak")}))"#,
+    )
+    .await;
+    let got = printed(&out);
+    let refused: Vec<&Value> = got["done"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|o| o[0] != "ok")
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "calls were refused instead of waiting: {refused:#?}"
+    );
+    assert_eq!(
+        got["done"],
+        json!(vec![json!(["ok", "slept"]); 100]),
+        "{got:#}"
+    );
+    // All 100 went out through 16 slots: at most 16 at once, and the slots
+    // were used (calls of 0.5 s sent together overlap).
+    assert_eq!(
+        got["peak"], "16",
+        "the upstream's most calls at once: {got:#}"
+    );
+    assert_eq!(up.count("called slow"), 100, "{}", log_text(&up.log()));
+    assert!(
+        calls_note(&out).is_some_and(|n| n.starts_with("Tool calls: 101, ")),
+        "{out:#?}"
+    );
+}
+
+/// An interrupt while calls wait for a slot cancels them all: the 16 in
+/// flight are cancelled upstream, the waiting ones never go out (a call
+/// made afterwards would queue behind any left), and the session keeps
+/// its state.
+#[tokio::test]
+async fn an_interrupt_cancels_the_calls_waiting_for_a_slot() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "own": up.own() }));
+    let server = start(&file, &[]).await;
+    run(&server, "kept = 42").await.assert_ok();
+    let running = server
+        .call(
+            "python_exec",
+            json!({
+                "code": "import asyncio, ferrepl\nawait asyncio.gather(*(ferrepl.acall('own', 'slow', seconds=60) for _ in range(40)))",
+                "wait_s": 0.5,
+            }),
+        )
+        .await;
+    assert_status(&running, "running");
+    up.wait_for("called slow", 16).await;
+
+    let stopped = server
+        .call("python_wait", json!({"interrupt": true, "wait_s": 30}))
+        .await;
+    assert_status(&stopped, "interrupted");
+    assert_eq!(stopped.error_type(), "KeyboardInterrupt", "{stopped:#?}");
+    up.wait_for("cancelled", 16).await;
+
+    // Slots are handed out in order: had any of the 24 waiting calls been
+    // left, it would reach the upstream before this one.
+    let after = run(
+        &server,
+        r#"print(json.dumps([kept, ferrepl.call("own", "echo", text="after"), ferrepl.call("own", "peak")]))"#,
+    )
+    .await;
+    assert_eq!(
+        printed(&after),
+        json!([42, "after", "16"]),
+        "the state survives"
+    );
+    assert_eq!(
+        up.count("called slow"),
+        16,
+        "only the calls in flight reached the upstream: {}",
+        log_text(&up.log())
+    );
+    assert_eq!(up.count("started"), 1, "{}", log_text(&up.log()));
+}
+
+/// Waiting calls count toward --mcp-max-cell-calls: a runaway `gather`
+/// is refused past the cap rather than queued.
+#[tokio::test]
+async fn waiting_calls_still_count_toward_the_cell_cap() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "own": up.own() }));
+    let server = start(
+        &file,
+        &["--mcp-max-in-flight", "2", "--mcp-max-cell-calls", "10"],
+    )
+    .await;
+    let out = run(
+        &server,
+        r#"import asyncio
+async def one(i):
+    try:
+        return ["ok", await ferrepl.acall("own", "slow", seconds=0.2)]
+    except ferrepl.Error as e:
+        return [type(e).__name__, str(e)]
+print(json.dumps(await asyncio.gather(*(one(i) for i in range(30)))))"#,
     )
     .await;
     let got = printed(&out);
     let outcomes = got.as_array().expect("a list");
-    let refused: Vec<&Value> = outcomes.iter().filter(|o| o[0] != "ok").collect();
-    assert_eq!(refused.len(), 1, "exactly one of 17 is refused: {got:#}");
-    assert_caught(refused[0], "CallRefused", &["--mcp-max-in-flight", "16"]);
     assert_eq!(
         outcomes.iter().filter(|o| o[1] == "slept").count(),
-        16,
+        10,
         "{got:#}"
+    );
+    let refused: Vec<&Value> = outcomes.iter().filter(|o| o[0] != "ok").collect();
+    assert_eq!(refused.len(), 20, "{got:#}");
+    for r in refused {
+        assert_caught(r, "CallRefused", &["--mcp-max-cell-calls", "10"]);
+    }
+    assert_eq!(up.count("called slow"), 10, "{}", log_text(&up.log()));
+}
+
+/// --mcp-max-servers 1 and calls to two servers at once: the second waits
+/// until the first server's call ends (its server is then ended to make
+/// room) instead of being refused.
+#[tokio::test]
+async fn a_call_waits_for_room_under_the_server_cap() {
+    let up = Upstreams::new();
+    let b_log = up.dir.path().join("b.log");
+    let file = up.write(json!({ "a": up.own(), "b": own_logging_to(&b_log) }));
+    let server = start(&file, &["--mcp-max-servers", "1"]).await;
+    let out = run(
+        &server,
+        r#"import asyncio
+async def one(server, tool, **kw):
+    try:
+        return ["ok", await ferrepl.acall(server, tool, **kw)]
+    except ferrepl.Error as e:
+        return [type(e).__name__, str(e)]
+print(json.dumps(await asyncio.gather(one("a", "slow", seconds=1), one("b", "echo", text="room"))))"#,
+    )
+    .await;
+    assert_eq!(
+        printed(&out),
+        json!([["ok", "slept"], ["ok", "room"]]),
+        "the second server's call waited for room"
+    );
+    assert!(
+        log_text(&b_log).contains("called echo"),
+        "{}",
+        log_text(&b_log)
     );
 }
 

@@ -132,28 +132,35 @@ async fn flags_that_let_sessions_around_the_upstreams_are_warned_of() {
 
 /// --mcp-max-in-flight bounds the calls a session has running upstream,
 /// also when its code sends them by hand with one id for all (the server
-/// keys calls in flight by the session's ids).
+/// keys calls in flight by the session's ids): past the limit, calls wait
+/// in ferrepl (distinct ids) or are refused (an id in flight already),
+/// never reaching the upstream. Each session calls its own server, so
+/// one's waiting calls never run beside the other's.
 #[tokio::test]
 async fn calls_sent_by_hand_under_one_id_stay_within_the_in_flight_limit() {
     let dir = outside();
     let file = write_servers_file(
         dir.path(),
-        json!({ "m": minimal_upstream_with_children(dir.path()) }),
+        json!({
+            "m1": minimal_upstream_with_children(dir.path()),
+            "m2": minimal_upstream_with_children(dir.path()),
+        }),
     );
     let server = StdioServer::launch(with_servers(&file, &["--mcp-max-in-flight", "2"])).await;
     let code = format!(
         "{RAW_CHANNEL}{}",
         r#"
-me = ferrepl.call("m", "pid")
+me = ferrepl.call("@M@", "pid")
 for i in range(12):
-    ev(id=@ID@, op="call", server="m", tool="slow", arguments={"seconds": 8})
+    ev(id=@ID@, op="call", server="@M@", tool="slow", arguments={"seconds": 8})
 time.sleep(2)
 print(json.dumps(me))
 "#
     );
     let mut running = Vec::new();
-    for (session, id) in [("distinct", "1000 + i"), ("same", "77")] {
-        let me = cell_json(&server, session, &code.replace("@ID@", id)).await;
+    for (session, server_name, id) in [("distinct", "m1", "1000 + i"), ("same", "m2", "77")] {
+        let cell = code.replace("@ID@", id).replace("@M@", server_name);
+        let me = cell_json(&server, session, &cell).await;
         let upstream = upstream_host_pids(me.as_str().expect("text"))[0];
         let status = std::fs::read_to_string(format!("/proc/{upstream}/status")).expect("status");
         let threads: usize = status
@@ -162,8 +169,6 @@ print(json.dumps(me))
             .and_then(|n| n.trim().parse().ok())
             .expect("Threads:");
         running.push((session, threads - 1));
-        // Let those calls end before the next session sends its own.
-        tokio::time::sleep(Duration::from_secs(8)).await;
     }
     // The main thread, one per call in flight (at most 2).
     assert!(
