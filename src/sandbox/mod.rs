@@ -338,6 +338,14 @@ impl SandboxConfig {
         let mounts = self
             .namespaces
             .then(|| self.mount_plan(tmp, workspace_writable));
+        let protected = match &self.protected {
+            Some(p) if workspace_writable => {
+                let mut p = p.clone();
+                p.unshared = write.iter().map(PathBuf::from).collect();
+                Some(p)
+            }
+            _ => None,
+        };
         Policy {
             read,
             write,

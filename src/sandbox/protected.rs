@@ -112,6 +112,18 @@ pub struct Protected {
     /// Relative `--protect` paths, at that place of the workspace (`roots[0]`).
     #[serde(default)]
     pub relative: Vec<PathBuf>,
+    /// Places git uses for a root's repository under other names (a `.git`
+    /// file's gitdir, `core.hooksPath`, included config): freed with `.git`.
+    #[serde(default)]
+    pub git: Vec<PathBuf>,
+    /// The user's venv where it lies in a root under another name than
+    /// `.venv` (`--venv env`): freed with `.venv`.
+    #[serde(default)]
+    pub venvs: Vec<PathBuf>,
+    /// What one process writes besides the roots (its temporary directory,
+    /// /dev/shm): set in its policy. A link from a root into one is refused.
+    #[serde(default)]
+    pub unshared: Vec<PathBuf>,
 }
 
 impl Protected {
@@ -131,18 +143,24 @@ impl Protected {
             }
         }
         let free_all = freed.iter().any(|n| n == "all");
+        // An agent that may make repositories may make their HEAD.
+        let free_git = free_all || freed.iter().any(|n| n == ".git");
         let mut names: Vec<String> = if free_all {
             Vec::new()
         } else {
             builtin
                 .iter()
                 .filter(|n| !freed.iter().any(|f| f == *n))
+                .filter(|n| !(free_git && **n == "HEAD"))
                 .map(|n| n.to_string())
                 .collect()
         };
         let mut paths = Vec::new();
         let mut relative = Vec::new();
-        for entry in protect {
+        // An entry both added and freed is freed: the operator said so last
+        // in neither order, and freeing is the narrower reading of intent
+        // for a name they chose to name twice.
+        for entry in protect.iter().filter(|e| !freed.contains(e)) {
             let path = Path::new(entry);
             let normal = path
                 .components()
@@ -166,9 +184,12 @@ impl Protected {
             names,
             paths,
             relative,
+            git: Vec::new(),
+            venvs: Vec::new(),
+            unshared: Vec::new(),
         };
-        if !free_all && !freed.iter().any(|f| f == ".git") {
-            protected.paths.extend(protected.git_places());
+        if !free_git {
+            protected.git = protected.git_places();
         }
         protected.names.sort();
         protected.names.dedup();
@@ -179,7 +200,11 @@ impl Protected {
 
     /// Nothing is protected (every entry freed).
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.paths.is_empty() && self.relative.is_empty()
+        self.names.is_empty()
+            && self.paths.is_empty()
+            && self.relative.is_empty()
+            && self.git.is_empty()
+            && self.venvs.is_empty()
     }
 
     /// The same places for another workspace (a tenant's, inside the
@@ -191,9 +216,7 @@ impl Protected {
             None => out.roots.push(workspace.to_path_buf()),
         }
         if self.names.iter().any(|n| n == ".git") {
-            out.paths.extend(out.git_places());
-            out.paths.sort();
-            out.paths.dedup();
+            out.git = out.git_places();
         }
         out
     }
@@ -220,7 +243,13 @@ impl Protected {
     /// The protected place `path` (absolute, resolved) is or lies in, if any:
     /// the place itself, for messages (`/ws/.git` for `/ws/.git/hooks/x`).
     pub fn find(&self, path: &Path) -> Option<PathBuf> {
-        if let Some(p) = self.paths.iter().find(|p| path.starts_with(p)) {
+        if let Some(p) = self
+            .paths
+            .iter()
+            .chain(&self.git)
+            .chain(&self.venvs)
+            .find(|p| path.starts_with(p))
+        {
             return Some(p.clone());
         }
         if let Some(workspace) = self.roots.first()
@@ -273,6 +302,8 @@ impl Protected {
         let workspace = self.roots.first();
         self.paths
             .iter()
+            .chain(&self.git)
+            .chain(&self.venvs)
             .cloned()
             .chain(
                 self.relative
@@ -312,23 +343,44 @@ impl Protected {
         self.roots.iter().any(|r| path.starts_with(r))
     }
 
-    /// The name an operator frees a place with, for messages: the protected
-    /// name in the place's last components, else the place as given.
-    pub fn flag_name(&self, place: &Path) -> String {
-        let text = place.to_string_lossy();
-        let lower = text.to_ascii_lowercase();
-        self.names
+    /// The name an operator frees a place with: the protected name in the
+    /// place's last components, `.git` for what git's repository points to;
+    /// None for the operator's own --protect paths.
+    pub fn flag_name(&self, place: &Path) -> Option<String> {
+        let lower = place.to_string_lossy().to_ascii_lowercase();
+        if let Some(name) = self
+            .names
             .iter()
             .find(|n| lower.ends_with(&format!("/{}", n.to_ascii_lowercase())))
-            .cloned()
-            .unwrap_or_else(|| text.into_owned())
+        {
+            return Some(name.clone());
+        }
+        if self.git.iter().any(|g| place.starts_with(g)) {
+            return Some(".git".to_string());
+        }
+        if self.venvs.iter().any(|v| place.starts_with(v)) {
+            return Some(".venv".to_string());
+        }
+        // The operator's own --protect entries, as they gave them.
+        if let Some(workspace) = self.roots.first()
+            && let Some(rel) = self.relative.iter().find(|r| workspace.join(r) == place)
+        {
+            return Some(rel.display().to_string());
+        }
+        self.paths
+            .iter()
+            .any(|p| p == place)
+            .then(|| place.display().to_string())
     }
 
     /// What an agent reads when a write is refused.
     pub fn refusal(&self, place: &Path) -> String {
-        let name = self.flag_name(place);
+        let how = match self.flag_name(place) {
+            Some(name) => format!("the operator can free it with --allow-write-protected {name}"),
+            None => "the operator protected it with --protect".to_string(),
+        };
         format!(
-            "{} is protected: host programs run what it holds (see docs/security.md), so nothing in the sandbox may create, change, rename or remove it; the operator can free it with --allow-write-protected {name}",
+            "{} is protected: host programs run what it holds (see docs/security.md), so nothing in the sandbox may create, change, rename or remove it; {how}",
             place.display()
         )
     }
@@ -405,11 +457,12 @@ fn config_targets(top: &Path, gitdir: &Path) -> Vec<PathBuf> {
             let key = key.trim().to_ascii_lowercase();
             if section == "core" && key == "hookspath" {
                 out.extend(resolve(&value, top));
-            } else if (section == "include" || section == "includeif") && key == "path" {
-                if let Some(p) = resolve(&value, &base) {
-                    out.push(p.clone());
-                    files.push(p);
-                }
+            } else if (section == "include" || section == "includeif")
+                && key == "path"
+                && let Some(p) = resolve(&value, &base)
+            {
+                out.push(p.clone());
+                files.push(p);
             }
         }
     }
@@ -552,6 +605,17 @@ mod tests {
             Some(root.join("store/gd"))
         );
         assert_eq!(p.holds(&root.join("store")), Some(root.join("store/gd")));
+        assert!(
+            p.refusal(&root.join("store/gd"))
+                .contains("--allow-write-protected .git")
+        );
+        let freed = Protected::new(vec![root.clone()], &[], &[".git".into()]).expect("freed");
+        assert_eq!(freed.find(&root.join("store/gd/hooks/x")), None);
+        assert_eq!(
+            freed.find(&root.join("x/HEAD")),
+            None,
+            "HEAD goes with .git"
+        );
         // What a repository's config points git to is protected too.
         let repo = root.join("app");
         std::fs::create_dir_all(repo.join(".git")).expect("repo");
@@ -561,8 +625,14 @@ mod tests {
         )
         .expect("config");
         let p = Protected::new(vec![repo.clone()], &[], &[]).expect("built-in");
-        assert_eq!(p.find(&repo.join(".githooks/pre-commit")), Some(repo.join(".githooks")));
-        assert_eq!(p.find(&repo.join("shared.cfg")), Some(repo.join("shared.cfg")));
+        assert_eq!(
+            p.find(&repo.join(".githooks/pre-commit")),
+            Some(repo.join(".githooks"))
+        );
+        assert_eq!(
+            p.find(&repo.join("shared.cfg")),
+            Some(repo.join("shared.cfg"))
+        );
         assert_eq!(p.find(&root.join("up.cfg")), None, "outside the root");
         let msg = p.refusal(&root.join(".git"));
         assert!(msg.contains("--allow-write-protected .git"), "{msg}");

@@ -127,6 +127,7 @@ pub fn serve(protected: &Protected, sock: OwnedFd, child: libc::pid_t) -> ! {
         super::launcher::close_fds_except(&keep);
         let mut supervisor = Supervisor {
             protected,
+            unshared: unshared(protected),
             listener,
             noted: HashSet::new(),
         };
@@ -179,8 +180,26 @@ fn exit_as(child: libc::pid_t) -> ! {
     std::process::exit(libc::WEXITSTATUS(status))
 }
 
+/// The directories the program writes that are not shared with the host
+/// (its temporary directory, /dev/shm), as named and as resolved: names are
+/// not protected there.
+fn unshared(protected: &Protected) -> Vec<PathBuf> {
+    protected
+        .unshared
+        .iter()
+        .filter(|w| !protected.in_root(w) && w.is_dir())
+        .cloned()
+        .flat_map(|w| {
+            let real = w.canonicalize().ok();
+            std::iter::once(w).chain(real)
+        })
+        .collect()
+}
+
 struct Supervisor<'a> {
     protected: &'a Protected,
+    /// Writable places outside the shared roots (see `unshared`).
+    unshared: Vec<PathBuf>,
     listener: OwnedFd,
     /// Places already named on the program's stderr.
     noted: HashSet<PathBuf>,
@@ -317,6 +336,50 @@ impl Supervisor<'_> {
                 Err(libc::EAGAIN)
             }
         }
+    }
+
+    /// A link made in a shared place that leads into an unshared one (the
+    /// process's temporary directory): host programs would follow it to
+    /// whatever was written there, `.git` included. Named once, like a
+    /// protected place.
+    pub(crate) fn refuse_link(&mut self, at: &Path, target: &Path) -> Option<i32> {
+        if !self.protected.in_root(at) {
+            return None;
+        }
+        let lexical = super::paths::normalize(target, at.parent().unwrap_or(Path::new("/")));
+        // The longest part that exists, resolved (links on the way count).
+        let mut real = lexical.clone();
+        let mut rest = Vec::new();
+        while !real.exists() {
+            let (Some(name), Some(parent)) = (real.file_name(), real.parent()) else {
+                break;
+            };
+            rest.push(name.to_os_string());
+            real = parent.to_path_buf();
+        }
+        let mut resolved = real.canonicalize().unwrap_or(real);
+        resolved.extend(rest.iter().rev());
+        // Into one, or to a directory above one (`/tmp`, `/`).
+        let inside = |p: &Path| {
+            self.unshared
+                .iter()
+                .any(|u| p.starts_with(u) || u.starts_with(p))
+        };
+        if !inside(&lexical) && !inside(&resolved) {
+            return None;
+        }
+        if self.noted.len() < 64 && self.noted.insert(at.to_path_buf()) {
+            let line = format!(
+                "ferrepl: {} may not link to {}: a link from the workspace into the sandbox's own temporary places would let host programs find what is written there unchecked\n",
+                at.display(),
+                target.display()
+            );
+            // SAFETY: writing a buffer to stderr.
+            unsafe {
+                libc::write(2, line.as_ptr().cast(), line.len());
+            }
+        }
+        Some(libc::EROFS)
     }
 
     /// The protected place a change of `path` would touch, named once on

@@ -319,7 +319,7 @@ fn protected_places(
             let venv = venv.canonicalize().unwrap_or_else(|_| venv.clone());
             let shared = protected.roots.iter().any(|r| venv.starts_with(r));
             if shared && protected.find(&venv).is_none() {
-                protected.paths.push(venv);
+                protected.venvs.push(venv);
             }
         }
     }

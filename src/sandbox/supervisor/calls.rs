@@ -195,9 +195,15 @@ impl Supervisor<'_> {
 /// Whether `object` is a file, directory or link (not a pipe, socket or
 /// anonymous inode).
 fn has_place(object: &OwnedFd) -> bool {
-    [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK, libc::S_IFCHR, libc::S_IFBLK]
-        .iter()
-        .any(|kind| is_kind(object, *kind))
+    [
+        libc::S_IFREG,
+        libc::S_IFDIR,
+        libc::S_IFLNK,
+        libc::S_IFCHR,
+        libc::S_IFBLK,
+    ]
+    .iter()
+    .any(|kind| is_kind(object, *kind))
 }
 
 /// Whether `path` is the supervisor's own /proc entry (reached through a
@@ -433,12 +439,23 @@ fn symlink(
     dirfd: i32,
     addr: u64,
 ) -> Result<Answer, i32> {
-    let target = cstring(&read_path(call.pid, target)?);
+    let target_bytes = read_path(call.pid, target)?;
+    let target = cstring(&target_bytes);
     let entry = s.entry(call, dirfd, addr)?;
     if entry.is_dot() {
         return Err(libc::EEXIST);
     }
-    s.check(&entry, false)?;
+    // A link is checked as what it would stand for: named as a protected
+    // place, as an ancestor of one (`conf` for a protected `conf/run.sh`),
+    // or as the first part of a sequence (`renv`).
+    s.check(&entry, true)?;
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let target_path = std::path::Path::new(std::ffi::OsStr::from_bytes(&target_bytes));
+        if let Some(e) = s.refuse_link(&entry.place(), target_path) {
+            return Err(e);
+        }
+    }
     // SAFETY: valid C strings and descriptor.
     value(unsafe {
         libc::symlinkat(
@@ -515,11 +532,13 @@ fn rename(
     // process's temporary directory, where nothing is protected) could
     // carry a repository changed there: refused as across file systems,
     // so `mv` and shutil.move copy it entry by entry, each checked.
+    // Links likewise: one made in the temporary directory could lead back
+    // into it.
     let shared = |e: &Entry| s.protected.in_root(&e.place());
     if shared(&from) != shared(&to)
         && from
             .object(false)
-            .is_ok_and(|o| is_kind(&o, libc::S_IFDIR))
+            .is_ok_and(|o| is_kind(&o, libc::S_IFDIR) || is_kind(&o, libc::S_IFLNK))
     {
         return Err(libc::EXDEV);
     }
@@ -686,7 +705,11 @@ mod tests {
         assert_eq!(caller_path(42, b"./a//b/./"), b"a/b/");
         assert_eq!(caller_path(42, b"x/."), b"x/");
         assert_eq!(caller_path(42, b"."), b".");
-        assert_eq!(caller_path(42, b""), b"", "an empty path stays empty (ENOENT)");
+        assert_eq!(
+            caller_path(42, b""),
+            b"",
+            "an empty path stays empty (ENOENT)"
+        );
         assert_eq!(caller_path(42, b"/"), b"/");
     }
 

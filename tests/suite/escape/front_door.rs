@@ -23,7 +23,7 @@ const BETA: &str = "front-door-beta-0123456789abcdef";
 
 /// A tokens file naming `tenants` (token, tenant), in a directory kept as
 /// long as the returned guard.
-fn tokens_file(tenants: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+pub(super) fn tokens_file(tenants: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("a directory for the tokens file");
     let path = dir.path().join("tokens");
     let lines: String = tenants
@@ -51,7 +51,7 @@ async fn start(extra: &[&str]) -> (HttpServer, tempfile::TempDir) {
     (server, dir)
 }
 
-fn server_pid(server: &HttpServer) -> u32 {
+pub(super) fn server_pid(server: &HttpServer) -> u32 {
     server.child.id().expect("the server's pid (it is running)")
 }
 
@@ -87,7 +87,7 @@ async fn refusal_count(server: &HttpServer, reason: &str) -> u64 {
 
 /// How a connection ended, as its client saw it.
 #[derive(Debug)]
-enum Ending {
+pub(super) enum Ending {
     /// EOF after these bytes (maybe none).
     Closed(Vec<u8>),
     /// Reset (or another read error) after these bytes.
@@ -97,12 +97,12 @@ enum Ending {
 }
 
 impl Ending {
-    fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         !matches!(self, Ending::Open(_))
     }
 
     /// How the connection ended, for messages.
-    fn how(&self) -> String {
+    pub(super) fn how(&self) -> String {
         match self {
             Ending::Closed(_) => "EOF".to_string(),
             Ending::Reset(e, _) => format!("read error: {e}"),
@@ -110,7 +110,7 @@ impl Ending {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Ending::Closed(b) | Ending::Reset(_, b) | Ending::Open(b) => b,
         }
@@ -119,7 +119,10 @@ impl Ending {
 
 /// Reads `stream` until the server closes it (EOF or a reset) or until
 /// `deadline`.
-async fn read_until_closed<R: AsyncReadExt + Unpin>(stream: &mut R, deadline: Instant) -> Ending {
+pub(super) async fn read_until_closed<R: AsyncReadExt + Unpin>(
+    stream: &mut R,
+    deadline: Instant,
+) -> Ending {
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -202,7 +205,11 @@ fn own_descriptors() -> usize {
 
 /// A raw `initialize` POST with `token` to /mcp, from a socket bound to
 /// `local_ip`; the status line of the answer (or why there was none).
-async fn initialize_from(local_ip: &str, port: u16, token: &str) -> Result<String, String> {
+pub(super) async fn initialize_from(
+    local_ip: &str,
+    port: u16,
+    token: &str,
+) -> Result<String, String> {
     let socket = TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
     let local: SocketAddr = format!("{local_ip}:0").parse().expect("a local address");
     socket
@@ -418,13 +425,16 @@ async fn a_flood_of_unfinished_request_heads_does_not_lock_out_other_peers() {
     );
 }
 
-/// Past --http-max-connections a new connection is closed at once, and
-/// counted; once connections go away, new ones are served again.
+/// Past --http-max-connections a new connection is answered 503 with
+/// Retry-After and closed at once, and counted; once connections go away,
+/// new ones are served again.
 #[tokio::test]
 async fn past_the_connection_cap_a_new_connection_is_closed_at_once() {
     let (server, _tokens) = start(&[
         "--http-max-connections",
         "20",
+        "--http-max-connections-per-peer",
+        "0",
         "--http-header-timeout",
         "30",
     ])
@@ -447,10 +457,12 @@ async fn past_the_connection_cap_a_new_connection_is_closed_at_once() {
         ending.is_closed(),
         "the 21st connection past --http-max-connections 20 was still open after 2 s: {ending:?}"
     );
+    let answer = String::from_utf8_lossy(ending.bytes());
     assert!(
-        ending.bytes().is_empty(),
-        "the 21st connection got bytes: {:?}",
-        String::from_utf8_lossy(ending.bytes())
+        answer.starts_with("HTTP/1.1 503 ")
+            && answer.contains("Retry-After: ")
+            && answer.contains("--http-max-connections"),
+        "the 21st connection is told why before the close: {answer:?}"
     );
     let open = held.iter().filter(|s| still_open(s)).count();
     assert_eq!(open, 20, "the 20 connections within the cap must stay open");
