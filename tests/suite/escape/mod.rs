@@ -9,6 +9,7 @@ mod code_tools;
 mod degraded;
 mod files;
 mod front_door;
+mod front_door_shares;
 mod install_specs;
 mod isolation;
 mod privileges;
