@@ -483,11 +483,19 @@ impl Worker {
             .map(|e| e.describe())
             .unwrap_or_else(|| "an unknown status".into());
         let text = st.capture.take().render().combined;
-        let stderr = if text.trim().is_empty() {
+        let mut stderr = if text.trim().is_empty() {
             String::new()
         } else {
             format!("; it printed:\n{}", text.trim_end())
         };
+        if text.contains("Resource temporarily unavailable")
+            || text.contains("can't start new thread")
+        {
+            // EAGAIN from fork or a thread: RLIMIT_NPROC.
+            stderr.push_str(
+                "\n(no process or thread could be started: the session's uid runs as many tasks as --max-processes allows, and RLIMIT_NPROC counts every process and thread of the uid, under a root server all of the tenant's sessions and jobs; end some of them, or raise --max-processes)",
+            );
+        }
         Err(WorkerError::DiedAtStart {
             lang,
             program,

@@ -37,6 +37,11 @@ pub enum ApplyError {
         "the supervisor of protected places could not start ({0}); it needs seccomp user notification (Linux 5.14 or later); the operator can free the places with --allow-write-protected all"
     )]
     Protection(String),
+    #[cfg(target_os = "linux")]
+    #[error(
+        "cannot start the session's supervisor of protected places: its uid already runs --max-processes ({0}) tasks (RLIMIT_NPROC counts every process and thread of the uid: under a root server, all of the tenant's sessions and jobs); end some of them, or raise --max-processes"
+    )]
+    Tasks(u64),
     #[cfg(not(target_os = "linux"))]
     #[error("{0} needs Linux")]
     LinuxOnly(&'static str),
@@ -107,24 +112,35 @@ type RlimitResource = libc::__rlimit_resource_t;
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 type RlimitResource = libc::c_int;
 
-fn set_limit(resource: RlimitResource, value: u64) {
+/// Sets both limits of `resource` to `value`, or to the hard limit this
+/// process has where that is lower (a process without CAP_SYS_RESOURCE,
+/// as the program is once its capabilities are gone, may only lower it).
+/// What it ended up as.
+fn set_limit(resource: RlimitResource, value: u64) -> Result<u64, std::io::Error> {
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we own.
+    if unsafe { libc::getrlimit(resource, &mut now) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let value = (value as libc::rlim_t).min(now.rlim_max);
     let lim = libc::rlimit {
-        rlim_cur: value as libc::rlim_t,
-        rlim_max: value as libc::rlim_t,
+        rlim_cur: value,
+        rlim_max: value,
     };
     // SAFETY: setrlimit reads the struct only.
-    unsafe {
-        libc::setrlimit(resource, &lim);
+    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(value)
 }
 
 /// Applies the policy to this (single-threaded) process; reports what is active.
 pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
     #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut applied = Applied {
-        rlimits: set_limits(policy),
-        ..Applied::default()
-    };
+    let mut applied = Applied::default();
     if !policy.cwd.is_empty() {
         std::env::set_current_dir(&policy.cwd).map_err(|source| ApplyError::WorkingDir {
             dir: policy.cwd.clone(),
@@ -149,6 +165,10 @@ pub fn apply(policy: &Policy) -> Result<Applied, ApplyError> {
         }
         applied.uid = nix::unistd::getuid().as_raw();
     }
+    // After the switch of uid: RLIMIT_NPROC binds the session's uid (root
+    // is never held to it), and without capabilities no limit can be raised
+    // again. Before confine, whose supervisor is forked under them.
+    applied.rlimits = set_limits(policy);
     #[cfg(target_os = "linux")]
     confine(policy, &mut applied)?;
     #[cfg(not(target_os = "linux"))]
@@ -177,7 +197,10 @@ fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
     // After Landlock (the supervisor shares the program's domain), before
     // the main filter (which denies what the supervisor needs).
     if let Some(protected) = &policy.protected {
-        supervise(protected).map_err(ApplyError::Protection)?;
+        supervise(protected).map_err(|e| match e {
+            Some(e) => ApplyError::Protection(e),
+            None => ApplyError::Tasks(policy.max_processes.unwrap_or_default()),
+        })?;
         applied.protection = Some(Ok(()));
     }
     if policy.seccomp {
@@ -193,14 +216,16 @@ fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
 /// Forks the supervisor of protected places, which stays behind as this
 /// process's parent in its place (serving until the program exits, then
 /// exiting as it did); the program goes on here with the filter that sends
-/// its changing calls to it.
+/// its changing calls to it. Err(None): the fork was refused for
+/// RLIMIT_NPROC (the uid runs as many tasks as it may).
 #[cfg(target_os = "linux")]
-fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), String> {
+fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), Option<String>> {
     use crate::sandbox::supervisor;
-    let handoff = supervisor::handoff().map_err(|e| format!("socketpair: {e}"))?;
+    let handoff = supervisor::handoff().map_err(|e| Some(format!("socketpair: {e}")))?;
     // SAFETY: the launcher is single-threaded here.
     match unsafe { nix::unistd::fork() } {
-        Err(e) => Err(format!("fork: {e}")),
+        Err(nix::errno::Errno::EAGAIN) => Err(None),
+        Err(e) => Err(Some(format!("fork: {e}"))),
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(handoff.theirs);
             supervisor::serve(protected, handoff.ours, child.as_raw())
@@ -214,9 +239,9 @@ fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), Str
             unsafe {
                 libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
             }
-            let listener = supervisor::install().map_err(|e| e.to_string())?;
+            let listener = supervisor::install().map_err(|e| Some(e.to_string()))?;
             supervisor::send_fd(&handoff.theirs, listener.as_raw_fd())
-                .map_err(|e| format!("handing over the listener: {e}"))?;
+                .map_err(|e| Some(format!("handing over the listener: {e}")))?;
             drop(listener);
             drop(handoff.theirs);
             // A first call the supervisor answers (ENOENT for an empty
@@ -225,7 +250,7 @@ fn supervise(protected: &crate::sandbox::protected::Protected) -> Result<(), Str
             let r = unsafe { libc::mkdir(c"".as_ptr(), 0) };
             match std::io::Error::last_os_error().raw_os_error() {
                 Some(libc::ENOENT) if r < 0 => Ok(()),
-                _ => Err("the supervisor does not answer".into()),
+                _ => Err(Some("the supervisor does not answer".into())),
             }
         }
     }
@@ -241,25 +266,47 @@ fn die_with_parent_supervisor() {
     }
 }
 
-/// The resource limits (no core dumps, ever); what was set, for the report.
+/// The resource limits (no core dumps, ever), set once the process runs as
+/// the session's uid; what was set, for the report.
+///
+/// RLIMIT_NPROC counts every task (processes and threads) of the uid in
+/// the process's user namespace: under host root, all of a tenant's
+/// sessions and jobs (its uid's); where the launcher made a user namespace
+/// (an unprivileged server, root of a pod's namespace), the session's own.
+/// The probe reports it without setting it: how many tasks a uid runs at
+/// start says nothing of what the kernel allows, and a busy uid must not
+/// pass for one sessions cannot run as. A program left as root (a
+/// degraded root server) does not get it: it would count the server's own
+/// tasks (root of a pod's namespace), or bind nothing (the host's root);
+/// the process-tree watch holds it.
 fn set_limits(policy: &Policy) -> Vec<String> {
     let mut rlimits = Vec::new();
-    set_limit(libc::RLIMIT_CORE, 0);
+    let mut set = |resource, value, shown: &dyn Fn(u64) -> String| match set_limit(resource, value)
+    {
+        Ok(v) if v == value => rlimits.push(shown(v)),
+        Ok(v) => rlimits.push(format!("{} (the host's hard limit)", shown(v))),
+        Err(e) => rlimits.push(format!("{} NOT set ({e})", shown(value))),
+    };
     if let Some(b) = policy.max_file_bytes {
-        set_limit(libc::RLIMIT_FSIZE, b);
-        rlimits.push(format!("file size {b} B"));
+        set(libc::RLIMIT_FSIZE, b, &|v| format!("file size {v} B"));
     }
     if let Some(n) = policy.max_open_files {
-        set_limit(libc::RLIMIT_NOFILE, n);
-        rlimits.push(format!("open files {n}"));
+        set(libc::RLIMIT_NOFILE, n, &|v| format!("open files {v}"));
     }
     // SAFETY: getuid has no preconditions.
+    let root = unsafe { libc::getuid() } == 0;
     if let Some(n) = policy.max_processes
-        && unsafe { libc::getuid() } != 0
+        && !root
     {
-        set_limit(libc::RLIMIT_NPROC, n);
-        rlimits.push(format!("processes {n} (per user)"));
+        let shown = |v: u64| format!("processes {v} (per uid, threads included)");
+        if policy.probe {
+            rlimits.push(shown(n));
+        } else {
+            set(libc::RLIMIT_NPROC, n, &shown);
+        }
     }
+    // No core dumps, ever.
+    let _ = set_limit(libc::RLIMIT_CORE, 0);
     rlimits
 }
 

@@ -1,14 +1,18 @@
 //! Attacks on the limits an instance's tenants share (run as root and as
 //! an unprivileged user): a directory made unreadable to hide data from the
-//! workspace quota, a job that takes more memory than --memory-limit or more
-//! processes than --max-processes, and memory held behind a process's exited
-//! main thread.
+//! workspace quota, a job that takes more memory than --memory-limit, a
+//! session or job that starts more processes than --max-processes (its
+//! RLIMIT_NPROC, set once the program runs as the session's uid), and memory
+//! held behind a process's exited main thread.
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::support::{HttpServer, StdioServer, ToolOutput, call, path_str};
+use crate::support::{
+    HttpServer, Reaper, StdioServer, ToolOutput, call, host_pid_in_namespace, path_str,
+    processes_with_arg, py, unique,
+};
 
 const TOKEN: &str = "quota-token-0123456789abcdef";
 
@@ -117,19 +121,179 @@ async fn a_job_over_the_memory_limit_is_killed_and_told_so() {
     );
 }
 
-/// A job is held to --max-processes also where cgroups hold it (their pids
-/// ceiling is far above the flag): the process-tree watch kills it (as
-/// root, where RLIMIT_NPROC does not apply).
+/// The soft and hard values of a `/proc/<pid>/limits` line such as "Max
+/// processes".
+fn limit(limits: &str, name: &str) -> (String, String) {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name:?} line in:\n{limits}"));
+    let mut fields = line[name.len()..].split_whitespace();
+    let mut next = || fields.next().unwrap_or_default().to_string();
+    (next(), next())
+}
+
+/// A cell that forks `sleep` children (argv[0] `marker`) until the kernel
+/// refuses; prints `FORKED <count> <errno or None>`. The count.
+async fn fork_until_refused(server: &StdioServer, session: &str, marker: &str) -> (u64, Value) {
+    let code = format!(
+        "import os, shutil\nsleep = shutil.which('sleep')\nn, err = 0, None\n\
+         for _ in range(1000):\n\
+         \x20   try:\n\
+         \x20       pid = os.fork()\n\
+         \x20   except OSError as e:\n\
+         \x20       err = e.errno\n\
+         \x20       break\n\
+         \x20   if pid == 0:\n\
+         \x20       try:\n\
+         \x20           os.execv(sleep, [{m}, '600'])\n\
+         \x20       finally:\n\
+         \x20           os._exit(0)\n\
+         \x20   n += 1\n\
+         print('FORKED', n, err)",
+        m = py(marker)
+    );
+    let out = server
+        .call(
+            "python_exec",
+            json!({ "code": code, "session": session, "wait_s": 60 }),
+        )
+        .await;
+    assert!(
+        !out.is_error,
+        "{out:#?}\nserver log:\n{}",
+        server.stderr_log()
+    );
+    let line = out
+        .str_field("stdout")
+        .lines()
+        .find_map(|l| l.strip_prefix("FORKED "))
+        .unwrap_or_else(|| panic!("no FORKED line: {out:#?}"))
+        .to_string();
+    let mut f = line.split_whitespace();
+    let n: u64 = f.next().and_then(|n| n.parse().ok()).expect("a count");
+    let err = match f.next() {
+        Some("None") | None => Value::Null,
+        Some(e) => json!(e.parse::<i64>().expect("an errno")),
+    };
+    (n, err)
+}
+
+/// Attack: --max-processes did not bind a root server's sessions: the
+/// launcher skipped RLIMIT_NPROC while it was still root (before switching
+/// to the session's uid), so a session had the host's limit. Claim: every
+/// rlimit is set once the program runs as the session's uid: a cell's
+/// /proc/self/limits and its interpreter's /proc/<pid>/limits read from the
+/// host show --max-processes (and --max-open-files); a fork bomb in a cell
+/// is stopped there (EAGAIN) and the session lives on; as root the bound
+/// is the uid's, a tenant's sessions and jobs together, so a second session
+/// gets only what the first left; and a job that forks past it is stopped
+/// (its forks refused, or killed by the process-tree watch where cgroups
+/// or the watch get there first).
 #[tokio::test]
-async fn a_job_over_the_process_limit_is_killed_and_told_so() {
-    let server = StdioServer::start(&["--tools", "all", "--max-processes", "64"]).await;
+async fn the_process_limit_binds_sessions_and_jobs() {
+    let marker = unique("ferrepl-nproc-");
+    let _reaper = Reaper::of_marker(&marker);
+    let server = StdioServer::start(&[
+        "--tools",
+        "all",
+        "--max-processes",
+        "64",
+        "--max-open-files",
+        "200",
+        "--warm-pool",
+        "0",
+        "--resume",
+        "off",
+    ])
+    .await;
+    let code = "import os\nprint('NS', os.readlink('/proc/self/ns/pid'), os.getpid())\n\
+                print(open('/proc/self/limits').read())";
+    let out = server.call("python_exec", json!({ "code": code })).await;
+    out.assert_ok();
+    let inside = out.str_field("stdout").to_string();
+    let ns: Vec<&str> = inside
+        .lines()
+        .find_map(|l| l.strip_prefix("NS "))
+        .unwrap_or_else(|| panic!("no NS line: {inside}"))
+        .split_whitespace()
+        .collect();
+    let host_pid = host_pid_in_namespace(ns[0], ns[1].parse().expect("a pid"));
+    let outside = std::fs::read_to_string(format!("/proc/{host_pid}/limits"))
+        .unwrap_or_else(|e| panic!("/proc/{host_pid}/limits: {e}"));
+    for limits in [&inside, &outside] {
+        assert_eq!(
+            limit(limits, "Max processes"),
+            ("64".into(), "64".into()),
+            "{limits}"
+        );
+        assert_eq!(
+            limit(limits, "Max open files"),
+            ("200".into(), "200".into()),
+            "{limits}"
+        );
+        assert_eq!(
+            limit(limits, "Max core file size"),
+            ("0".into(), "0".into()),
+            "{limits}"
+        );
+    }
+
+    // A fork bomb: stopped by the kernel short of the limit (the
+    // interpreter, its supervisor and its threads count too).
+    let (n, err) = fork_until_refused(&server, "bomb", &marker).await;
+    assert_eq!(err, json!(libc::EAGAIN), "forks past the limit are refused");
+    assert!(n < 64, "{n} processes forked under --max-processes 64");
+    let alive = server.exec_in("bomb", "'alive'").await;
+    alive.assert_ok();
+    assert_eq!(alive.value(), Some("'alive'"));
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let second = server.exec_in("second", "'second'").await;
+    if root {
+        // One uid for the instance's sessions: the bomb holds all its
+        // tasks, so another session cannot even start (its launcher's
+        // supervisor, or the interpreter's own processes and threads), and
+        // says why.
+        assert!(
+            second.is_error && second.text.contains("--max-processes"),
+            "{second:#?}"
+        );
+    } else {
+        // A user namespace of its own: the session's own count.
+        second.assert_ok();
+    }
+    let deleted = server
+        .call(
+            "python_sessions",
+            json!({ "action": "delete", "session": "bomb" }),
+        )
+        .await;
+    assert!(!deleted.is_error, "{deleted:#?}");
+    for _ in 0..200 {
+        if processes_with_arg(&marker).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        processes_with_arg(&marker).is_empty(),
+        "the bomb's processes end with its session"
+    );
+    let second = server.exec_in("second", "'second'").await;
+    second.assert_ok();
+
+    // A job: its forks are refused (dash: "Cannot fork"), or the
+    // process-tree watch kills it.
     let forks = "for i in $(seq 100); do sleep 120 & done; wait";
     let out = job_to_its_end(&server, forks).await;
-    // Unprivileged, RLIMIT_NPROC (per user) refuses the forks first.
     let watched = out
         .text
         .contains("The job went over its limit of 64 processes (--max-processes");
-    assert!(watched || out.text.contains("Cannot fork"), "{out:#?}");
+    assert!(
+        watched || out.text.contains("Cannot fork") || out.text.contains("fork:"),
+        "{out:#?}"
+    );
 }
 
 /// A process whose main thread exits while a thread of it holds the memory

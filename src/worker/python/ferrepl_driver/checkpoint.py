@@ -135,8 +135,15 @@ def take(cell):
         return {"ok": False, "message": why}
     flush_std()
     a, b = _pair()
-    with channel.quiet():
-        pid = os.fork()
+    try:
+        with channel.quiet():
+            pid = os.fork()
+    except OSError as e:
+        # RLIMIT_NPROC (--max-processes, the uid's tasks): no copy, and the
+        # session goes on.
+        a.close()
+        b.close()
+        return {"ok": False, "message": "cannot fork a checkpoint: %s" % e}
     if pid == 0:
         b.close()
         return ("resumed", _freeze(a))
@@ -168,7 +175,12 @@ def _freeze(conn):
         # with the interpreter that just took over (unless a switch comes).
         select.select([conn], [], [], PREFORK_DELAY_S)
         mine, theirs = _pair()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            # No ready child can be made (RLIMIT_NPROC): this copy ends, and
+            # a switch to it falls back to re-running the cells.
+            os._exit(0)
         if pid == 0:
             mine.close()
             conn.close()
