@@ -50,15 +50,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     // or a kept venv writes there.
     startup::preflight::state_dir_place(&cfg, &settings.workdir)?;
     let kept_in = tenants::store::dir(&cfg)?;
-    // A root server's sessions run as uids of their own (the uid boundary).
-    let uids = if nix::unistd::geteuid().is_root() {
-        Some(std::sync::Arc::new(crate::sandbox::uids::TenantUids::open(
-            kept_in.as_deref(),
-            cfg.tenant_uids,
-        )?))
-    } else {
-        None
-    };
+    // A root server's sessions run as uids of their own (the uid boundary),
+    // from the host's table.
+    let uids = startup::uid_table(&cfg, &settings.workdir, kept_in.as_deref(), false)?
+        .map(std::sync::Arc::new);
     let startup::Prepared {
         python,
         kept_venvs,

@@ -26,8 +26,10 @@
 #
 # ferrepl serves Streamable HTTP with --auth-token-file on the Secret (two
 # tenants, alice and bob), FERREPL_TENANT_UIDS from configmap.yaml and
-# --tools python,shell; with REQUIRE=1 also --sandbox-require, as the
-# ConfigMap sets it. Clients (Python standard library) then check:
+# --tools python,shell, its uid table on the "PVC" as the ConfigMap's
+# FERREPL_UID_TABLE puts it; with REQUIRE=1 also --sandbox-require, as the
+# ConfigMap sets it, else --allow-degraded-isolation (to see what a pod
+# without namespaces would get, which tenants otherwise refuse). Clients (Python standard library) then check:
 #   * as alice, python_exec open()s the tokens file and shell_exec cats it:
 #     both must fail, and no token may appear in any result;
 #   * as each tenant, python_exec writes a file into its workspace; from the
@@ -332,7 +334,9 @@ echo "0 $base $ids" >"/proc/$holder/gid_map"
 
 export MASK=$mask WORK=$work PY=$python SECRET_DIR=$secret_dir SECRET_FILE=$secret_dir/$secret_item \
   TOKENS=$tokens BOUNDING=$bounding TENANT_UIDS=$tenant_uids PROBE=$probe REQUIRE_FLAG=
-[ "$require" != 1 ] || REQUIRE_FLAG=--sandbox-require
+# Without --sandbox-require the script shows what a pod gets, degraded
+# isolation included, which ferrepl refuses for tenants unless told.
+if [ "$require" = 1 ]; then REQUIRE_FLAG=--sandbox-require; else REQUIRE_FLAG=--allow-degraded-isolation; fi
 # Inside: root of the pod's user namespace, every capability there (as the
 # runtime has while it sets the container up); ferrepl itself gets only the
 # manifest's, from setpriv. The verdict lines are printed last, below.
@@ -362,6 +366,7 @@ timeout 270 nsenter --user --target "$holder" --setuid 0 --setgid 0 -- \
   timeout 250 setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set="$BOUNDING" \
     env -u TOKENS ${TENANT_UIDS:+FERREPL_TENANT_UIDS=$TENANT_UIDS} \
       /srv/bin/ferrepl --http 127.0.0.1:0 --workdir /srv/work --state-dir /srv/state \
+      --uid-table /srv/uids/uids.json \
       --auth-token-file "$SECRET_FILE" --python "$PY" --warm-pool 0 --log-format text \
       --tools python,shell $REQUIRE_FLAG >/tmp/log 2>&1 &
   pid=$!

@@ -122,9 +122,22 @@ pub struct Config {
     #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
     pub tenant_cpu_weight: u64,
 
-    /// Uids (and gids) a root server gives tenants, one each, kept by name in the state directory.
+    /// Uids (and gids) a root server runs sessions as: one for each tenant of each instance on
+    /// the host, kept in --uid-table.
     #[arg(long, env = "FERREPL_TENANT_UIDS", default_value = "20000-59999", value_parser = crate::sandbox::uids::parse_range, value_name = "START-END")]
     pub tenant_uids: (u32, u32),
+
+    /// The host's table of session uids a root server keeps: each (state directory, workspace,
+    /// tenant) gets a uid of --tenant-uids that no other instance on the host has, kept whatever
+    /// --resume says. It and its directory must be root's and writable by nobody else; the
+    /// directory is made (0700) if missing. Ignored by an unprivileged server, which keeps none.
+    #[arg(
+        long,
+        env = "FERREPL_UID_TABLE",
+        default_value = crate::sandbox::uids::DEFAULT_TABLE,
+        value_name = "FILE"
+    )]
+    pub uid_table: PathBuf,
 
     /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
     /// until files are deleted (checked every few seconds).
@@ -300,6 +313,15 @@ pub struct Config {
     #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
     pub sandbox_require: bool,
 
+    /// With tenants, start even where isolation between them is degraded, which is refused
+    /// otherwise: without private namespaces (--no-namespaces, or a kernel that refuses them)
+    /// tenants' sessions share the host's /dev/shm and /proc (each other's processes and command
+    /// lines), IPC and Unix sockets; without a uid of each tenant's own (an unprivileged server,
+    /// root without namespaces) they may all run as one uid. One tenant alone only gets the
+    /// status line's warning.
+    #[arg(long, env = "FERREPL_ALLOW_DEGRADED_ISOLATION")]
+    pub allow_degraded_isolation: bool,
+
     /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none (a cgroup where one can be made, else a watch of its process tree's RSS).
     #[arg(
         long,
@@ -309,7 +331,11 @@ pub struct Config {
     )]
     pub memory_limit: String,
 
-    /// Most processes in one session's process tree (a fork bomb is stopped there).
+    /// Most processes in one session's or job's process tree (a fork bomb is stopped there), and
+    /// the RLIMIT_NPROC of its uid, which counts threads too: under host root that bound is per
+    /// tenant (all its sessions and jobs run as its uid; alone in a user's workspace, everything
+    /// that user runs), where sessions get a user namespace of their own (an unprivileged server,
+    /// root of a pod's namespace) per session.
     #[arg(
         long,
         env = "FERREPL_MAX_PROCESSES",

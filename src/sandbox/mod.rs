@@ -259,6 +259,9 @@ pub struct SandboxConfig {
     /// Why sessions do not run as `identity` after all, or not through
     /// idmapped mounts (found by the probe).
     pub identity_gap: Option<String>,
+    /// Why there are no private namespaces (found by the probe; None where
+    /// they work, or the sandbox is off).
+    pub namespaces_gap: Option<String>,
     /// Protected places in what sessions share with the host (None: the
     /// sandbox is off or the workspace read-only, or every name is freed).
     pub protected: Option<protected::Protected>,

@@ -38,6 +38,17 @@ pub fn probe(cfg: &mut SandboxConfig) -> anyhow::Result<Applied> {
         Err(e) => return Err(e),
     };
     let _ = std::fs::remove_dir_all(&tmp);
+    cfg.namespaces_gap = if applied.namespaces {
+        None
+    } else {
+        Some(gap.clone().unwrap_or_else(|| "not on this system".into()))
+    };
+    if !cfg.namespaces && cfg.identity.is_some() {
+        // Without namespaces the launcher keeps the server's uid: nothing
+        // (a tenant's workspace, a kept venv) may be given to another, or
+        // sessions could not write their own places.
+        cfg.set_identity(None, false);
+    }
     // Where writes are confined at all (Landlock, namespaces), protected
     // places must be too; where nothing confines them (macOS for now),
     // the status line says so.

@@ -1,19 +1,36 @@
-//! The uids a root server gives its sessions: one per tenant, from
-//! --tenant-uids, allocated once and kept by name in the state directory,
-//! so a reordered tokens file or a restart never moves one, and a uid is
-//! never given to another name.
+//! The uids a root server gives its sessions, from one table for the whole
+//! host (`--uid-table`, default `/var/lib/ferrepl/uids.json`): each key —
+//! (state directory, workspace, tenant) — gets a uid of `--tenant-uids` that
+//! no other key holds, so two instances (other projects, other state
+//! directories) never run sessions as one uid, a restart or a reordered
+//! tokens file never moves one, and `--resume` (which governs sessions, not
+//! identities) changes nothing. The table is root's: read, changed and
+//! written back under `flock`, its directory and file refused unless they
+//! are root's and nobody else may write them. A key is dropped, and its uid
+//! free again, once its workspace no longer exists and the last server that
+//! used it has exited.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use serde::{Deserialize, Serialize};
+
 use super::Identity;
 
-/// The file in the state directory.
-pub const FILE: &str = "tenant-uids.json";
+/// Where the table is kept unless `--uid-table` says otherwise.
+pub const DEFAULT_TABLE: &str = "/var/lib/ferrepl/uids.json";
 
-/// The key of the one-tenant server's own uid (not a valid tenant name).
+/// The tenant of a one-tenant server (not a valid tenant name).
 pub const SOLE: &str = "*";
+
+/// The table's format.
+const VERSION: u32 = 1;
+
+/// Largest table read (40,000 keys of long paths fit).
+const MAX_BYTES: u64 = 64 << 20;
 
 /// `START-END`, both within 1..=4294967293.
 pub fn parse_range(text: &str) -> Result<(u32, u32), String> {
@@ -30,205 +47,581 @@ pub fn parse_range(text: &str) -> Result<(u32, u32), String> {
 /// Why a uid could not be given.
 #[derive(Debug, thiserror::Error)]
 pub enum UidError {
-    #[error("{}: {source}; fix or remove it (tenants then get new uids, and their workspaces are given to them at their next start)", .path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: not a uid table: {source}; fix or remove it", .path.display())]
-    Parse {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("cannot save {}: {source}", .path.display())]
-    Write {
+    /// The table, its directory or its lock is not root's alone.
+    #[error("{0}")]
+    Unsafe(String),
+    #[error(
+        "cannot {what} {}: {source}; the host's table of session uids must be writable by root (--uid-table, FERREPL_UID_TABLE: a file on a place only root may write)",
+        .path.display()
+    )]
+    Io {
+        what: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "no free uid left in --tenant-uids {0}-{1} (uids in /etc/passwd, /etc/group, /etc/subuid, /etc/subgid or not mapped in this user namespace are skipped); give a wider range"
+        "{}: not a table of session uids ({why}); fix the file, or remove it while no ferrepl runs as root (every instance's sessions then get new uids, and tenants' workspaces are given to them at their next start)",
+        .path.display()
     )]
-    Exhausted(u32, u32),
+    Invalid { path: PathBuf, why: String },
+    #[error(
+        "no free uid left in --tenant-uids {start}-{end}: {held} of them are held in {} by workspaces that still exist or servers still running (uids in /etc/passwd, /etc/group, /etc/subuid, /etc/subgid or not mapped in this user namespace are skipped); remove the entries of projects no longer served from that file (each names its state directory, workspace and tenant; a removed workspace frees its entry by itself once its server has exited), or give a wider --tenant-uids",
+        .path.display()
+    )]
+    Exhausted {
+        path: PathBuf,
+        start: u32,
+        end: u32,
+        held: usize,
+    },
 }
 
-/// The uid table: names to uids, loaded at start, saved at each new one.
-pub struct TenantUids {
-    file: Option<PathBuf>,
-    range: (u32, u32),
-    table: Mutex<BTreeMap<String, u32>>,
+/// The instance asking: what its keys are made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// `--state-dir` (or its default) as named, with no link in it where
+    /// it exists; None where there is none (no HOME): whatever `--resume`
+    /// says.
+    pub state_dir: Option<PathBuf>,
+    /// `--workdir`: the sole tenant's workspace, the tenants' root.
+    pub workdir: PathBuf,
 }
 
-impl TenantUids {
-    /// The table kept in `dir` (None: kept in memory only, with a warning).
-    pub fn open(dir: Option<&Path>, range: (u32, u32)) -> Result<Self, UidError> {
-        let file = dir.map(|d| d.join(FILE));
-        let table = match &file {
-            Some(path) => load(path)?,
-            None => {
-                tracing::warn!(
-                    "tenants' uids are not kept across restarts without a state directory (--resume off)"
-                );
-                BTreeMap::new()
-            }
-        };
-        Ok(Self {
-            file,
-            range,
-            table: Mutex::new(table),
+impl Instance {
+    /// The workspace of `tenant`: `--workdir` itself for the sole tenant,
+    /// `<workdir>/<tenant>` for a named one.
+    fn workspace_of(&self, tenant: &str) -> PathBuf {
+        if tenant == SOLE {
+            self.workdir.clone()
+        } else {
+            self.workdir.join(tenant)
+        }
+    }
+}
+
+/// The server that last used a key: alive while a process with this pid
+/// and start time runs since this boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Server {
+    boot: String,
+    pid: u32,
+    start: u64,
+}
+
+impl Server {
+    /// This process.
+    fn this() -> Option<Self> {
+        let pid = std::process::id();
+        Some(Self {
+            boot: boot_id()?,
+            pid,
+            start: start_time(pid)?,
         })
     }
 
-    /// The table as kept in `dir`, never saved (for doctor, which changes
-    /// nothing).
-    pub fn peek(dir: Option<&Path>, range: (u32, u32)) -> Self {
-        let table = dir
-            .and_then(|d| load(&d.join(FILE)).ok())
-            .unwrap_or_default();
-        Self {
-            file: None,
-            range,
-            table: Mutex::new(table),
+    fn alive(&self) -> bool {
+        boot_id().as_deref() == Some(self.boot.as_str()) && start_time(self.pid) == Some(self.start)
+    }
+}
+
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// A process's start time (clock ticks after boot: field 22 of its stat).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// One key and its uid.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    uid: u32,
+    #[serde(with = "path_json::option")]
+    state_dir: Option<PathBuf>,
+    #[serde(with = "path_json")]
+    workspace: PathBuf,
+    tenant: String,
+    /// The server that last asked for it (None: not known).
+    #[serde(default)]
+    server: Option<Server>,
+    /// When that was (seconds since the epoch), for the operator pruning.
+    #[serde(default)]
+    used: u64,
+}
+
+impl Entry {
+    fn is(&self, state_dir: Option<&Path>, workspace: &Path, tenant: &str) -> bool {
+        self.state_dir.as_deref() == state_dir
+            && self.workspace == workspace
+            && self.tenant == tenant
+    }
+
+    /// Its workspace is gone and so is its server: its uid may go to
+    /// another key. A workspace that cannot be looked at counts as there.
+    fn stale(&self) -> bool {
+        let gone = matches!(
+            std::fs::symlink_metadata(&self.workspace),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        gone && !self.server.as_ref().is_some_and(Server::alive)
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Table {
+    version: u32,
+    entries: Vec<Entry>,
+}
+
+/// Paths as JSON strings, or arrays of bytes where they are not UTF-8 (two
+/// such paths must never come out as one key).
+mod path_json {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Repr {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    fn repr(path: &Path) -> Repr {
+        match path.to_str() {
+            Some(s) => Repr::Text(s.to_string()),
+            None => Repr::Bytes(path.as_os_str().as_bytes().to_vec()),
         }
     }
 
-    /// The uid (and gid: the same number) of `name`, allocated now if new.
-    pub fn identity_of(&self, name: &str) -> Result<Identity, UidError> {
-        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(uid) = table.get(name) {
+    fn path(repr: Repr) -> PathBuf {
+        match repr {
+            Repr::Text(s) => PathBuf::from(s),
+            Repr::Bytes(b) => PathBuf::from(std::ffi::OsString::from_vec(b)),
+        }
+    }
+
+    pub fn serialize<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        repr(p).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        Repr::deserialize(d).map(path)
+    }
+
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+            p.as_deref().map(repr).serialize(s)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+            Option::<Repr>::deserialize(d).map(|r| r.map(path))
+        }
+    }
+}
+
+/// The host's table as this instance uses it: its keys' uids, looked up
+/// (and given) under the table's lock, remembered for the server's life.
+pub struct TenantUids {
+    path: PathBuf,
+    range: (u32, u32),
+    instance: Instance,
+    /// The table's directory, checked (None: peeking, nothing is written).
+    dir: Option<OwnedFd>,
+    /// Uids this server has looked up, by tenant.
+    given: Mutex<BTreeMap<String, u32>>,
+    /// The table as last read.
+    seen: Mutex<Table>,
+}
+
+impl TenantUids {
+    /// The table at `path` (absolute): its directory made (0700) if
+    /// missing, then it and the table checked and read now, so a table
+    /// that is not root's alone refuses the start.
+    pub fn open(path: &Path, instance: Instance, range: (u32, u32)) -> Result<Self, UidError> {
+        if !path.is_absolute() || path.file_name().is_none() {
+            return Err(UidError::Unsafe(format!(
+                "--uid-table {}: give an absolute path to a file",
+                path.display()
+            )));
+        }
+        let dir = open_dir(path)?;
+        let table = read(&dir, path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            range,
+            instance,
+            dir: Some(dir),
+            given: Mutex::new(BTreeMap::new()),
+            seen: Mutex::new(table),
+        })
+    }
+
+    /// The table as it is, never written (for doctor, which changes
+    /// nothing): uids are read, or found as they would be given.
+    pub fn peek(path: &Path, instance: Instance, range: (u32, u32)) -> Self {
+        let table = path
+            .parent()
+            .and_then(|d| open_existing_dir(d).ok())
+            .and_then(|dir| read(&dir, path).ok())
+            .unwrap_or_default();
+        Self {
+            path: path.to_path_buf(),
+            range,
+            instance,
+            dir: None,
+            given: Mutex::new(BTreeMap::new()),
+            seen: Mutex::new(table),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The uid (and gid: the same number) of `tenant` of this instance,
+    /// given now if its key has none; either way the key is marked used by
+    /// this server.
+    pub fn identity_of(&self, tenant: &str) -> Result<Identity, UidError> {
+        let mut given = self.given.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(uid) = given.get(tenant) {
             return Ok(Identity {
                 uid: *uid,
                 gid: *uid,
             });
         }
-        // Other servers may share the state directory: allocate under a
-        // lock, from the table as it is on disk now.
-        let _lock = match &self.file {
-            Some(path) => {
-                let lock = lock(path)?;
-                for (k, v) in load(path)? {
-                    table.insert(k, v);
-                }
-                if let Some(uid) = table.get(name) {
-                    return Ok(Identity {
-                        uid: *uid,
-                        gid: *uid,
-                    });
-                }
-                Some(lock)
-            }
-            None => None,
+        let workspace = self.instance.workspace_of(tenant);
+        let state_dir = self.instance.state_dir.as_deref();
+        let Some(dir) = &self.dir else {
+            // Peeking: the uid the key has, or would get.
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            let uid = match seen
+                .entries
+                .iter()
+                .find(|e| e.is(state_dir, &workspace, tenant))
+            {
+                Some(e) => e.uid,
+                None => self.free_uid(&seen)?,
+            };
+            return Ok(Identity { uid, gid: uid });
         };
-        let taken: Vec<u32> = table.values().copied().collect();
-        let free = Free::read();
-        let uid = (self.range.0..=self.range.1)
-            .find(|u| !taken.contains(u) && free.allows(*u))
-            .ok_or(UidError::Exhausted(self.range.0, self.range.1))?;
-        table.insert(name.to_string(), uid);
-        if let Some(path) = &self.file
-            && let Err(e) = save(path, &table)
+        let _lock = lock(dir, &self.path)?;
+        let mut table = read(dir, &self.path)?;
+        table.entries.retain(|e| {
+            let stale = !e.is(state_dir, &workspace, tenant) && e.stale();
+            if stale {
+                tracing::info!(
+                    uid = e.uid,
+                    "uid table: the workspace {} is gone and no server uses it: its uid is free again",
+                    e.workspace.display()
+                );
+            }
+            !stale
+        });
+        let server = Server::this();
+        let used = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let uid = match table
+            .entries
+            .iter_mut()
+            .find(|e| e.is(state_dir, &workspace, tenant))
         {
-            table.remove(name);
-            return Err(e);
-        }
-        tracing::info!(uid, "tenant {name:?} gets its own uid");
+            Some(entry) => {
+                entry.server = server;
+                entry.used = used;
+                entry.uid
+            }
+            None => {
+                let uid = self.free_uid(&table)?;
+                table.entries.push(Entry {
+                    uid,
+                    state_dir: state_dir.map(Path::to_path_buf),
+                    workspace: workspace.clone(),
+                    tenant: tenant.to_string(),
+                    server,
+                    used,
+                });
+                tracing::info!(
+                    uid,
+                    table = %self.path.display(),
+                    "{} gets a uid of its own",
+                    describe_key(tenant, &workspace)
+                );
+                uid
+            }
+        };
+        write(dir, &self.path, &table)?;
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = table;
+        given.insert(tenant.to_string(), uid);
         Ok(Identity { uid, gid: uid })
     }
 
-    /// A uid the start-up probe may try (not given to anyone).
+    /// A uid the start-up probe may try: one this instance holds already,
+    /// else the one its next key would get (nothing is given).
     pub fn probe_identity(&self) -> Identity {
-        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let uid = table.values().next().copied().unwrap_or(self.range.0);
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let state_dir = self.instance.state_dir.as_deref();
+        let uid = seen
+            .entries
+            .iter()
+            .find(|e| {
+                e.state_dir.as_deref() == state_dir
+                    && e.workspace.starts_with(&self.instance.workdir)
+            })
+            .map(|e| e.uid)
+            .or_else(|| self.free_uid(&seen).ok())
+            .unwrap_or(self.range.0);
         Identity { uid, gid: uid }
+    }
+
+    /// The lowest uid of the range no key holds and nothing else rules out.
+    fn free_uid(&self, table: &Table) -> Result<u32, UidError> {
+        let held: std::collections::BTreeSet<u32> = table.entries.iter().map(|e| e.uid).collect();
+        let free = Free::read();
+        (self.range.0..=self.range.1)
+            .find(|u| !held.contains(u) && free.allows(*u))
+            .ok_or_else(|| UidError::Exhausted {
+                path: self.path.clone(),
+                start: self.range.0,
+                end: self.range.1,
+                held: held.range(self.range.0..=self.range.1).count(),
+            })
     }
 }
 
-/// An exclusive lock beside the table, held while the file is dropped.
-fn lock(path: &Path) -> Result<std::fs::File, UidError> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
-    let lock_path = path.with_extension("lock");
-    let err = |source| UidError::Write {
+fn describe_key(tenant: &str, workspace: &Path) -> String {
+    if tenant == SOLE {
+        format!("the workspace {}", workspace.display())
+    } else {
+        format!("tenant {tenant:?} (workspace {})", workspace.display())
+    }
+}
+
+/// The table's directory, made 0700 if missing (its parent must exist),
+/// opened without following a link at its last component, and refused
+/// unless it is a directory of root's (this server's user) that neither
+/// group nor others may write.
+fn open_dir(path: &Path) -> Result<OwnedFd, UidError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    if let Err(e) = std::fs::symlink_metadata(dir)
+        && e.kind() == std::io::ErrorKind::NotFound
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| UidError::Io {
+                what: "create the directory",
+                path: dir.to_path_buf(),
+                source,
+            })?;
+    }
+    open_existing_dir(dir)
+}
+
+fn open_existing_dir(dir: &Path) -> Result<OwnedFd, UidError> {
+    use nix::fcntl::OFlag;
+    let fd = nix::fcntl::open(
+        dir,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => UidError::Unsafe(format!(
+            "{}, the directory of the host's table of session uids, is a symbolic link or not a directory; give --uid-table a file in a directory of root's",
+            dir.display()
+        )),
+        e => UidError::Io {
+            what: "open",
+            path: dir.to_path_buf(),
+            source: e.into(),
+        },
+    })?;
+    check_owned(&fd, dir, "directory")?;
+    Ok(fd)
+}
+
+/// Refuses what is not root's (this server's user) or that group or
+/// others may write.
+fn check_owned(fd: &impl AsFd, path: &Path, kind: &str) -> Result<(), UidError> {
+    let meta = nix::sys::stat::fstat(fd).map_err(|e| UidError::Io {
+        what: "inspect",
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let want = if kind == "directory" {
+        libc::S_IFDIR
+    } else {
+        libc::S_IFREG
+    };
+    if meta.st_mode & libc::S_IFMT != want || meta.st_uid != euid || meta.st_mode & 0o022 != 0 {
+        return Err(UidError::Unsafe(format!(
+            "{}: the host's table of session uids (its {kind}) must be a {kind} of uid {euid} that group and others may not write, and it is {} of uid {} with mode {:o}; a table anyone else could write could give two instances one uid: fix its owner and mode (chown {euid}, chmod go-w) or give --uid-table a file of root's",
+            path.display(),
+            if meta.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                "a directory"
+            } else if meta.st_mode & libc::S_IFMT == libc::S_IFREG {
+                "a file"
+            } else {
+                "something else"
+            },
+            meta.st_uid,
+            meta.st_mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+fn name_of(path: &Path) -> &std::ffi::OsStr {
+    path.file_name().unwrap_or(path.as_os_str())
+}
+
+/// The table's lock (`<file>.lock`), taken exclusively; released when the
+/// returned file is dropped.
+fn lock(dir: &OwnedFd, path: &Path) -> Result<std::fs::File, UidError> {
+    use nix::fcntl::OFlag;
+    let mut name = name_of(path).to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(&name);
+    let io = |what, source| UidError::Io {
+        what,
         path: lock_path.clone(),
         source,
     };
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&lock_path)
-        .map_err(err)?;
+    let fd = nix::fcntl::openat(
+        dir,
+        name.as_os_str(),
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| io("create", e.into()))?;
+    check_owned(&fd, &lock_path, "file")?;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(err(std::io::Error::last_os_error()));
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io("lock", std::io::Error::last_os_error()));
     }
-    Ok(file)
+    Ok(std::fs::File::from(fd))
 }
 
-fn load(path: &Path) -> Result<BTreeMap<String, u32>, UidError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let read_err = |source| UidError::Read {
-        path: path.to_path_buf(),
-        source,
+/// The table (empty where there is no file yet), checked.
+fn read(dir: &OwnedFd, path: &Path) -> Result<Table, UidError> {
+    use nix::fcntl::OFlag;
+    let fd = match nix::fcntl::openat(
+        dir,
+        name_of(path),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        nix::sys::stat::Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(nix::errno::Errno::ENOENT) => {
+            return Ok(Table {
+                version: VERSION,
+                entries: Vec::new(),
+            });
+        }
+        Err(nix::errno::Errno::ELOOP) => {
+            return Err(UidError::Unsafe(format!(
+                "{}: the host's table of session uids is a symbolic link; remove it (ferrepl makes the file itself) or give --uid-table the file itself",
+                path.display()
+            )));
+        }
+        Err(e) => {
+            return Err(UidError::Io {
+                what: "open",
+                path: path.to_path_buf(),
+                source: e.into(),
+            });
+        }
     };
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(read_err(e)),
-    };
-    if !file.metadata().map_err(read_err)?.is_file() {
-        return Err(read_err(std::io::Error::other("not a regular file")));
-    }
+    check_owned(&fd, path, "file")?;
     let mut text = String::new();
-    (&mut file)
-        .take(1 << 20)
+    std::fs::File::from(fd)
+        .take(MAX_BYTES)
         .read_to_string(&mut text)
-        .map_err(read_err)?;
-    let table: BTreeMap<String, u32> =
-        serde_json::from_str(&text).map_err(|source| UidError::Parse {
+        .map_err(|source| UidError::Io {
+            what: "read",
             path: path.to_path_buf(),
             source,
         })?;
-    // Root, nobody, or one uid for two names would undo the boundary.
-    let mut seen: Vec<u32> = table.values().copied().collect();
-    seen.sort_unstable();
-    seen.dedup();
-    if seen.len() != table.len() || seen.iter().any(|u| *u == 0 || *u == 65534) {
-        return Err(read_err(std::io::Error::other(
-            "it gives uid 0, 65534 or one uid to two names",
+    let invalid = |why: String| UidError::Invalid {
+        path: path.to_path_buf(),
+        why,
+    };
+    let table: Table = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if table.version != VERSION {
+        return Err(invalid(format!(
+            "version {}, this ferrepl reads {VERSION}",
+            table.version
         )));
+    }
+    // Root, nobody, or one uid for two keys would undo the boundary.
+    let mut uids = std::collections::BTreeSet::new();
+    for (i, e) in table.entries.iter().enumerate() {
+        if e.uid == 0 || e.uid == 65534 {
+            return Err(invalid(format!("it gives uid {}", e.uid)));
+        }
+        if !uids.insert(e.uid) {
+            return Err(invalid(format!("it gives uid {} twice", e.uid)));
+        }
+        let twice = table.entries[..i]
+            .iter()
+            .any(|o| o.is(e.state_dir.as_deref(), &e.workspace, &e.tenant));
+        if twice {
+            return Err(invalid(format!(
+                "{} has two entries",
+                describe_key(&e.tenant, &e.workspace)
+            )));
+        }
     }
     Ok(table)
 }
 
-/// Written beside, then renamed over: a crash leaves the old table or the new.
-fn save(path: &Path, table: &BTreeMap<String, u32>) -> Result<(), UidError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let write_err = |source| UidError::Write {
-        path: path.to_path_buf(),
+/// Written beside (`<file>.new`, created afresh, 0600), then renamed over:
+/// a crash leaves the old table or the new.
+fn write(dir: &OwnedFd, path: &Path, table: &Table) -> Result<(), UidError> {
+    use nix::fcntl::OFlag;
+    let mut name = name_of(path).to_os_string();
+    name.push(".new");
+    let io = |what, source| UidError::Io {
+        what,
+        path: path.with_file_name(&name),
         source,
     };
-    let tmp = path.with_extension("json.new");
-    let _ = std::fs::remove_file(&tmp);
-    let json = serde_json::to_vec_pretty(table).map_err(|e| write_err(e.into()))?;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(write_err)?;
+    let _ = nix::unistd::unlinkat(
+        dir,
+        name.as_os_str(),
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    );
+    let json = serde_json::to_vec_pretty(table).map_err(|e| io("encode", e.into()))?;
+    let fd = nix::fcntl::openat(
+        dir,
+        name.as_os_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| io("create", e.into()))?;
+    let mut file = std::fs::File::from(fd);
     file.write_all(&json)
+        .and_then(|()| file.write_all(b"\n"))
         .and_then(|()| file.sync_all())
-        .map_err(write_err)?;
-    std::fs::rename(&tmp, path).map_err(write_err)
+        .map_err(|e| io("write", e))?;
+    nix::fcntl::renameat(dir, name.as_os_str(), dir, name_of(path))
+        .map_err(|e| io("rename", e.into()))?;
+    let _ = nix::unistd::fsync(dir);
+    Ok(())
 }
 
 /// What rules a uid out: an account or group of that number, a
@@ -317,6 +710,8 @@ pub fn give_workspace(dir: &Path, id: Identity) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
@@ -327,37 +722,212 @@ mod tests {
         }
     }
 
+    /// A table in a fresh directory of this user's (root's in CI; the
+    /// checks ask for this server's user) and places to name in keys.
+    struct Host {
+        dir: tempfile::TempDir,
+    }
+
+    impl Host {
+        fn new() -> Self {
+            Host {
+                dir: tempfile::tempdir().expect("tempdir"),
+            }
+        }
+
+        fn table(&self) -> PathBuf {
+            self.dir.path().join("uids").join("uids.json")
+        }
+
+        /// An instance whose state directory and workspace exist.
+        fn instance(&self, state: &str, workspace: &str) -> Instance {
+            let (s, w) = (self.dir.path().join(state), self.dir.path().join(workspace));
+            std::fs::create_dir_all(&s).expect("state dir");
+            std::fs::create_dir_all(&w).expect("workspace");
+            Instance {
+                state_dir: Some(s),
+                workdir: w,
+            }
+        }
+
+        fn open(&self, instance: &Instance, range: (u32, u32)) -> TenantUids {
+            TenantUids::open(&self.table(), instance.clone(), range).expect("open the table")
+        }
+
+        fn text(&self) -> String {
+            std::fs::read_to_string(self.table()).expect("the table")
+        }
+    }
+
+    const RANGE: (u32, u32) = (3_000_000, 3_000_010);
+
     #[test]
-    fn a_name_keeps_its_uid_and_no_uid_serves_two_names() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let range = (3_000_000, 3_000_010);
-        let uids = TenantUids::open(Some(dir.path()), range).expect("open");
-        let a = uids.identity_of("alice").expect("alice");
-        let b = uids.identity_of("bob").expect("bob");
-        assert_ne!(a.uid, b.uid);
-        assert_eq!(uids.identity_of("alice").expect("again").uid, a.uid);
-        // Reopened (a restart): the same uids, and a new name gets a new one.
-        let again = TenantUids::open(Some(dir.path()), range).expect("reopen");
-        assert_eq!(again.identity_of("bob").expect("bob").uid, b.uid);
-        let c = again.identity_of("carol").expect("carol");
-        assert!(c.uid != a.uid && c.uid != b.uid);
+    fn a_key_keeps_its_uid_and_no_uid_serves_two_keys() {
+        let host = Host::new();
+        let a = host.instance("state-a", "project-a");
+        let uids = host.open(&a, RANGE);
+        let alice = uids.identity_of("alice").expect("alice");
+        let bob = uids.identity_of("bob").expect("bob");
+        let sole = uids.identity_of(SOLE).expect("sole");
+        assert_ne!(alice.uid, bob.uid);
+        assert!(sole.uid != alice.uid && sole.uid != bob.uid);
+        assert_eq!(alice.gid, alice.uid);
+        // A restart, bob asking first: the same uids.
+        let again = host.open(&a, RANGE);
+        assert_eq!(again.identity_of("bob").expect("bob").uid, bob.uid);
+        assert_eq!(again.identity_of("alice").expect("alice").uid, alice.uid);
+        // Another project, another state directory, the same tenant names:
+        // uids of their own.
+        let b = host.instance("state-b", "project-b");
+        let other = host.open(&b, RANGE);
+        let taken = [alice.uid, bob.uid, sole.uid];
+        for tenant in ["alice", "bob", SOLE] {
+            let uid = other.identity_of(tenant).expect(tenant).uid;
+            assert!(!taken.contains(&uid), "{tenant} of project b got {uid}");
+        }
+        // The same workspace under another state directory is another key.
+        let c = Instance {
+            state_dir: b.state_dir.clone(),
+            workdir: a.workdir.clone(),
+        };
+        let third = host.open(&c, RANGE).identity_of(SOLE).expect("sole").uid;
+        assert_ne!(third, sole.uid);
+        let mode = std::fs::metadata(host.table())
+            .expect("table")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let dir_mode = std::fs::metadata(host.table().parent().expect("dir"))
+            .expect("dir")
+            .permissions()
+            .mode();
+        assert_eq!(dir_mode & 0o777, 0o700);
     }
 
     #[test]
-    fn a_full_range_is_refused_with_the_way_out() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let uids = TenantUids::open(Some(dir.path()), (3_000_000, 3_000_000)).expect("open");
-        uids.identity_of("alice").expect("alice");
-        let err = uids.identity_of("bob").expect_err("no uid left");
-        assert!(err.to_string().contains("wider range"), "{err}");
+    fn a_full_range_is_refused_naming_the_table_and_how_to_prune() {
+        let host = Host::new();
+        let one = (3_000_000, 3_000_000);
+        host.open(&host.instance("s", "a"), one)
+            .identity_of(SOLE)
+            .expect("the one uid");
+        let err = host
+            .open(&host.instance("s", "b"), one)
+            .identity_of(SOLE)
+            .expect_err("no uid left");
+        let text = err.to_string();
+        assert!(
+            text.contains(&host.table().display().to_string())
+                && text.contains("remove the entries")
+                && text.contains("wider --tenant-uids"),
+            "{text}"
+        );
     }
 
     #[test]
-    fn a_planted_symlink_is_not_followed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let target = dir.path().join("elsewhere");
-        std::fs::write(&target, "{\"x\": 1}").expect("write");
-        std::os::unix::fs::symlink(&target, dir.path().join(FILE)).expect("symlink");
-        assert!(TenantUids::open(Some(dir.path()), (3_000_000, 3_000_010)).is_err());
+    fn a_gone_workspace_frees_its_uid_once_its_server_is_gone() {
+        let host = Host::new();
+        let one = (3_000_000, 3_000_000);
+        let a = host.instance("s", "a");
+        let uid = host.open(&a, one).identity_of(SOLE).expect("a").uid;
+        // The workspace is removed while its server (this process) runs:
+        // the uid stays a's.
+        std::fs::remove_dir(&a.workdir).expect("remove a");
+        let b = host.instance("s", "b");
+        assert!(host.open(&b, one).identity_of(SOLE).is_err());
+        // Its server gone (another boot, as the table says): b gets it.
+        let dead = host.text().replace(
+            &boot_id().expect("a boot id"),
+            "00000000-0000-0000-0000-000000000000",
+        );
+        std::fs::write(host.table(), dead).expect("rewrite");
+        assert_eq!(host.open(&b, one).identity_of(SOLE).expect("b").uid, uid);
+        let a_key = format!("{}\"", a.workdir.display());
+        assert!(
+            !host.text().contains(&a_key),
+            "a's key is dropped: {}",
+            host.text()
+        );
+    }
+
+    #[test]
+    fn the_table_must_be_this_users_alone() {
+        let host = Host::new();
+        let a = host.instance("s", "a");
+        host.open(&a, RANGE).identity_of(SOLE).expect("a");
+        // Writable by the group: refused, naming the file.
+        std::fs::set_permissions(host.table(), PermissionsExt::from_mode(0o620)).expect("chmod");
+        let err = TenantUids::open(&host.table(), a.clone(), RANGE)
+            .err()
+            .expect("a group-writable table is refused");
+        assert!(err.to_string().contains("chmod go-w"), "{err}");
+        std::fs::set_permissions(host.table(), PermissionsExt::from_mode(0o600)).expect("chmod");
+        // Its directory writable by others: refused.
+        let dir = host.table().parent().expect("dir").to_path_buf();
+        std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o703)).expect("chmod");
+        assert!(TenantUids::open(&host.table(), a.clone(), RANGE).is_err());
+        std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700)).expect("chmod");
+        // A symbolic link in the file's place is not followed.
+        let elsewhere = host.dir.path().join("elsewhere.json");
+        std::fs::rename(host.table(), &elsewhere).expect("move");
+        std::os::unix::fs::symlink(&elsewhere, host.table()).expect("symlink");
+        let err = TenantUids::open(&host.table(), a.clone(), RANGE)
+            .err()
+            .expect("a symlink is refused");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        // A relative path is refused.
+        assert!(TenantUids::open(Path::new("uids.json"), a, RANGE).is_err());
+    }
+
+    #[test]
+    fn a_table_giving_one_uid_twice_or_root_is_refused() {
+        let host = Host::new();
+        let a = host.instance("s", "a");
+        host.open(&a, RANGE).identity_of("alice").expect("alice");
+        host.open(&a, RANGE).identity_of("bob").expect("bob");
+        let table: serde_json::Value = serde_json::from_str(&host.text()).expect("json");
+        let first = table["entries"][0]["uid"].clone();
+        for (uid, why) in [(first, "twice"), (serde_json::json!(0), "uid 0")] {
+            let mut bad = table.clone();
+            bad["entries"][1]["uid"] = uid;
+            std::fs::write(host.table(), bad.to_string()).expect("write");
+            let err = TenantUids::open(&host.table(), a.clone(), RANGE)
+                .err()
+                .expect("refused");
+            assert!(err.to_string().contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn peeking_writes_nothing() {
+        let host = Host::new();
+        let a = host.instance("s", "a");
+        let peek = TenantUids::peek(&host.table(), a.clone(), RANGE);
+        assert_eq!(peek.identity_of(SOLE).expect("would get").uid, RANGE.0);
+        assert!(!host.table().exists());
+        let uid = host.open(&a, RANGE).identity_of(SOLE).expect("a").uid;
+        let before = host.text();
+        let peek = TenantUids::peek(&host.table(), a, RANGE);
+        assert_eq!(peek.identity_of(SOLE).expect("has").uid, uid);
+        assert_eq!(host.text(), before);
+    }
+
+    #[test]
+    fn paths_that_are_not_utf8_stay_apart() {
+        use std::os::unix::ffi::OsStrExt;
+        let host = Host::new();
+        let mk = |b: &[u8]| {
+            let ws = host.dir.path().join(std::ffi::OsStr::from_bytes(b));
+            std::fs::create_dir_all(&ws).expect("mkdir");
+            Instance {
+                state_dir: None,
+                workdir: ws,
+            }
+        };
+        let (a, b) = (mk(b"ws-\xff"), mk(b"ws-\xfe"));
+        let ua = host.open(&a, RANGE).identity_of(SOLE).expect("a").uid;
+        let ub = host.open(&b, RANGE).identity_of(SOLE).expect("b").uid;
+        assert_ne!(ua, ub);
+        assert_eq!(host.open(&a, RANGE).identity_of(SOLE).expect("a").uid, ua);
     }
 }

@@ -387,10 +387,9 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
         items.push(item("venv", Warn, note));
         cfg.venv = None;
     }
-    let uids = nix::unistd::geteuid().is_root().then(|| {
-        let kept = crate::tenants::store::dir_path(&cfg);
-        crate::sandbox::uids::TenantUids::peek(kept.as_deref(), cfg.tenant_uids)
-    });
+    let uids = crate::startup::uid_table(&cfg, dir, None, true)
+        .ok()
+        .flatten();
     match crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()) {
         Ok(prepared) => Some(prepared),
         Err(e) => {

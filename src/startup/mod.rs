@@ -12,6 +12,7 @@ use crate::config::{self, Config};
 use crate::{egress, installer, sandbox, state, worker};
 
 mod identity;
+pub use identity::uid_table;
 pub mod preflight;
 pub mod terminal;
 mod view;
@@ -266,6 +267,7 @@ fn sandbox_settings(
         named_read: cfg.allow_read.iter().map(abs).collect(),
         idmapped: Vec::new(),
         identity_gap: None,
+        namespaces_gap: None,
         protected: None,
     };
     sandbox_cfg.protected = protected_places(cfg, &sandbox_cfg, venvs)?;
@@ -289,6 +291,13 @@ fn sandbox_settings(
             "tenants need a sandbox that keeps each tenant in its own workspace (private mount namespaces or full Landlock), and this one has neither: {}; run where the kernel allows them (see docs/deploy.md), or serve one tenant per instance",
             sandbox_cfg.active
         );
+    }
+    if tenants {
+        identity::refuse_degraded_tenants(
+            &sandbox_cfg,
+            applied.namespaces,
+            cfg.allow_degraded_isolation,
+        )?;
     }
     if sandbox_cfg.enabled() {
         warn_unreadable_interpreter(&sandbox_cfg, pythons.0);

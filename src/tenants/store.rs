@@ -76,6 +76,12 @@ fn default_state_dir() -> Option<std::path::PathBuf> {
         .map(|d| d.join("ferrepl"))
 }
 
+/// The state directory as named (or its default), whatever --resume says
+/// (nothing is created).
+pub fn named_dir(cfg: &Config) -> Option<std::path::PathBuf> {
+    cfg.state_dir.clone().or_else(default_state_dir)
+}
+
 /// Where the stores live (nothing is created).
 pub fn dir_path(cfg: &Config) -> Option<std::path::PathBuf> {
     if cfg.resume == "off" {

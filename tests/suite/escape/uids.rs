@@ -1,10 +1,14 @@
 //! The uid boundary: a root server runs sessions, shell jobs, installs and R
-//! as a uid that is not root (each tenant its own, kept by name in the state
-//! directory; alone, the workspace's owner, or a uid of --tenant-uids with a
-//! root-owned workspace shown as its own through an idmapped mount), so one
-//! tenant's 0600 file stays closed to another even where a view shows it.
-//! Where it cannot (root without namespaces, tenants of an unprivileged
-//! server) the status says DEGRADED and --sandbox-require refuses to start.
+//! as a uid that is not root (each tenant its own; alone, the workspace's
+//! owner, or a uid of --tenant-uids with a root-owned workspace shown as its
+//! own through an idmapped mount), so one tenant's 0600 file stays closed to
+//! another even where a view shows it. Uids come from the host's table
+//! (--uid-table; the suite's own here), one per (state directory, workspace,
+//! tenant): two instances never share one, and a restart keeps each, with
+//! or without --resume. Where the boundary is missing (root without
+//! namespaces, tenants of an unprivileged server) the status says DEGRADED,
+//! --sandbox-require refuses to start, and so do tenants unless
+//! --allow-degraded-isolation accepts it.
 //!
 //! Run as root (CI) the tests assert the boundary; run as an unprivileged
 //! user (scripts/escape-unprivileged.sh) they assert what a laptop gets:
@@ -24,7 +28,7 @@ use serde_json::{Value, json};
 use crate::support::{
     ATTEMPT, HttpServer, Launch, StdioServer, ToolOutput, assert_failed, assert_succeeded, call,
     cmdline, descendants, everything, host_pid_in_namespace, ns_pids, outcome, path_str, py,
-    py_path, real_python3, server_command, unique, wait_for_file_line,
+    py_path, real_python3, server_command, test_uid_table, unique, wait_for_file_line,
 };
 
 const ALICE: &str = "uids-alice-token-0123456789abcdef";
@@ -109,28 +113,56 @@ impl Place {
     /// `--workdir`, `--state-dir`, `--tenant-uids range`, no warm pool,
     /// then `extra`.
     fn launch(&self, range: &str, extra: &[&str]) -> Launch {
-        let mut args = vec![
-            "--workdir",
-            path_str(self.ws()),
-            "--state-dir",
-            path_str(self.state.path()),
-            "--tenant-uids",
-            range,
-            "--warm-pool",
-            "0",
-        ];
-        args.extend_from_slice(extra);
-        Launch::new(&args).without_workdir_flag()
+        launch_at(self.ws(), self.state.path(), range, extra)
     }
 
-    /// `<state-dir>/tenant-uids.json` (empty when there is none).
+    /// This place's keys in the host's uid table (the suite's
+    /// `--uid-table`): tenant ("*" alone) to uid; empty when it has none.
     fn uid_table(&self) -> serde_json::Map<String, Value> {
-        match std::fs::read_to_string(self.state.path().join("tenant-uids.json")) {
-            Ok(text) => serde_json::from_str(&text)
-                .unwrap_or_else(|e| panic!("tenant-uids.json is not a JSON object ({e}): {text}")),
-            Err(_) => serde_json::Map::new(),
-        }
+        uid_entries(self.ws(), self.state.path())
     }
+}
+
+/// `--workdir workspace --state-dir state --tenant-uids range`, no warm
+/// pool, then `extra`.
+fn launch_at(workspace: &Path, state: &Path, range: &str, extra: &[&str]) -> Launch {
+    let mut args = vec![
+        "--workdir",
+        path_str(workspace),
+        "--state-dir",
+        path_str(state),
+        "--tenant-uids",
+        range,
+        "--warm-pool",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    Launch::new(&args).without_workdir_flag()
+}
+
+/// The keys of the instance on `workspace` and `state` in the host's uid
+/// table (tests/suite/support's `--uid-table`): tenant to uid.
+fn uid_entries(workspace: &Path, state: &Path) -> serde_json::Map<String, Value> {
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let (ws, state) = (real(workspace), real(state));
+    let Ok(text) = std::fs::read_to_string(test_uid_table()) else {
+        return serde_json::Map::new();
+    };
+    let table: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the uid table is not JSON ({e}): {text}"));
+    let entries = table["entries"].as_array().cloned().unwrap_or_default();
+    entries
+        .iter()
+        .filter(|e| e["state_dir"].as_str() == state.to_str())
+        .filter(|e| {
+            let w = PathBuf::from(e["workspace"].as_str().unwrap_or_default());
+            w == ws || w.parent() == Some(ws.as_path())
+        })
+        .map(|e| {
+            let tenant = e["tenant"].as_str().expect("a tenant").to_string();
+            (tenant, e["uid"].clone())
+        })
+        .collect()
 }
 
 /// Panics unless `uid` lies in `range` ("START-END").
@@ -218,6 +250,15 @@ async fn job_process(server_pid: u32, job_pid: u32, inner: u32) -> u32 {
 
 /// Runs the server until it exits (it must refuse to start); its stderr.
 async fn refused_start(args: &[&str]) -> String {
+    refused_start_with(args, &[], &[]).await
+}
+
+/// `refused_start` with these variables set, and those removed.
+async fn refused_start_with(
+    args: &[&str],
+    envs: &[(&str, &std::ffi::OsStr)],
+    removed: &[&str],
+) -> String {
     let ws = tempfile::tempdir().expect("workspace");
     let mut cmd = server_command();
     cmd.arg("--workdir")
@@ -225,6 +266,12 @@ async fn refused_start(args: &[&str]) -> String {
         .args(args)
         .stdin(Stdio::null())
         .kill_on_drop(true);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    for k in removed {
+        cmd.env_remove(k);
+    }
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
         .await
         .unwrap_or_else(|_| panic!("ferrepl {args:?} did not exit: it must refuse to start"))
@@ -457,9 +504,11 @@ async fn a_workspace_owned_by_a_user_is_worked_in_as_that_user() {
 /// Claim: each tenant of a root server runs as its own uid (not root, not
 /// another's), owns its workspace, and keeps that uid across a restart on
 /// the same state directory with the tokens file reordered and the other
-/// tenant coming first: a uid once given never moves to another name.
-/// Unprivileged: tenants share the server's uid and the status says
-/// DEGRADED.
+/// tenant coming first: a uid once given never moves to another name. With
+/// --resume off too (the attack: with the uids kept in memory only, they
+/// followed the first requests' order, and alice and bob swapped uids after
+/// a restart). Unprivileged: tenants share the server's uid and the status
+/// says DEGRADED.
 #[tokio::test]
 async fn each_tenant_has_its_own_uid_kept_across_restarts_and_reorders() {
     let range = "3100010-3100019";
@@ -467,7 +516,12 @@ async fn each_tenant_has_its_own_uid_kept_across_restarts_and_reorders() {
     let tokens_dir = tempfile::tempdir().expect("tokens dir");
     let tokens = tokens_dir.path().join("tokens");
     write_tokens(&tokens, false);
-    let launch = || place.launch(range, &["--auth-token-file", path_str(&tokens)]);
+    let launch = || {
+        place.launch(
+            range,
+            &["--auth-token-file", path_str(&tokens), "--resume", "off"],
+        )
+    };
 
     let first = HttpServer::launch(launch()).await;
     let alice = connect(&first, ALICE).await;
@@ -593,6 +647,152 @@ async fn another_tenants_0600_file_stays_closed_where_the_view_shows_it() {
     }
 }
 
+// ------------------------------------------------------------------ the host's table
+
+/// The uid the default session of `server` runs as (checked from the host).
+async fn session_uid(server: &StdioServer) -> u32 {
+    let (seen, _) = seen_in(server.peer(), "default", "").await;
+    assert_runs_as(seen.host_pid, seen.uid, "the session's interpreter");
+    seen.uid
+}
+
+/// Attack: every project's root server ran its sessions as the same uid
+/// (kept per state directory as "*", the default state directory shared by
+/// all), so one project's session used up the uid's inotify instances and
+/// processes and another's got EMFILE. Claim: root instances on other
+/// projects, other state directories, or another project under the same
+/// state directory never share a uid; each gets its own back after a
+/// restart with --resume off (in the other order), kept in the host's table
+/// under its (state directory, workspace). Unprivileged: all run as the
+/// server's uid, and no table is kept.
+#[tokio::test]
+async fn instances_on_a_host_never_share_a_uid_and_keep_theirs_without_resume() {
+    let range = "3100100-3100109";
+    let (a, b) = (Place::new(), Place::new());
+    // c: another project under a's state directory.
+    let c_ws = tempfile::tempdir().expect("c's workspace");
+    let instances = [
+        (a.ws(), a.state.path()),
+        (b.ws(), b.state.path()),
+        (c_ws.path(), a.state.path()),
+    ];
+    let start = |i: usize| {
+        let (ws, state) = instances[i];
+        StdioServer::launch(launch_at(ws, state, range, &["--resume", "off"]))
+    };
+    let mut first = Vec::new();
+    for i in 0..3 {
+        let server = start(i).await;
+        first.push(session_uid(&server).await);
+        server.close_and_wait().await;
+    }
+    let mut again = vec![0; 3];
+    for i in (0..3).rev() {
+        let server = start(i).await;
+        again[i] = session_uid(&server).await;
+        server.close_and_wait().await;
+    }
+    assert_eq!(again, first, "each instance gets its own uid back");
+    if is_root() {
+        assert!(
+            first[0] != first[1] && first[1] != first[2] && first[0] != first[2],
+            "three instances, three uids: {first:?}"
+        );
+        for (i, (ws, state)) in instances.iter().enumerate() {
+            assert_in_range(first[i], range);
+            let keys = uid_entries(ws, state);
+            assert_eq!(keys.get("*"), Some(&json!(first[i])), "{keys:?}");
+            assert_eq!(keys.len(), 1, "{keys:?}");
+        }
+    } else {
+        assert_eq!(first, vec![own_uid(); 3]);
+        assert!(uid_entries(a.ws(), a.state.path()).is_empty());
+    }
+}
+
+/// Claim: when every uid of --tenant-uids is held by an instance whose
+/// workspace exists, the next instance refuses to start, naming the table
+/// and how to prune it; once the holder has exited and its workspace is
+/// gone, its uid is free again and the next instance starts on it.
+/// Unprivileged: no table, both start.
+#[tokio::test]
+async fn a_full_range_refuses_the_next_instance_until_a_holder_is_gone() {
+    let range = "3100110-3100110";
+    let holder_place = Place::new();
+    let holder = StdioServer::launch(holder_place.launch(range, &[])).await;
+    let held = session_uid(&holder).await;
+    let other = Place::new();
+    if is_root() {
+        assert_eq!(held, 3100110);
+        let stderr = refused_start_with(
+            &[
+                "--state-dir",
+                path_str(other.state.path()),
+                "--tenant-uids",
+                range,
+            ],
+            &[],
+            &[],
+        )
+        .await;
+        let table = test_uid_table().display().to_string();
+        assert!(
+            stderr.contains("no free uid left in --tenant-uids 3100110-3100110")
+                && stderr.contains(&table)
+                && stderr.contains("remove the entries")
+                && stderr.contains("wider --tenant-uids"),
+            "{stderr}"
+        );
+    }
+    holder.close_and_wait().await;
+    drop(holder_place);
+    let next = StdioServer::launch(other.launch(range, &[])).await;
+    let uid = session_uid(&next).await;
+    if is_root() {
+        assert_eq!(uid, held, "the gone workspace's uid is given again");
+        assert_eq!(other.uid_table().get("*"), Some(&json!(uid)));
+    } else {
+        assert_eq!(uid, own_uid());
+    }
+}
+
+/// Attack: a table someone else can write would let them give two
+/// instances (two tenants) one uid. Claim: a root server refuses a table
+/// whose directory is another user's, or a table file writable by others,
+/// naming it; an unprivileged server keeps no table and ignores the
+/// setting.
+#[tokio::test]
+async fn a_uid_table_that_is_not_roots_alone_is_refused() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let table = dir.path().join("uids.json");
+    if !is_root() {
+        let server = StdioServer::launch(
+            Launch::new(&["--warm-pool", "0"]).env("FERREPL_UID_TABLE", &table),
+        )
+        .await;
+        assert_eq!(session_uid(&server).await, own_uid());
+        assert!(!table.exists());
+        return;
+    }
+    std::os::unix::fs::chown(dir.path(), Some(OWNER), Some(OWNER)).expect("chown");
+    let env = [("FERREPL_UID_TABLE", table.as_os_str())];
+    let stderr = refused_start_with(&["--warm-pool", "0"], &env, &[]).await;
+    assert!(
+        stderr.contains(&dir.path().display().to_string())
+            && stderr.contains(&format!("uid {OWNER}"))
+            && stderr.contains("--uid-table"),
+        "{stderr}"
+    );
+    std::os::unix::fs::chown(dir.path(), Some(0), Some(0)).expect("chown");
+    std::fs::write(&table, "{\"version\": 1, \"entries\": []}").expect("write");
+    std::fs::set_permissions(&table, PermissionsExt::from_mode(0o666)).expect("chmod");
+    let stderr = refused_start_with(&["--warm-pool", "0"], &env, &[]).await;
+    assert!(
+        stderr.contains(&table.display().to_string()) && stderr.contains("mode 666"),
+        "{stderr}"
+    );
+}
+
 // ------------------------------------------------------------------ degraded
 
 /// Claim: where the boundary is missing the status says so and
@@ -644,6 +844,92 @@ async fn a_missing_uid_boundary_is_named_and_refused_when_required() {
         args.extend_from_slice(&tenants);
         let stderr = refused_start(&args).await;
         assert!(stderr.contains("uid boundary"), "{stderr}");
+    }
+}
+
+/// Attack: with --no-namespaces (Landlock still full) a server with tenants
+/// started, warning only: their sessions shared the host's /dev/shm and
+/// /proc (alice read and appended to bob's shared memory file, and read his
+/// job's command line), as root without capabilities. Claim: tenants with
+/// degraded isolation refuse to start, saying what is degraded, why it
+/// matters across tenants and the two ways out; with
+/// --allow-degraded-isolation they start (with a warning); one tenant alone
+/// still starts, the status naming the gap. Unprivileged, tenants sharing
+/// the server's uid are refused even with namespaces.
+#[tokio::test]
+async fn tenants_refuse_degraded_isolation_unless_the_operator_accepts_it() {
+    let tokens_dir = tempfile::tempdir().expect("tokens dir");
+    let tokens = tokens_dir.path().join("tokens");
+    write_tokens(&tokens, false);
+    let accept = "FERREPL_ALLOW_DEGRADED_ISOLATION";
+    let tenants = [
+        "--auth-token-file",
+        path_str(&tokens),
+        "--tenant-uids",
+        "3100120-3100129",
+        "--warm-pool",
+        "0",
+    ];
+    let mut args = vec!["--http", "127.0.0.1:0", "--no-namespaces"];
+    args.extend_from_slice(&tenants);
+    let stderr = refused_start_with(&args, &[], &[accept]).await;
+    for part in [
+        "refusing to serve tenants on degraded isolation",
+        "NO private namespaces (turned off with --no-namespaces)",
+        "/dev/shm",
+        "/proc",
+        "without --no-namespaces",
+        "--allow-degraded-isolation",
+    ] {
+        assert!(stderr.contains(part), "{part:?} in {stderr}");
+    }
+    let uid_part = if is_root() {
+        "uid boundary DEGRADED: sessions run as root without capabilities"
+    } else {
+        "uid boundary DEGRADED: every tenant's sessions run as the server's uid"
+    };
+    assert!(stderr.contains(uid_part), "{stderr}");
+
+    // The operator names the risk: it starts, says so, and serves.
+    let mut accepted = vec!["--no-namespaces", "--allow-degraded-isolation"];
+    accepted.extend_from_slice(&tenants);
+    let server = HttpServer::launch(Launch::new(&accepted).env_remove(accept)).await;
+    let alice = connect(&server, ALICE).await;
+    let (seen, _) = seen_in(alice.peer(), "default", "").await;
+    assert_eq!(seen.uid, if is_root() { 0 } else { own_uid() });
+    let log = server.stderr_log();
+    assert!(
+        log.contains("tenants run on degraded isolation, as --allow-degraded-isolation accepts"),
+        "{log}"
+    );
+    drop(alice);
+    drop(server);
+
+    // One tenant alone: today's warning, no refusal.
+    let sole = StdioServer::launch(
+        Launch::new(&["--no-namespaces", "--warm-pool", "0"]).env_remove(accept),
+    )
+    .await;
+    let sandbox = sandbox_line(sole.peer()).await;
+    assert!(sandbox.contains("NO private namespaces"), "{sandbox}");
+    assert!(
+        sole.stderr_log().contains("NOT in force: namespaces"),
+        "{}",
+        sole.stderr_log()
+    );
+    assert!(!sole.stderr_log().contains("refusing"));
+
+    if !is_root() {
+        // With namespaces, tenants still share the server's uid.
+        let mut args = vec!["--http", "127.0.0.1:0"];
+        args.extend_from_slice(&tenants);
+        let stderr = refused_start_with(&args, &[], &[accept]).await;
+        assert!(
+            stderr.contains("refusing to serve tenants on degraded isolation")
+                && stderr.contains(uid_part)
+                && !stderr.contains("NO private namespaces"),
+            "{stderr}"
+        );
     }
 }
 

@@ -95,6 +95,16 @@ fn command_for(binary: &Path, surface: Surface) -> Command {
     // Stored sessions of test servers go to the build's scratch directory,
     // not the user's: one file per (temporary) workspace.
     cmd.env("XDG_STATE_HOME", test_state_home());
+    // A root server's host-wide table of session uids: the suite's own,
+    // not the host's /var/lib/ferrepl (an unprivileged server keeps none).
+    cmd.env("FERREPL_UID_TABLE", test_uid_table());
+    if !nix::unistd::geteuid().is_root() {
+        // An unprivileged server's tenants share its uid (uid boundary
+        // DEGRADED), which is refused unless the operator accepts it: the
+        // unprivileged run accepts it for the tests of everything else.
+        // The refusal itself is tested with the variable removed.
+        cmd.env("FERREPL_ALLOW_DEGRADED_ISOLATION", "true");
+    }
     if surface == Surface::Full {
         cmd.envs(FULL_SURFACE_ENV.iter().copied());
     }
@@ -126,6 +136,27 @@ pub fn test_state_home() -> &'static Path {
             .tempdir()
             .expect("create the test servers' state home in TMPDIR")
             .keep()
+    })
+}
+
+/// `--uid-table` of every test server (a root one uses it): a file in a
+/// directory of the build's scratch space, mode 0700 (a root server refuses
+/// a table directory others may write). Shared by every test server, of
+/// this run and of runs beside it, as the host's is by every instance; kept
+/// across runs (never removed under a running server): the servers drop
+/// the keys of workspaces that are gone themselves. Unprivileged, the path
+/// is only named (such a server keeps no table).
+pub fn test_uid_table() -> &'static Path {
+    static TABLE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("uid-table");
+        if nix::unistd::geteuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir_all(&dir).expect("create the test servers' uid table directory");
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                .expect("chmod 0700 the test servers' uid table directory");
+        }
+        dir.join("uids.json")
     })
 }
 
