@@ -14,11 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
-
-use axum::body::Body;
 
 use super::listener::Connection;
 use crate::config::settings::HttpLimits;
@@ -244,16 +240,6 @@ impl FrontDoor {
         Ok(())
     }
 
-    /// Whether a body of `n` bytes (its Content-Length) could be buffered
-    /// now. One over the largest request is not a matter of shares: the
-    /// body limit refuses it (413).
-    pub fn body_room(&self, principal: &Principal, n: usize) -> Result<(), Share> {
-        if n > self.buffered_share {
-            return Ok(());
-        }
-        self.room(&self.ledger(), principal, n)
-    }
-
     fn reserve(&self, principal: &Principal, n: usize) -> Result<(), Share> {
         let mut ledger = self.ledger();
         self.room(&ledger, principal, n)?;
@@ -268,13 +254,18 @@ impl FrontDoor {
         ledger.buffered_total = ledger.buffered_total.saturating_sub(n);
     }
 
-    /// A request body counted against `principal` while it arrives.
-    pub fn metered(self: &Arc<Self>, principal: Principal, body: Body) -> Body {
-        Body::new(Metered {
-            body,
+    /// Holds `n` bytes of `principal`'s share (a body's declared length, or
+    /// 0 to grow as a body arrives) until the hold is dropped.
+    pub fn hold_bytes(
+        self: &Arc<Self>,
+        principal: &Principal,
+        n: usize,
+    ) -> Result<BytesHeld, Share> {
+        self.reserve(principal, n)?;
+        Ok(BytesHeld {
             door: self.clone(),
-            principal,
-            held: 0,
+            principal: principal.clone(),
+            held: n,
         })
     }
 
@@ -300,58 +291,32 @@ impl FrontDoor {
     }
 }
 
-/// A request body that holds its bytes against its principal's share until
-/// it has arrived whole (then it is parsed) or is dropped.
-struct Metered {
-    body: Body,
+/// Bytes of a principal's share held for a request body, given back on drop.
+pub struct BytesHeld {
     door: Arc<FrontDoor>,
     principal: Principal,
     held: usize,
 }
 
-impl Drop for Metered {
-    fn drop(&mut self) {
-        self.door.release(&self.principal, self.held);
+impl BytesHeld {
+    /// Holds `n` bytes in all (more as the body grows past its first hold).
+    pub fn grow_to(&mut self, n: usize) -> Result<(), Share> {
+        if n <= self.held {
+            return Ok(());
+        }
+        let more = n - self.held;
+        if let Err(share) = self.door.reserve(&self.principal, more) {
+            crate::metrics::http_share_refusal(share.as_str(), self.principal.kind());
+            return Err(share);
+        }
+        self.held = n;
+        Ok(())
     }
 }
 
-impl http_body::Body for Metered {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                let n = frame.data_ref().map_or(0, |d| d.len());
-                let principal = self.principal.clone();
-                if let Err(share) = self.door.reserve(&principal, n) {
-                    crate::metrics::http_share_refusal(share.as_str(), principal.kind());
-                    return Poll::Ready(Some(Err(axum::Error::new(format!(
-                        "the request bodies buffered for this client are at their limit ({}); retry in a moment",
-                        share.as_str()
-                    )))));
-                }
-                self.held += n;
-            }
-            Poll::Ready(None) => {
-                let held = std::mem::take(&mut self.held);
-                self.door.release(&self.principal.clone(), held);
-            }
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+impl Drop for BytesHeld {
+    fn drop(&mut self) {
+        self.door.release(&self.principal, self.held);
     }
 }
 
@@ -384,7 +349,7 @@ mod tests {
         door.reserve(&alice, 60).expect("alice's share");
         assert_eq!(door.reserve(&alice, 1), Err(Share::Buffered));
         door.reserve(&bob, 40).expect("bob's part of the total");
-        assert_eq!(door.body_room(&carol, 1), Err(Share::BufferedTotal));
+        assert_eq!(door.reserve(&carol, 1), Err(Share::BufferedTotal));
         door.release(&alice, 60);
         door.reserve(&carol, 50).expect("room again");
         assert_eq!(door.ledger().buffered_total, 90);
@@ -426,6 +391,19 @@ mod tests {
         drop((c1, c2, c3));
         assert!(door.ledger().connections.is_empty());
         assert!(door.live_map().is_empty());
+    }
+
+    #[test]
+    fn a_body_holds_its_declared_length_and_grows_within_the_share() {
+        let door = FrontDoor::new(&limits());
+        let alice = Principal::Tenant(Tenant::Named("alice".into()));
+        let mut held = door.hold_bytes(&alice, 50).expect("declared");
+        assert_eq!(door.hold_bytes(&alice, 20).err(), Some(Share::Buffered));
+        held.grow_to(40).expect("within what is held");
+        held.grow_to(60).expect("to the share");
+        assert_eq!(held.grow_to(61), Err(Share::Buffered));
+        drop(held);
+        assert_eq!(door.ledger().buffered_total, 0, "given back on drop");
     }
 
     #[test]

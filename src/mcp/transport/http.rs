@@ -233,9 +233,13 @@ fn closing(mut response: Response) -> Response {
 }
 
 /// Request bodies count against their principal's share of buffered bytes
-/// while they arrive; a body whose declared length does not fit is refused
-/// before a byte of it is read.
+/// while they arrive, and are read whole here (rmcp reads them whole
+/// anyway) so that one that does not fit is answered 429 (503 for the
+/// instance's total) with Retry-After, never cut off under another name. A
+/// declared length is held in full from the head on, so heads that declare
+/// more than fits are refused before a byte of their bodies is read.
 async fn meter_body(State(state): State<Arc<HttpState>>, req: Request, next: Next) -> Response {
+    use futures::StreamExt;
     let Some(principal) = req.extensions().get::<Principal>().cloned() else {
         return next.run(req).await;
     };
@@ -244,18 +248,54 @@ async fn meter_body(State(state): State<Arc<HttpState>>, req: Request, next: Nex
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok());
-    if let Some(n) = declared
-        && let Err(share) = state.door.body_room(&principal, n)
-    {
-        return share_refusal(
+    let chunked = req
+        .headers()
+        .get(header::TRANSFER_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    let limit = state.config.max_request_body_bytes;
+    if declared.unwrap_or(0) == 0 && !chunked {
+        return next.run(req).await;
+    }
+    if declared.is_some_and(|n| n > limit) {
+        // Not a matter of shares: the body limit refuses it (413).
+        return next.run(req).await;
+    }
+    let refused = |share: Share| {
+        closing(share_refusal(
             share,
             &principal,
             "the request bodies this server buffers for this client, or for all, are at their limit (--http-max-buffered-bytes)",
-        );
-    }
+        ))
+    };
+    let mut held = match state.door.hold_bytes(&principal, declared.unwrap_or(0)) {
+        Ok(held) => held,
+        Err(share) => return refused(share),
+    };
     let (parts, body) = req.into_parts();
-    let body = state.door.metered(principal, body);
-    next.run(Request::from_parts(parts, body)).await
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
+    while let Some(data) = stream.next().await {
+        let Ok(data) = data else {
+            return closing(text(
+                StatusCode::BAD_REQUEST,
+                "the request body was cut off or did not arrive in time\n",
+            ));
+        };
+        if bytes.len() + data.len() > limit {
+            return closing(text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("the request body is over {limit} bytes (--max-request-bytes)\n"),
+            ));
+        }
+        if let Err(share) = held.grow_to(bytes.len() + data.len()) {
+            return refused(share);
+        }
+        bytes.extend_from_slice(&data);
+    }
+    // Arrived whole: parsed next, no longer counted.
+    drop(held);
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 /// The token that ends rmcp's transport sessions: cancelled once shutdown
