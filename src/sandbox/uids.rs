@@ -236,8 +236,8 @@ pub struct TenantUids {
     path: PathBuf,
     range: (u32, u32),
     instance: Instance,
-    /// The table's directory, checked (None: peeking, nothing is written).
-    dir: Option<OwnedFd>,
+    /// Peeking (doctor): nothing is made or written.
+    peek: bool,
     /// Uids this server has looked up, by tenant.
     given: Mutex<BTreeMap<String, u32>>,
     /// The table as last read.
@@ -245,9 +245,11 @@ pub struct TenantUids {
 }
 
 impl TenantUids {
-    /// The table at `path` (absolute): its directory made (0700) if
-    /// missing, then it and the table checked and read now, so a table
-    /// that is not root's alone refuses the start.
+    /// The table at `path` (absolute): where its directory exists, it and
+    /// the table are checked and read now, so a table that is not root's
+    /// alone refuses the start. The directory is made (0700) when a uid is
+    /// first looked up, or by `prepare`: a server whose sessions run as the
+    /// workspace's owner needs none.
     pub fn open(path: &Path, instance: Instance, range: (u32, u32)) -> Result<Self, UidError> {
         if !path.is_absolute() || path.file_name().is_none() {
             return Err(UidError::Unsafe(format!(
@@ -255,16 +257,31 @@ impl TenantUids {
                 path.display()
             )));
         }
-        let dir = open_dir(path)?;
-        let table = read(&dir, path)?;
+        let table = match std::fs::symlink_metadata(path.parent().unwrap_or(Path::new("/"))) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Table::default(),
+            _ => read(&open_dir(path)?, path)?,
+        };
         Ok(Self {
             path: path.to_path_buf(),
             range,
             instance,
-            dir: Some(dir),
+            peek: false,
             given: Mutex::new(BTreeMap::new()),
             seen: Mutex::new(table),
         })
+    }
+
+    /// Makes the table's directory where it is missing, and checks it and
+    /// the table: for a server with tenants, whose first uid is looked up
+    /// at a tenant's first request, so that a table that cannot be kept
+    /// refuses the start instead.
+    pub fn prepare(&self) -> Result<(), UidError> {
+        if self.peek {
+            return Ok(());
+        }
+        let dir = open_dir(&self.path)?;
+        drop(lock(&dir, &self.path)?);
+        read(&dir, &self.path).map(drop)
     }
 
     /// The table as it is, never written (for doctor, which changes
@@ -279,7 +296,7 @@ impl TenantUids {
             path: path.to_path_buf(),
             range,
             instance,
-            dir: None,
+            peek: true,
             given: Mutex::new(BTreeMap::new()),
             seen: Mutex::new(table),
         }
@@ -303,7 +320,7 @@ impl TenantUids {
         }
         let workspace = self.instance.workspace_of(tenant);
         let state_dir = self.instance.state_dir.as_deref();
-        let Some(dir) = &self.dir else {
+        if self.peek {
             // Peeking: the uid the key has, or would get.
             let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
             let uid = match seen
@@ -315,7 +332,8 @@ impl TenantUids {
                 None => self.free_uid(&seen)?,
             };
             return Ok(Identity { uid, gid: uid });
-        };
+        }
+        let dir = &open_dir(&self.path)?;
         let _lock = lock(dir, &self.path)?;
         let mut table = read(dir, &self.path)?;
         table.entries.retain(|e| {
@@ -896,6 +914,29 @@ mod tests {
                 .expect("refused");
             assert!(err.to_string().contains(why), "{err}");
         }
+    }
+
+    #[test]
+    fn the_directory_is_made_when_a_uid_is_first_needed() {
+        let host = Host::new();
+        let a = host.instance("s", "a");
+        let dir = host.table().parent().expect("dir").to_path_buf();
+        // A server whose sessions run as the workspace's owner needs none.
+        let uids = host.open(&a, RANGE);
+        assert!(!dir.exists());
+        uids.prepare().expect("prepare");
+        assert!(dir.is_dir() && !host.table().exists());
+        uids.identity_of(SOLE).expect("a uid");
+        assert!(host.table().is_file());
+        // Its parent missing: refused, naming the directory and the flag.
+        let missing = host.dir.path().join("no/such/uids.json");
+        let uids = TenantUids::open(&missing, a, RANGE).expect("nothing checked yet");
+        let err = uids.prepare().expect_err("no parent");
+        let text = err.to_string();
+        assert!(
+            text.contains("no/such") && text.contains("--uid-table"),
+            "{text}"
+        );
     }
 
     #[test]

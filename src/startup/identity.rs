@@ -63,6 +63,9 @@ pub fn choose(
     };
     cfg.idmap = true;
     if tenants {
+        // Their uids are looked up at each tenant's first request: a table
+        // that cannot be kept refuses the start now.
+        uids.prepare()?;
         cfg.set_identity(Some(uids.probe_identity()), true);
         return Ok(());
     }
