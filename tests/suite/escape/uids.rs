@@ -18,6 +18,7 @@
 //! found through its PID namespace.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -426,6 +427,42 @@ async fn a_session_cannot_leave_a_set_id_program_in_the_workspace() {
     if is_root() {
         assert_eq!(owner(&place.ws().join("sh2")), 0, "root's on the host");
     }
+}
+
+/// Claim: a root server alone in a user's workspace runs sessions as that
+/// user, whose RLIMIT_NPROC (--max-processes) counts everything the user
+/// runs on the host: when half of it is taken at start, the server says so
+/// (a session that could not start a thread would otherwise be a puzzle).
+#[tokio::test]
+async fn a_busy_workspace_owner_is_named_at_start() {
+    if !is_root() {
+        return; // sessions run as the server's own uid
+    }
+    let place = Place::new();
+    std::os::unix::fs::chown(place.ws(), Some(OWNER), Some(OWNER)).expect("chown");
+    // Two processes of the owner's on the host.
+    let mut owned = Vec::new();
+    for _ in 0..2 {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .uid(OWNER)
+            .gid(OWNER)
+            .spawn()
+            .expect("sleep as the owner");
+        owned.push(child);
+    }
+    let server =
+        StdioServer::launch(place.launch("3100130-3100139", &["--max-processes", "4"])).await;
+    let log = server.stderr_log();
+    for mut child in owned {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(
+        log.contains(&format!("sessions run as uid {OWNER}, the workspace's owner, whose processes on this host already hold"))
+            && log.contains("raise --max-processes"),
+        "{log}"
+    );
 }
 
 /// Claim: a root server alone in a workspace owned by a user (uid 4242)
