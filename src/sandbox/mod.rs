@@ -374,11 +374,7 @@ impl SandboxConfig {
             identity: if self.namespaces { self.identity } else { None },
             egress: None,
             probe: false,
-            protected: if workspace_writable {
-                self.protected.clone()
-            } else {
-                None
-            },
+            protected,
         }
     }
 

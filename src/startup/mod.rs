@@ -319,8 +319,17 @@ fn protected_places(
     if sandbox_cfg.mode != sandbox::SandboxMode::WorkspaceWrite {
         return Ok(None);
     }
+    // Each root as given (its place in a namespace's view) and resolved
+    // (its place without namespaces, where links are followed).
     let mut roots = vec![sandbox_cfg.workspace.clone()];
-    roots.extend(sandbox_cfg.write.iter().cloned());
+    for path in &sandbox_cfg.write {
+        roots.push(path.clone());
+        if let Ok(real) = path.canonicalize()
+            && real != *path
+        {
+            roots.push(real);
+        }
+    }
     let mut protected =
         sandbox::protected::Protected::new(roots, &cfg.protect, &cfg.allow_write_protected)?;
     if protected.names.iter().any(|n| n == ".venv") {

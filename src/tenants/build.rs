@@ -89,6 +89,7 @@ impl Base {
         settings.workdir = workdir.clone();
         let mut sandbox = self.sandbox.clone();
         sandbox.workspace = workdir.clone();
+        sandbox.protected = sandbox.protected.map(|p| p.with_workspace(&workdir));
         let venv = self.kept_venv(tenant, &workdir, &mut sandbox)?;
         if let (Tenant::Named(name), Some(uids), Some(_)) = (tenant, &self.uids, sandbox.identity) {
             // Its own uid, owning its workspace; the server keeps its access.
