@@ -243,11 +243,9 @@ impl InstallerSettings {
         }
         if !self.source_builds {
             // uv's own switch: nothing is built, local projects included.
-            flags.extend([
-                "--only-binary".to_string(),
-                ":all:".to_string(),
-                "--no-build".to_string(),
-            ]);
+            // Alone: uv (0.13) refuses it together with --only-binary, and
+            // it already means wheels only.
+            flags.push("--no-build".to_string());
         }
         flags
     }
@@ -278,6 +276,29 @@ impl InstallerSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uv_gets_no_build_alone() {
+        let settings = InstallerSettings {
+            index_url: PYPI_INDEX.to_string(),
+            extra_index_urls: Vec::new(),
+            cert: None,
+            allowed_hosts: Vec::new(),
+            source_builds: false,
+            mode: crate::sandbox::Network::Packages,
+            cran: String::new(),
+        };
+        let flags = settings.uv_flags();
+        assert!(flags.contains(&"--no-build".to_string()), "{flags:?}");
+        // uv 0.13.9: "the argument '--only-binary <ONLY_BINARY>' cannot be
+        // used with '--no-build'": every install failed.
+        assert!(!flags.contains(&"--only-binary".to_string()), "{flags:?}");
+        let builds = InstallerSettings {
+            source_builds: true,
+            ..settings
+        };
+        assert!(!builds.uv_flags().contains(&"--no-build".to_string()));
+    }
 
     #[test]
     fn ini_and_toml_values_are_read() {
