@@ -123,12 +123,7 @@ pub(super) fn ferrepl_entries(text: &str, format: Format) -> Result<Vec<Launch>,
             if text.trim().is_empty() {
                 return Ok(out);
             }
-            let value = serde_json::from_str::<serde_json::Value>(text).or_else(|e| {
-                match jsonc_parser::parse_to_serde_value(text, &Default::default()) {
-                    Ok(Some(v)) => Ok(v),
-                    _ => Err(format!("not valid JSON ({e})")),
-                }
-            })?;
+            let value = super::install::client_json(text)?;
             let Some(servers) = value.get(key).and_then(|s| s.as_object()) else {
                 return Ok(out);
             };

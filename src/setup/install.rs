@@ -255,6 +255,17 @@ fn edit_json(
     Ok((outcome, out, previous))
 }
 
+/// A client's JSON settings (comments and trailing commas allowed, as the
+/// clients allow them); an error to show when it is not valid JSON.
+pub fn client_json(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str::<serde_json::Value>(text).or_else(|e| {
+        match jsonc_parser::parse_to_serde_value(text, &ParseOptions::default()) {
+            Ok(Some(v)) => Ok(v),
+            _ => Err(format!("not valid JSON ({e})")),
+        }
+    })
+}
+
 /// Whether a client's file `text` holds ferrepl's entry; an error (to show)
 /// when it is not valid JSON or TOML.
 pub fn has_entry(text: &str, format: Format) -> Result<bool, String> {
@@ -263,12 +274,7 @@ pub fn has_entry(text: &str, format: Format) -> Result<bool, String> {
             if text.trim().is_empty() {
                 return Ok(false);
             }
-            let value = serde_json::from_str::<serde_json::Value>(text).or_else(|e| {
-                match jsonc_parser::parse_to_serde_value(text, &ParseOptions::default()) {
-                    Ok(Some(v)) => Ok(v),
-                    _ => Err(format!("not valid JSON ({e})")),
-                }
-            })?;
+            let value = client_json(text)?;
             Ok(value.get(key).and_then(|s| s.get(NAME)).is_some())
         }
         Format::Toml => {

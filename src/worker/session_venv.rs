@@ -399,16 +399,7 @@ mod tests {
         .expect("editable .pth");
 
         let kept = SessionVenv::new(root.join("kept"), user.join("bin/python")).over(user.clone());
-        let (program, args) = kept.command();
-        let out = std::process::Command::new(&program)
-            .args(&args)
-            .output()
-            .expect("the layer script");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_layer_script(&kept);
         assert!(kept.is_made());
         let kept_site = purelib(&kept.dir);
         std::fs::write(kept_site.join("both.py"), "WHERE = 'kept'\n").expect("kept module");
@@ -452,6 +443,13 @@ mod tests {
             .expect("python3 -m venv");
         assert!(made.success());
         let kept = SessionVenv::new(root.join("kept-wide"), wide.join("bin/python")).over(wide);
+        run_layer_script(&kept);
+        let cfg = std::fs::read_to_string(kept.dir.join("pyvenv.cfg")).expect("pyvenv.cfg");
+        assert!(cfg.contains("include-system-site-packages = true"), "{cfg}");
+    }
+
+    /// Makes `kept` as its launch would, outside any sandbox.
+    fn run_layer_script(kept: &SessionVenv) {
         let (program, args) = kept.command();
         let out = std::process::Command::new(&program)
             .args(&args)
@@ -462,7 +460,5 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let cfg = std::fs::read_to_string(kept.dir.join("pyvenv.cfg")).expect("pyvenv.cfg");
-        assert!(cfg.contains("include-system-site-packages = true"), "{cfg}");
     }
 }

@@ -47,6 +47,7 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
 const BUILT_IN: &[&str] = &[
     ".git",
     ".gitmodules",
+    "HEAD",
     ".hg",
     ".pre-commit-config.yaml",
     ".husky",
@@ -696,6 +697,8 @@ const EXISTING_DIRS: &[&str] = &[
 const ABSENT_NAMES: &[&str] = &[
     ".git",
     ".gitmodules",
+    "HEAD",
+    "sub2/HEAD",
     ".hg",
     ".pre-commit-config.yaml",
     ".husky",
