@@ -5,12 +5,12 @@
 //! as long as the interpreter waits for them) and per cell (calls made:
 //! refused past the cap); counted per cell for its result.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::Worker;
@@ -32,8 +32,13 @@ pub(super) struct Calls {
     /// Since when some call has been in flight or waiting (time waiting on
     /// upstream servers counts once however many calls overlap).
     busy_since: Option<Instant>,
-    /// `--mcp-max-in-flight` slots, made with the first call.
-    slots: Option<Arc<Semaphore>>,
+    /// Free slots of `--mcp-max-in-flight`, counted from the first call.
+    free: Option<usize>,
+    /// Calls waiting for a slot, oldest first, each woken when it gets one.
+    /// Kept here, under the worker's lock, rather than in a semaphore: the
+    /// order is the order events came, and a call cancelled while waiting
+    /// leaves the line before any slot can go to it.
+    queue: VecDeque<(u64, oneshot::Sender<()>)>,
     /// Calls waiting for a slot, and the bytes of their arguments.
     waiting: usize,
     waiting_bytes: usize,
@@ -47,13 +52,19 @@ impl Calls {
         self.in_flight.insert(id, call);
     }
 
+    /// A call ends (answered, failed or cancelled): its slot goes to the
+    /// oldest call waiting, or is free again.
     fn remove(&mut self, id: u64) -> Option<InFlight> {
         let call = self.in_flight.remove(&id);
-        if let Some(c) = &call
-            && let Some(bytes) = c.waiting
-        {
-            self.waiting -= 1;
-            self.waiting_bytes -= bytes;
+        if let Some(c) = &call {
+            if let Some(bytes) = c.waiting {
+                self.waiting -= 1;
+                self.waiting_bytes -= bytes;
+                self.queue.retain(|(q, _)| *q != id);
+            }
+            if c.holds_slot {
+                self.pass_slot();
+            }
         }
         if call.is_some() && self.in_flight.is_empty() {
             self.settle_busy();
@@ -61,17 +72,26 @@ impl Calls {
         call
     }
 
-    /// The call `id` got its slot: it no longer counts as waiting. False
-    /// when it is gone (cancelled meanwhile).
-    fn started(&mut self, id: u64) -> bool {
-        let Some(call) = self.in_flight.get_mut(&id) else {
-            return false;
-        };
-        if let Some(bytes) = call.waiting.take() {
-            self.waiting -= 1;
-            self.waiting_bytes -= bytes;
+    fn pass_slot(&mut self) {
+        while let Some((id, wake)) = self.queue.pop_front() {
+            let Some(call) = self.in_flight.get_mut(&id) else {
+                continue;
+            };
+            if let Some(bytes) = call.waiting.take() {
+                self.waiting -= 1;
+                self.waiting_bytes -= bytes;
+            }
+            call.holds_slot = true;
+            if wake.send(()).is_ok() {
+                return;
+            }
+            // Its task is gone: so is the call.
+            call.holds_slot = false;
+            self.in_flight.remove(&id);
         }
-        true
+        if let Some(free) = &mut self.free {
+            *free += 1;
+        }
     }
 
     /// Counts the time some call was in flight into the current cell.
@@ -92,6 +112,8 @@ struct InFlight {
     progress: ProgressSink,
     /// Waiting for a slot, holding this many bytes of arguments.
     waiting: Option<usize>,
+    /// Holds one of the slots (given back when the call ends).
+    holds_slot: bool,
 }
 
 /// The tool calls one cell made.
@@ -136,6 +158,7 @@ impl Worker {
         for (_, call) in st.calls.in_flight.drain() {
             call.cancel.cancel();
         }
+        st.calls.queue.clear();
         st.calls.waiting = 0;
         st.calls.waiting_bytes = 0;
         st.calls.settle_busy();
@@ -184,13 +207,8 @@ impl Worker {
         let token = CancellationToken::new();
         let progress = ProgressSink::default();
         let is_call = ev.op == "call";
-        let slots = {
+        let granted = {
             let mut st = self.lock();
-            let slots = st
-                .calls
-                .slots
-                .get_or_insert_with(|| Arc::new(Semaphore::new(limits.max_in_flight.max(1))))
-                .clone();
             if st.calls.in_flight.contains_key(&ev.id) {
                 drop(st);
                 return self.reply_upstream(
@@ -214,7 +232,8 @@ impl Worker {
             }
             // Every slot taken: the call waits for one, within bounds that
             // keep a flood of events from holding the server's memory.
-            let waiting = if slots.available_permits() == 0 || st.calls.waiting > 0 {
+            let free = *st.calls.free.get_or_insert(limits.max_in_flight.max(1));
+            let waiting = if free == 0 || !st.calls.queue.is_empty() {
                 let bytes = ev
                     .arguments
                     .as_ref()
@@ -248,31 +267,36 @@ impl Worker {
                 ev.server.as_deref().unwrap_or(""),
                 ev.tool.as_deref().unwrap_or("")
             );
+            let granted = if waiting.is_some() {
+                let (wake, granted) = oneshot::channel();
+                st.calls.queue.push_back((ev.id, wake));
+                Some(granted)
+            } else {
+                st.calls.free = Some(free - 1);
+                None
+            };
             st.calls.add(
                 ev.id,
                 InFlight {
                     cancel: token.clone(),
                     what,
                     progress: progress.clone(),
+                    holds_slot: waiting.is_none(),
                     waiting,
                 },
             );
-            slots
+            granted
         };
         let worker = self.clone();
         tokio::spawn(async move {
-            // A slot, in the order calls came (the semaphore is fair); a
-            // call cancelled meanwhile (interrupt, the code stopped
-            // waiting, the worker ended) leaves without a word.
-            let _slot = tokio::select! {
-                slot = slots.acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_) => return,
-                },
-                _ = token.cancelled() => return,
-            };
-            if !worker.lock().calls.started(ev.id) {
-                return;
+            // A call waiting for its slot: one cancelled meanwhile
+            // (interrupt, the code stopped waiting, the worker ended) has
+            // left the line already, and leaves without a word.
+            if let Some(granted) = granted {
+                tokio::select! {
+                    given = granted => if given.is_err() { return },
+                    _ = token.cancelled() => return,
+                }
             }
             let server = ev.server.unwrap_or_default();
             let work = async {

@@ -99,6 +99,9 @@ def _cancel_left_tasks(loop):
     there and what they wait on is cancelled too (a tool call upstream)."""
     import asyncio
 
+    from .tools import abandon_loop
+
+    abandon_loop(loop)
     tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in tasks:
         task.cancel()

@@ -135,6 +135,21 @@ def _abandon(rid):
         pass
 
 
+def abandon_loop(loop):
+    """An interrupt ends the async cell: every call its loop waits on is
+    given up at once, newest first. Slots go out oldest first, so the calls
+    still waiting for one are gone from the server before a call in flight,
+    cancelled, frees its slot (else a waiting one would take it and go
+    out)."""
+    rids = [
+        rid
+        for rid, waiter in list(_pending.items())
+        if isinstance(waiter, _AsyncWaiter) and waiter._loop is loop
+    ]
+    for rid in sorted(rids, reverse=True):
+        _abandon(rid)
+
+
 class _Waiter:
     """A blocking caller's wait, on any thread."""
 
@@ -238,7 +253,11 @@ async def _arequest(event):
         _pending[rid] = _AsyncWaiter(loop, future)
         _send_whole(event)
         reply = await future
-    except BaseException:  # CancelledError (a timeout, a cancelled gather), KeyboardInterrupt
+    except KeyboardInterrupt:  # the whole cell stops: all its calls with it
+        abandon_loop(loop)
+        _abandon(rid)
+        raise
+    except BaseException:  # CancelledError (a timeout, a cancelled gather)
         _abandon(rid)
         raise
     return _outcome(reply)
