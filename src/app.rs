@@ -75,9 +75,10 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     };
     let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
     secrets.add(
-        std::iter::once(&installer.index_url)
-            .chain(&installer.extra_index_urls)
-            .flat_map(|u| crate::output::redact::url_credentials(u)),
+        installer
+            .credentials
+            .iter()
+            .flat_map(|c| c.secrets().iter().cloned()),
     );
     let upstreams = upstream_servers(&cfg, &settings.workdir, writable, secrets.clone())?;
     let base = tenants::Base {

@@ -15,8 +15,12 @@ pub const RELAY_PORT: u16 = 3128;
 /// The operator's installer settings.
 #[derive(Debug, Clone)]
 pub struct InstallerSettings {
+    /// The index URLs installers are given: without credentials.
     pub index_url: String,
     pub extra_index_urls: Vec<String>,
+    /// The credentials taken out of them, added by the egress proxy (never
+    /// given to an install job; see egress/intercept.rs).
+    pub credentials: Vec<crate::egress::IndexCredential>,
     /// A CA bundle the operator's pip uses (`cert` in pip.conf, PIP_CERT).
     pub cert: Option<PathBuf>,
     /// Hosts installers may reach through the egress proxy.
@@ -188,14 +192,46 @@ impl InstallerSettings {
         let cert = files.cert();
         let index_url = index.unwrap_or_else(|| PYPI_INDEX.to_string());
         let hosts = allowed_hosts(&index_url, &extra, extra_hosts);
+        let mut credentials = Vec::new();
+        let mut strip = |url: String| {
+            let (url, credential) = crate::egress::split_credentials(&url);
+            credentials.extend(credential);
+            url
+        };
+        let index_url = strip(index_url);
+        let extra: Vec<String> = extra.into_iter().map(&mut strip).collect();
         Self {
             index_url,
             extra_index_urls: extra,
+            credentials,
             cert,
             allowed_hosts: hosts,
             source_builds,
             mode,
             cran: String::new(),
+        }
+    }
+
+    /// The ports index URLs name (an internal index on :8443): reached
+    /// through the proxy besides 443 and 80.
+    pub fn index_ports(&self) -> Vec<u16> {
+        std::iter::once(&self.index_url)
+            .chain(&self.extra_index_urls)
+            .filter_map(|u| crate::egress::port_of_url(u))
+            .collect()
+    }
+
+    /// Nothing is sandboxed: installers get the URLs with their
+    /// credentials, as the operator wrote them (a session could read the
+    /// operator's pip.conf itself).
+    pub fn embed_credentials(&mut self) {
+        for credential in &self.credentials {
+            let (bare, _) = crate::egress::split_credentials(credential.url());
+            for url in std::iter::once(&mut self.index_url).chain(&mut self.extra_index_urls) {
+                if *url == bare {
+                    *url = credential.url().to_string();
+                }
+            }
         }
     }
 
@@ -282,6 +318,7 @@ mod tests {
         let settings = InstallerSettings {
             index_url: PYPI_INDEX.to_string(),
             extra_index_urls: Vec::new(),
+            credentials: Vec::new(),
             cert: None,
             allowed_hosts: Vec::new(),
             source_builds: false,

@@ -50,7 +50,14 @@
 //! serves (domain fronting through a shared CDN). The allow-list bounds
 //! which front ends are reachable, not which tenants behind them.
 
+mod credentials;
+#[cfg(target_os = "linux")]
+mod intercept;
 mod proxy;
+
+pub use credentials::{IndexCredential, split_credentials};
+#[cfg(target_os = "linux")]
+pub use intercept::Interceptor;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -80,6 +87,9 @@ pub struct EgressConfig {
     /// Allow destinations that resolve to loopback/private addresses
     /// (--egress-allow-private; proxy tests).
     pub allow_private: bool,
+    /// Ends tunnels to indexes with credentials and adds them (Linux).
+    #[cfg(target_os = "linux")]
+    pub intercept: Option<std::sync::Arc<Interceptor>>,
 }
 
 #[allow(dead_code)] // wired in by the installer work (issue 11)
@@ -103,6 +113,8 @@ impl EgressConfig {
             max_head_bytes: 16 * 1024,
             max_connections: 64,
             allow_private: false,
+            #[cfg(target_os = "linux")]
+            intercept: None,
         }
     }
 

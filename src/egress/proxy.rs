@@ -194,6 +194,13 @@ where
     // What the client sent after the head: tunnel bytes or the body.
     let leftover = &buf[head.len..];
     match plan {
+        #[cfg(target_os = "linux")]
+        Plan::Connect { .. }
+            if let Some(interceptor) = cfg.intercept.as_ref().filter(|i| i.covers(&host, port)) =>
+        {
+            tracing::debug!(peer = %peer, "egress: CONNECT {host}:{port}, credentials added");
+            intercepted(client, upstream, leftover, interceptor, &host, port, cfg).await;
+        }
         Plan::Connect { .. } => {
             tracing::debug!(peer = %peer, "egress: CONNECT {host}:{port}");
             tunnel(client, upstream, leftover, cfg).await;
@@ -230,6 +237,42 @@ where
         .is_ok_and(|r| r.is_ok())
     {
         relay::relay(client, upstream, None, cfg.idle_timeout).await;
+    }
+}
+
+/// CONNECT to an index with credentials: answers 200, then ends the TLS
+/// here and sends each request on with them (see `intercept.rs`).
+#[cfg(target_os = "linux")]
+async fn intercepted<S>(
+    client: &mut S,
+    upstream: TcpStream,
+    leftover: &[u8],
+    interceptor: &super::Interceptor,
+    host: &Host,
+    port: u16,
+    cfg: &EgressConfig,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    use tokio::io::AsyncReadExt;
+    let ready = async {
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await?;
+        client.flush().await
+    };
+    if !timeout(cfg.idle_timeout, ready)
+        .await
+        .is_ok_and(|r| r.is_ok())
+    {
+        return;
+    }
+    // The TLS hello may have come with the CONNECT head.
+    let (read, write) = tokio::io::split(client);
+    let read = std::io::Cursor::new(leftover.to_vec()).chain(read);
+    let stream = tokio::io::join(read, write);
+    if let Err(e) = interceptor.serve(stream, upstream, host, port, cfg).await {
+        tracing::warn!("egress: {host}:{port} with credentials: {e:#}");
     }
 }
 

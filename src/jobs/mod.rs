@@ -508,6 +508,7 @@ mod tests {
             installer: Arc::new(crate::installer::InstallerSettings {
                 index_url: String::new(),
                 extra_index_urls: Vec::new(),
+                credentials: Vec::new(),
                 cert: None,
                 allowed_hosts: Vec::new(),
                 source_builds: false,

@@ -165,6 +165,9 @@ pub enum EgressRefusal {
     Upstream,
     /// Too many connections at once.
     Busy,
+    /// A request other than GET or HEAD to an index whose credentials the
+    /// proxy adds.
+    Method,
 }
 
 impl EgressRefusal {
@@ -176,6 +179,7 @@ impl EgressRefusal {
             EgressRefusal::BadRequest => "bad_request",
             EgressRefusal::Upstream => "upstream",
             EgressRefusal::Busy => "busy",
+            EgressRefusal::Method => "method",
         }
     }
 }
@@ -213,13 +217,14 @@ const SANDBOX_REFUSALS: [SandboxRefusal; 5] = [
     SandboxRefusal::Env,
 ];
 
-const EGRESS_REFUSALS: [EgressRefusal; 6] = [
+const EGRESS_REFUSALS: [EgressRefusal; 7] = [
     EgressRefusal::Host,
     EgressRefusal::Port,
     EgressRefusal::PrivateAddress,
     EgressRefusal::BadRequest,
     EgressRefusal::Upstream,
     EgressRefusal::Busy,
+    EgressRefusal::Method,
 ];
 
 /// One tool's series, created on its first call.

@@ -547,6 +547,8 @@ fn installer_settings(
         writable,
     );
     settings.cran = cfg.cran.clone();
+    index_credentials(&mut settings, mode, sandbox_cfg.enabled())?;
+    extra_ports.extend(settings.index_ports());
     // The operator's CA bundle: in the view of installers only, at its
     // resolved path (the one they are given); not from where sessions
     // write (they could swap it for a symlink).
@@ -560,6 +562,11 @@ fn installer_settings(
     settings.cert = cert
         .filter(|c| !writable.contains(c))
         .map(|c| c.canonicalize().unwrap_or(c));
+    #[cfg(target_os = "linux")]
+    let interceptor = match settings.credentials.is_empty() || mode != config::Network::Packages {
+        true => None,
+        false => Some(index_interceptor(&mut settings, state_dir)?),
+    };
     sandbox_cfg.installer_read = settings
         .cert
         .iter()
@@ -573,6 +580,10 @@ fn installer_settings(
         let mut config = egress::EgressConfig::new(settings.allowed_hosts.clone());
         config.ports.extend(extra_ports);
         config.allow_private = cfg.egress_allow_private;
+        #[cfg(target_os = "linux")]
+        {
+            config.intercept = interceptor;
+        }
         sandbox_cfg.egress = Some(sandbox::EgressRelay {
             port: installer::RELAY_PORT,
             socket: socket.display().to_string(),
@@ -585,6 +596,69 @@ fn installer_settings(
         proxy = Some(EgressProxy { socket, config });
     }
     Ok((settings, proxy))
+}
+
+/// Index URLs with credentials (issue 42 §2): the egress proxy adds them,
+/// so install jobs get the URLs without. Refused where the proxy cannot:
+/// over plain HTTP, or when installers reach the network directly while
+/// sessions are sandboxed.
+fn index_credentials(
+    settings: &mut installer::InstallerSettings,
+    mode: config::Network,
+    sandboxed: bool,
+) -> anyhow::Result<()> {
+    if settings.credentials.is_empty() {
+        return Ok(());
+    }
+    if !sandboxed {
+        // Nothing is confined: a session could read pip.conf itself.
+        settings.embed_credentials();
+        return Ok(());
+    }
+    if let Some(plain) = settings.credentials.iter().find(|c| !c.https) {
+        anyhow::bail!(
+            "the package index at {plain:?} has credentials but is plain http: ferrepl sends index credentials only over https (use the index's https URL)"
+        );
+    }
+    if mode == config::Network::On {
+        anyhow::bail!(
+            "the package index has credentials, and with --network on install jobs reach it directly, so they would hold the credentials: use --network packages (the default), where ferrepl's proxy adds them"
+        );
+    }
+    if !cfg!(target_os = "linux") && mode == config::Network::Packages {
+        anyhow::bail!(
+            "index credentials are added by ferrepl's proxy on Linux only; on this system use an index without credentials or local wheels"
+        );
+    }
+    Ok(())
+}
+
+/// The CA that the egress proxy ends installers' TLS to credentialed
+/// indexes with, and the bundle installers trust it by (in place of the
+/// operator's CA bundle, which it includes), written to the state directory.
+#[cfg(target_os = "linux")]
+fn index_interceptor(
+    settings: &mut installer::InstallerSettings,
+    state_dir: &state::StateDir,
+) -> anyhow::Result<std::sync::Arc<egress::Interceptor>> {
+    let operator_ca = settings.cert.clone();
+    let interceptor =
+        egress::Interceptor::new(settings.credentials.clone(), operator_ca.as_deref())
+            .context("cannot set up the proxy that adds index credentials")?;
+    let bundle = state_dir.path().join("installer-ca.pem");
+    let pem = interceptor.trust_bundle(operator_ca.as_deref())?;
+    let written = std::fs::write(&bundle, pem.as_bytes()).and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        // Public: read by install jobs under the sessions' uid.
+        std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o644))
+    });
+    written.with_context(|| format!("cannot write {}", bundle.display()))?;
+    tracing::info!(
+        "index credentials stay in the server: installers trust its CA by {}",
+        bundle.display()
+    );
+    settings.cert = Some(bundle);
+    Ok(std::sync::Arc::new(interceptor))
 }
 
 /// An interpreter inside the workspace (a `.venv`) whose real binary lies in
