@@ -20,7 +20,7 @@ pub struct IndexCredential {
     /// the longest path a request starts with is used.
     pub path: String,
     /// `Basic base64(user:password)`.
-    pub(crate) authorization: String,
+    authorization: String,
     /// The URL as the operator wrote it, credentials included: given to an
     /// installer only when nothing is sandboxed.
     pub(crate) url: String,
@@ -51,7 +51,8 @@ impl IndexCredential {
         &self.url
     }
 
-    pub(crate) fn authorization(&self) -> &str {
+    /// The `Authorization` value the proxy sends (Linux only).
+    pub fn authorization(&self) -> &str {
         &self.authorization
     }
 }
@@ -120,6 +121,7 @@ fn decode(part: &str) -> String {
 /// Of `credentials`, the one for a request to `host:port` at `path`: the
 /// longest index path the request starts with, else the host's first (pip
 /// sends an index's credentials to every path of its host).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn choose<'a>(
     credentials: &'a [IndexCredential],
     host: &Host,
