@@ -46,7 +46,7 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
     ("python_inspect", "Inspect variables", &[ReadOnly],
      "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs."),
     ("python_sessions", "Sessions", &[ClosedWorld],
-     "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant'): first use or restore (also after a crash) re-runs their cells, side effects too. Example: {\"action\": \"reset\", \"session\": \"ml\"}"),
+     "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant': history kept, variables not); rebuild lists the cells it would re-run (side effects happen again) and runs them with confirm: true. Example: {\"action\": \"reset\", \"session\": \"ml\"}"),
     ("python_install", "Install packages", &[NotDestructive, Idempotent],
      "Install packages into the session's venv (uv or pip); they import at once, no restart. After 'running', call it again to keep waiting. Example: {\"packages\": [\"pandas\", \"numpy>=2\"]}"),
     ("python_history", "Cell history", &[ReadOnly],
@@ -215,7 +215,9 @@ pub enum SessionAction {
     Create,
     Reset,
     Delete,
-    Restore,
+    // `restore`, its old name, ran at once; it now answers first too.
+    #[serde(alias = "restore")]
+    Rebuild,
     Status,
 }
 
@@ -231,6 +233,8 @@ pub struct SessionsParams {
     pub workdir: Option<PathBuf>,
     pub env: Option<BTreeMap<String, String>>,
     pub language: Option<Language>,
+    /// rebuild: re-run the cells it listed.
+    pub confirm: Option<bool>,
 }
 
 // python_history, python_export, python_run_file, python_complete, python_namespace (tools/more.rs)

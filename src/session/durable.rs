@@ -64,9 +64,11 @@ pub(super) struct PathCell {
 /// Why a session's variables are not in its interpreter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pending {
-    /// Stored by an earlier server: the first call rebuilds it.
+    /// Stored by an earlier server: its history is kept, its variables are
+    /// not; only python_sessions rebuild (confirmed) re-runs its cells.
     Dormant,
-    /// Its interpreter died under a cell: python_sessions restore rebuilds it.
+    /// Its interpreter died under a cell: python_sessions rebuild re-runs
+    /// its path when asked; the next cell starts a new path instead.
     Crashed,
     /// A cell asked for the state after another cell (`parent`): the first
     /// call rebuilds it.
@@ -74,9 +76,10 @@ pub(super) enum Pending {
 }
 
 impl Pending {
-    /// Rebuilt by the next call that needs the interpreter.
+    /// Rebuilt by the next call that needs the interpreter: only a switch
+    /// to a branch, which that call asked for by naming its cell.
     pub(super) fn rebuilds_on_use(self) -> bool {
-        matches!(self, Pending::Dormant | Pending::Branch(_))
+        matches!(self, Pending::Branch(_))
     }
 
     pub(super) fn why(self) -> String {
@@ -363,18 +366,27 @@ impl SessionManager {
         Ok(())
     }
 
-    /// python_sessions restore: rebuilds a crashed or dormant session,
-    /// within the default window; past it the rebuild goes on and the
-    /// message says how to follow it.
-    pub async fn restore(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
+    /// python_sessions rebuild: says which cells a rebuild of a crashed or
+    /// dormant session re-runs, and with `confirm` re-runs them, within the
+    /// default window; past it the rebuild goes on and the message says how
+    /// to follow it.
+    pub async fn rebuild(
+        self: &Arc<Self>,
+        name: &str,
+        confirm: bool,
+    ) -> Result<String, SessionError> {
         let sess = self.existing(name)?;
         let under_way = sess.lock().rebuild.is_some();
         if !under_way {
             let Some(pending) = sess.lock().pending else {
                 return Err(SessionError::Invalid(format!(
-                    "session '{name}' has nothing to restore: its interpreter holds the state of its cells (python_history lists them); python_sessions action=reset starts it afresh"
+                    "session '{name}' has nothing to rebuild: its interpreter holds the state of its cells (python_history lists them); python_sessions action=reset starts it afresh"
                 )));
             };
+            if !confirm {
+                let st = sess.lock();
+                return Ok(super::rebuild::preview(&sess, &st, self.durable.max_cells));
+            }
             refused(&sess)?;
             let worker = self.ensure_worker(&sess).await?;
             let _guard = sess.start_lock.lock().await;
@@ -416,7 +428,7 @@ impl SessionManager {
                 Ok(text)
             }
             _ => Err(SessionError::Invalid(format!(
-                "session '{}' has nothing to restore: its interpreter holds the state of its cells",
+                "session '{}' has nothing to rebuild: its interpreter holds the state of its cells",
                 sess.name
             ))),
         }
@@ -434,7 +446,7 @@ impl SessionManager {
             return None;
         }
         Some(format!(
-            "To rebuild its variables, call python_sessions {{action: \"restore\", session: \"{}\"}} before any other cell: it re-runs cells {}.",
+            "To rebuild its variables, call python_sessions {{action: \"rebuild\", session: \"{}\", confirm: true}} before any other cell: it re-runs cells {}, and what they did outside the session happens again.",
             sess.name,
             ranges(&ids)
         ))

@@ -67,6 +67,44 @@ impl Account {
     }
 }
 
+/// What a rebuild of the session would do, said before it runs anything
+/// (python_sessions rebuild without confirm).
+pub(super) fn preview(sess: &Session, st: &SessionState, max_cells: usize) -> String {
+    let mut account = Account::default();
+    let ids: Vec<u64> = runnable(&st.path, st.skip, &mut account)
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    let why = st.pending.map_or_else(
+        || "its interpreter holds its state".to_string(),
+        |p| p.why(),
+    );
+    if ids.is_empty() {
+        return format!(
+            "Session '{}' ({why}) has no cell a rebuild could re-run; python_sessions {{\"action\": \"reset\"}} starts it afresh.",
+            sess.name
+        );
+    }
+    let mut text = format!(
+        "A rebuild of session '{}' ({why}) re-runs cells {} in a fresh interpreter, in order. Whatever they did outside the session happens again: files written, data appended, requests sent.",
+        sess.name,
+        ranges(&ids)
+    );
+    for (id, why) in &account.skipped {
+        text.push_str(&format!(" Cell {id} would be skipped: {why}."));
+    }
+    if ids.len() > max_cells {
+        text.push_str(&format!(
+            " That is more than the {max_cells} cells a rebuild may re-run (--resume-max-cells): it would be refused."
+        ));
+    }
+    text.push_str(&format!(
+        " To run them: python_sessions {{\"action\": \"rebuild\", \"session\": \"{}\", \"confirm\": true}}.",
+        sess.name
+    ));
+    text
+}
+
 /// The cells of `path` after the first `skip` that can be re-run; the
 /// others go into the account with why.
 pub(super) fn runnable<'a>(

@@ -108,6 +108,11 @@ impl SessionManager {
         }
         if new {
             self.persist_session(&sess);
+            if default_language(name).is_some()
+                && let Some(line) = self.dormant_line()
+            {
+                sess.lock().notes.push(line);
+            }
         } else if reviving {
             // Brought back from the store: it may be of the other language.
             self.check_language(name, lang)?;

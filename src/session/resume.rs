@@ -1,6 +1,6 @@
 //! A rebuild under way. A call that reaches a session whose state must be
-//! rebuilt (dormant after a restart, a branch without a checkpoint, a
-//! restore) starts a task that re-runs its path (`rebuild.rs`); a cell's
+//! rebuilt (a branch without a checkpoint, a confirmed python_sessions
+//! rebuild) starts a task that re-runs its path (`rebuild.rs`); a cell's
 //! code is queued after it as the next cell, and the call returns within
 //! its window, `running`, with a note on the rebuild. python_wait follows
 //! it to the cell's own result, whose notes give the rebuild's account; an
@@ -106,6 +106,21 @@ pub(super) fn rebuilding_error(sess: &Session, rb: &Rebuilding) -> SessionError 
     ))
 }
 
+/// A dormant session runs nothing until the agent chooses: its cells are
+/// re-run only by a confirmed rebuild (nothing runs twice by itself).
+fn dormant(sess: &Session) -> Result<(), SessionError> {
+    let st = sess.lock();
+    if st.rebuild.is_some() || st.pending != Some(Pending::Dormant) {
+        return Ok(());
+    }
+    let ids: Vec<u64> = st.path.iter().map(|c| c.id).collect();
+    Err(SessionError::Invalid(format!(
+        "session '{name}' is dormant: an earlier server ran cells {cells} in it; their history is kept, their variables are not. Nothing was run. python_sessions {{\"action\": \"rebuild\", \"session\": \"{name}\"}} shows what re-running them would do; {{\"action\": \"reset\"}} starts it afresh; or use another session",
+        name = sess.name,
+        cells = ranges(&ids),
+    )))
+}
+
 /// The queued cell's `running` result while `rb` runs.
 pub(super) fn running_report(sess: &Session, rb: &Rebuilding) -> Result<CellReport, SessionError> {
     let Some(q) = &rb.queued else {
@@ -158,6 +173,7 @@ impl SessionManager {
         code: Option<&CellSource<'_>>,
     ) -> Result<Ready, SessionError> {
         super::durable::refused(sess)?;
+        dormant(sess)?;
         let worker = self.ensure_worker(sess).await?;
         let _guard = sess.start_lock.lock().await;
         let mut st = sess.lock();

@@ -1,12 +1,28 @@
 //! Stored sessions coming back at start: dormant (listed, with their
-//! history, rebuilt by the first call that needs their state) while the
-//! instance has room, the rest when their name is next used.
+//! history; their cells re-run only when an agent asks for a rebuild)
+//! while the instance has room, the rest when their name is next used. A
+//! new server is a new conversation: the stored default sessions come back
+//! under names of their own (`earlier-default`, `earlier-default-2`, ...),
+//! and `default` starts fresh.
 
 use super::durable::{PathCell, Pending};
 use super::report::CellStatus;
 use super::source::StoredSource;
 use super::*;
 use crate::store::StoredSession;
+
+/// How the default sessions of an earlier conversation are named.
+const EARLIER: &str = "earlier-";
+
+/// `earlier-NAME`, else `earlier-NAME-2`, ... : the first not in `taken`.
+fn earlier_name(name: &str, taken: &std::collections::BTreeSet<String>) -> Option<String> {
+    (1..1000)
+        .map(|n| match n {
+            1 => format!("{EARLIER}{name}"),
+            n => format!("{EARLIER}{name}-{n}"),
+        })
+        .find(|c| !taken.contains(c) && valid_name(c))
+}
 
 impl SessionManager {
     /// What an earlier server stored, as dormant sessions: read and built
@@ -16,13 +32,28 @@ impl SessionManager {
         let Some(store) = &self.durable.store else {
             return Vec::new();
         };
-        let stored = store.load().unwrap_or_else(|e| {
+        let mut stored = store.load().unwrap_or_else(|e| {
             tracing::warn!(
                 "could not read the session store {}: {e}",
                 store.path().display()
             );
             Vec::new()
         });
+        let mut taken: std::collections::BTreeSet<String> =
+            stored.iter().map(|s| s.record.name.clone()).collect();
+        for s in &mut stored {
+            let name = s.record.name.clone();
+            if default_language(&name).is_none() || name.starts_with(EARLIER) {
+                continue;
+            }
+            let Some(free) = earlier_name(&name, &taken) else {
+                continue;
+            };
+            store.rename_session(&name, &free);
+            taken.remove(&name);
+            taken.insert(free.clone());
+            s.record.name = free;
+        }
         stored
             .into_iter()
             .filter(|s| valid_name(&s.record.name))
@@ -73,6 +104,37 @@ impl SessionManager {
             tracing::debug!(session = %name, "stored session not brought back");
         }
         revived
+    }
+
+    /// One line for the first result of a fresh default session: the
+    /// dormant sessions it may rebuild (at most 200 characters).
+    pub(super) fn dormant_line(&self) -> Option<String> {
+        const MOST: usize = 200;
+        let mut dormant: Vec<(String, usize)> = self
+            .sessions()
+            .iter()
+            .filter_map(|(name, s)| {
+                let st = s.lock();
+                (st.pending == Some(Pending::Dormant)).then(|| (name.clone(), st.path.len()))
+            })
+            .collect();
+        if dormant.is_empty() {
+            return None;
+        }
+        dormant.sort();
+        let head = "Dormant (history kept, not variables): ";
+        let tail = ". python_sessions rebuild re-runs one's cells.";
+        let mut listed = String::new();
+        for (i, (name, cells)) in dormant.iter().enumerate() {
+            let item = format!("{}{name} ({cells} cells)", if i > 0 { ", " } else { "" });
+            let more = format!(", +{} more", dormant.len() - i);
+            if head.len() + listed.len() + item.len() + more.len() + tail.len() > MOST {
+                listed.push_str(&more);
+                break;
+            }
+            listed.push_str(&item);
+        }
+        Some(format!("{head}{listed}{tail}"))
     }
 
     /// Puts back a name `revive_stored` took (its session was not admitted).

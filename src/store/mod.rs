@@ -246,6 +246,11 @@ impl Store {
         self.send(Op::Head(session.to_owned(), head, now_unix()));
     }
 
+    /// Gives session `from` and its cells the name `to` (which must be free).
+    pub fn rename_session(&self, from: &str, to: &str) {
+        self.send(Op::Rename(from.to_owned(), to.to_owned()));
+    }
+
     /// Deletes the session and all its cells.
     pub fn delete_session(&self, session: &str) {
         self.send(Op::Delete(session.to_owned()));

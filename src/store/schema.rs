@@ -60,6 +60,8 @@ pub(super) enum Op {
     Cell(String, CellRecord, bool, f64),
     Head(String, Option<u64>, f64),
     Delete(String),
+    /// A session under another name, its cells with it.
+    Rename(String, String),
     Flush(std::sync::mpsc::Sender<bool>),
 }
 
@@ -87,6 +89,12 @@ pub(super) fn apply(
         Op::Delete(session) => {
             inserts.remove(session);
             delete_session(conn, session)
+        }
+        Op::Rename(from, to) => {
+            if let Some(count) = inserts.remove(from) {
+                inserts.insert(to.clone(), count);
+            }
+            rename_session(conn, from, to)
         }
         Op::Flush(_) => Ok(()),
     }
@@ -360,6 +368,20 @@ fn update_head(
     conn.prepare_cached("UPDATE sessions SET head = ?2, updated = ?3 WHERE name = ?1")?
         .execute(params![session, head, now])?;
     Ok(())
+}
+
+/// The row is copied under the new name before the cells move to it (the
+/// cells' foreign key has no ON UPDATE): a name taken already fails the
+/// whole write, which changes nothing.
+fn rename_session(conn: &Connection, from: &str, to: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (name, language, options, head, created, updated)
+         SELECT ?2, language, options, head, created, updated FROM sessions WHERE name = ?1",
+    )?
+    .execute([from, to])?;
+    conn.prepare_cached("UPDATE cells SET session = ?2 WHERE session = ?1")?
+        .execute([from, to])?;
+    delete_session(conn, from)
 }
 
 fn delete_session(conn: &Connection, session: &str) -> Result<(), StoreError> {

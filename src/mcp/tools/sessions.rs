@@ -53,9 +53,13 @@ impl FerreplServer {
                 };
                 Some(self.manager.delete(name)?)
             }
-            SessionAction::Restore => {
+            SessionAction::Rebuild => {
                 let name = self.session_name(&p.session);
-                Some(self.manager.restore(&name).await?)
+                Some(
+                    self.manager
+                        .rebuild(&name, p.confirm.unwrap_or(false))
+                        .await?,
+                )
             }
         };
         let sessions = self.manager.list();
