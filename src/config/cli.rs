@@ -440,7 +440,7 @@ pub struct Config {
     )]
     pub checkpoint_min_ms: f64,
 
-    /// Keep sessions across restarts and rebuild them by re-running their cells (on), or not (off).
+    /// Keep sessions across restarts, dormant until an agent confirms a rebuild that re-runs their cells (on), or not (off).
     #[arg(long, env = "FERREPL_RESUME", default_value = "on", value_parser = ["on", "off"])]
     pub resume: String,
 
