@@ -28,15 +28,18 @@ pub struct IndexCredential {
     secrets: Vec<String>,
 }
 
-/// Never the secrets: a debug print or a log line shows where they apply.
-impl fmt::Debug for IndexCredential {
+/// Never the secrets: a message or a log line shows where they apply,
+/// `https://host:port/path`.
+impl fmt::Display for IndexCredential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = if self.https { "https" } else { "http" };
-        write!(
-            f,
-            "IndexCredential({scheme}://{}:{}{})",
-            self.host, self.port, self.path
-        )
+        write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
+    }
+}
+
+impl fmt::Debug for IndexCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IndexCredential({self})")
     }
 }
 

@@ -617,7 +617,7 @@ fn index_credentials(
     }
     if let Some(plain) = settings.credentials.iter().find(|c| !c.https) {
         anyhow::bail!(
-            "the package index at {plain:?} has credentials but is plain http: ferrepl sends index credentials only over https (use the index's https URL)"
+            "the package index {plain} (from PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, uv's variables, pip.conf or uv.toml) has credentials but is plain http: ferrepl sends index credentials only over https; use the index's https URL"
         );
     }
     if mode == config::Network::On {

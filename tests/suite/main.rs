@@ -38,6 +38,7 @@ mod export;
 mod files_and_packages;
 mod http_sessions;
 mod http_transport;
+mod index_credentials;
 mod install;
 mod kept_venv;
 mod large_output;
