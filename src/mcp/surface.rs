@@ -46,7 +46,7 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
     ("python_inspect", "Inspect variables", &[ReadOnly],
      "A session's variables (type, repr, shape), or one object in detail (name). Works while a cell runs."),
     ("python_sessions", "Sessions", &[ClosedWorld],
-     "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant', variables lost); rebuild lists the cells it would re-run, side effects too; confirm: true runs them. Example: {\"action\": \"reset\", \"session\": \"ml\"}"),
+     "List sessions, or create one (with its own python, venv, workdir or env), reset one to a fresh interpreter, delete one; status: the server's limits and sandbox. Sessions outlive restarts ('dormant'): resume loads a saved state; rebuild lists the cells it would re-run, side effects too; confirm: true runs them. Example: {\"action\": \"reset\", \"session\": \"ml\"}"),
     ("python_install", "Install packages", &[NotDestructive, Idempotent],
      "Install packages into the session's venv (uv or pip); they import at once, no restart. After 'running', call it again to keep waiting. Example: {\"packages\": [\"pandas\", \"numpy>=2\"]}"),
     ("python_history", "Cell history", &[ReadOnly],
@@ -218,6 +218,7 @@ pub enum SessionAction {
     // `restore`, its old name, ran at once; it now answers first too.
     #[serde(alias = "restore")]
     Rebuild,
+    Resume,
     Status,
 }
 

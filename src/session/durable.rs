@@ -26,6 +26,10 @@ pub struct Durability {
     pub checkpoints: usize,
     /// --checkpoint-min-ms: cells quicker than this get no copy.
     pub checkpoint_min: Duration,
+    /// Where saved states are kept (beside the store; None without one).
+    pub states: Option<std::path::PathBuf>,
+    /// --state-max-mb: one saved state, and all of them together.
+    pub state_cap: u64,
 }
 
 impl Durability {
@@ -37,6 +41,8 @@ impl Durability {
             max_tree: 1000,
             checkpoints: 0,
             checkpoint_min: Duration::from_millis(100),
+            states: None,
+            state_cap: 512 << 20,
         }
     }
 }

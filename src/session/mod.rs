@@ -18,6 +18,7 @@ mod rebuild;
 mod registry;
 pub mod report;
 mod resume;
+mod saved;
 mod source;
 mod stored;
 pub mod view;
@@ -233,6 +234,9 @@ struct SessionState {
     rebuild: Option<resume::Rebuilding>,
     /// The last rebuild's id, account, and whether a cell was queued after it.
     rebuilt: Option<(u64, String, bool)>,
+    /// The last cell whose state is saved (saved.rs): none to save until
+    /// another cell runs.
+    saved_cell: Option<u64>,
 }
 
 impl SessionState {
@@ -260,6 +264,7 @@ impl SessionState {
             kept: export::KeptResults::default(),
             rebuild: None,
             rebuilt: None,
+            saved_cell: None,
         }
     }
 }

@@ -357,6 +357,7 @@ impl SessionManager {
             old.kill_in_background();
         }
         self.persist_head(&sess, None);
+        self.forget_state(&sess.name);
         let worker = self.ensure_worker(&sess).await?;
         sess.lock().notes.clear();
         let mut msg = format!(
@@ -442,6 +443,8 @@ impl SessionManager {
     /// Ends every worker (whole process groups) and refuses new work.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        // Before the interpreters end: they hold what is saved.
+        self.save_all().await;
         let mut workers: Vec<Arc<Worker>> = self
             .sessions()
             .values()
@@ -616,6 +619,7 @@ impl SessionManager {
         let sess = self.existing(name)?;
         self.sessions().remove(name);
         self.forget_stored(name);
+        self.forget_state(name);
         let mut st = sess.lock();
         let rebuild = st.rebuild.take().map(|rb| super::resume::ended_note(&rb));
         let running = st.running.take().filter(|r| !r.replay).map(|r| r.number);

@@ -106,19 +106,26 @@ pub(super) fn rebuilding_error(sess: &Session, rb: &Rebuilding) -> SessionError 
     ))
 }
 
-/// A dormant session runs nothing until the agent chooses: its cells are
-/// re-run only by a confirmed rebuild (nothing runs twice by itself).
-fn dormant(sess: &Session) -> Result<(), SessionError> {
+fn is_dormant(sess: &Session) -> bool {
     let st = sess.lock();
-    if st.rebuild.is_some() || st.pending != Some(Pending::Dormant) {
-        return Ok(());
-    }
+    st.rebuild.is_none() && st.pending == Some(Pending::Dormant)
+}
+
+/// A dormant session without a state to load runs nothing until the agent
+/// chooses: its cells are re-run only by a confirmed rebuild (nothing runs
+/// twice by itself). `why`: why its saved state could not be loaded.
+pub(super) fn dormant_message(sess: &Session, why: Option<String>) -> String {
+    let st = sess.lock();
     let ids: Vec<u64> = st.path.iter().map(|c| c.id).collect();
-    Err(SessionError::Invalid(format!(
-        "session '{name}' is dormant: an earlier server ran cells {cells} in it; their history is kept, their variables are not. Nothing was run. python_sessions {{\"action\": \"rebuild\", \"session\": \"{name}\"}} shows what re-running them would do; {{\"action\": \"reset\"}} starts it afresh; or use another session",
+    let kept = match why {
+        Some(why) => format!("their history is kept, and {why}"),
+        None => "their history is kept, their variables are not".to_string(),
+    };
+    format!(
+        "session '{name}' is dormant: an earlier server ran cells {cells} in it; {kept}. Nothing was run. python_sessions {{\"action\": \"rebuild\", \"session\": \"{name}\"}} shows what re-running them would do; {{\"action\": \"reset\"}} starts it afresh; or use another session",
         name = sess.name,
         cells = ranges(&ids),
-    )))
+    )
 }
 
 /// The queued cell's `running` result while `rb` runs.
@@ -173,7 +180,10 @@ impl SessionManager {
         code: Option<&CellSource<'_>>,
     ) -> Result<Ready, SessionError> {
         super::durable::refused(sess)?;
-        dormant(sess)?;
+        if is_dormant(sess) {
+            // Its saved state, loaded: no cell runs (else the choice).
+            self.resume_saved(sess).await?;
+        }
         let worker = self.ensure_worker(sess).await?;
         let _guard = sess.start_lock.lock().await;
         let mut st = sess.lock();

@@ -50,6 +50,7 @@ impl SessionManager {
                 continue;
             };
             store.rename_session(&name, &free);
+            self.rename_state(&name, &free);
             taken.remove(&name);
             taken.insert(free.clone());
             s.record.name = free;
@@ -110,7 +111,7 @@ impl SessionManager {
     /// dormant sessions it may rebuild (at most 200 characters).
     pub(super) fn dormant_line(&self) -> Option<String> {
         const MOST: usize = 200;
-        let mut dormant: Vec<(String, usize)> = self
+        let names: Vec<(String, usize)> = self
             .sessions()
             .iter()
             .filter_map(|(name, s)| {
@@ -118,15 +119,27 @@ impl SessionManager {
                 (st.pending == Some(Pending::Dormant)).then(|| (name.clone(), st.path.len()))
             })
             .collect();
+        // Read outside the sessions' lock.
+        let mut dormant: Vec<(String, usize, bool)> = names
+            .into_iter()
+            .map(|(name, cells)| {
+                let saved = self.saved_meta(&name).is_some();
+                (name, cells, saved)
+            })
+            .collect();
         if dormant.is_empty() {
             return None;
         }
         dormant.sort();
-        let head = "Dormant (history kept, not variables): ";
-        let tail = ". python_sessions rebuild re-runs one's cells.";
+        let head = "Dormant: ";
+        let tail = ". Name one to resume it (saved state) or python_sessions rebuild.";
         let mut listed = String::new();
-        for (i, (name, cells)) in dormant.iter().enumerate() {
-            let item = format!("{}{name} ({cells} cells)", if i > 0 { ", " } else { "" });
+        for (i, (name, cells, saved)) in dormant.iter().enumerate() {
+            let what = if *saved { ", saved" } else { "" };
+            let item = format!(
+                "{}{name} ({cells} cells{what})",
+                if i > 0 { ", " } else { "" }
+            );
             let more = format!(", +{} more", dormant.len() - i);
             if head.len() + listed.len() + item.len() + more.len() + tail.len() > MOST {
                 listed.push_str(&more);

@@ -190,6 +190,7 @@ impl Base {
             && self.cfg.http.is_some();
         manager.warm_up(!per_client);
         manager.spawn_reaper();
+        manager.spawn_state_saver();
         manager.spawn_resource_watch();
         let parts = AppParts::new(
             manager.clone(),

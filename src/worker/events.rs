@@ -37,6 +37,8 @@ impl Worker {
                 self.bump();
             }
             Event::Upstream(ev) => self.on_upstream(ev),
+            // Its bytes are taken by the control reader before it gets here.
+            Event::StateData { .. } => {}
             Event::Reply { id, body } => {
                 if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
                     let _ = tx.send(body);

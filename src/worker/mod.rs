@@ -15,6 +15,7 @@ pub mod r;
 mod readers;
 mod requests;
 pub mod session_venv;
+pub mod state;
 mod upstream_calls;
 
 pub use upstream_calls::CellCalls;
@@ -59,6 +60,9 @@ const DRIVER_SOURCE: &str = driver_source!(
     "ferrepl_driver/control.py",
     "ferrepl_driver/checkpoint.py",
     "ferrepl_driver/tools.py",
+    "ferrepl_driver/state.py",
+    "ferrepl_driver/_vendor/__init__.py",
+    "ferrepl_driver/_vendor/cloudpickle.py",
     "ferrepl_driver/main.py",
 );
 
@@ -176,6 +180,11 @@ struct State {
     kill_reason: Option<String>,
     /// Its code's calls to upstream MCP servers.
     calls: upstream_calls::Calls,
+    /// A save of its state waiting for the bytes (state.rs).
+    state_sink: Option<(
+        state::StateSink,
+        tokio::sync::oneshot::Sender<Result<u64, state::StateError>>,
+    )>,
 }
 
 pub struct Worker {
@@ -392,6 +401,7 @@ impl Worker {
                 exit: None,
                 control_closed: false,
                 inspect_waiters: HashMap::new(),
+                state_sink: None,
                 next_request_id: 1,
                 kill_reason: None,
                 calls: Default::default(),

@@ -52,6 +52,8 @@ pub enum Event {
     },
     /// The session's code calls an upstream MCP server (or lists them).
     Upstream(UpstreamEvent),
+    /// `bytes` bytes of a saved state follow this line (state.rs).
+    StateData { bytes: u64 },
     /// An event of a cell (its tag is the cell event's), sent after the
     /// `fence` markers that close the output before it.
     #[serde(untagged)]

@@ -139,6 +139,10 @@ pub(super) async fn read_control(channel: impl AsyncRead + Unpin, worker: Arc<Wo
                 continue;
             }
         };
+        if let Event::StateData { bytes } = event {
+            super::state::take_payload(&worker, &mut reader, bytes).await;
+            continue;
+        }
         worker.handle_event(event).await;
     }
     let mut st = worker.lock();

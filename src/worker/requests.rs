@@ -43,8 +43,12 @@ impl Worker {
         msg.insert("op".into(), Value::from(op));
         msg.insert("id".into(), Value::from(id));
         let line = self.encode(&msg);
-        // Checkpoints run on the driver's main thread, between cells.
-        let during_cell = !matches!(op, "checkpoint" | "switch" | "drop");
+        // Checkpoints and states are handled on the driver's main thread,
+        // between cells.
+        let during_cell = !matches!(
+            op,
+            "checkpoint" | "switch" | "drop" | "save_state" | "load_state"
+        );
         if self.channel_for(during_cell).try_send(line).is_err() {
             self.lock().inspect_waiters.remove(&id);
             return Err(WorkerError::Gone);

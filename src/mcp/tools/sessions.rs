@@ -53,6 +53,10 @@ impl FerreplServer {
                 };
                 Some(self.manager.delete(name)?)
             }
+            SessionAction::Resume => {
+                let name = self.session_name(&p.session);
+                Some(self.manager.resume(&name).await?)
+            }
             SessionAction::Rebuild => {
                 let name = self.session_name(&p.session);
                 Some(

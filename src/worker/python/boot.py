@@ -10,6 +10,7 @@ ferrepl_driver/__init__.py for why the package is loaded this way.
 
 import importlib
 import importlib.machinery
+import importlib.util
 import sys
 
 # Code objects of the driver carry file names `<ferrepl-driver:PATH>`: a name
@@ -49,6 +50,27 @@ class EmbeddedFinder:
         exec(code, module.__dict__)
 
 
+# Vendored modules are compiled when first used (ferrepl_driver/_vendor).
+VENDOR = "ferrepl_driver._vendor."
+
+
+def load_vendored(name):
+    """The vendored module `name`, compiled and registered on first use."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    path, source = sys.modules["ferrepl_driver._vendor"].sources[name]
+    spec = importlib.machinery.ModuleSpec(name, None, origin=FILE_PREFIX + path + ">")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, spec.origin, "exec", dont_inherit=True), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def boot(ctl, sources):
     finder = EmbeddedFinder(sources)
     # First on the path, so a `ferrepl_driver` in the session's directory
@@ -57,10 +79,16 @@ def boot(ctl, sources):
     try:
         # Every module now, so none is ever imported after the finder is gone.
         for name in finder.modules:
-            importlib.import_module(name)
+            if not name.startswith(VENDOR):
+                importlib.import_module(name)
     finally:
         # The session's own imports never pass through the driver's finder.
         sys.meta_path.remove(finder)
+    vendor = sys.modules["ferrepl_driver._vendor"]
+    vendor.sources = {
+        name: entry[:2] for name, entry in finder.modules.items() if name.startswith(VENDOR)
+    }
+    vendor.load = load_vendored
     from ferrepl_driver.main import main
 
     main(ctl)

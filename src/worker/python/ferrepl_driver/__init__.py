@@ -20,6 +20,10 @@ Modules (each imports what it uses from the others explicitly):
                 live interpreter; the anchor process that stays behind
     tools       the `ferrepl` module sessions import: code calls the
                 operator's upstream MCP servers through the server
+    state       the session's variables saved (pickled, sent to the server)
+                and loaded into a fresh interpreter
+    _vendor     third-party code shipped unchanged with its licence
+                (cloudpickle), compiled on first use
 
 How it is loaded: the package is embedded in the ferrepl binary
 (include_str! in src/worker/mod.rs; a new module must be listed there) and

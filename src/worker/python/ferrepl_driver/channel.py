@@ -108,6 +108,16 @@ def send(event):
         _sock.sendall(data)
 
 
+def send_with_payload(event, chunks):
+    """`event` (which says how many bytes follow), then those bytes, with
+    no other event between them."""
+    data = (_encode(event) + "\n").encode("utf-8", "surrogatepass")
+    with _send_lock:
+        _sock.sendall(data)
+        for chunk in chunks:
+            _sock.sendall(chunk)
+
+
 def flush_std():
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:

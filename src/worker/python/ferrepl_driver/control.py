@@ -68,6 +68,26 @@ class CellRequests:
             if isinstance(msg, dict):
                 return msg
 
+    def read_into(self, view):
+        """Fills `view` (a writable memoryview) with the bytes that follow
+        the request just returned."""
+        done = min(len(self._buf), len(view))
+        view[:done] = self._buf[:done]
+        del self._buf[:done]
+        while done < len(view):
+            try:
+                n = self._sock.recv_into(view[done:])
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                select.select([self._sock], [], [])
+                continue
+            except OSError:
+                n = 0
+            if n == 0:
+                server_gone()
+            done += n
+
     def pending(self):
         """What was read ahead and not returned yet."""
         return bytes(self._buf)

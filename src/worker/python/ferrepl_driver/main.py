@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 
-from . import checkpoint, tools
+from . import checkpoint, state as saved_state, tools
 from .cells import _on_sigint, namespace, prepare_namespace, run_cell
 from .channel import OrderedStream, connect, send, send_fenced, state
 from .control import CellRequests, ControlReader, drain
@@ -20,6 +20,9 @@ from .stdin import AgentStdin, _getpass, _input, input_replies
 
 # Run on the main thread between cells, like cells: fork only happens there.
 CHECKPOINT_OPS = ("checkpoint", "switch", "drop")
+# Also between cells: the namespace is still, and the bytes of a state
+# follow a load request on fd 3.
+STATE_OPS = ("save_state", "load_state")
 # The side socket: requests answered while a cell runs.
 SIDE_FD = 4
 
@@ -135,6 +138,9 @@ def main(ctl):
                 _checkpoint_op(msg)
             except KeyboardInterrupt:
                 send({"ev": "reply", "id": msg.get("id"), "ok": False, "message": "interrupted"})
+            continue
+        if msg.get("op") in STATE_OPS:
+            saved_state.handle(msg, _cells["reader"])
             continue
         if msg.get("op") != "exec":
             continue

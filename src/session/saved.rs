@@ -1,0 +1,441 @@
+//! Saved states (issue 44 §1): a Python session's variables, pickled by its
+//! driver, kept as a file beside the store, so that a dormant session comes
+//! back without re-running a cell.
+//!
+//! When: after a session has stayed idle for [`IDLE_BEFORE_SAVE`] since a
+//! cell finished (the save runs in the interpreter, between cells: a call
+//! that comes meanwhile waits for it), when it ends for `--session-ttl`,
+//! and when the server shuts down. Where: `<store>.states/NAME.state` (the
+//! driver's bytes) and `NAME.json` (what the server needs: the cell the
+//! state is after, the interpreter's version, the packages imported, what
+//! was left out). Bounded: one state, and all of a store's together, fit
+//! in `--state-max-mb` (a budget of their own, apart from the store's);
+//! the least recently saved go first.
+//!
+//! Loading: a call that names a dormant session with a saved state, or
+//! python_sessions resume, starts a fresh interpreter and loads it: no cell
+//! runs. The first result says what came back and what did not.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::durable::{Pending, ranges};
+use super::*;
+
+/// A session idle this long after its last cell gets its state saved.
+pub const IDLE_BEFORE_SAVE: Duration = Duration::from_secs(10);
+/// How often the saver looks for such sessions.
+const SAVER_EVERY: Duration = Duration::from_secs(5);
+/// Longest a save or a load may take.
+const STATE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Saves at shutdown stop after this long in all.
+const SHUTDOWN_SAVES: Duration = Duration::from_secs(20);
+/// A meta file larger than this is not read.
+const MAX_META_BYTES: u64 = 1 << 20;
+
+/// What the server keeps about a saved state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SavedMeta {
+    /// The cell the state is after (the driver's last cell).
+    pub cell: u64,
+    pub saved_unix: f64,
+    pub python: String,
+    pub variables: Vec<String>,
+    /// Left out, with why.
+    pub skipped: BTreeMap<String, String>,
+    /// Distributions of the modules imported, with their versions.
+    pub packages: BTreeMap<String, String>,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
+    v.and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `a, b, c and 4 more`.
+fn some_names(names: &[String], most: usize) -> String {
+    let shown: Vec<&str> = names.iter().take(most).map(String::as_str).collect();
+    let mut text = shown.join(", ");
+    if names.len() > most {
+        text.push_str(&format!(" and {} more", names.len() - most));
+    }
+    text
+}
+
+fn age(saved_unix: f64) -> String {
+    let secs = (now_unix() - saved_unix).max(0.0);
+    match secs {
+        s if s < 120.0 => format!("{s:.0} s ago"),
+        s if s < 7200.0 => format!("{:.0} min ago", s / 60.0),
+        s if s < 172_800.0 => format!("{:.0} h ago", s / 3600.0),
+        s => format!("{:.0} days ago", s / 86400.0),
+    }
+}
+
+impl SessionManager {
+    fn state_paths(&self, name: &str) -> Option<(PathBuf, PathBuf)> {
+        let dir = self.durable.states.as_ref()?;
+        valid_name(name).then(|| {
+            (
+                dir.join(format!("{name}.state")),
+                dir.join(format!("{name}.json")),
+            )
+        })
+    }
+
+    /// The saved state of session `name`, if there is one.
+    pub(super) fn saved_meta(&self, name: &str) -> Option<SavedMeta> {
+        let (data, meta) = self.state_paths(name)?;
+        let file = std::fs::File::open(&meta).ok()?;
+        if file.metadata().ok()?.len() > MAX_META_BYTES || !data.is_file() {
+            return None;
+        }
+        serde_json::from_reader(std::io::BufReader::new(file)).ok()
+    }
+
+    /// Removes session `name`'s saved state (deleted, or reset: the state
+    /// is no longer the session's).
+    pub(super) fn forget_state(&self, name: &str) {
+        if let Some((data, meta)) = self.state_paths(name) {
+            let _ = std::fs::remove_file(data);
+            let _ = std::fs::remove_file(meta);
+        }
+    }
+
+    /// The state follows its session to a new name.
+    pub(super) fn rename_state(&self, from: &str, to: &str) {
+        if let (Some((d1, m1)), Some((d2, m2))) = (self.state_paths(from), self.state_paths(to)) {
+            let _ = std::fs::rename(d1, d2);
+            let _ = std::fs::rename(m1, m2);
+        }
+    }
+
+    /// Saves the session's state if it changed since the last save and its
+    /// interpreter is idle: what was saved, None when there was nothing to
+    /// save. Holds the session's start lock: no cell starts meanwhile.
+    pub(super) async fn save_state(
+        &self,
+        sess: &Arc<Session>,
+    ) -> Result<Option<SavedMeta>, String> {
+        let Some((data, meta_path)) = self.state_paths(&sess.name) else {
+            return Ok(None);
+        };
+        if sess.language != Language::Python {
+            return Ok(None);
+        }
+        let _guard = sess.start_lock.lock().await;
+        let worker = {
+            let st = sess.lock();
+            let idle = st.running.is_none() && st.rebuild.is_none() && st.pending.is_none();
+            let changed = st.saved_cell != Some(st.last_cell) && !st.path.is_empty();
+            match &st.worker {
+                Some(w) if idle && changed && w.exit_info().is_none() => w.clone(),
+                _ => return Ok(None),
+            }
+        };
+        let dir = data.parent().map(Path::to_path_buf).unwrap_or_default();
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+            if let Err(e) = made.or_else(|e| if dir.is_dir() { Ok(()) } else { Err(e) }) {
+                return Err(format!("{}: {e}", dir.display()));
+            }
+        }
+        let partial = data.with_extension("state.partial");
+        let file = open_private(&partial)
+            .await
+            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        let cap = self.durable.state_cap;
+        let saved = worker.save_state(file, cap, STATE_TIMEOUT).await;
+        let (reply, written) = match saved {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                return Err(e.to_string());
+            }
+        };
+        let cell = reply
+            .get("cell")
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| sess.lock().last_cell);
+        let meta = SavedMeta {
+            cell,
+            saved_unix: now_unix(),
+            python: reply
+                .get("python")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            variables: strings(reply.get("variables")),
+            skipped: string_map(reply.get("skipped")),
+            packages: string_map(reply.get("packages")),
+            bytes: written,
+            seconds: reply.get("seconds").and_then(Value::as_f64).unwrap_or(0.0),
+        };
+        let json = serde_json::to_vec(&meta).map_err(|e| e.to_string())?;
+        let meta_partial = meta_path.with_extension("json.partial");
+        let written = async {
+            use tokio::io::AsyncWriteExt;
+            let mut f = open_private(&meta_partial).await?;
+            f.write_all(&json).await?;
+            f.sync_all().await?;
+            tokio::fs::rename(&partial, &data).await?;
+            tokio::fs::rename(&meta_partial, &meta_path).await
+        };
+        if let Err(e) = written.await {
+            let _ = tokio::fs::remove_file(&partial).await;
+            let _ = tokio::fs::remove_file(&meta_partial).await;
+            return Err(e.to_string());
+        }
+        sess.lock().saved_cell = Some(cell);
+        prune_states(&dir, cap, &data);
+        tracing::debug!(session = %sess.name, bytes = meta.bytes, "state saved");
+        Ok(Some(meta))
+    }
+
+    /// A dormant session with a saved state comes back by loading it into
+    /// a fresh interpreter; no cell runs. The note for its first result.
+    pub(super) async fn resume_saved(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+    ) -> Result<String, SessionError> {
+        let dormant_error =
+            |why: Option<String>| SessionError::Invalid(super::resume::dormant_message(sess, why));
+        let Some(meta) = self.saved_meta(&sess.name) else {
+            return Err(dormant_error(None));
+        };
+        let Some((data, _)) = self.state_paths(&sess.name) else {
+            return Err(dormant_error(None));
+        };
+        let worker = self.ensure_worker(sess).await?;
+        let _guard = sess.start_lock.lock().await;
+        if sess.lock().pending != Some(Pending::Dormant) {
+            // Another call resumed it meanwhile.
+            return Ok(String::new());
+        }
+        let version = worker
+            .ready_info()
+            .map(|r| r.python_version)
+            .unwrap_or_default();
+        if !version.is_empty() && version != meta.python {
+            return Err(dormant_error(Some(format!(
+                "its state was saved by Python {}, and its interpreter is now Python {version}",
+                meta.python
+            ))));
+        }
+        let loaded = worker
+            .load_state(&data, &meta.packages, STATE_TIMEOUT)
+            .await;
+        let reply = match loaded {
+            Ok(r) => r,
+            Err(e) => {
+                // Whatever it loaded is not the session's: a fresh one next.
+                let mut st = sess.lock();
+                if let Some(w) = st.worker.take() {
+                    w.kill();
+                }
+                return Err(dormant_error(Some(format!(
+                    "its saved state could not be loaded: {e}"
+                ))));
+            }
+        };
+        let mut st = sess.lock();
+        st.pending = None;
+        st.saved_cell = Some(st.last_cell);
+        let after: Vec<u64> = match st.path.iter().position(|c| c.id == meta.cell) {
+            Some(i) => {
+                let later = st.path.split_off(i + 1);
+                later.iter().map(|c| c.id).collect()
+            }
+            None => Vec::new(),
+        };
+        st.path_bytes = st.path.iter().map(|c| c.source.size()).sum();
+        let back = strings(reply.get("variables"));
+        let mut note = format!(
+            "Session '{}' was resumed from its state saved after cell {} ({}) in {:.1} s; no cell was re-run. Back: {}.",
+            sess.name,
+            meta.cell,
+            age(meta.saved_unix),
+            reply.get("seconds").and_then(Value::as_f64).unwrap_or(0.0),
+            if back.is_empty() {
+                "no variables".to_string()
+            } else {
+                some_names(&back, 8)
+            }
+        );
+        if !meta.skipped.is_empty() {
+            let lost: Vec<String> = meta
+                .skipped
+                .iter()
+                .take(6)
+                .map(|(name, why)| format!("{name} ({why})"))
+                .collect();
+            note.push_str(&format!(
+                " Not saved, so not back (recreate them): {}{}.",
+                lost.join(", "),
+                if meta.skipped.len() > 6 {
+                    format!(" and {} more", meta.skipped.len() - 6)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        let again = strings(reply.get("reimported"));
+        if !again.is_empty() {
+            note.push_str(&format!(
+                " Modules of the workspace were imported again, running their top-level code: {}.",
+                some_names(&again, 6)
+            ));
+        }
+        if !after.is_empty() {
+            note.push_str(&format!(
+                " Cells {} ran after the save; their effects on variables are not back (python_history shows their code).",
+                ranges(&after)
+            ));
+        }
+        st.notes.push(note.clone());
+        Ok(note)
+    }
+
+    /// python_sessions resume.
+    pub async fn resume(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
+        let sess = self.existing(name)?;
+        if sess.lock().pending != Some(Pending::Dormant) {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' is not dormant: its interpreter holds its state"
+            )));
+        }
+        let note = self.resume_saved(&sess).await?;
+        // Said here: the next result does not repeat it.
+        sess.lock().notes.retain(|n| *n != note);
+        Ok(note)
+    }
+
+    /// Saves sessions that have stayed idle since their last cell, one at
+    /// a time, in the background.
+    pub fn spawn_state_saver(self: &Arc<Self>) {
+        if self.durable.states.is_none() {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SAVER_EVERY).await;
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
+                if this.shutting_down.load(Ordering::SeqCst) {
+                    return;
+                }
+                let due: Vec<Arc<Session>> = this
+                    .sessions()
+                    .values()
+                    .filter(|s| {
+                        let st = s.lock();
+                        st.saved_cell != Some(st.last_cell)
+                            && st.running.is_none()
+                            && st.last_used.elapsed() >= IDLE_BEFORE_SAVE
+                    })
+                    .cloned()
+                    .collect();
+                for sess in due {
+                    if let Err(e) = this.save_state(&sess).await {
+                        tracing::warn!(session = %sess.name, "its state was not saved: {e}");
+                        // Not tried again until another cell runs.
+                        let mut st = sess.lock();
+                        st.saved_cell = Some(st.last_cell);
+                    }
+                }
+            }
+        });
+    }
+
+    /// At shutdown: the states of idle sessions that changed, within a
+    /// bounded time.
+    pub(super) async fn save_all(&self) {
+        if self.durable.states.is_none() {
+            return;
+        }
+        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_SAVES;
+        for sess in sessions {
+            match tokio::time::timeout_at(deadline, self.save_state(&sess)).await {
+                Err(_) => {
+                    tracing::warn!(
+                        "saving sessions' states at shutdown took over {SHUTDOWN_SAVES:?}; the rest keep their last saved state"
+                    );
+                    return;
+                }
+                Ok(Err(e)) => tracing::warn!(session = %sess.name, "its state was not saved: {e}"),
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+}
+
+async fn open_private(path: &Path) -> std::io::Result<tokio::fs::File> {
+    tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await
+}
+
+/// Keeps the states in `dir` within `cap` bytes in all, the least recently
+/// saved going first (never `keep`).
+fn prune_states(dir: &Path, cap: u64, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut states: Vec<(SystemTime, u64, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "state"))
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            Some((m.modified().ok()?, m.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = states.iter().map(|s| s.1).sum();
+    states.sort();
+    for (_, size, path) in states {
+        if total <= cap {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path.with_extension("json"));
+        total = total.saturating_sub(size);
+    }
+}
