@@ -131,7 +131,11 @@ impl SessionManager {
                     .collect();
                 for name in idle {
                     tracing::info!(session = %name, "ending session idle longer than --session-ttl");
-                    let _ = this.delete(&name);
+                    // Its state saved, it stays in the store and comes back
+                    // when its name is used again; else it is deleted.
+                    if !this.end_saved(&name).await {
+                        let _ = this.delete(&name);
+                    }
                 }
             }
         });

@@ -325,6 +325,33 @@ impl SessionManager {
         Ok(note)
     }
 
+    /// Ends an idle session whose state is saved (saved now if it changed),
+    /// keeping it in the store: its name brings it back, resumed. False
+    /// when it has no saved state.
+    pub(super) async fn end_saved(&self, name: &str) -> bool {
+        let Ok(sess) = self.existing(name) else {
+            return false;
+        };
+        if let Err(e) = self.save_state(&sess).await {
+            tracing::warn!(session = %name, "its state was not saved: {e}");
+            return false;
+        }
+        let current = {
+            let st = sess.lock();
+            st.saved_cell.is_some_and(|c| c == st.last_cell)
+        };
+        if !current || self.saved_meta(name).is_none() {
+            return false;
+        }
+        self.sessions().remove(name);
+        let worker = sess.lock().worker.take();
+        if let Some(w) = worker {
+            w.kill();
+        }
+        self.leave_stored(name);
+        true
+    }
+
     /// python_sessions resume.
     pub async fn resume(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
         let sess = self.existing(name)?;
