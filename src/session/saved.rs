@@ -466,3 +466,44 @@ fn prune_states(dir: &Path, cap: u64, keep: &Path) {
         total = total.saturating_sub(size);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_are_pruned_oldest_first_within_the_cap_never_the_new_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, bytes: usize| {
+            let p = dir.path().join(format!("{name}.state"));
+            std::fs::write(&p, vec![0u8; bytes]).expect("write");
+            std::fs::write(dir.path().join(format!("{name}.json")), b"{}").expect("meta");
+            // Distinct mtimes, oldest first.
+            std::thread::sleep(Duration::from_millis(20));
+            p
+        };
+        let old = write("old", 600);
+        let mid = write("mid", 300);
+        let new = write("new", 900);
+        prune_states(dir.path(), 1000, &new);
+        assert!(new.exists(), "the state just saved stays even past the cap");
+        assert!(!old.exists() && !dir.path().join("old.json").exists());
+        assert!(
+            !mid.exists(),
+            "still over the cap: the next oldest goes too"
+        );
+        let other = write("other", 50);
+        prune_states(dir.path(), 1000, &other);
+        assert!(
+            new.exists() && other.exists(),
+            "within the cap: nothing goes"
+        );
+    }
+
+    #[test]
+    fn names_are_listed_up_to_a_few() {
+        let names: Vec<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(some_names(&names, 2), "a, b and 2 more");
+        assert_eq!(some_names(&names, 8), "a, b, c, d");
+    }
+}

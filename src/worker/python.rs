@@ -17,7 +17,14 @@ pub enum PythonSource {
 /// from `start` upward; then `python3` on PATH.
 pub fn resolve(explicit: Option<&Path>, start: &Path) -> (PathBuf, PythonSource) {
     if let Some(p) = explicit {
-        return (p.to_path_buf(), PythonSource::Flag);
+        // A relative path (`target/env/bin/python`) means the server's
+        // directory: sessions start elsewhere. A bare name is looked up.
+        let p = if p.is_relative() && p.components().count() > 1 {
+            std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+        } else {
+            p.to_path_buf()
+        };
+        return (p, PythonSource::Flag);
     }
     for dir in start.ancestors() {
         let candidate = dir.join(".venv").join("bin").join("python");
@@ -142,6 +149,14 @@ mod tests {
         )));
         assert!(!is_tool_env(Path::new("/home/u/project/.venv/bin")));
         assert!(!is_tool_env(Path::new("/usr/local/bin")));
+    }
+
+    #[test]
+    fn a_relative_python_is_the_servers_directorys() {
+        let (p, _) = resolve(Some(Path::new("env/bin/python")), Path::new("/"));
+        assert!(p.is_absolute() && p.ends_with("env/bin/python"), "{p:?}");
+        let (bare, _) = resolve(Some(Path::new("python3.12")), Path::new("/"));
+        assert_eq!(bare, Path::new("python3.12"));
     }
 
     #[test]
