@@ -78,7 +78,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         installer
             .credentials
             .iter()
-            .flat_map(|c| c.secrets().iter().cloned()),
+            .flat_map(|c| c.secrets().iter().cloned())
+            .chain(installer.unusable.iter().cloned()),
     );
     let upstreams = upstream_servers(&cfg, &settings.workdir, writable, secrets.clone())?;
     let base = tenants::Base {

@@ -21,6 +21,9 @@ pub struct InstallerSettings {
     /// The credentials taken out of them, added by the egress proxy (never
     /// given to an install job; see egress/intercept.rs).
     pub credentials: Vec<crate::egress::IndexCredential>,
+    /// What looked like credentials in index URLs that could not be split
+    /// (start-up refuses them): secrets all the same.
+    pub unusable: Vec<String>,
     /// A CA bundle the operator's pip uses (`cert` in pip.conf, PIP_CERT).
     pub cert: Option<PathBuf>,
     /// Hosts installers may reach through the egress proxy.
@@ -121,7 +124,7 @@ impl ConfigFiles {
     /// The index URL: the environment's first, then pip's, then uv's.
     fn index_url(&self) -> Option<String> {
         let mut index: Option<String> = env("PIP_INDEX_URL")
-            .or_else(|| env("UV_DEFAULT_INDEX"))
+            .or_else(|| env("UV_DEFAULT_INDEX").map(|u| without_index_name(&u)))
             .or_else(|| env("UV_INDEX_URL"));
         if index.is_none() {
             index = values(&self.pip, &["index-url"]).pop();
@@ -137,7 +140,7 @@ impl ConfigFiles {
         let mut extra: Vec<String> = Vec::new();
         for var in ["PIP_EXTRA_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"] {
             if let Some(v) = env(var) {
-                extra.extend(v.split_whitespace().map(str::to_string));
+                extra.extend(v.split_whitespace().map(without_index_name));
             }
         }
         extra.extend(values(&self.pip, &["extra-index-url"]));
@@ -153,6 +156,23 @@ impl ConfigFiles {
             .or_else(|| values(&self.pip, &["cert"]).pop())
             .map(PathBuf::from)
             .filter(|p| p.is_file())
+    }
+}
+
+/// uv names indexes in its variables: `internal=https://...` is the URL
+/// after the `=` (a URL's scheme comes before any `=` it holds).
+fn without_index_name(entry: &str) -> String {
+    match entry.split_once('=') {
+        Some((name, url))
+            if !name.contains("://")
+                && !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) =>
+        {
+            url.to_string()
+        }
+        _ => entry.to_string(),
     }
 }
 
@@ -193,17 +213,30 @@ impl InstallerSettings {
         let index_url = index.unwrap_or_else(|| PYPI_INDEX.to_string());
         let hosts = allowed_hosts(&index_url, &extra, extra_hosts);
         let mut credentials = Vec::new();
-        let mut strip = |url: String| {
-            let (url, credential) = crate::egress::split_credentials(&url);
-            credentials.extend(credential);
-            url
+        let mut unusable = Vec::new();
+        let mut strip = |url: String| match crate::egress::split_credentials(&url) {
+            Ok((url, credential)) => {
+                credentials.extend(credential);
+                url
+            }
+            Err(secrets) => {
+                // Refused at start (startup::index_credentials); never given
+                // to a job, and redacted meanwhile.
+                unusable.extend(secrets);
+                String::new()
+            }
         };
         let index_url = strip(index_url);
-        let extra: Vec<String> = extra.into_iter().map(&mut strip).collect();
+        let extra: Vec<String> = extra
+            .into_iter()
+            .map(&mut strip)
+            .filter(|u| !u.is_empty())
+            .collect();
         Self {
             index_url,
             extra_index_urls: extra,
             credentials,
+            unusable,
             cert,
             allowed_hosts: hosts,
             source_builds,
@@ -226,7 +259,9 @@ impl InstallerSettings {
     /// operator's pip.conf itself).
     pub fn embed_credentials(&mut self) {
         for credential in &self.credentials {
-            let (bare, _) = crate::egress::split_credentials(credential.url());
+            let Ok((bare, _)) = crate::egress::split_credentials(credential.url()) else {
+                continue;
+            };
             for url in std::iter::once(&mut self.index_url).chain(&mut self.extra_index_urls) {
                 if *url == bare {
                     *url = credential.url().to_string();
@@ -319,6 +354,7 @@ mod tests {
             index_url: PYPI_INDEX.to_string(),
             extra_index_urls: Vec::new(),
             credentials: Vec::new(),
+            unusable: Vec::new(),
             cert: None,
             allowed_hosts: Vec::new(),
             source_builds: false,

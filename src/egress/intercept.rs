@@ -38,10 +38,18 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep, timeout};
 
-use super::credentials::{IndexCredential, choose};
+use super::credentials::{IndexCredential, choose, on_host, plain_path};
 use super::{EgressConfig, Host};
 
 type Body = BoxBody<Bytes, hyper::Error>;
+
+/// A new connection to the real host (the proxy's checked connect).
+pub(crate) type Connect<'a> = &'a (
+        dyn Fn()
+    -> Pin<Box<dyn std::future::Future<Output = Result<TcpStream, String>> + Send + 'a>>
+            + Send
+            + Sync
+    );
 
 /// The minted CA, the certificates it made per host, and how the real
 /// hosts are reached.
@@ -80,6 +88,20 @@ impl Interceptor {
             rcgen::KeyUsagePurpose::CrlSign,
             rcgen::KeyUsagePurpose::DigitalSignature,
         ];
+        // Good for the credentialed hosts only, whoever holds the key.
+        let mut permitted = Vec::new();
+        for c in &credentials {
+            permitted.push(match c.host() {
+                Host::Name(n) => rcgen::GeneralSubtree::DnsName(n.clone()),
+                Host::Ip(ip) => rcgen::GeneralSubtree::IpAddress(
+                    rcgen::CidrSubnet::from_addr_prefix(*ip, if ip.is_ipv4() { 32 } else { 128 }),
+                ),
+            });
+        }
+        params.name_constraints = Some(rcgen::NameConstraints {
+            permitted_subtrees: permitted,
+            excluded_subtrees: Vec::new(),
+        });
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(
             rcgen::DnType::CommonName,
@@ -96,33 +118,22 @@ impl Interceptor {
         })
     }
 
-    /// What an installer trusts: the operator's bundle (or the system's
-    /// roots) and this server's CA, as PEM.
+    /// What an installer trusts: the certificates of the operator's bundle
+    /// (or the system's roots; nothing else a bundle file may hold) and
+    /// this server's CA, as PEM.
     pub fn trust_bundle(&self, operator_ca: Option<&Path>) -> anyhow::Result<String> {
         let mut pem = String::new();
-        match operator_ca {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
-                pem.push_str(&text);
-            }
-            None => {
-                for cert in rustls_native_certs::load_native_certs().certs {
-                    pem.push_str(&pem_of(&cert));
-                }
-            }
-        }
-        if !pem.ends_with('\n') && !pem.is_empty() {
-            pem.push('\n');
+        for cert in roots(operator_ca)? {
+            pem.push_str(&pem_of(&cert));
         }
         pem.push_str(&self.ca_pem);
         Ok(pem)
     }
 
-    /// Whether a tunnel to `host:port` is ended here (its index has
-    /// credentials).
+    /// Whether a tunnel to `host:port` is ended here (an index with
+    /// credentials is there).
     pub(crate) fn covers(&self, host: &Host, port: u16) -> bool {
-        choose(&self.credentials, host, port, "/").is_some()
+        on_host(&self.credentials, host, port)
     }
 
     /// The TLS settings of a tunnel to `host`: a certificate for it,
@@ -157,10 +168,11 @@ impl Interceptor {
     /// Serves one intercepted tunnel: the client's TLS ended here, its
     /// requests sent on to `upstream` with the credentials. Every wait is
     /// bounded by the proxy's timeouts.
-    pub(crate) async fn serve<S>(
+    pub(crate) async fn serve<'r, S>(
         &self,
         client: S,
         upstream: TcpStream,
+        reconnect: Connect<'r>,
         host: &Host,
         port: u16,
         cfg: &EgressConfig,
@@ -176,23 +188,7 @@ impl Interceptor {
         .await
         .context("the installer's TLS handshake timed out")?
         .context("the installer's TLS handshake failed")?;
-        let server_name = match host {
-            Host::Name(n) => ServerName::try_from(n.clone())?,
-            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
-        };
-        let connector = tokio_rustls::TlsConnector::from(self.upstream_tls.clone());
-        let upstream = timeout(
-            cfg.connect_timeout,
-            connector.connect(server_name, Idle::new(upstream, cfg.idle_timeout)),
-        )
-        .await
-        .with_context(|| format!("the TLS handshake with {host} timed out"))?
-        .with_context(|| format!("the TLS handshake with {host} failed"))?;
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(upstream))
-                .await?;
-        let connection = AbortOnDrop(tokio::spawn(connection));
-        let sender = tokio::sync::Mutex::new(sender);
+        let first = self.origin(upstream, host, cfg).await?;
         let authority = if port == 443 {
             host.to_string()
         } else {
@@ -200,11 +196,12 @@ impl Interceptor {
         };
         let forward = Forward {
             interceptor: self,
-            sender: &sender,
+            origin: tokio::sync::Mutex::new(Some(first)),
+            reconnect,
+            cfg,
             host,
             port,
             authority: &authority,
-            wait: cfg.idle_timeout,
         };
         let service = hyper::service::service_fn(|req| forward.one(req));
         let served = hyper::server::conn::http1::Builder::new()
@@ -212,24 +209,64 @@ impl Interceptor {
             .header_read_timeout(cfg.head_timeout)
             .serve_connection(TokioIo::new(client), service)
             .await;
-        drop(connection);
         served.map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// An HTTP/1.1 connection to the real host over verified TLS.
+    async fn origin(
+        &self,
+        tcp: TcpStream,
+        host: &Host,
+        cfg: &EgressConfig,
+    ) -> anyhow::Result<Origin> {
+        let server_name = match host {
+            Host::Name(n) => ServerName::try_from(n.clone())?,
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+        };
+        let connector = tokio_rustls::TlsConnector::from(self.upstream_tls.clone());
+        let tls = timeout(
+            cfg.connect_timeout,
+            connector.connect(server_name, Idle::new(tcp, cfg.idle_timeout)),
+        )
+        .await
+        .with_context(|| format!("the TLS handshake with {host} timed out"))?
+        .with_context(|| format!("the TLS handshake with {host} failed"))?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tls)).await?;
+        Ok(Origin {
+            sender,
+            _connection: AbortOnDrop(tokio::spawn(connection)),
+        })
+    }
+}
+
+/// One connection to the real host: requests go out on `sender` while its
+/// task runs the connection.
+struct Origin {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    _connection: AbortOnDrop<Result<(), hyper::Error>>,
+}
+
+/// The roots the real indexes are checked against, as pip checks them: the
+/// operator's bundle when there is one (its certificates only), else the
+/// system's.
+fn roots(operator_ca: Option<&Path>) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    match operator_ca {
+        Some(path) => Ok(CertificateDer::pem_file_iter(path)
+            .with_context(|| format!("cannot read the CA bundle {}", path.display()))?
+            .flatten()
+            .collect()),
+        None => Ok(rustls_native_certs::load_native_certs().certs),
     }
 }
 
 /// The TLS settings of connections to the real indexes.
 fn upstream_tls(operator_ca: Option<&Path>) -> anyhow::Result<Arc<rustls::ClientConfig>> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
+    let mut store = rustls::RootCertStore::empty();
+    for cert in roots(operator_ca)? {
+        let _ = store.add(cert);
     }
-    if let Some(path) = operator_ca {
-        let certs = CertificateDer::pem_file_iter(path)
-            .with_context(|| format!("cannot read the CA bundle {}", path.display()))?;
-        for cert in certs.flatten() {
-            let _ = roots.add(cert);
-        }
-    }
+    let roots = store;
     let mut config = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
@@ -257,35 +294,46 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Headers that describe one hop, never sent on; and what a client might
-/// say for itself that only the proxy may.
-const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "authorization",
-    "cookie",
-    "content-length",
-    "expect",
+/// The request headers sent on with the credentials: what installers need
+/// to fetch pages and files, nothing else (an allow-list).
+const FORWARDED: &[&str] = &[
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "user-agent",
+    "range",
+    "if-range",
+    "if-none-match",
+    "if-modified-since",
+    "cache-control",
+    "pragma",
 ];
 
-struct Forward<'a> {
+/// Response headers that describe one hop, or hand out a login (a session
+/// cookie would be the credentials by another name).
+const NOT_RETURNED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "upgrade",
+    "trailer",
+    "proxy-authenticate",
+    "set-cookie",
+    "set-cookie2",
+    "authentication-info",
+];
+
+struct Forward<'a, 'r> {
     interceptor: &'a Interceptor,
-    sender: &'a tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Empty<Bytes>>>,
+    origin: tokio::sync::Mutex<Option<Origin>>,
+    reconnect: Connect<'r>,
+    cfg: &'a EgressConfig,
     host: &'a Host,
     port: u16,
     authority: &'a str,
-    wait: Duration,
 }
 
-impl Forward<'_> {
+impl Forward<'_, '_> {
     async fn one(&self, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         Ok(self
             .send(req)
@@ -310,42 +358,38 @@ impl Forward<'_> {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
+        if !plain_path(req.uri().path()) {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "ferrepl: a path with dot segments or encoded separators is not sent with the operator's credentials".to_string(),
+            ));
+        }
+        // Outside every index's root the request goes without them.
         let credential = choose(
             &self.interceptor.credentials,
             self.host,
             self.port,
             req.uri().path(),
-        )
-        .ok_or_else(|| {
-            (
-                StatusCode::BAD_GATEWAY,
-                "ferrepl: no credentials for this host".to_string(),
-            )
-        })?;
+        );
         let mut out = Request::builder().method(req.method()).uri(&path);
         for (name, value) in req.headers() {
-            if !NOT_FORWARDED.contains(&name.as_str()) {
+            if FORWARDED.contains(&name.as_str()) {
                 out = out.header(name, value);
             }
         }
+        out = out.header(header::HOST, self.authority);
+        if let Some(c) = credential {
+            out = out.header(header::AUTHORIZATION, c.authorization());
+        }
         let out = out
-            .header(header::HOST, self.authority)
-            .header(header::AUTHORIZATION, credential.authorization())
             .body(Empty::new())
             .map_err(|e| (StatusCode::BAD_REQUEST, format!("ferrepl: {e}")))?;
-        let sent = async {
-            let mut sender = self.sender.lock().await;
-            sender.ready().await?;
-            sender.send_request(out).await
-        };
-        let response = match timeout(self.wait, sent).await {
+        let wait = self.cfg.idle_timeout;
+        let response = match timeout(wait, self.send_on(out)).await {
             Err(_) => {
                 return Err((
                     StatusCode::GATEWAY_TIMEOUT,
-                    format!(
-                        "ferrepl: {} did not answer within {:?}",
-                        self.host, self.wait
-                    ),
+                    format!("ferrepl: {} did not answer within {wait:?}", self.host),
                 ));
             }
             Ok(Err(e)) => {
@@ -357,17 +401,42 @@ impl Forward<'_> {
             Ok(Ok(r)) => r,
         };
         let (mut parts, body) = response.into_parts();
-        for name in [
-            "connection",
-            "keep-alive",
-            "transfer-encoding",
-            "upgrade",
-            "trailer",
-            "proxy-authenticate",
-        ] {
-            parts.headers.remove(name);
+        let closing = parts
+            .headers
+            .get(header::CONNECTION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("close"));
+        for name in NOT_RETURNED {
+            parts.headers.remove(*name);
+        }
+        if closing {
+            // The installer opens a new tunnel for its next request.
+            parts.headers.insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
         }
         Ok(Response::from_parts(parts, body.boxed()))
+    }
+
+    /// Sends `req` on the connection to the real host, connecting again
+    /// when the host closed the last one (keep-alive ends).
+    async fn send_on(&self, req: Request<Empty<Bytes>>) -> anyhow::Result<Response<Incoming>> {
+        let mut origin = self.origin.lock().await;
+        let usable = match origin.as_mut() {
+            Some(o) => !o.sender.is_closed() && o.sender.ready().await.is_ok(),
+            None => false,
+        };
+        if !usable {
+            *origin = None;
+            let tcp = (self.reconnect)().await.map_err(|e| anyhow::anyhow!(e))?;
+            *origin = Some(self.interceptor.origin(tcp, self.host, self.cfg).await?);
+        }
+        let Some(o) = origin.as_mut() else {
+            anyhow::bail!("no connection");
+        };
+        o.sender.ready().await?;
+        Ok(o.sender.send_request(req).await?)
     }
 }
 

@@ -3,6 +3,7 @@ use crate::egress::split_credentials;
 
 fn interceptor() -> Interceptor {
     let cred = split_credentials("https://alice:tok3n-secret@idx.example/simple")
+        .expect("splits")
         .1
         .expect("credentials");
     Interceptor::new(vec![cred], None).expect("minted")

@@ -271,7 +271,17 @@ async fn intercepted<S>(
     let (read, write) = tokio::io::split(client);
     let read = std::io::Cursor::new(leftover.to_vec()).chain(read);
     let stream = tokio::io::join(read, write);
-    if let Err(e) = interceptor.serve(stream, upstream, host, port, cfg).await {
+    let reconnect = || -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<TcpStream, String>> + Send + '_>> {
+        Box::pin(async move {
+            upstream::connect(cfg, host, port)
+                .await
+                .map_err(|r| r.message().to_string())
+        })
+    };
+    if let Err(e) = interceptor
+        .serve(stream, upstream, &reconnect, host, port, cfg)
+        .await
+    {
         tracing::warn!("egress: {host}:{port} with credentials: {e:#}");
     }
 }

@@ -509,6 +509,7 @@ mod tests {
                 index_url: String::new(),
                 extra_index_urls: Vec::new(),
                 credentials: Vec::new(),
+                unusable: Vec::new(),
                 cert: None,
                 allowed_hosts: Vec::new(),
                 source_builds: false,

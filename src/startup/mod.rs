@@ -607,6 +607,11 @@ fn index_credentials(
     mode: config::Network,
     sandboxed: bool,
 ) -> anyhow::Result<()> {
+    if !settings.unusable.is_empty() {
+        anyhow::bail!(
+            "an index URL (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, UV_INDEX, UV_DEFAULT_INDEX, pip.conf or uv.toml) seems to hold credentials (user:password@) that ferrepl cannot take out of it: percent-encode the user and password (# as %23, @ as %40, : in the user as %3A) and check the host name"
+        );
+    }
     if settings.credentials.is_empty() {
         return Ok(());
     }

@@ -51,6 +51,11 @@ impl Refusal {
         }
     }
 
+    /// Its one-line message.
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(super) fn bad_request(what: impl std::fmt::Display) -> Self {
         Refusal::new(400, format!("ferrepl: malformed proxy request: {what}"))
     }
