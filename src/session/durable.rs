@@ -30,6 +30,10 @@ pub struct Durability {
     pub states: Option<std::path::PathBuf>,
     /// --state-max-mb: one saved state, and all of them together.
     pub state_cap: u64,
+    /// Why sessions are not kept across restarts though --resume is on
+    /// (another server holds the store): said in the default session's
+    /// first result.
+    pub unkept: Option<String>,
 }
 
 impl Durability {
@@ -43,6 +47,7 @@ impl Durability {
             checkpoint_min: Duration::from_millis(100),
             states: None,
             state_cap: 512 << 20,
+            unkept: None,
         }
     }
 }

@@ -108,10 +108,9 @@ impl SessionManager {
         }
         if new {
             self.persist_session(&sess);
-            if default_language(name).is_some()
-                && let Some(line) = self.dormant_line()
-            {
-                sess.lock().notes.push(line);
+            if default_language(name).is_some() {
+                let notes = self.durable.unkept.clone().into_iter().chain(self.dormant_line());
+                sess.lock().notes.extend(notes);
             }
         } else if reviving {
             // Brought back from the store: it may be of the other language.

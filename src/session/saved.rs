@@ -43,7 +43,9 @@ pub(super) struct SavedMeta {
     /// The cell the state is after (the driver's last cell).
     pub cell: u64,
     pub saved_unix: f64,
-    pub python: String,
+    /// The interpreter's version (Python's or R's).
+    #[serde(alias = "python")]
+    pub version: String,
     pub variables: Vec<String>,
     /// Left out, with why.
     pub skipped: BTreeMap<String, String>,
@@ -148,9 +150,6 @@ impl SessionManager {
         let Some((data, meta_path)) = self.state_paths(&sess.name) else {
             return Ok(None);
         };
-        if sess.language != Language::Python {
-            return Ok(None);
-        }
         let _guard = sess.start_lock.lock().await;
         let worker = {
             let st = sess.lock();
@@ -189,8 +188,8 @@ impl SessionManager {
         let meta = SavedMeta {
             cell,
             saved_unix: now_unix(),
-            python: reply
-                .get("python")
+            version: reply
+                .get("version")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
@@ -245,10 +244,11 @@ impl SessionManager {
             .ready_info()
             .map(|r| r.python_version)
             .unwrap_or_default();
-        if !version.is_empty() && version != meta.python {
+        if !version.is_empty() && version != meta.version {
+            let lang = sess.language;
             return Err(dormant_error(Some(format!(
-                "its state was saved by Python {}, and its interpreter is now Python {version}",
-                meta.python
+                "its state was saved by {lang} {}, and its interpreter is now {lang} {version}",
+                meta.version
             ))));
         }
         let loaded = worker

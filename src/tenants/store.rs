@@ -49,11 +49,17 @@ pub fn open(
             durable.state_cap = cfg.state_max_mb.max(1).saturating_mul(1 << 20);
             durable.store = Some(store);
         }
-        Ok(Opened::Locked { path, holder_pid }) => tracing::warn!(
-            "another ferrepl ({}) keeps this workspace's sessions in {}; this server's sessions are not kept across restarts",
-            holder_pid.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}")),
-            path.display()
-        ),
+        Ok(Opened::Locked { path, holder_pid }) => {
+            let holder =
+                holder_pid.map_or_else(|| "pid unknown".to_string(), |p| format!("pid {p}"));
+            tracing::warn!(
+                "another ferrepl ({holder}) keeps this workspace's sessions in {}; this server's sessions are not kept across restarts",
+                path.display()
+            );
+            durable.unkept = Some(format!(
+                "Another ferrepl ({holder}) keeps this workspace's sessions and their saved states; this server's sessions are not kept across restarts, and it leaves the other's alone."
+            ));
+        }
         Err(e) if cfg.state_dir.is_some() => {
             return Err(anyhow::anyhow!("--state-dir: {e}"));
         }

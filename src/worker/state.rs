@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::{Language, Worker, WorkerError};
+use super::{Worker, WorkerError};
 
 /// Bytes moved per read or write.
 const CHUNK: usize = 256 * 1024;
@@ -27,8 +27,6 @@ pub(super) struct StateSink {
 pub enum StateError {
     #[error("{0}")]
     Worker(#[from] WorkerError),
-    #[error("only Python sessions save their state")]
-    Language,
     #[error("the state is {0} bytes, over the {1} a saved state may take (--state-max-mb)")]
     TooLarge(u64, u64),
     #[error("{0}")]
@@ -47,9 +45,6 @@ impl Worker {
         cap: u64,
         timeout: Duration,
     ) -> Result<(Value, u64), StateError> {
-        if self.language != Language::Python {
-            return Err(StateError::Language);
-        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.lock().state_sink = Some((StateSink { file, cap }, tx));
         let asked = self.request("save_state", Map::new());
@@ -85,9 +80,6 @@ impl Worker {
         packages: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<Value, StateError> {
-        if self.language != Language::Python {
-            return Err(StateError::Language);
-        }
         let mut file = tokio::fs::File::open(path).await?;
         let size = file.metadata().await?.len();
         let mut args = Map::new();

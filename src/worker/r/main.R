@@ -8,10 +8,104 @@ handle_control <- function(msg) {
     withCallingHandlers(
       if (identical(op, 'inspect')) inspect(msg)
       else if (identical(op, 'complete')) complete(msg)
+      else if (identical(op, 'save_state')) save_state(msg)
+      else if (identical(op, 'load_state')) load_state(msg)
       else list(ok = FALSE, message = 'unknown request'),
       warning = function(w) invokeRestart('muffleWarning')),
     error = function(e) list(ok = FALSE, message = sprintf('%s failed: %s', op, conditionMessage(e))))
   send(c(list(ev = 'reply', id = msg$id), reply))
+}
+
+# ------------------------------------------------------------------ saved state
+# The global environment serialized as save.image() does (docs/protocol.md,
+# "Saved state"): a `state_data` event, then one JSON header line and the
+# bytes of serialize(); loaded into a fresh R by unserialize(). Connections
+# and external pointers (handles into native code) do not survive that:
+# they are left out and named. Attached packages are attached again.
+
+STATE_FORMAT <- 1L
+BASE_PACKAGES <- c('base', 'stats', 'graphics', 'grDevices', 'utils', 'datasets',
+                   'methods', 'tools', 'compiler', 'grid', 'parallel', 'splines', 'stats4')
+
+r_version <- function() paste(R.version$major, R.version$minor, sep = '.')
+
+state_packages <- function() {
+  pk <- setdiff(loadedNamespaces(), BASE_PACKAGES)
+  v <- vapply(pk, function(p) tryCatch(as.character(utils::packageVersion(p)), error = function(e) NA_character_), '')
+  as.list(v[!is.na(v)])
+}
+
+attached_packages <- function() {
+  setdiff(sub('^package:', '', grep('^package:', search(), value = TRUE)), BASE_PACKAGES)
+}
+
+unsaveable <- function(x) {
+  if (inherits(x, 'connection')) return('a connection: open it again')
+  if (typeof(x) == 'externalptr') return('an external pointer (a handle into native code): create it again')
+  NULL
+}
+
+save_state <- function(msg) {
+  env <- globalenv()
+  keep <- character(0)
+  skipped <- list()
+  for (n in ls(env, all.names = TRUE)) {
+    why <- unsaveable(get(n, envir = env))
+    if (is.null(why)) keep <- c(keep, n) else skipped[[n]] <- why
+  }
+  data <- serialize(list(objects = mget(keep, envir = env), attached = attached_packages()), NULL)
+  header <- charToRaw(paste0(to_json(list(format = STATE_FORMAT, version = r_version(),
+                                          bytes = length(data))), '\n'))
+  payload <- c(header, data)
+  suspendInterrupts({
+    write_event(to_json(list(ev = 'state_data', id = msg$id, bytes = length(payload))))
+    writeBin(payload, state$ev_con)
+    flush(state$ev_con)
+  })
+  list(ok = TRUE, cell = state$cell, version = r_version(), variables = as.list(keep),
+       skipped = if (length(skipped)) skipped else structure(list(), names = character(0)),
+       packages = state_packages(), bytes = length(payload))
+}
+
+# The n bytes that follow the request just read.
+read_payload <- function(n) {
+  chunks <- list()
+  have <- min(length(state$rbuf), n)
+  if (have > 0) {
+    chunks[[1L]] <- state$rbuf[seq_len(have)]
+    state$rbuf <- state$rbuf[-seq_len(have)]
+  }
+  left <- n - have
+  while (left > 0) {
+    chunk <- readBin(state$req_bin, 'raw', min(left, 1048576))
+    if (!length(chunk)) quit_now()
+    chunks[[length(chunks) + 1L]] <- chunk
+    left <- left - length(chunk)
+  }
+  unlist(chunks, use.names = FALSE)
+}
+
+load_state <- function(msg) {
+  data <- read_payload(as.numeric(msg$bytes))
+  nl <- which(data == as.raw(10L))[1L]
+  if (is.na(nl)) return(list(ok = FALSE, message = 'the saved state has no readable header'))
+  header <- json_parse(rawToChar(data[seq_len(nl - 1L)]))
+  if (!identical(as.integer(header$format), STATE_FORMAT))
+    return(list(ok = FALSE, message = sprintf('the saved state is of format %s, not %d', header$format, STATE_FORMAT)))
+  if (!identical(header$version, r_version()))
+    return(list(ok = FALSE, message = sprintf('the state was saved by R %s; this R is %s', header$version, r_version())))
+  changed <- character(0)
+  for (p in names(msg$packages)) {
+    here <- tryCatch(as.character(utils::packageVersion(p)), error = function(e) 'none')
+    if (!identical(here, msg$packages[[p]])) changed <- c(changed, sprintf('%s %s, here %s', p, msg$packages[[p]], here))
+  }
+  if (length(changed))
+    return(list(ok = FALSE, message = sprintf('the state was saved with other packages than this library has (%s); install those versions, or rebuild the session',
+                                              paste(utils::head(changed, 5L), collapse = ', '))))
+  saved <- unserialize(data[(nl + 1L):length(data)])
+  for (p in saved$attached) suppressPackageStartupMessages(library(p, character.only = TRUE))
+  list2env(saved$objects, envir = globalenv())
+  list(ok = TRUE, variables = as.list(names(saved$objects)), reimported = list())
 }
 
 handle_line <- function(line) {

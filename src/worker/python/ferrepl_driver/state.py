@@ -124,7 +124,7 @@ def save(msg):
     return {
         "ok": True,
         "cell": channel_state.cell,
-        "python": _VERSION,
+        "version": _VERSION,
         "variables": sorted(values),
         "skipped": skipped,
         "packages": _distributions(),
