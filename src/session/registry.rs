@@ -109,7 +109,12 @@ impl SessionManager {
         if new {
             self.persist_session(&sess);
             if default_language(name).is_some() {
-                let notes = self.durable.unkept.clone().into_iter().chain(self.dormant_line());
+                let notes = self
+                    .durable
+                    .unkept
+                    .clone()
+                    .into_iter()
+                    .chain(self.dormant_line());
                 sess.lock().notes.extend(notes);
             }
         } else if reviving {

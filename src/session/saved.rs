@@ -92,7 +92,7 @@ fn some_names(names: &[String], most: usize) -> String {
     text
 }
 
-fn age(saved_unix: f64) -> String {
+pub(super) fn age(saved_unix: f64) -> String {
     let secs = (now_unix() - saved_unix).max(0.0);
     match secs {
         s if s < 120.0 => format!("{s:.0} s ago"),

@@ -120,11 +120,19 @@ impl SessionManager {
             })
             .collect();
         // Read outside the sessions' lock.
-        let mut dormant: Vec<(String, usize, bool)> = names
+        let mut dormant: Vec<(String, String)> = names
             .into_iter()
             .map(|(name, cells)| {
-                let saved = self.saved_meta(&name).is_some();
-                (name, cells, saved)
+                let what = match self.saved_meta(&name) {
+                    Some(m) => format!(
+                        "saved {}, {} vars, {}",
+                        super::saved::age(m.saved_unix),
+                        m.variables.len(),
+                        crate::units::human_bytes(m.bytes)
+                    ),
+                    None => format!("{cells} cells, not saved"),
+                };
+                (name, what)
             })
             .collect();
         if dormant.is_empty() {
@@ -132,14 +140,10 @@ impl SessionManager {
         }
         dormant.sort();
         let head = "Dormant: ";
-        let tail = ". Name one to resume it (saved state) or python_sessions rebuild.";
+        let tail = ". Name one to resume it; unsaved ones: python_sessions rebuild.";
         let mut listed = String::new();
-        for (i, (name, cells, saved)) in dormant.iter().enumerate() {
-            let what = if *saved { ", saved" } else { "" };
-            let item = format!(
-                "{}{name} ({cells} cells{what})",
-                if i > 0 { ", " } else { "" }
-            );
+        for (i, (name, what)) in dormant.iter().enumerate() {
+            let item = format!("{}{name} ({what})", if i > 0 { ", " } else { "" });
             let more = format!(", +{} more", dormant.len() - i);
             if head.len() + listed.len() + item.len() + more.len() + tail.len() > MOST {
                 listed.push_str(&more);
