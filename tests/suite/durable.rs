@@ -1,8 +1,16 @@
 //! Sessions that outlive the server and their interpreter: stored as cells
-//! finish, dormant after a restart and rebuilt by re-running their cells
-//! (failed ones skipped) on first use, bounded, refused when the policy no
-//! longer allows their settings, offered back after a crash, one store per
-//! workspace at a time, and hidden from the sessions themselves.
+//! finish, dormant after a restart (their history kept, their variables
+//! not) and never re-run by themselves: a call that needs their state is
+//! refused and runs nothing, python_sessions rebuild first says which cells
+//! it would re-run and re-runs them (failed ones skipped, bounded) only
+//! with confirm. A new server is a new conversation: the stored default
+//! sessions come back as earlier-default[-N], and a fresh default names
+//! them. Also: refused when the policy no longer allows their settings,
+//! offered back after a crash, one store per workspace at a time, and
+//! hidden from the sessions themselves. A session whose state a server
+//! saved is loaded from it instead; the tests that follow the history alone
+//! remove the saved states first (`forget_saved_states`), as a kill before
+//! any save would leave them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,11 +82,88 @@ async fn stop(server: StdioServer) {
     assert!(status.success(), "the server exited with {status:?}");
 }
 
+/// The listed state of session `name`.
+async fn state_of(server: &StdioServer, name: &str) -> String {
+    let rows = sessions(server).await;
+    let row = row(&rows, name).unwrap_or_else(|| panic!("no session '{name}': {rows:#?}"));
+    row["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// python_sessions rebuild of `session`, confirmed or not.
+async fn rebuild(server: &StdioServer, session: &str, confirm: bool) -> ToolOutput {
+    let mut args = json!({"action": "rebuild", "session": session});
+    if confirm {
+        args["confirm"] = json!(true);
+    }
+    server.call("python_sessions", args).await
+}
+
+/// The message of a python_sessions result that succeeded.
+pub(crate) fn message(out: &ToolOutput) -> &str {
+    assert!(!out.is_error, "{out:#?}");
+    out.structured["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no message: {out:#?}"))
+}
+
+/// Panics unless `out` is the refusal of a call on dormant session
+/// `session` whose stored cells are `cells`.
+pub(crate) fn assert_dormant(out: &ToolOutput, session: &str, cells: &str) {
+    assert!(out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains(&format!(
+            "session '{session}' is dormant: an earlier server ran cells {cells} in it; their history is kept, their variables are not. Nothing was run."
+        )) && out.text.contains(&format!(
+            r#"python_sessions {{"action": "rebuild", "session": "{session}"}} shows what re-running them would do"#
+        )),
+        "{out:#?}"
+    );
+}
+
+/// Removes the states the servers saved beside the store in `state`
+/// (`<store>.states/`), as when a server was killed before it could save
+/// them: what comes back then is the sessions' history only.
+pub(crate) fn forget_saved_states(state: &Path) {
+    for entry in std::fs::read_dir(state).expect("read the state directory") {
+        let path = entry.expect("a state directory entry").path();
+        if path.extension().is_some_and(|e| e == "states") {
+            std::fs::remove_dir_all(&path).expect("remove the saved states");
+        }
+    }
+}
+
+/// Panics if a server saved a state of session `name` in `state`.
+fn assert_no_saved_state(state: &Path, name: &str) {
+    for entry in std::fs::read_dir(state).expect("read the state directory") {
+        let path = entry.expect("a state directory entry").path();
+        let saved = path.join(format!("{name}.state"));
+        assert!(
+            !(path.extension().is_some_and(|e| e == "states") && saved.exists()),
+            "a state of '{name}' was saved before the kill: {}",
+            saved.display()
+        );
+    }
+}
+
+/// The lines of a file the cells append to (none when it is missing).
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// A stored session without a saved state (its history only) is refused
+/// at first use and runs nothing; rebuild previews, then with confirm
+/// re-runs the cells that had succeeded, once.
 #[tokio::test]
-async fn a_restarted_server_rebuilds_a_session_on_first_use() {
+async fn a_restarted_server_keeps_a_session_dormant_until_a_confirmed_rebuild() {
     let place = Place::new();
+    let runs = place.workspace.path().join("runs.txt");
     let first = place.server(&[]).await;
-    first.exec_in("data", "x = 41").await.assert_ok();
+    first
+        .exec_in("data", "x = 41\nopen('runs.txt', 'a').write('x\\n')")
+        .await
+        .assert_ok();
     first
         .exec_in("data", "1/0")
         .await
@@ -89,6 +174,8 @@ async fn a_restarted_server_rebuilds_a_session_on_first_use() {
         .assert_ok();
     first.exec_in("data", "y = x * 2").await.assert_ok();
     stop(first).await;
+    forget_saved_states(place.state.path());
+    assert_eq!(lines(&runs), ["x"]);
 
     let second = place.server(&[]).await;
     let rows = sessions(&second).await;
@@ -96,16 +183,49 @@ async fn a_restarted_server_rebuilds_a_session_on_first_use() {
     assert_eq!(data["state"], "dormant", "{data:#?}");
     assert_eq!(data["cells"], 4, "{data:#?}");
 
+    // First use: refused, nothing run, the choice named.
+    let refused = second.exec_in("data", "(x, y, round(math.pi, 2))").await;
+    assert_dormant(&refused, "data", "1-4");
+    assert_eq!(lines(&runs), ["x"], "the first use re-ran a cell");
+    assert_eq!(state_of(&second, "data").await, "dormant");
+
+    // Without confirm, rebuild says what it would do and does nothing.
+    let preview = rebuild(&second, "data", false).await;
+    let said = message(&preview);
+    assert!(
+        said.contains(
+            "A rebuild of session 'data' (dormant since the server restarted) re-runs cells 1, 3-4"
+        ) && said.contains("Whatever they did outside the session happens again")
+            && said.contains("Cell 2 would be skipped: it had failed")
+            && said.contains(
+                r#"python_sessions {"action": "rebuild", "session": "data", "confirm": true}"#
+            ),
+        "{preview:#?}"
+    );
+    assert_eq!(lines(&runs), ["x"], "the preview re-ran a cell");
+    assert_eq!(state_of(&second, "data").await, "dormant");
+
+    let rebuilt = rebuild(&second, "data", true).await;
+    let said = message(&rebuilt);
+    assert!(
+        said.contains("Session 'data' (dormant since the server restarted) was rebuilt by re-running cells 1, 3-4 in ")
+            && said.contains("Cell 2 was skipped: it had failed"),
+        "{rebuilt:#?}"
+    );
+    assert_eq!(lines(&runs), ["x", "x"], "cell 1 is re-run once");
+    assert_eq!(state_of(&second, "data").await, "idle");
+
     let out = second.exec_in("data", "(x, y, round(math.pi, 2))").await;
     out.assert_ok();
     assert_eq!(out.value(), Some("(42, 84, 3.14)"), "{out:#?}");
-    let said = out.notes_text();
-    assert!(said.contains("re-running cells 1, 3-4"), "{said}");
-    assert!(said.contains("Cell 2 was skipped: it had failed"), "{said}");
+    assert!(
+        !out.notes_text().contains("re-running"),
+        "the account went with the rebuild's own result: {out:#?}"
+    );
     assert_eq!(
         out.cell(),
         5,
-        "cell ids go on after the stored ones: {out:#?}"
+        "cell ids go on after the stored ones (the refused call took none): {out:#?}"
     );
 
     let history = second
@@ -118,15 +238,13 @@ async fn a_restarted_server_rebuilds_a_session_on_first_use() {
         .unwrap_or_default();
     assert_eq!(cells, [1, 2, 3, 4, 5], "{history:#?}");
 
-    // Rebuilt once: the next call runs at once, with nothing to say.
-    let again = second.exec_in("data", "x").await;
-    again.assert_ok();
-    assert!(!again.notes_text().contains("re-running"), "{again:#?}");
-    let rows = sessions(&second).await;
-    assert_eq!(
-        row(&rows, "data").map(|r| r["state"].clone()),
-        Some(json!("idle"))
+    // Nothing left to rebuild now.
+    let again = rebuild(&second, "data", true).await;
+    assert!(
+        again.is_error && again.text.contains("nothing to rebuild"),
+        "{again:#?}"
     );
+    assert_eq!(lines(&runs), ["x", "x"]);
 }
 
 #[tokio::test]
@@ -137,14 +255,24 @@ async fn a_rebuild_is_bounded_by_resume_max_cells() {
     first.exec("b = 2").await.assert_ok();
     stop(first).await;
 
+    // The earlier conversation's default session is 'earlier-default'.
     let second = place.server(&["--resume-max-cells", "1"]).await;
-    let out = second.exec("a").await;
-    out.assert_raised("NameError");
-    let said = out.notes_text();
+    let preview = rebuild(&second, "earlier-default", false).await;
     assert!(
-        said.contains("more than --resume-max-cells 1") && said.contains("fresh"),
-        "{said}"
+        message(&preview)
+            .contains("more than the 1 cells a rebuild may re-run (--resume-max-cells)"),
+        "{preview:#?}"
     );
+    let bounded = rebuild(&second, "earlier-default", true).await;
+    let said = message(&bounded);
+    assert!(
+        said.contains("no cell was re-run")
+            && said.contains("more than --resume-max-cells 1")
+            && said.contains("fresh"),
+        "{bounded:#?}"
+    );
+    let out = second.exec_in("earlier-default", "a").await;
+    out.assert_raised("NameError");
 }
 
 #[tokio::test]
@@ -186,6 +314,7 @@ async fn a_second_server_on_the_workspace_does_not_share_the_store() {
         row(&rows, "theirs").is_none(),
         "the second server wrote: {rows:#?}"
     );
+    message(&rebuild(&third, "mine", true).await);
     let out = third.exec_in("mine", "v").await;
     assert_eq!(out.value(), Some("'first'"), "{out:#?}");
 }
@@ -209,45 +338,42 @@ async fn a_crashed_session_offers_a_rebuild() {
     let (server, crash) = crashed_after_one_cell().await;
     let said = crash.notes_text();
     assert!(
-        said.contains("python_sessions {action: \"restore\", session: \"c\"}")
-            && said.contains("re-runs cells 1"),
+        said.contains(r#"python_sessions {action: "rebuild", session: "c", confirm: true}"#)
+            && said.contains("re-runs cells 1,")
+            && said.contains("happens again"),
         "{said}"
     );
-    let restored = server
-        .call(
-            "python_sessions",
-            json!({"action": "restore", "session": "c"}),
-        )
-        .await;
-    assert!(!restored.is_error, "{restored:#?}");
-    let message = restored.structured["message"].as_str().unwrap_or_default();
-    assert!(message.contains("re-running cells 1 "), "{restored:#?}");
+    // Without confirm: what it would re-run, and nothing run.
+    let preview = rebuild(&server, "c", false).await;
+    let said = message(&preview);
+    assert!(
+        said.contains("A rebuild of session 'c' (its interpreter had crashed) re-runs cells 1 ")
+            && said.contains(r#""confirm": true"#),
+        "{preview:#?}"
+    );
+    let rebuilt = rebuild(&server, "c", true).await;
+    assert!(
+        message(&rebuilt).contains("was rebuilt by re-running cells 1 "),
+        "{rebuilt:#?}"
+    );
     let out = server.exec_in("c", "kept").await;
     assert_eq!(out.value(), Some("5"), "{out:#?}");
 
-    // Nothing left to restore now.
-    let again = server
-        .call(
-            "python_sessions",
-            json!({"action": "restore", "session": "c"}),
-        )
-        .await;
+    // Nothing left to rebuild now.
+    let again = rebuild(&server, "c", true).await;
     assert!(again.is_error, "{again:#?}");
-    assert!(again.text.contains("nothing to restore"), "{again:#?}");
+    assert!(again.text.contains("nothing to rebuild"), "{again:#?}");
 }
 
 #[tokio::test]
 async fn a_new_cell_after_a_crash_starts_a_new_path() {
     let (server, _crash) = crashed_after_one_cell().await;
-    server.exec_in("c", "fresh = 1").await.assert_ok();
-    let late = server
-        .call(
-            "python_sessions",
-            json!({"action": "restore", "session": "c"}),
-        )
-        .await;
+    let fresh = server.exec_in("c", "fresh = 1\n'kept' in globals()").await;
+    fresh.assert_ok();
+    assert_eq!(fresh.value(), Some("False"), "{fresh:#?}");
+    let late = rebuild(&server, "c", true).await;
     assert!(
-        late.is_error && late.text.contains("nothing to restore"),
+        late.is_error && late.text.contains("nothing to rebuild"),
         "{late:#?}"
     );
 }
@@ -307,36 +433,294 @@ async fn an_r_session_is_rebuilt_too() {
         .await;
     set.assert_ok();
     stop(first).await;
+    // The earlier conversation's 'r' comes back as 'earlier-r'.
     let second = place.server(&["--languages", "python,r"]).await;
     let rows = sessions(&second).await;
-    let r = row(&rows, "r").unwrap_or_else(|| panic!("{rows:#?}"));
+    assert!(
+        row(&rows, "r").is_none_or(|r| r["cells"] == 0),
+        "'r' starts fresh: {rows:#?}"
+    );
+    let r = row(&rows, "earlier-r").unwrap_or_else(|| panic!("{rows:#?}"));
     assert_eq!(
         (r["state"].as_str(), r["language"].as_str()),
         (Some("dormant"), Some("r"))
     );
+    let refused = second
+        .call(
+            "r_exec",
+            json!({"session": "earlier-r", "code": "square(y)", "wait_s": 30}),
+        )
+        .await;
+    assert_dormant(&refused, "earlier-r", "1");
+    let rebuilt = rebuild(&second, "earlier-r", true).await;
+    assert!(
+        message(&rebuilt).contains("was rebuilt by re-running cells 1 "),
+        "{rebuilt:#?}"
+    );
     let out = second
-        .call("r_exec", json!({"code": "square(y)", "wait_s": 30}))
+        .call(
+            "r_exec",
+            json!({"session": "earlier-r", "code": "square(y)", "wait_s": 30}),
+        )
         .await;
     out.assert_ok();
     assert!(out.text.contains("[1] 4"), "{out:#?}");
-    assert!(out.notes_text().contains("re-running cells 1"), "{out:#?}");
 }
 
+/// python_inspect on a dormant session without a saved state: refused,
+/// nothing run.
 #[tokio::test]
-async fn inspecting_a_dormant_session_rebuilds_it_first() {
+async fn inspecting_a_dormant_session_refuses_and_runs_nothing() {
     let place = Place::new();
+    let runs = place.workspace.path().join("runs.txt");
     let first = place.server(&[]).await;
-    first.exec_in("data", "kept_value = 41").await.assert_ok();
+    first
+        .exec_in(
+            "data",
+            "kept_value = 41\nopen('runs.txt', 'a').write('ran\\n')",
+        )
+        .await
+        .assert_ok();
     stop(first).await;
+    forget_saved_states(place.state.path());
     let second = place.server(&[]).await;
+    let out = second
+        .call("python_inspect", json!({"session": "data"}))
+        .await;
+    assert_dormant(&out, "data", "1");
+    assert!(!out.text.contains("kept_value ="), "{out:#?}");
+    assert_eq!(lines(&runs), ["ran"], "inspecting re-ran a cell");
+    assert_eq!(state_of(&second, "data").await, "dormant");
+
+    // Once rebuilt on request, inspecting shows the variables.
+    message(&rebuild(&second, "data", true).await);
     let out = second
         .call("python_inspect", json!({"session": "data"}))
         .await;
     assert!(!out.is_error, "{out:#?}");
     assert!(out.text.contains("kept_value"), "{out:#?}");
-    let rows = sessions(&second).await;
-    assert_eq!(
-        row(&rows, "data").map(|r| r["state"].clone()),
-        Some(json!("idle"))
+}
+
+/// Waits (bounded) until the store in `place` holds `cells` cells of
+/// session `name` with the last as its head: only then does a SIGKILL
+/// leave them stored (the store commits a few milliseconds after a cell).
+async fn stored(place: &Place, name: &str, cells: u64) {
+    let db = std::fs::read_dir(place.state.path())
+        .expect("read the state directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|e| e == "sqlite3"))
+        .expect("a store in the state directory");
+    let deadline = std::time::Instant::now() + crate::support::EVENT_TIMEOUT;
+    loop {
+        let held =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .and_then(|conn| {
+                    conn.query_row(
+                        "SELECT (SELECT head FROM sessions WHERE name = ?1),
+                        (SELECT count(*) FROM cells WHERE session = ?1)",
+                        [name],
+                        |r| Ok((r.get::<_, Option<u64>>(0)?, r.get::<_, u64>(1)?)),
+                    )
+                });
+        if matches!(held, Ok((Some(head), n)) if head == cells && n == cells) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store does not hold {cells} cells of '{name}': {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 44's three conversations: three servers in turn on one workspace,
+/// each running one cell in its default session. No conversation re-runs
+/// an earlier one's cell; each earlier default comes back dormant under a
+/// name of its own, named in one line by the first result of the fresh
+/// default.
+#[tokio::test]
+async fn three_conversations_in_turn_run_each_cell_once() {
+    let place = Place::new();
+    let log = place.workspace.path().join("log.txt");
+    let mut firsts = Vec::new();
+    for n in 0..3 {
+        let server = place.server(&[]).await;
+        let out = server
+            .exec(&format!("open('log.txt', 'a').write('conv {n}\\n')"))
+            .await;
+        out.assert_ok();
+        assert_eq!(out.value(), Some("7"), "{out:#?}");
+        assert_eq!(out.cell(), 1, "default starts fresh: {out:#?}");
+        firsts.push(out);
+        if n == 2 {
+            let rows = sessions(&server).await;
+            let listed: Vec<(&str, &str, u64)> = rows
+                .iter()
+                .map(|r| {
+                    (
+                        r["name"].as_str().unwrap_or_default(),
+                        r["state"].as_str().unwrap_or_default(),
+                        r["cells"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            for want in [
+                ("earlier-default", "dormant", 1),
+                ("earlier-default-2", "dormant", 1),
+            ] {
+                assert!(listed.contains(&want), "{want:?} not in {rows:#?}");
+            }
+            // Each kept its own conversation's cell under its new name.
+            for (name, conv) in [("earlier-default", 0), ("earlier-default-2", 1)] {
+                let history = server
+                    .call("python_history", json!({"session": name}))
+                    .await;
+                assert!(
+                    !history.is_error && history.text.contains(&format!("conv {conv}")),
+                    "{history:#?}"
+                );
+            }
+            // The line is on the first result only.
+            let next = server.exec("1 + 1").await;
+            next.assert_ok();
+            assert!(!next.notes_text().contains("Dormant"), "{next:#?}");
+        }
+        stop(server).await;
+    }
+    assert_eq!(lines(&log), ["conv 0", "conv 1", "conv 2"]);
+
+    assert!(
+        !firsts[0].notes_text().contains("Dormant"),
+        "nothing was dormant: {:#?}",
+        firsts[0]
     );
+    let dormant_line = |out: &ToolOutput| {
+        let notes = out.notes();
+        let found: Vec<&String> = notes.iter().filter(|n| n.starts_with("Dormant")).collect();
+        assert_eq!(found.len(), 1, "one line: {out:#?}");
+        let line = found[0].clone();
+        assert!(
+            line.chars().count() <= 200 && !line.contains('\n'),
+            "{line:?}"
+        );
+        line
+    };
+    // It names each earlier default with its cells, and the way back.
+    let second = dormant_line(&firsts[1]);
+    assert!(
+        second.contains("earlier-default (1 cells")
+            && !second.contains("earlier-default-2")
+            && second.contains("python_sessions rebuild"),
+        "{second:?}"
+    );
+    let third = dormant_line(&firsts[2]);
+    assert!(
+        third.contains("earlier-default (1 cells")
+            && third.contains("earlier-default-2 (1 cells")
+            && third.contains("python_sessions rebuild"),
+        "{third:?}"
+    );
+}
+
+/// A server killed (SIGKILL) after session 'data' ran a cell with a side
+/// effect: the next server offers the session, never re-runs it by itself;
+/// a confirmed rebuild re-runs its cells once and brings the variables back.
+#[tokio::test]
+async fn after_a_sigkill_a_session_is_offered_and_rebuilt_only_when_confirmed() {
+    let place = Place::new();
+    let side = place.workspace.path().join("side.txt");
+    let first = place.server(&[]).await;
+    first
+        .exec_in("data", "x = 41\nopen('side.txt', 'a').write('ran\\n')")
+        .await
+        .assert_ok();
+    first.exec_in("data", "y = x + 1").await.assert_ok();
+    stored(&place, "data", 2).await;
+    first.sigkill_and_reap(crate::support::EXIT_TIMEOUT).await;
+    // Killed within moments of its cells, long before an idle save.
+    assert_no_saved_state(place.state.path(), "data");
+    assert_eq!(lines(&side), ["ran"]);
+
+    // Listed at all: the killed server's lock on the store died with it.
+    let second = place.server(&[]).await;
+    assert_eq!(state_of(&second, "data").await, "dormant");
+
+    let refused = second.exec_in("data", "(x, y)").await;
+    assert_dormant(&refused, "data", "1-2");
+    assert_eq!(
+        lines(&side),
+        ["ran"],
+        "a call re-ran the killed session's cells"
+    );
+
+    let preview = rebuild(&second, "data", false).await;
+    let said = message(&preview);
+    assert!(
+        said.contains("re-runs cells 1-2 in a fresh interpreter")
+            && said.contains("Whatever they did outside the session happens again")
+            && said.contains(
+                r#"python_sessions {"action": "rebuild", "session": "data", "confirm": true}"#
+            ),
+        "{preview:#?}"
+    );
+    assert_eq!(lines(&side), ["ran"], "the preview re-ran cells");
+    assert_eq!(state_of(&second, "data").await, "dormant");
+
+    let rebuilt = rebuild(&second, "data", true).await;
+    assert!(
+        message(&rebuilt).contains("was rebuilt by re-running cells 1-2 in "),
+        "{rebuilt:#?}"
+    );
+    assert_eq!(
+        lines(&side),
+        ["ran", "ran"],
+        "a confirmed rebuild re-runs once"
+    );
+    let out = second.exec_in("data", "(x, y)").await;
+    out.assert_ok();
+    assert_eq!(out.value(), Some("(41, 42)"), "{out:#?}");
+    assert_eq!(lines(&side), ["ran", "ran"]);
+}
+
+/// `restore`, the action's old name, is still accepted and now previews
+/// like `rebuild`: it runs nothing without confirm.
+#[tokio::test]
+async fn restore_is_accepted_as_rebuild_and_runs_nothing_without_confirm() {
+    let place = Place::new();
+    let side = place.workspace.path().join("side.txt");
+    let first = place.server(&[]).await;
+    first
+        .exec_in("data", "x = 1\nopen('side.txt', 'a').write('ran\\n')")
+        .await
+        .assert_ok();
+    stop(first).await;
+
+    let second = place.server(&[]).await;
+    let restore = |confirm: Option<bool>| {
+        let mut args = json!({"action": "restore", "session": "data"});
+        if let Some(c) = confirm {
+            args["confirm"] = json!(c);
+        }
+        second.call("python_sessions", args)
+    };
+    for confirm in [None, Some(false)] {
+        let preview = restore(confirm).await;
+        let said = message(&preview);
+        assert!(
+            said.starts_with(
+                "A rebuild of session 'data' (dormant since the server restarted) re-runs cells 1 "
+            ) && said.contains(r#""confirm": true"#),
+            "{preview:#?}"
+        );
+        assert_eq!(lines(&side), ["ran"], "restore ran a cell: {preview:#?}");
+        assert_eq!(state_of(&second, "data").await, "dormant");
+    }
+    let rebuilt = restore(Some(true)).await;
+    assert!(
+        message(&rebuilt).contains("was rebuilt by re-running cells 1 "),
+        "{rebuilt:#?}"
+    );
+    assert_eq!(lines(&side), ["ran", "ran"]);
+    let out = second.exec_in("data", "x").await;
+    assert_eq!(out.value(), Some("1"), "{out:#?}");
 }

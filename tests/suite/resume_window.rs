@@ -1,20 +1,25 @@
-//! Resuming within the wait window: after a restart, the first call on a
-//! dormant session starts its rebuild and queues its own code after it as
-//! the next cell; it returns `running` within its window (never past
-//! --max-wait) with a note on the rebuild, and python_wait follows it to
-//! the call's own result, whose notes name the re-run cells. A client that
-//! gives up meanwhile (calls again, interrupts, cancels) is told the truth:
-//! the rebuild is under way (never "busy running cell N"), or it was cut
-//! and which cells are missing.
+//! A rebuild within the wait window: after a restart a dormant session
+//! with no saved state runs nothing until python_sessions rebuild with
+//! confirm starts its rebuild; that call returns within its window (never past --max-wait),
+//! saying the rebuild goes on. A python_exec meanwhile queues its code after
+//! the rebuild as the next cell and returns `running` within its window
+//! with a note on the rebuild, and python_wait follows it to the call's own
+//! result, whose notes name the re-run cells. A client that gives up
+//! meanwhile (calls again, interrupts, cancels) is told the truth: the
+//! rebuild is under way (never "busy running cell N"), or it was cut and
+//! which cells are missing.
 //!
 //! The stored session's second cell waits at a gate file the test opens,
-//! so the test decides how long its re-run takes; nothing here sleeps.
+//! so the test decides how long its re-run takes; the servers that rebuild
+//! run with --default-wait 1, so that the rebuild's own call returns while
+//! the gate is shut. Nothing here sleeps.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::durable::{assert_dormant, forget_saved_states, message};
 use crate::support::{
     EVENT_TIMEOUT, Launch, StdioServer, ToolOutput, assert_status, path_str, py_path, session_row,
     start_call, wait_for_file_line,
@@ -67,14 +72,18 @@ impl Stored {
         std::fs::write(self.file("go"), "go\n").expect("open the gate");
     }
 
-    /// Stops the first server and closes the gate again, so that the
-    /// second server's re-run of cell 2 waits for the test.
+    /// Stops the first server, closes the gate again (so that the second
+    /// server's re-run of cell 2 waits for the test) and removes the state
+    /// it saved.
     async fn stop_first(&self, first: StdioServer) {
         let status = first.close_and_wait().await;
         assert!(status.success(), "the first server exited with {status:?}");
         for name in ["go", "replaying"] {
             std::fs::remove_file(self.file(name)).expect("reset the exchange files");
         }
+        // What comes back is the history alone: the rebuild is what these
+        // tests follow.
+        forget_saved_states(self.state.path());
     }
 
     async fn server(&self, extra: &[&str]) -> StdioServer {
@@ -86,6 +95,14 @@ impl Stored {
         ];
         args.extend_from_slice(extra);
         StdioServer::launch(Launch::new(&args).without_workdir_flag()).await
+    }
+
+    /// A server whose calls without wait_s wait 1 s (the confirmed
+    /// rebuild's own call among them), with `extra`.
+    async fn rebuilding_server(&self, extra: &[&str]) -> StdioServer {
+        let mut args = vec!["--default-wait", "1"];
+        args.extend_from_slice(extra);
+        self.server(&args).await
     }
 
     /// Waits (bounded) until the rebuild re-runs cell 2.
@@ -122,6 +139,24 @@ async fn rebuild_over(server: &StdioServer, name: &str) -> Value {
     }
 }
 
+/// python_sessions rebuild of `session` with confirm, returning while the
+/// gate holds cell 2: it says the rebuild of cells 1-2 goes on.
+async fn start_rebuild(server: &StdioServer, session: &str) {
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "rebuild", "session": session, "confirm": true}),
+        )
+        .await;
+    let said = message(&out);
+    assert!(
+        said.contains(&format!(
+            "Session '{session}' is being rebuilt (dormant since the server restarted): re-running cells 1-2"
+        )) && said.contains("The next result says what was re-run"),
+        "{out:#?}"
+    );
+}
+
 /// A `running` result of the queued cell 3, saying the rebuild re-runs 1-2.
 fn assert_rebuilding(out: &ToolOutput, session: &str, wait_tool: &str) {
     assert_status(out, "running");
@@ -138,13 +173,25 @@ fn assert_rebuilding(out: &ToolOutput, session: &str, wait_tool: &str) {
 }
 
 #[tokio::test]
-async fn the_first_call_returns_within_its_window_and_wait_follows_the_rebuild() {
+async fn a_confirmed_rebuild_returns_within_its_window_and_wait_follows_it() {
     let place = Stored::python().await;
-    let second = place.server(&[]).await;
+    let second = place.rebuilding_server(&[]).await;
+
+    // Used first, the dormant session runs nothing.
+    assert_dormant(&exec(&second, "y * 2", 1.0).await, "data", "1-2");
+    assert!(!place.file("replaying").exists(), "a cell was re-run");
+
+    start_rebuild(&second, "data").await;
+    place.replaying().await;
+    let row = session_row(second.peer(), "data").await;
+    assert_eq!(
+        (row["state"].as_str(), row["running_cell"].as_u64()),
+        (Some("rebuilding"), None),
+        "nothing is queued yet: {row:#}"
+    );
 
     let first = exec(&second, "y * 2", 1.0).await;
     assert_rebuilding(&first, "data", "python_wait");
-    place.replaying().await;
     let row = session_row(second.peer(), "data").await;
     assert_eq!(
         (row["state"].as_str(), row["running_cell"].as_u64()),
@@ -181,12 +228,13 @@ async fn the_first_call_returns_within_its_window_and_wait_follows_the_rebuild()
 }
 
 #[tokio::test]
-async fn max_wait_bounds_the_first_call_on_a_dormant_session() {
+async fn max_wait_bounds_a_confirmed_rebuild_and_the_calls_queued_after_it() {
     let place = Stored::python().await;
     let second = place.server(&["--max-wait", "2"]).await;
     let started = Instant::now();
-    // Asks for far more than --max-wait; without wait_s the default (30 s)
-    // is bounded the same way.
+    // The rebuild's call waits the default window (30 s), bounded by
+    // --max-wait like a wait_s far above it.
+    start_rebuild(&second, "data").await;
     let first = exec(&second, "y * 2", 100.0).await;
     assert_rebuilding(&first, "data", "python_wait");
     let followed = second.call("python_wait", json!({"session": "data"})).await;
@@ -206,7 +254,8 @@ async fn max_wait_bounds_the_first_call_on_a_dormant_session() {
 #[tokio::test]
 async fn calling_again_during_a_rebuild_names_it_and_an_interrupt_cuts_it() {
     let place = Stored::python().await;
-    let second = place.server(&[]).await;
+    let second = place.rebuilding_server(&[]).await;
+    start_rebuild(&second, "data").await;
     assert_rebuilding(&exec(&second, "y * 2", 1.0).await, "data", "python_wait");
     place.replaying().await;
 
@@ -245,9 +294,10 @@ async fn calling_again_during_a_rebuild_names_it_and_an_interrupt_cuts_it() {
 }
 
 #[tokio::test]
-async fn a_cancelled_first_call_leaves_the_next_result_saying_what_is_missing() {
+async fn a_cancelled_call_queued_after_a_rebuild_leaves_the_next_result_saying_what_is_missing() {
     let place = Stored::python().await;
-    let second = place.server(&[]).await;
+    let second = place.rebuilding_server(&[]).await;
+    start_rebuild(&second, "data").await;
     let handle = start_call(
         second.peer(),
         "python_exec",
@@ -255,6 +305,15 @@ async fn a_cancelled_first_call_leaves_the_next_result_saying_what_is_missing() 
     )
     .await;
     place.replaying().await;
+    // The call's code is queued (as cell 3) before it is cancelled.
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while session_row(second.peer(), "data").await["running_cell"] != 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the call's code was never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     handle
         .cancel(Some("the client timed out".into()))
         .await
@@ -276,10 +335,11 @@ async fn a_cancelled_first_call_leaves_the_next_result_saying_what_is_missing() 
     assert_eq!(next.cell(), 4, "{next:#?}");
 }
 
-/// The R twin of the first test: r_exec queues after the rebuild, r_wait
+/// The R twin of the first test: the earlier conversation's 'r' comes back
+/// as 'earlier-r'; r_exec queues after its confirmed rebuild, r_wait
 /// follows it.
 #[tokio::test]
-async fn an_r_call_on_a_dormant_session_is_queued_after_the_rebuild() {
+async fn an_r_call_during_a_rebuild_is_queued_after_it() {
     let place = Stored::empty();
     let r = ["--languages", "python,r"];
     let first = place.server(&r).await;
@@ -301,14 +361,28 @@ async fn an_r_call_on_a_dormant_session_is_queued_after_the_rebuild() {
     r_exec(gated, 30.0).await.assert_ok();
     place.stop_first(first).await;
 
-    let second = place.server(&r).await;
-    let queued = second
-        .call("r_exec", json!({"code": "y * 2", "wait_s": 1}))
+    let second = place.rebuilding_server(&r).await;
+    let refused = second
+        .call(
+            "r_exec",
+            json!({"session": "earlier-r", "code": "y * 2", "wait_s": 1}),
+        )
         .await;
-    assert_rebuilding(&queued, "r", "r_wait");
+    assert_dormant(&refused, "earlier-r", "1-2");
+    assert!(!place.file("replaying").exists(), "a cell was re-run");
+    start_rebuild(&second, "earlier-r").await;
+    let queued = second
+        .call(
+            "r_exec",
+            json!({"session": "earlier-r", "code": "y * 2", "wait_s": 1}),
+        )
+        .await;
+    assert_rebuilding(&queued, "earlier-r", "r_wait");
     place.replaying().await;
     place.open_gate();
-    let done = second.call("r_wait", json!({"wait_s": 30})).await;
+    let done = second
+        .call("r_wait", json!({"session": "earlier-r", "wait_s": 30}))
+        .await;
     done.assert_ok();
     assert_eq!(done.cell(), 3, "{done:#?}");
     assert!(done.text.contains("[1] 84"), "{done:#?}");

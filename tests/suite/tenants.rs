@@ -245,7 +245,9 @@ async fn stateless_requests_reach_the_tenant_of_their_token() {
 }
 
 /// A drained instance restarted on the same state directory gives each
-/// tenant its sessions back.
+/// tenant its sessions back: a new server is a new conversation, so each
+/// tenant's 'default' comes back as 'earlier-default', and the state the
+/// drain saved is loaded when the tenant names it (no cell re-run).
 #[tokio::test]
 async fn a_restarted_instance_resumes_each_tenants_sessions() {
     let dir = tempfile::tempdir().unwrap();
@@ -274,6 +276,24 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
             .expect("the drained server exits")
             .expect("wait");
     };
+    const EARLIER: &str = "earlier-default";
+    // The earlier conversation's default, resumed from its saved state.
+    let resumed = async |client: &Client, code: &str, value: &str| {
+        let out = call(
+            client.peer(),
+            "python_exec",
+            json!({ "session": EARLIER, "code": code }),
+        )
+        .await;
+        let said = out.notes_text();
+        assert!(
+            !out.is_error
+                && out.value() == Some(value)
+                && said.contains("Session 'earlier-default' was resumed from its state saved")
+                && said.contains("no cell was re-run"),
+            "{out:#?}"
+        );
+    };
     let first = HttpServer::launch(launch(&[])).await;
     let alpha = connect(&first, "/mcp", ALPHA).await;
     let beta = connect(&first, "/mcp", BETA).await;
@@ -283,20 +303,26 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
 
     let second = HttpServer::launch(launch(&[])).await;
     let alpha = connect(&second, "/mcp", ALPHA).await;
-    let out = exec(&alpha, "team, n + 1").await;
-    assert!(out.text.contains("('alpha', 42)"), "{out:#?}");
+    resumed(&alpha, "team, n + 1", "('alpha', 42)").await;
     let beta = connect(&second, "/mcp", BETA).await;
-    let out = exec(&beta, "team").await;
-    assert!(out.text.contains("'beta'"), "{out:#?}");
+    resumed(&beta, "team", "'beta'").await;
+    // Each tenant's own default is fresh.
+    let out = exec(&beta, "'team' in globals()").await;
+    assert_eq!(out.value(), Some("False"), "{out:#?}");
     drain(second).await;
 
     // What comes back counts toward the instance's budget: with room for
     // one session, alpha (started first) takes it and beta's stays stored.
     let third = HttpServer::launch(launch(&["--max-sessions", "1"])).await;
     let alpha = connect(&third, "/mcp", ALPHA).await;
-    assert!(exec(&alpha, "team").await.text.contains("'alpha'"));
+    resumed(&alpha, "team", "'alpha'").await;
     let beta = connect(&third, "/mcp", BETA).await;
-    let out = exec(&beta, "team").await;
+    let out = call(
+        beta.peer(),
+        "python_exec",
+        json!({ "session": EARLIER, "code": "team" }),
+    )
+    .await;
     assert!(
         out.is_error && out.text.contains("--max-sessions"),
         "{out:#?}"
@@ -306,12 +332,11 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
     let deleted = call(
         alpha.peer(),
         "python_sessions",
-        json!({ "action": "delete", "session": "default" }),
+        json!({ "action": "delete", "session": EARLIER }),
     )
     .await;
     assert!(!deleted.is_error, "{deleted:#?}");
-    let out = exec(&beta, "team").await;
-    assert!(out.text.contains("'beta'"), "{out:#?}");
+    resumed(&beta, "team", "'beta'").await;
 }
 
 #[tokio::test]

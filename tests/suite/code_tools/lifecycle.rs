@@ -138,6 +138,37 @@ async fn a_rebuild_skips_cells_that_called_tools() {
     assert_eq!(up.count("called echo"), 1, "{}", log_text(&up.log()));
 
     let second = launch().await;
+    // The preview says so before anything runs, and the rebuild after.
+    let preview = second
+        .call(
+            "python_sessions",
+            json!({"action": "rebuild", "session": "tools"}),
+        )
+        .await;
+    assert!(
+        !preview.is_error
+            && preview.text.contains("re-runs cells 1, 3 ")
+            && preview.text.contains(
+                "Cell 2 would be skipped: it called MCP tools, which a rebuild does not repeat"
+            ),
+        "{preview:#?}"
+    );
+    let rebuilt = second
+        .call(
+            "python_sessions",
+            json!({"action": "rebuild", "session": "tools", "confirm": true}),
+        )
+        .await;
+    assert!(
+        !rebuilt.is_error
+            && rebuilt
+                .text
+                .contains("was rebuilt by re-running cells 1, 3 ")
+            && rebuilt.text.contains(
+                "Cell 2 was skipped: it called MCP tools, which a rebuild does not repeat"
+            ),
+        "{rebuilt:#?}"
+    );
     let out = second
         .call(
             "python_exec",
@@ -146,11 +177,6 @@ async fn a_rebuild_skips_cells_that_called_tools() {
         .await;
     out.assert_ok();
     assert_eq!(out.value(), Some("(1, 3, False)"), "{out:#?}");
-    let notes = out.notes_text();
-    assert!(
-        notes.contains("Cell 2 was skipped: it called MCP tools, which a rebuild does not repeat"),
-        "{notes}"
-    );
     assert_eq!(
         up.count("called"),
         1,

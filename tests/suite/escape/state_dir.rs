@@ -233,6 +233,16 @@ async fn a_state_directory_swapped_for_a_symlink_is_refused_and_never_written_th
         .find(|r| r["name"] == "kept")
         .unwrap_or_else(|| panic!("no stored session 'kept': {rows:#?}"));
     assert_eq!(kept["state"], "dormant", "{kept:#?}");
+    let rebuilt = again
+        .call(
+            "python_sessions",
+            json!({"action": "rebuild", "session": "kept", "confirm": true}),
+        )
+        .await;
+    assert!(
+        !rebuilt.is_error && rebuilt.text.contains("was rebuilt by re-running cells "),
+        "{rebuilt:#?}"
+    );
     let out = again.exec_in("kept", "x").await;
     out.assert_ok();
     assert_eq!(
