@@ -27,7 +27,7 @@ pub struct Durability {
     /// --checkpoint-min-ms: cells quicker than this get no copy.
     pub checkpoint_min: Duration,
     /// Where saved states are kept (beside the store; None without one).
-    pub states: Option<std::path::PathBuf>,
+    pub states: Option<std::sync::Arc<crate::store::StatesDir>>,
     /// --state-max-mb: one saved state, and all of them together.
     pub state_cap: u64,
     /// Why sessions are not kept across restarts though --resume is on
@@ -397,6 +397,15 @@ impl SessionManager {
             if !confirm {
                 let st = sess.lock();
                 return Ok(super::rebuild::preview(&sess, &st, self.durable.max_cells));
+            }
+            let size = super::rebuild::rebuild_size(&sess.lock());
+            if size > self.durable.max_cells {
+                // Refused whole, the session left as it is (still dormant).
+                return Err(SessionError::Invalid(format!(
+                    "a rebuild of session '{name}' would re-run {}, more than the {} one may (--resume-max-cells); nothing was run: raise the flag or reset the session",
+                    super::rebuild::cells(size),
+                    super::rebuild::cells(self.durable.max_cells)
+                )));
             }
             refused(&sess)?;
             let worker = self.ensure_worker(&sess).await?;

@@ -67,6 +67,20 @@ impl Account {
     }
 }
 
+/// How many cells a rebuild of the session would re-run.
+pub(super) fn rebuild_size(st: &SessionState) -> usize {
+    runnable(&st.path, st.skip, &mut Account::default()).len()
+}
+
+/// `1 cell`, `3 cells`.
+pub(super) fn cells(n: usize) -> String {
+    if n == 1 {
+        "1 cell".to_string()
+    } else {
+        format!("{n} cells")
+    }
+}
+
 /// What a rebuild of the session would do, said before it runs anything
 /// (python_sessions rebuild without confirm).
 pub(super) fn preview(sess: &Session, st: &SessionState, max_cells: usize) -> String {
@@ -95,7 +109,8 @@ pub(super) fn preview(sess: &Session, st: &SessionState, max_cells: usize) -> St
     }
     if ids.len() > max_cells {
         text.push_str(&format!(
-            " That is more than the {max_cells} cells a rebuild may re-run (--resume-max-cells): it would be refused."
+            " That is more than the {} a rebuild may re-run (--resume-max-cells): it would be refused; raise the flag or reset the session.",
+            cells(max_cells)
         ));
     }
     text.push_str(&format!(

@@ -17,7 +17,6 @@
 //! runs. The first result says what came back and what did not.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -102,22 +101,24 @@ pub(super) fn age(saved_unix: f64) -> String {
     }
 }
 
+/// The file names of session `name`'s state and its meta.
+fn names(name: &str) -> Option<(String, String)> {
+    valid_name(name).then(|| (format!("{name}.state"), format!("{name}.json")))
+}
+
 impl SessionManager {
-    fn state_paths(&self, name: &str) -> Option<(PathBuf, PathBuf)> {
-        let dir = self.durable.states.as_ref()?;
-        valid_name(name).then(|| {
-            (
-                dir.join(format!("{name}.state")),
-                dir.join(format!("{name}.json")),
-            )
-        })
+    /// The states' directory and session `name`'s file names in it.
+    fn state_files(&self, name: &str) -> Option<(&crate::store::StatesDir, String, String)> {
+        let dir = self.durable.states.as_deref()?;
+        let (data, meta) = names(name)?;
+        Some((dir, data, meta))
     }
 
     /// The saved state of session `name`, if there is one.
     pub(super) fn saved_meta(&self, name: &str) -> Option<SavedMeta> {
-        let (data, meta) = self.state_paths(name)?;
-        let file = std::fs::File::open(&meta).ok()?;
-        if file.metadata().ok()?.len() > MAX_META_BYTES || !data.is_file() {
+        let (dir, data, meta) = self.state_files(name)?;
+        let file = dir.open(&meta).ok()?;
+        if file.metadata().ok()?.len() > MAX_META_BYTES || dir.open(&data).is_err() {
             return None;
         }
         serde_json::from_reader(std::io::BufReader::new(file)).ok()
@@ -126,28 +127,29 @@ impl SessionManager {
     /// Removes session `name`'s saved state (deleted, or reset: the state
     /// is no longer the session's).
     pub(super) fn forget_state(&self, name: &str) {
-        if let Some((data, meta)) = self.state_paths(name) {
-            let _ = std::fs::remove_file(data);
-            let _ = std::fs::remove_file(meta);
+        if let Some((dir, data, meta)) = self.state_files(name) {
+            dir.remove(&data);
+            dir.remove(&meta);
         }
     }
 
     /// The state follows its session to a new name.
     pub(super) fn rename_state(&self, from: &str, to: &str) {
-        if let (Some((d1, m1)), Some((d2, m2))) = (self.state_paths(from), self.state_paths(to)) {
-            let _ = std::fs::rename(d1, d2);
-            let _ = std::fs::rename(m1, m2);
+        if let (Some((dir, d1, m1)), Some((d2, m2))) = (self.state_files(from), names(to)) {
+            let _ = dir.rename(&d1, &d2);
+            let _ = dir.rename(&m1, &m2);
         }
     }
 
     /// Saves the session's state if it changed since the last save and its
     /// interpreter is idle: what was saved, None when there was nothing to
     /// save. Holds the session's start lock: no cell starts meanwhile.
+    /// Every file is reached through the states' directory descriptor.
     pub(super) async fn save_state(
         &self,
         sess: &Arc<Session>,
     ) -> Result<Option<SavedMeta>, String> {
-        let Some((data, meta_path)) = self.state_paths(&sess.name) else {
+        let Some((dir, data, meta_name)) = self.state_files(&sess.name) else {
             return Ok(None);
         };
         let _guard = sess.start_lock.lock().await;
@@ -160,24 +162,19 @@ impl SessionManager {
                 _ => return Ok(None),
             }
         };
-        let dir = data.parent().map(Path::to_path_buf).unwrap_or_default();
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
-            if let Err(e) = made.or_else(|e| if dir.is_dir() { Ok(()) } else { Err(e) }) {
-                return Err(format!("{}: {e}", dir.display()));
-            }
-        }
-        let partial = data.with_extension("state.partial");
-        let file = open_private(&partial)
-            .await
-            .map_err(|e| format!("{}: {e}", partial.display()))?;
+        let shown = |name: &str| dir.shown().join(name).display().to_string();
+        let partial = format!("{data}.partial");
+        let file = dir
+            .create(&partial)
+            .map_err(|e| format!("{}: {e}", shown(&partial)))?;
         let cap = self.durable.state_cap;
-        let saved = worker.save_state(file, cap, STATE_TIMEOUT).await;
+        let saved = worker
+            .save_state(tokio::fs::File::from_std(file), cap, STATE_TIMEOUT)
+            .await;
         let (reply, written) = match saved {
             Ok(r) => r,
             Err(e) => {
-                let _ = tokio::fs::remove_file(&partial).await;
+                dir.remove(&partial);
                 return Err(e.to_string());
             }
         };
@@ -200,22 +197,22 @@ impl SessionManager {
             seconds: reply.get("seconds").and_then(Value::as_f64).unwrap_or(0.0),
         };
         let json = serde_json::to_vec(&meta).map_err(|e| e.to_string())?;
-        let meta_partial = meta_path.with_extension("json.partial");
-        let written = async {
-            use tokio::io::AsyncWriteExt;
-            let mut f = open_private(&meta_partial).await?;
-            f.write_all(&json).await?;
-            f.sync_all().await?;
-            tokio::fs::rename(&partial, &data).await?;
-            tokio::fs::rename(&meta_partial, &meta_path).await
-        };
-        if let Err(e) = written.await {
-            let _ = tokio::fs::remove_file(&partial).await;
-            let _ = tokio::fs::remove_file(&meta_partial).await;
-            return Err(e.to_string());
+        let meta_partial = format!("{meta_name}.partial");
+        let written = (|| -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = dir.create(&meta_partial)?;
+            f.write_all(&json)?;
+            f.sync_all()?;
+            dir.rename(&partial, &data)?;
+            dir.rename(&meta_partial, &meta_name)
+        })();
+        if let Err(e) = written {
+            dir.remove(&partial);
+            dir.remove(&meta_partial);
+            return Err(format!("{}: {e}", shown(&data)));
         }
         sess.lock().saved_cell = Some(cell);
-        prune_states(&dir, cap, &data);
+        prune_states(dir, cap, &data);
         tracing::debug!(session = %sess.name, bytes = meta.bytes, "state saved");
         Ok(Some(meta))
     }
@@ -231,8 +228,16 @@ impl SessionManager {
         let Some(meta) = self.saved_meta(&sess.name) else {
             return Err(dormant_error(None));
         };
-        let Some((data, _)) = self.state_paths(&sess.name) else {
+        let Some((dir, data, _)) = self.state_files(&sess.name) else {
             return Err(dormant_error(None));
+        };
+        let file = match dir.open(&data) {
+            Ok(f) => tokio::fs::File::from_std(f),
+            Err(e) => {
+                return Err(dormant_error(Some(format!(
+                    "its saved state cannot be read: {e}"
+                ))));
+            }
         };
         let worker = self.ensure_worker(sess).await?;
         let _guard = sess.start_lock.lock().await;
@@ -251,9 +256,7 @@ impl SessionManager {
                 meta.version
             ))));
         }
-        let loaded = worker
-            .load_state(&data, &meta.packages, STATE_TIMEOUT)
-            .await;
+        let loaded = worker.load_state(file, &meta.packages, STATE_TIMEOUT).await;
         let reply = match loaded {
             Ok(r) => r,
             Err(e) => {
@@ -428,41 +431,23 @@ impl SessionManager {
     }
 }
 
-async fn open_private(path: &Path) -> std::io::Result<tokio::fs::File> {
-    tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .await
-}
-
 /// Keeps the states in `dir` within `cap` bytes in all, the least recently
 /// saved going first (never `keep`).
-fn prune_states(dir: &Path, cap: u64, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut states: Vec<(SystemTime, u64, PathBuf)> = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "state"))
-        .filter_map(|e| {
-            let m = e.metadata().ok()?;
-            Some((m.modified().ok()?, m.len(), e.path()))
-        })
-        .collect();
+fn prune_states(dir: &crate::store::StatesDir, cap: u64, keep: &str) {
+    let mut states = dir.list(".state");
     let mut total: u64 = states.iter().map(|s| s.1).sum();
-    states.sort();
-    for (_, size, path) in states {
+    states.sort_by_key(|s| s.2);
+    for (name, size, _) in states {
         if total <= cap {
             break;
         }
-        if path == keep {
+        if name == keep {
             continue;
         }
-        let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_file(path.with_extension("json"));
+        dir.remove(&name);
+        if let Some(stem) = name.strip_suffix(".state") {
+            dir.remove(&format!("{stem}.json"));
+        }
         total = total.saturating_sub(size);
     }
 }
@@ -473,29 +458,43 @@ mod tests {
 
     #[test]
     fn states_are_pruned_oldest_first_within_the_cap_never_the_new_one() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        use std::io::Write;
+        let parent = tempfile::tempdir().expect("tempdir");
+        let fd = nix::fcntl::open(
+            parent.path(),
+            nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_RDONLY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("open");
+        let dir = crate::store::StatesDir::open_in(&fd, parent.path(), "s.states").expect("states");
+        let path = parent.path().join("s.states");
         let write = |name: &str, bytes: usize| {
-            let p = dir.path().join(format!("{name}.state"));
-            std::fs::write(&p, vec![0u8; bytes]).expect("write");
-            std::fs::write(dir.path().join(format!("{name}.json")), b"{}").expect("meta");
+            let file = format!("{name}.state");
+            dir.create(&file)
+                .and_then(|mut f| f.write_all(&vec![0u8; bytes]))
+                .expect("write");
+            dir.create(&format!("{name}.json")).expect("meta");
             // Distinct mtimes, oldest first.
             std::thread::sleep(Duration::from_millis(20));
-            p
+            file
         };
         let old = write("old", 600);
         let mid = write("mid", 300);
         let new = write("new", 900);
-        prune_states(dir.path(), 1000, &new);
-        assert!(new.exists(), "the state just saved stays even past the cap");
-        assert!(!old.exists() && !dir.path().join("old.json").exists());
+        prune_states(&dir, 1000, &new);
         assert!(
-            !mid.exists(),
+            path.join(&new).exists(),
+            "the state just saved stays even past the cap"
+        );
+        assert!(!path.join(&old).exists() && !path.join("old.json").exists());
+        assert!(
+            !path.join(&mid).exists(),
             "still over the cap: the next oldest goes too"
         );
         let other = write("other", 50);
-        prune_states(dir.path(), 1000, &other);
+        prune_states(&dir, 1000, &other);
         assert!(
-            new.exists() && other.exists(),
+            path.join(&new).exists() && path.join(&other).exists(),
             "within the cap: nothing goes"
         );
     }

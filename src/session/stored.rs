@@ -130,7 +130,7 @@ impl SessionManager {
                         m.variables.len(),
                         crate::units::human_bytes(m.bytes)
                     ),
-                    None => format!("{cells} cells, not saved"),
+                    None => format!("{}, not saved", super::rebuild::cells(cells)),
                 };
                 (name, what)
             })

@@ -9,9 +9,12 @@
 //! the write (the store is a convenience; the live session is the truth).
 
 mod schema;
+mod states;
 #[cfg(test)]
 mod tests;
 mod writer;
+
+pub use states::StatesDir;
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -146,6 +149,8 @@ const DROP_WAIT: Duration = Duration::from_secs(5);
 
 pub struct Store {
     path: PathBuf,
+    /// `<store>.states/`, held open (None if it could not be made).
+    states: Option<std::sync::Arc<StatesDir>>,
     tx: Option<SyncSender<Op>>,
     dropped: AtomicU64,
     /// The writer thread, and a channel that disconnects when it ends (a
@@ -187,6 +192,17 @@ impl Store {
         for suffix in ["", "-wal", "-shm"] {
             dir.restrict(&format!("{name}{suffix}"))?;
         }
+        let states_name = format!("{hash:016x}-{}.states", cfg.principal);
+        let states = match StatesDir::open_in(&dir.fd, &dir.real, &states_name) {
+            Ok(s) => Some(std::sync::Arc::new(s)),
+            Err(e) => {
+                tracing::warn!(
+                    "saved states are off: cannot open {}: {e}",
+                    dir.real.join(&states_name).display()
+                );
+                None
+            }
+        };
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let (done_tx, done_rx) = mpsc::channel::<()>();
         let writer = Writer::new(conn, path.clone(), cfg.max_cells_per_session, cfg.max_bytes);
@@ -203,6 +219,7 @@ impl Store {
             .map_err(io("start the writer thread for", &path))?;
         Ok(Opened::Ready(Store {
             path,
+            states,
             tx: Some(tx),
             dropped: AtomicU64::new(0),
             writer: Mutex::new(Some((thread, done_rx))),
@@ -211,6 +228,11 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The directory of this store's saved states, held open.
+    pub fn states(&self) -> Option<std::sync::Arc<StatesDir>> {
+        self.states.clone()
     }
 
     /// Every stored session with its cells, by name. It reads what is

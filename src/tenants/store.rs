@@ -45,7 +45,7 @@ pub fn open(
                 "sessions of {principal} are kept across restarts in {}",
                 store.path().display()
             );
-            durable.states = Some(store.path().with_extension("states"));
+            durable.states = store.states();
             durable.state_cap = cfg.state_max_mb.max(1).saturating_mul(1 << 20);
             durable.store = Some(store);
         }

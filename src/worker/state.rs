@@ -6,7 +6,6 @@
 //! file's bytes. The server never unpickles anything: it copies bytes, at
 //! most its cap, and reads the driver's JSON replies.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -71,16 +70,15 @@ impl Worker {
         Ok((reply, written))
     }
 
-    /// Sends the state in `path` to a fresh interpreter, which loads it:
+    /// Sends the state in `file` to a fresh interpreter, which loads it:
     /// the driver's reply (the variables back, modules of the workspace it
     /// imported again).
     pub async fn load_state(
         &self,
-        path: &Path,
+        mut file: tokio::fs::File,
         packages: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<Value, StateError> {
-        let mut file = tokio::fs::File::open(path).await?;
         let size = file.metadata().await?.len();
         let mut args = Map::new();
         args.insert("bytes".into(), Value::from(size));
