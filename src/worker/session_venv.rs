@@ -82,9 +82,47 @@ impl SessionVenv {
         parts.join(":")
     }
 
+    /// An exclusive flock on `<venv>.lock`, held while the venv is made.
+    async fn lock_across_servers(
+        &self,
+        timeout: Duration,
+    ) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+        let mut name = self.dir.file_name().unwrap_or_default().to_os_string();
+        name.push(".lock");
+        let path = self.dir.with_file_name(name);
+        let shown = path.display().to_string();
+        let locking = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)?;
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+                .map_err(|(_, e)| std::io::Error::from(e))
+        });
+        match tokio::time::timeout(timeout, locking).await {
+            Ok(Ok(Ok(lock))) => Ok(lock),
+            Ok(Ok(Err(e))) => Err(format!("cannot lock {shown}: {e}")),
+            Ok(Err(e)) => Err(format!("cannot lock {shown}: {e}")),
+            Err(_) => Err(format!(
+                "another ferrepl has been making this venv for over {} s ({shown} is locked)",
+                timeout.as_secs()
+            )),
+        }
+    }
+
     /// Makes the venv if it is not made yet, under `spec`'s sandbox.
     pub async fn ensure(&self, spec: &LaunchSpec, timeout: Duration) -> Result<(), String> {
         let _making = self.making.lock().await;
+        if self.is_made() {
+            return Ok(());
+        }
+        // Other servers on the same workspace share the venv: one makes it
+        // while the others wait for it (a flock beside it), then use it.
+        let _across = self.lock_across_servers(timeout).await?;
         if self.is_made() {
             return Ok(());
         }
