@@ -269,9 +269,16 @@ impl TaskStore {
 /// Whether a call may become a task: a tool that runs long, from a request
 /// that declares the extension (per request, or at initialize for a
 /// connection of the old protocol).
+/// Whether this call may become a task: only when the request's own
+/// `_meta` declares the extension, as the extension requires, whatever the
+/// client declared at initialize. A legacy connection's requests carry no
+/// capabilities of their own, so its clients (the Inspector CLI, SDKs in
+/// legacy mode, which declare the extension but cannot follow a task) get
+/// `running` results as before.
 pub(crate) fn wanted(tool: &str, context: &RequestContext<RoleServer>) -> bool {
     TASK_TOOLS.contains(&tool)
         && context
+            .meta
             .client_capabilities()
             .is_some_and(|caps| caps.supports_tasks())
 }
