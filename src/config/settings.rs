@@ -159,6 +159,8 @@ impl Settings {
             warm_pool: usize::from(cfg.warm_pool),
             cell_log_bytes: cfg.output_log_bytes,
             max_cell: optional(cfg.max_cell_seconds, "--max-cell-seconds")?,
+            cells_offline: cfg.network != crate::sandbox::Network::On
+                && cfg.sandbox != crate::sandbox::SandboxMode::Off,
         };
         Ok(Self {
             workdir,

@@ -203,7 +203,7 @@ impl SessionManager {
     /// Leaves a finished cell's result for the next call to collect, and
     /// keeps its log and history.
     fn finish(&self, sess: &Session, st: &mut SessionState, mut run: RunningCell, done: CellDone) {
-        let report = CellReport {
+        let mut report = CellReport {
             status: done.status,
             session: sess.name.clone(),
             language: sess.language,
@@ -217,6 +217,12 @@ impl SessionManager {
             images: run.images.take(),
             notes: done.notes,
         };
+        if !run.replay
+            && let Some(hint) =
+                super::hints::for_cell(&run.code, &report, self.limits.cells_offline)
+        {
+            report.notes.push(hint);
+        }
         self.checkpoint_after(sess, st, run.number, &report);
         if run.replay {
             // For the rebuild's task, never a result of the agent's.

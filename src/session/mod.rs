@@ -12,6 +12,7 @@ mod control;
 mod durable;
 mod export;
 pub mod gate;
+mod hints;
 mod limits;
 mod pool;
 mod rebuild;
@@ -103,6 +104,9 @@ pub struct Limits {
     pub session_ttl: Option<Duration>,
     /// Python workers kept started ahead of need (--warm-pool).
     pub warm_pool: usize,
+    /// Cells reach no network (sandboxed, --network packages or off): a
+    /// cell that fails to reach a host is told why.
+    pub cells_offline: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
