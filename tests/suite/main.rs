@@ -37,6 +37,7 @@ mod escape;
 mod export;
 mod files_and_packages;
 mod http_sessions;
+mod hints;
 mod http_transport;
 mod index_credentials;
 mod install;
