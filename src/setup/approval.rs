@@ -8,7 +8,10 @@
 //!   answer), in `~/.claude/settings.json`, or in the project's
 //!   `.claude/settings.json` / `.claude/settings.local.json` (where newer
 //!   versions record it). A `disabledMcpjsonServers` entry in any of them
-//!   rejects the server.
+//!   rejects the server. None of it counts until the folder is trusted:
+//!   `hasTrustDialogAccepted: true` under `projects[...]` in `~/.claude.json`
+//!   for the folder or a folder above it (Claude asks for the trust first,
+//!   and reads no project file before it).
 //! * Gemini CLI starts no MCP server in a folder it does not trust (nor
 //!   reads its `.gemini/settings.json`): `~/.gemini/trustedFolders.json` (or
 //!   `$GEMINI_CLI_TRUSTED_FOLDERS_PATH`) maps paths to `TRUST_FOLDER`,
@@ -178,6 +181,7 @@ fn claude_project(p: &Platform, dir: &Path) -> Finding {
         (dir.join(".claude/settings.local.json"), false),
     ];
     let (mut approved, mut unreadable) = (false, Vec::new());
+    let mut trusted = false;
     for (path, per_project) in sources {
         let value = match read_json(&path) {
             Ok(Some(v)) => v,
@@ -187,6 +191,9 @@ fn claude_project(p: &Platform, dir: &Path) -> Finding {
                 continue;
             }
         };
+        if per_project {
+            trusted = folder_trusted(&value, dir);
+        }
         let settings = match per_project {
             true => value.get("projects").and_then(|all| all.get(&key)),
             false => Some(&value),
@@ -208,14 +215,39 @@ fn claude_project(p: &Platform, dir: &Path) -> Finding {
         "start claude in {} and approve '{NAME}' when it asks",
         dir.display()
     );
-    if approved {
+    if approved && trusted {
         Finding::ready("approved")
     } else if !unreadable.is_empty() {
         let why = format!("approval unknown: {}", unreadable.join("; "));
         Finding::needs(State::Unknown, why, ask)
+    } else if !trusted {
+        let what = if approved {
+            "approved, but the folder is not trusted yet (Claude asks to trust it first)"
+        } else {
+            "the folder is not trusted and the server not approved yet"
+        };
+        let ask = format!(
+            "start claude in {}, trust the folder and approve '{NAME}' when it asks",
+            dir.display()
+        );
+        Finding::needs(State::Pending, what, ask)
     } else {
         Finding::needs(State::Pending, "not approved yet", ask)
     }
+}
+
+/// Claude Code's trust of folder `dir`: `hasTrustDialogAccepted` for it or
+/// a folder above it in `~/.claude.json`'s projects.
+fn folder_trusted(claude_json: &Value, dir: &Path) -> bool {
+    let Some(projects) = claude_json.get("projects") else {
+        return false;
+    };
+    dir.ancestors().any(|d| {
+        projects
+            .get(d.display().to_string().as_str())
+            .and_then(|p| p.get("hasTrustDialogAccepted"))
+            == Some(&Value::Bool(true))
+    })
 }
 
 /// The trust levels Gemini CLI accepts.

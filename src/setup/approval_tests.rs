@@ -57,6 +57,16 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// Claude was told to trust the project's folder.
+    fn trust_project(&self) {
+        self.home_file(
+            ".claude.json",
+            &claude_json(&self.p(), r#"{"hasTrustDialogAccepted": true}"#),
+        );
+    }
+}
+
 fn claude_json(project: &str, settings: &str) -> String {
     format!(r#"{{"numStartups": 9, "projects": {{"{project}": {settings}}}}}"#)
 }
@@ -94,13 +104,59 @@ fn claude_code_pending_until_approved() {
         m.check(Client::ClaudeCode, Scope::Project).state,
         State::Pending
     );
+    // Approved, but in a folder Claude was never told to trust: Claude
+    // asks for the trust first and reads no project file before it.
     m.home_file(
         ".claude.json",
         &claude_json(&m.p(), r#"{"enabledMcpjsonServers": ["other", "ferrepl"]}"#),
     );
     let f = m.check(Client::ClaudeCode, Scope::Project);
+    assert_eq!(f.state, State::Pending, "{f:?}");
+    assert!(
+        f.what.contains("not trusted") && f.next().contains("trust the folder"),
+        "{f:?}"
+    );
+    m.home_file(
+        ".claude.json",
+        &claude_json(
+            &m.p(),
+            r#"{"hasTrustDialogAccepted": true, "enabledMcpjsonServers": ["other", "ferrepl"]}"#,
+        ),
+    );
+    let f = m.check(Client::ClaudeCode, Scope::Project);
     assert_eq!(f.state, State::Ready, "{f:?}");
     assert!(!f.blocking());
+}
+
+/// The pending state the issue found: approval only in
+/// .claude/settings.local.json, and a folder never trusted.
+#[test]
+fn claude_code_approval_without_folder_trust_is_pending() {
+    let m = Machine::new();
+    m.project_file(
+        ".claude/settings.local.json",
+        r#"{"enabledMcpjsonServers": ["ferrepl"]}"#,
+    );
+    m.home_file(
+        ".claude.json",
+        &claude_json(&m.p(), r#"{"allowedTools": []}"#),
+    );
+    let f = m.check(Client::ClaudeCode, Scope::Project);
+    assert_eq!(f.state, State::Pending, "{f:?}");
+    assert!(
+        f.what.contains("approved, but the folder is not trusted"),
+        "{f:?}"
+    );
+    // Trusting a folder above it trusts it too.
+    let parent = m.project.parent().expect("parent").display().to_string();
+    m.home_file(
+        ".claude.json",
+        &claude_json(&parent, r#"{"hasTrustDialogAccepted": true}"#),
+    );
+    assert_eq!(
+        m.check(Client::ClaudeCode, Scope::Project).state,
+        State::Ready
+    );
 }
 
 #[test]
@@ -116,6 +172,7 @@ fn claude_code_approval_in_settings_files() {
         ),
     ] {
         let m = Machine::new();
+        m.trust_project();
         m.project_file(file, text);
         assert_eq!(
             m.check(Client::ClaudeCode, Scope::Project).state,
@@ -124,6 +181,7 @@ fn claude_code_approval_in_settings_files() {
         );
     }
     let m = Machine::new();
+    m.trust_project();
     m.home_file(
         ".claude/settings.json",
         r#"{"enableAllProjectMcpServers": true}"#,
@@ -174,15 +232,15 @@ fn unreadable_files_are_said_and_do_not_stop_the_rest() {
         f.what.contains(".claude.json") && f.what.contains("not valid JSON"),
         "{f:?}"
     );
-    // An approval in another file still tells.
+    // An approval in another file is read, but the folder's trust lives
+    // in the unreadable file: still unknown, and said so.
     m.project_file(
         ".claude/settings.local.json",
         r#"{"enabledMcpjsonServers": ["ferrepl"]}"#,
     );
-    assert_eq!(
-        m.check(Client::ClaudeCode, Scope::Project).state,
-        State::Ready
-    );
+    let f = m.check(Client::ClaudeCode, Scope::Project);
+    assert_eq!(f.state, State::Unknown, "{f:?}");
+    assert!(f.what.contains("not valid JSON"), "{f:?}");
 
     // Larger than the cap: refused without reading it all.
     let m = Machine::new();

@@ -104,13 +104,13 @@ pub fn apply(target: &Target, entry: Option<&Entry>, dry_run: bool) -> Result<Ch
     let backup = match &text {
         Some(old) => {
             let backup = with_suffix(path, ".ferrepl-backup");
-            std::fs::write(&backup, old)
+            write_new(&backup, old, 0o600, std::fs::metadata(path).ok())
                 .map_err(|e| format!("cannot write the backup {}: {e}", backup.display()))?;
             Some(backup)
         }
         None => None,
     };
-    write_atomically(path, &new_text)?;
+    write_atomically(path, &new_text, private_when_new(target))?;
     Ok(Change {
         outcome,
         backup,
@@ -143,18 +143,48 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+/// A file the client keeps private (Claude Code's `~/.claude.json`, which
+/// holds its conversations' state, mode 0600) is created private.
+fn private_when_new(target: &Target) -> bool {
+    target.client == super::clients::Client::ClaudeCode
+        && target.path.file_name().is_some_and(|n| n == ".claude.json")
+}
+
+/// Writes `text` to `path` (ours: a backup or a temporary file, made
+/// afresh) created with `mode` (less the umask), then given `like`'s mode
+/// (the file it copies or replaces): never more readable than that.
+fn write_new(
+    path: &Path,
+    text: &str,
+    mode: u32,
+    like: Option<std::fs::Metadata>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    if let Some(meta) = like {
+        file.set_permissions(meta.permissions())?;
+    }
+    Ok(())
+}
+
+fn write_atomically(path: &Path, text: &str, private: bool) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(fail)?;
     }
     let tmp = with_suffix(path, ".ferrepl-tmp");
-    let mut file = std::fs::File::create(&tmp).map_err(fail)?;
-    file.write_all(text.as_bytes()).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&tmp, meta.permissions());
-    }
+    let mode = if private { 0o600 } else { 0o666 };
+    write_new(&tmp, text, mode, std::fs::metadata(path).ok()).map_err(fail)?;
     std::fs::rename(&tmp, path).map_err(fail)
 }
 
@@ -404,6 +434,62 @@ mod tests {
         key: "mcpServers",
         typed: false,
     };
+
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn entry() -> Entry {
+        Entry {
+            command: "/bin/ferrepl".into(),
+            args: Vec::new(),
+            tool_timeout_sec: 60,
+        }
+    }
+
+    /// Claude keeps ~/.claude.json 0600: a new one is made 0600, and a
+    /// backup is never more readable than its original.
+    #[test]
+    fn private_files_stay_private_and_so_do_their_backups() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().expect("tempdir");
+        let claude = Target {
+            client: super::super::clients::Client::ClaudeCode,
+            path: home.path().join(".claude.json"),
+            format: JSON,
+        };
+        apply(&claude, Some(&entry()), false).expect("created");
+        assert_eq!(mode(&claude.path), 0o600, "a new ~/.claude.json");
+        apply(&claude, None, false).expect("removed");
+        std::fs::write(&claude.path, "{\"theme\": 1}").expect("write");
+        std::fs::set_permissions(&claude.path, std::fs::Permissions::from_mode(0o600))
+            .expect("chmod");
+        let backup = with_suffix(&claude.path, ".ferrepl-backup");
+        // An old backup left readable must not stay so.
+        std::fs::write(&backup, "old").expect("old backup");
+        std::fs::set_permissions(&backup, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let change = apply(&claude, Some(&entry()), false).expect("updated");
+        assert_eq!(change.backup.as_deref(), Some(backup.as_path()));
+        assert_eq!(mode(&backup), 0o600, "the backup of a 0600 file");
+        assert_eq!(mode(&claude.path), 0o600, "the file keeps its mode");
+        // A project's file keeps the usual mode (umask's).
+        let project = Target {
+            client: super::super::clients::Client::ClaudeCode,
+            path: home.path().join("proj/.mcp.json"),
+            format: JSON,
+        };
+        apply(&project, Some(&entry()), false).expect("created");
+        assert_ne!(
+            mode(&project.path),
+            0o600,
+            "not private: it is the project's"
+        );
+    }
 
     #[test]
     fn only_what_install_writes_counts_as_nothing() {

@@ -322,7 +322,7 @@ async fn client_approval_and_trust_are_read_from_their_files() {
     assert_eq!(status, "warn", "{detail}");
     for said in [
         format!(
-            "claude-code ({w}/.mcp.json): ferrepl is set up but not approved yet: start claude in {w}"
+            "claude-code ({w}/.mcp.json): ferrepl is set up but the folder is not trusted and the server not approved yet: start claude in {w}, trust the folder"
         ),
         format!(
             "gemini ({w}/.gemini/settings.json): ferrepl is set up but the folder is not trusted yet"
@@ -337,7 +337,9 @@ async fn client_approval_and_trust_are_read_from_their_files() {
     // Approved and trusted.
     home(
         ".claude.json",
-        &format!(r#"{{"projects": {{"{w}": {{"enabledMcpjsonServers": ["ferrepl"]}}}}}}"#),
+        &format!(
+            r#"{{"projects": {{"{w}": {{"hasTrustDialogAccepted": true, "enabledMcpjsonServers": ["ferrepl"]}}}}}}"#
+        ),
     );
     home(
         ".gemini/trustedFolders.json",

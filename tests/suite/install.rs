@@ -496,7 +496,9 @@ fn install_says_the_step_left_and_only_when_needed() {
     let next: Vec<&str> = text.lines().filter(|l| l.starts_with("  next: ")).collect();
     assert_eq!(next.len(), 3, "{text}");
     assert!(
-        next[0].contains(&format!("start claude in {proj} and approve 'ferrepl'")),
+        next[0].contains(&format!(
+            "start claude in {proj}, trust the folder and approve 'ferrepl'"
+        )),
         "{text}"
     );
     assert!(
@@ -518,7 +520,7 @@ fn install_says_the_step_left_and_only_when_needed() {
         (
             ".claude.json",
             format!(
-                r#"{{"numStartups": 2, "projects": {{"{proj}": {{"enabledMcpjsonServers": ["ferrepl"]}}}}}}"#
+                r#"{{"numStartups": 2, "projects": {{"{proj}": {{"hasTrustDialogAccepted": true, "enabledMcpjsonServers": ["ferrepl"]}}}}}}"#
             ),
         ),
         (
