@@ -59,10 +59,15 @@ pub fn unknown_tool<'a>(name: &str, exposed: impl Iterator<Item = &'a str>) -> S
         return format!("tool '{shown}' is not enabled: {why}; the operator can enable it");
     }
     let exposed: Vec<&str> = exposed.collect();
+    // Only a close name is offered (a third of its length at most, and
+    // never more than 4 edits): 'nope_tool' is close to nothing.
+    let most = (name.chars().count() / 3).clamp(1, 4);
     let closest = exposed
         .iter()
-        .min_by_key(|t| edit_distance(name, t))
-        .map(|t| format!("; did you mean '{t}'?"))
+        .map(|t| (edit_distance(name, t), t))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, t)| format!("; did you mean '{t}'?"))
         .unwrap_or_default();
     format!(
         "no tool named '{shown}'{closest} This server has {} tools (tools/list names them).",
@@ -158,6 +163,9 @@ mod tests {
             text.contains("'pyhton_exec'") && text.contains("did you mean 'python_exec'"),
             "{text}"
         );
+        // Nothing close: no guess (it proposed r_install for nope_tool).
+        let text = unknown_tool("nope_tool", exposed.into_iter());
+        assert!(!text.contains("did you mean"), "{text}");
         let text = unknown_tool("shell_exec", exposed.into_iter());
         assert!(
             text.contains("group 'shell'") && text.contains("--tools"),

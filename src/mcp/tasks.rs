@@ -3,7 +3,7 @@
 //! `tools/call` answered with `resultType: "task"`), for the calls that run
 //! long: python_exec, r_exec, python_install, r_install and shell_exec.
 //!
-//! A request that declares the extension runs its tool in a task of the
+//! A request that declares the extension in its own `_meta` runs its tool in a task of the
 //! tenant's [`TaskStore`]. The call still waits its own window (`wait_s`, as
 //! any call): work done by then is answered as today, without a task; work
 //! still going is answered with the task's handle instead of `running`. The
@@ -266,10 +266,7 @@ impl TaskStore {
     }
 }
 
-/// Whether a call may become a task: a tool that runs long, from a request
-/// that declares the extension (per request, or at initialize for a
-/// connection of the old protocol).
-/// Whether this call may become a task: only when the request's own
+/// Whether this call may become a task (a tool that runs long): only when the request's own
 /// `_meta` declares the extension, as the extension requires, whatever the
 /// client declared at initialize. A legacy connection's requests carry no
 /// capabilities of their own, so its clients (the Inspector CLI, SDKs in

@@ -16,6 +16,7 @@ import re
 
 import jsonschema
 import pytest
+from mcp.client import advertise
 from mcp.shared.exceptions import MCPError
 
 import conftest
@@ -491,6 +492,38 @@ def test_results_are_text_only_without_structured_content(target_plain, mode, sd
             assert "hi" in text and "42" in text, text
             assert any(line.startswith("-- ok |") for line in text.splitlines()), f"no '-- ok |' footer: {text!r}"
             assert_footer(r, "ok", 1, "default")
+        assert_quiet(sdk_complaints)
+
+    run(go())
+
+
+@pytest.mark.parametrize("mode", ["legacy"])
+def test_a_legacy_client_declaring_tasks_gets_running_not_a_task(target, mode, sdk_complaints):
+    """The SDK in legacy mode, declaring the tasks extension at initialize
+    (its requests carry no capabilities of their own, and it has no client
+    side for tasks): a cell longer than its wait_s is a whole `running`
+    result it validates (content and structured content), never a task
+    (which it failed to validate: `content` required), and python_wait
+    follows the cell to its end."""
+
+    async def go():
+        tasks = [advertise("io.modelcontextprotocol/tasks")]
+        async with conftest.connect(target, mode, extensions=tasks) as client:
+            t = await Tools(client).load()
+            code = "import time\nprint('begun')\ntime.sleep(3)\nprint('over')\n'legacy done'"
+            r = await t.exec(code, wait_s=1)
+            assert not r.is_error, r
+            assert r.content, f"a running result without content: {r!r}"
+            assert r.structured_content["status"] == "running", r.structured_content
+            assert_footer(r, "running", 1, "default")
+            assert "python_wait" in text_of(r), text_of(r)
+            for _ in range(5):
+                r = await t.call("python_wait", {"wait_s": 10})
+                if r.structured_content["status"] != "running":
+                    break
+            assert_ok(r)
+            assert r.structured_content["value"] == "'legacy done'", r.structured_content
+            assert r.structured_content["stdout"].endswith("over\n"), r.structured_content
         assert_quiet(sdk_complaints)
 
     run(go())

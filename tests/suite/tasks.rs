@@ -1,12 +1,17 @@
 //! MCP Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663)
 //! through rmcp's client (the Python SDK 2.3 has no client side for it; the
 //! TypeScript requester, @modelcontextprotocol/ext-tasks, is driven in
-//! tests/interop/ts/tasks.test.mjs): a client that declares
-//! the extension gets a task instead of `running` for python_exec, r_exec,
-//! python_install, r_install and shell_exec; tasks/cancel interrupts; a task
-//! outlives its client and another client of the tenant collects it; a
-//! stateless request (protocol 2026-07-28) declares it per request; every
-//! other client sees today's behaviour.
+//! tests/interop/ts/tasks.test.mjs). A call becomes a task only when the
+//! request's own `_meta` declares the extension, as the extension requires:
+//! clients of protocol 2026-07-28 (rmcp's `server/discover` lifecycle,
+//! `connect_modern_with` / `launch_modern_with`, and raw requests) get a
+//! task instead of `running` for python_exec, r_exec, python_install,
+//! r_install and shell_exec; tasks/cancel interrupts; a task outlives its
+//! client and another client of the tenant collects it; a stateless HTTP
+//! request declares it per request. A legacy client that declared the
+//! extension only at `initialize` (the Inspector CLI, SDKs in legacy mode)
+//! cannot follow a task and gets today's `running` result, as does every
+//! client that never declared it.
 
 use std::time::Duration;
 
@@ -16,13 +21,17 @@ use rmcp::model::{
 };
 use rmcp::{Peer, RoleClient};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::support::{
-    CALL_TIMEOUT, HttpServer, Launch, StdioServer, ToolOutput, call, http_exchange, path_str,
-    real_python3, tool_names,
+    CALL_TIMEOUT, HttpServer, Launch, StderrLog, StdioServer, ToolOutput, call, http_exchange,
+    path_str, real_python3, tail, tool_names,
 };
 
-/// A client that declares the tasks extension at initialize.
+/// A client that declares the tasks extension: at initialize in the legacy
+/// lifecycle, in every request's `_meta` in the 2026-07-28 one
+/// (`connect_modern_with`, `launch_modern_with`).
 fn tasks_client() -> ClientConfig {
     ClientConfig::new(
         ClientCapabilities::builder().enable_tasks().build(),
@@ -132,7 +141,7 @@ const LONG_CELL: &str = "import time\nprint('start')\ntime.sleep(2.5)\nprint('en
 async fn a_long_cell_runs_as_a_task_past_max_wait_and_completes_with_python_execs_result() {
     // --max-wait 1: a call returns within a second; a task has no such bound.
     let server = HttpServer::start(&["--max-wait", "1"], &[]).await;
-    let client = server.connect_with(tasks_client(), None).await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
     let peer = client.peer();
 
     // Work done within the window is answered at once, as today.
@@ -189,7 +198,7 @@ async fn a_long_cell_runs_as_a_task_past_max_wait_and_completes_with_python_exec
 #[tokio::test]
 async fn tasks_cancel_interrupts_the_cell_and_the_session_keeps_its_variables() {
     let server = HttpServer::start(&[], &[]).await;
-    let client = server.connect_with(tasks_client(), None).await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
     let peer = client.peer();
     match call_once(peer, "python_exec", json!({ "code": "kept = 41" })).await {
         Answer::Result(out) => {
@@ -233,7 +242,7 @@ async fn tasks_cancel_interrupts_the_cell_and_the_session_keeps_its_variables() 
 #[tokio::test]
 async fn input_in_a_task_completes_it_with_waiting_input_and_python_wait_answers() {
     let server = HttpServer::start(&[], &[]).await;
-    let client = server.connect_with(tasks_client(), None).await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
     let peer = client.peer();
     let code = "import time\ntime.sleep(1)\nname = input('name? ')\nprint('hello', name)";
     let id = start_task(peer, "python_exec", json!({ "code": code, "wait_s": 0.2 })).await;
@@ -249,7 +258,7 @@ async fn input_in_a_task_completes_it_with_waiting_input_and_python_wait_answers
 #[tokio::test]
 async fn a_task_outlives_its_client_and_another_client_of_the_tenant_collects_it() {
     let server = HttpServer::start(&[], &[]).await;
-    let first = server.connect_with(tasks_client(), None).await;
+    let first = server.connect_modern_with(tasks_client(), None).await;
     let code = "import time\ntime.sleep(2)\nprint('finished without its client')";
     let id = start_task(
         first.peer(),
@@ -259,7 +268,7 @@ async fn a_task_outlives_its_client_and_another_client_of_the_tenant_collects_it
     .await;
     first.cancel().await.expect("the first client disconnects");
 
-    let second = server.connect_with(tasks_client(), None).await;
+    let second = server.connect_modern_with(tasks_client(), None).await;
     let done = settled(second.peer(), &id, Duration::from_secs(30)).await;
     let out = completed(&done);
     out.assert_ok();
@@ -292,7 +301,7 @@ async fn a_shell_job_and_an_install_run_as_tasks_over_stdio() {
         path_str(&python),
     ];
     let launch = Launch::new(&args).without_workdir_flag();
-    let server = StdioServer::launch_with(launch, tasks_client()).await;
+    let server = StdioServer::launch_modern_with(launch, tasks_client()).await;
     let peer = server.client.peer();
 
     let command = "echo begun; sleep 2; echo over";
@@ -364,12 +373,271 @@ async fn a_client_without_tasks_sees_todays_running_and_the_same_tools() {
     let out = call(plain.peer(), "python_wait", json!({ "wait_s": 10 })).await;
     assert_eq!(out.assert_ok().value(), Some("'late'"));
 
+    // Neither declaring the extension at initialize nor in every request
+    // changes the tools.
+    let plain_list = listed(plain.peer()).await;
+    let names = tool_names(plain.peer()).await;
     let with_tasks = server.connect_with(tasks_client(), None).await;
-    assert_eq!(
-        tool_names(plain.peer()).await,
-        tool_names(with_tasks.peer()).await
+    assert_eq!(names, tool_names(with_tasks.peer()).await);
+    assert_eq!(plain_list, listed(with_tasks.peer()).await);
+    let modern = server.connect_modern_with(tasks_client(), None).await;
+    assert_eq!(names, tool_names(modern.peer()).await);
+    assert_eq!(plain_list, listed(modern.peer()).await);
+}
+
+/// A legacy client (the `initialize` handshake) that declared the extension
+/// at initialize, as the Inspector CLI and the SDKs in legacy mode do: its
+/// requests carry no capabilities of their own, so a long cell is answered
+/// with a whole `running` result (content and all), never a task, and
+/// python_wait follows the cell to its end.
+#[tokio::test]
+async fn a_legacy_client_that_declared_tasks_at_initialize_gets_running_never_a_task() {
+    let server = HttpServer::start(&[], &[]).await;
+    let client = server.connect_with(tasks_client(), None).await;
+    let peer = client.peer();
+    let negotiated = peer
+        .peer_info()
+        .expect("the server's initialize result")
+        .protocol_version
+        .clone();
+    assert!(
+        negotiated.has_initialize(),
+        "a legacy client negotiated {negotiated:?}"
     );
-    assert_eq!(listed(plain.peer()).await, listed(with_tasks.peer()).await);
+    let code = "import time\nprint('begun')\ntime.sleep(3)\nprint('over')\n'legacy done'";
+    let out = match call_once(peer, "python_exec", json!({ "code": code, "wait_s": 1 })).await {
+        Answer::Result(out) => out,
+        Answer::Task(id) => panic!("a legacy connection was given task {id}"),
+    };
+    assert_eq!(out.status(), "running", "{out:#?}");
+    assert!(!out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains("python_wait") && out.text.contains("-- running | cell "),
+        "a running result says how to go on: {out:#?}"
+    );
+    let mut done = call(peer, "python_wait", json!({ "wait_s": 10 })).await;
+    for _ in 0..5 {
+        if done.status() != "running" {
+            break;
+        }
+        done = call(peer, "python_wait", json!({ "wait_s": 10 })).await;
+    }
+    assert_eq!(done.assert_ok().value(), Some("'legacy done'"), "{done:#?}");
+    assert!(done.text.contains("over"), "{done:#?}");
+}
+
+/// Upper bound for one read or write on a raw server's pipes.
+const RAW_IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A ferrepl server on stdio spoken to in JSON-RPC lines by hand, as a
+/// client without an SDK would.
+struct RawStdio {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: StderrLog,
+    _workdir: tempfile::TempDir,
+}
+
+impl RawStdio {
+    /// `ferrepl` (full surface: structured results) on stdio; no handshake.
+    fn spawn() -> Self {
+        let spawned = Launch::new(&[]).spawn_stdio();
+        RawStdio {
+            _child: spawned.child,
+            stdin: spawned.stdin.expect("piped stdin"),
+            stdout: BufReader::new(spawned.stdout.expect("piped stdout")),
+            stderr: spawned.stderr,
+            _workdir: spawned.workdir,
+        }
+    }
+
+    fn fail(&self, what: &str) -> ! {
+        panic!(
+            "{what}\nserver stderr (tail):\n{}",
+            tail(&self.stderr.text(), 4000)
+        );
+    }
+
+    async fn send(&mut self, message: Value) {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        let write = async {
+            self.stdin.write_all(&line).await?;
+            self.stdin.flush().await
+        };
+        match tokio::time::timeout(RAW_IO_TIMEOUT, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.fail(&format!("writing to the server failed: {e}")),
+            Err(_) => self.fail("writing to the server did not finish"),
+        }
+    }
+
+    /// The response to `id`, skipping the server's notifications.
+    async fn response(&mut self, id: u64) -> Value {
+        loop {
+            let mut line = String::new();
+            match tokio::time::timeout(RAW_IO_TIMEOUT, self.stdout.read_line(&mut line)).await {
+                Ok(Ok(0)) => self.fail(&format!("stdout closed before the response to {id}")),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => self.fail(&format!("reading the server's stdout failed: {e}")),
+                Err(_) => self.fail(&format!("no response to {id} within {RAW_IO_TIMEOUT:?}")),
+            }
+            let message: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| self.fail(&format!("a stdout line is not JSON ({e}): {line}")));
+            if message.get("method").is_none() && message["id"] == json!(id) {
+                return message;
+            }
+        }
+    }
+
+    /// A request and its response.
+    async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+        self.response(id).await
+    }
+
+    /// The `result` of a request; fails on an error response.
+    async fn result(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let answer = self.request(id, method, params).await;
+        match answer.get("result") {
+            Some(result) => result.clone(),
+            None => self.fail(&format!("{method} failed: {answer}")),
+        }
+    }
+}
+
+/// `_meta` of a 2026-07-28 request from a client that declares the tasks
+/// extension (the shape the stateless HTTP test sends).
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "raw-stdio", "version": "0" },
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": { "io.modelcontextprotocol/tasks": {} }
+        }
+    })
+}
+
+const RAW_LONG_CELL: &str = "import time\nprint('begun')\ntime.sleep(3)\n'raw done'";
+
+/// Without an SDK, over stdio: a legacy `initialize` that declares the tasks
+/// extension gets a whole `running` result for a long cell (content, the
+/// status in structuredContent, no task fields), which python_wait follows
+/// to the end; the same call from a 2026-07-28 client, whose request
+/// declares the extension in its own `_meta`, becomes a task that completes
+/// with the cell's result.
+#[tokio::test]
+async fn raw_json_rpc_over_stdio_a_task_only_when_the_request_declares_the_extension() {
+    let call = json!({
+        "name": "python_exec",
+        "arguments": { "code": RAW_LONG_CELL, "wait_s": 1 }
+    });
+
+    // (a) The legacy era: the extension declared at initialize only.
+    let mut legacy = RawStdio::spawn();
+    let init = legacy
+        .result(
+            1,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": { "extensions": { "io.modelcontextprotocol/tasks": {} } },
+                "clientInfo": { "name": "raw-legacy", "version": "0" }
+            }),
+        )
+        .await;
+    assert!(
+        init["capabilities"]["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_some(),
+        "the server declares the extension: {init}"
+    );
+    legacy
+        .send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await;
+    let running = legacy.result(2, "tools/call", call.clone()).await;
+    assert!(
+        running.get("taskId").is_none() && running["resultType"] != "task",
+        "a legacy connection was given a task: {running}"
+    );
+    let content = running["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content array: {running}"));
+    let text = content
+        .iter()
+        .filter_map(|c| c["text"].as_str())
+        .collect::<String>();
+    assert!(text.contains("-- running | cell 1 |"), "{running}");
+    assert_eq!(
+        running["structuredContent"]["status"], "running",
+        "{running}"
+    );
+    assert_ne!(running["isError"], true, "{running}");
+    let mut done = Value::Null;
+    for id in 3..10 {
+        done = legacy
+            .result(
+                id,
+                "tools/call",
+                json!({ "name": "python_wait", "arguments": { "wait_s": 10 } }),
+            )
+            .await;
+        if done["structuredContent"]["status"] != "running" {
+            break;
+        }
+    }
+    assert_eq!(done["structuredContent"]["status"], "ok", "{done}");
+    assert_eq!(done["structuredContent"]["value"], "'raw done'", "{done}");
+
+    // (b) The 2026-07-28 era: no initialize; every request says who it is
+    // from and what it supports.
+    let mut modern = RawStdio::spawn();
+    let discovered = modern
+        .result(1, "server/discover", json!({ "_meta": modern_meta() }))
+        .await;
+    assert!(
+        discovered["supportedVersions"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("2026-07-28"))),
+        "server/discover over stdio: {discovered}"
+    );
+    let mut params = call.clone();
+    params["_meta"] = modern_meta();
+    let created = modern.result(2, "tools/call", params).await;
+    assert_eq!(created["resultType"], "task", "{created}");
+    assert_eq!(created["status"], "working", "{created}");
+    assert!(created.get("content").is_none(), "{created}");
+    let id = created["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no taskId in {created}"))
+        .to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut request_id = 3;
+    let task = loop {
+        let got = modern
+            .result(
+                request_id,
+                "tasks/get",
+                json!({ "taskId": id, "_meta": modern_meta() }),
+            )
+            .await;
+        request_id += 1;
+        if got["status"] != "working" {
+            break got;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still working: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(
+        task["result"]["structuredContent"]["value"], "'raw done'",
+        "{task}"
+    );
 }
 
 /// tools/list as JSON.
@@ -467,7 +735,7 @@ async fn stateless_requests_run_tasks_bound_to_their_tenant() {
 #[tokio::test]
 async fn an_r_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
     let server = HttpServer::start(&["--languages", "python,r"], &[]).await;
-    let client = server.connect_with(tasks_client(), None).await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
     let peer = client.peer();
     let code = "kept <- 41\nSys.sleep(1.5)\ncat('r done\\n')\nkept + 1";
     let id = start_task(peer, "r_exec", json!({ "code": code, "wait_s": 0.2 })).await;

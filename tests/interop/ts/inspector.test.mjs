@@ -3,8 +3,12 @@
 // ferrepl's tool schemas: exit 0 and no "Warning:"/"Error:" findings, no
 // summary, no JSON error envelope, nothing else on stderr (Ajv's "unknown
 // format ... ignored" included), for the default profile, `--tools all` and
-// `--tools all --structured-content`; and that a tools/call of python_exec
-// through it answers "2" for "1+1".
+// `--tools all --structured-content`; that a tools/call of python_exec
+// through it answers "2" for "1+1"; and that a cell longer than its wait_s
+// comes back as a whole `running` result (content, the status in
+// structuredContent), never a task: the CLI declares the tasks extension at
+// initialize but cannot follow a task (it printed `content: []` and exited
+// when ferrepl sent one).
 
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -82,5 +86,24 @@ describe('MCP Inspector CLI', { concurrency: true }, () => {
         const text = result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
         assert.match(text, /^2$/m);
         assert.match(text, /-- ok \|/);
+    });
+
+    test('tools/call of a 3 s cell with wait_s 1 comes back running, with content', { timeout: 90_000 }, async (t) => {
+        const args = { code: "import time\nprint('begun')\ntime.sleep(3)\n'late'", wait_s: 1 };
+        const run = await inspector(
+            t,
+            ['--method', 'tools/call', '--tool-name', 'python_exec', '--tool-args-json', JSON.stringify(args)],
+            ['--structured-content'],
+        );
+        assertClean(run);
+        const result = JSON.parse(run.stdout);
+        assert.equal(result.taskId, undefined, run.stdout);
+        assert.notEqual(result.resultType, 'task', run.stdout);
+        assert.notEqual(result.isError, true, run.stdout);
+        assert.ok(Array.isArray(result.content) && result.content.length > 0, run.stdout);
+        const text = result.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+        assert.match(text, /python_wait/);
+        assert.match(text, /^-- running \| cell 1 \| session default \|/m);
+        assert.equal(result.structuredContent?.status, 'running', run.stdout);
     });
 });

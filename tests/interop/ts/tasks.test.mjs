@@ -1,22 +1,33 @@
 // MCP Tasks (io.modelcontextprotocol/tasks, SEP-2663) through the official
 // requester, @modelcontextprotocol/ext-tasks (installed with the Inspector),
-// on the TypeScript SDK's v2 client pinned to protocol 2026-07-28 over
-// streamable HTTP. A Tasks server of that protocol needs the host's raw
-// request path (`rawDispatch`: one POST per request, as the stateless
-// protocol has it) beside the SDK client. Proves: a long cell becomes a task
-// that settles with the cell's result; a quick cell is answered at once;
-// cancelling the task interrupts the cell and keeps the session; a shell job
-// runs as a task; a task handed off by one client is resumed and collected
-// by another.
+// on the TypeScript SDK's v2 client. A call becomes a task only when the
+// request's own _meta declares the extension (protocol 2026-07-28).
+//
+// Pinned to 2026-07-28 over streamable HTTP (a Tasks server of that protocol
+// needs the host's raw request path, `rawDispatch`: one POST per request, as
+// the stateless protocol has it, beside the SDK client), it proves: a long
+// cell becomes a task that settles with the cell's result; a quick cell is
+// answered at once; cancelling the task interrupts the cell and keeps the
+// session; a shell job runs as a task; a task handed off by one client is
+// resumed and collected by another.
+//
+// In the legacy era (the `initialize` handshake; the client declares the
+// extension there, but its requests carry no capabilities of their own), a
+// long cell over HTTP and over stdio is answered at once with `running`,
+// which ext-tasks decodes as an immediate result (ext-tasks 0.2.2 threw a
+// ProtocolDecodeError on the task ferrepl used to send), and python_wait
+// follows the cell to its end. A 2026-07-28 client that does not declare
+// the extension gets `running` too.
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, test } from 'node:test';
-import { defer, httpServer, packageDir } from './harness.mjs';
+import { BIN, defer, httpServer, packageDir, serverDirs } from './harness.mjs';
 
 const load = (pkg, file) => import(pathToFileURL(path.join(packageDir(pkg), file)).href);
 const { Client, StreamableHTTPClientTransport } = await load('@modelcontextprotocol/client', 'dist/index.mjs');
+const { StdioClientTransport } = await load('@modelcontextprotocol/client', 'dist/stdio.mjs');
 const { createTaskSessionFromClient, resultFromTaskOutcome } = await load(
     '@modelcontextprotocol/ext-tasks',
     'dist/client/index.js',
@@ -64,6 +75,35 @@ async function tasksSession(t, url) {
         await client.close();
     });
     session.client = client;
+    return session;
+}
+
+/**
+ * An ext-tasks session on a new v2 client in the legacy era (the SDK's
+ * default: `initialize`, no `server/discover`), the extension declared at
+ * initialize; over HTTP to `url`, or over stdio (a server of its own).
+ */
+async function legacySession(t, url) {
+    const client = new Client(INFO, { capabilities: CAPABILITIES });
+    let transport;
+    if (url) {
+        transport = new StreamableHTTPClientTransport(new URL(url));
+    } else {
+        const { args } = serverDirs(t);
+        transport = new StdioClientTransport({ command: BIN, args, stderr: 'pipe' });
+        transport.stderr?.resume(); // drained, so that the server never blocks on it
+    }
+    await client.connect(transport);
+    assert.equal(client.getProtocolEra(), 'legacy');
+    assert.ok(
+        client.getServerCapabilities()?.extensions?.['io.modelcontextprotocol/tasks'],
+        'the server declares the extension',
+    );
+    const session = createTaskSessionFromClient(client, { endpointId: url ?? 'stdio' });
+    defer(t, async () => {
+        await session.close();
+        await client.close();
+    });
     return session;
 }
 
@@ -138,5 +178,44 @@ describe('MCP Tasks through @modelcontextprotocol/ext-tasks', () => {
         const result = resultFromTaskOutcome((await resumed.settle()).outcome);
         assert.equal(status(result), 'ok', text(result));
         assert.match(text(result), /collected elsewhere/);
+    });
+
+    for (const transport of ['http', 'stdio']) {
+        test(`legacy era over ${transport}: the extension declared at initialize gives running, never a task`, async (t) => {
+            const url = transport === 'http' ? (await httpServer(t)).url : undefined;
+            const session = await legacySession(t, url);
+            const code = "import time\nprint('begun')\ntime.sleep(3)\nprint('over')\n'legacy done'";
+            const execution = await session.callTool('python_exec', { code, wait_s: 1 });
+            assert.equal(execution.kind, 'immediate', 'a legacy connection was given a task');
+            const running = resultFromTaskOutcome((await execution.settle()).outcome);
+            assert.ok(Array.isArray(running.content) && running.content.length > 0, JSON.stringify(running));
+            assert.notEqual(running.isError, true, text(running));
+            assert.equal(status(running), 'running', text(running));
+            assert.match(text(running), /python_wait/);
+            let done = await immediate(session, 'python_wait', { wait_s: 10 });
+            for (let i = 0; i < 5 && status(done) === 'running'; i++) {
+                done = await immediate(session, 'python_wait', { wait_s: 10 });
+            }
+            assert.equal(status(done), 'ok', text(done));
+            assert.match(text(done), /^over\n'legacy done'\n-- ok \| cell 1 \|/m);
+        });
+    }
+
+    test('a 2026-07-28 client that does not declare the extension gets running', async (t) => {
+        const { url } = await httpServer(t);
+        const client = new Client(INFO, { versionNegotiation: { mode: { pin: PROTOCOL } } });
+        await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+        defer(t, () => client.close());
+        assert.equal(client.getProtocolEra(), 'modern');
+        const code = "import time\ntime.sleep(3)\n'modern done'";
+        const running = await client.callTool({ name: 'python_exec', arguments: { code, wait_s: 1 } });
+        assert.equal(running.resultType ?? 'complete', 'complete', JSON.stringify(running));
+        assert.equal(status(running), 'running', text(running));
+        let done = await client.callTool({ name: 'python_wait', arguments: { wait_s: 10 } });
+        for (let i = 0; i < 5 && status(done) === 'running'; i++) {
+            done = await client.callTool({ name: 'python_wait', arguments: { wait_s: 10 } });
+        }
+        assert.equal(status(done), 'ok', text(done));
+        assert.match(text(done), /'modern done'/);
     });
 });

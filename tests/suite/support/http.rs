@@ -1,16 +1,18 @@
-//! A server on the streamable HTTP transport, rmcp clients connected to it,
-//! and raw HTTP/1.1 exchanges for what a client library would never send.
+//! A server on the streamable HTTP transport, rmcp clients connected to it
+//! (legacy `initialize`, or with `connect_modern_with` the `server/discover`
+//! lifecycle of protocol 2026-07-28), and raw HTTP/1.1 exchanges for what a
+//! client library would never send.
 
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 
 use super::launch::{Launch, START_TIMEOUT, StderrLog, strip_ansi};
 use super::result::CALL_TIMEOUT;
-use super::stdio::Client;
+use super::stdio::{Client, modern_lifecycle};
 
 /// The port in a log line "`<what>` http://127.0.0.1:PORT/...".
 fn port_logged(line: &str, what: &str) -> Option<u16> {
@@ -102,6 +104,20 @@ impl HttpServer {
         handler: H,
         token: Option<&str>,
     ) -> anyhow::Result<Client<H>> {
+        self.try_connect_lifecycle(path, handler, token, ClientLifecycleMode::Initialize)
+            .await
+    }
+
+    /// Connect an rmcp streamable-HTTP client with `handler` to the MCP
+    /// endpoint at `path` through `lifecycle`, optionally with a bearer
+    /// token.
+    pub async fn try_connect_lifecycle<H: ClientHandler>(
+        &self,
+        path: &str,
+        handler: H,
+        token: Option<&str>,
+        lifecycle: ClientLifecycleMode,
+    ) -> anyhow::Result<Client<H>> {
         let url = format!("http://127.0.0.1:{}{path}", self.port);
         // The client's TLS (shared with the server's upstream client) has no
         // provider of its own.
@@ -111,9 +127,12 @@ impl HttpServer {
             config = config.auth_header(token);
         }
         let transport = StreamableHttpClientTransport::from_config(config);
-        let client = tokio::time::timeout(START_TIMEOUT, handler.serve(transport))
-            .await
-            .map_err(|_| anyhow::anyhow!("MCP initialize over HTTP timed out"))??;
+        let client = tokio::time::timeout(
+            START_TIMEOUT,
+            rmcp::serve_client_with_lifecycle(handler, transport, lifecycle),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("MCP handshake over HTTP timed out"))??;
         Ok(client)
     }
 
@@ -127,6 +146,26 @@ impl HttpServer {
             Ok(client) => client,
             Err(e) => panic!(
                 "MCP initialize over HTTP failed: {e:#}\nserver stderr:\n{}",
+                self.stderr.tail(4000)
+            ),
+        }
+    }
+
+    /// Like `connect_with`, with the lifecycle of protocol 2026-07-28: the
+    /// client finds the server with `server/discover` (no `initialize`) and
+    /// every request carries the client's capabilities in its own `_meta`.
+    pub async fn connect_modern_with<H: ClientHandler>(
+        &self,
+        handler: H,
+        token: Option<&str>,
+    ) -> Client<H> {
+        match self
+            .try_connect_lifecycle("/mcp", handler, token, modern_lifecycle())
+            .await
+        {
+            Ok(client) => client,
+            Err(e) => panic!(
+                "MCP server/discover over HTTP failed: {e:#}\nserver stderr:\n{}",
                 self.stderr.tail(4000)
             ),
         }

@@ -4,9 +4,12 @@
 //! - `launch`: the one spawn path: which binary, tool surface (full or
 //!   plain), flags and environment a server starts with; its stderr log.
 //! - `stdio`: `StdioServer`, a server on stdio with a connected rmcp client
-//!   (handler `()`, or another such as `Recorder`).
-//! - `http`: `HttpServer` on streamable HTTP, rmcp clients for it, and raw
-//!   HTTP/1.1 exchanges (`raw_http`, `raw_post_mcp`).
+//!   (handler `()`, or another such as `Recorder`); the legacy `initialize`
+//!   lifecycle, or with `launch_modern_with` that of protocol 2026-07-28
+//!   (`server/discover`, client capabilities in every request's `_meta`).
+//! - `http`: `HttpServer` on streamable HTTP, rmcp clients for it (legacy,
+//!   or 2026-07-28 with `connect_modern_with`), and raw HTTP/1.1 exchanges
+//!   (`raw_http`, `raw_post_mcp`).
 //! - `result`: tool calls (`call`, `try_call`), `ToolOutput` (the parts of a
 //!   tool result the tests read) and the assertions on results.
 //! - `long_running`: `LongRunningServer` (either transport, progress

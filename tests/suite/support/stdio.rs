@@ -6,14 +6,19 @@
 //! stdout is checked to be a JSON-RPC message before it is handed to the
 //! rmcp client. The client handler is `()` unless a test needs another one
 //! (`Recorder`, which keeps progress notifications).
+//!
+//! The client starts with the legacy `initialize` handshake unless it is
+//! launched with `launch_modern_with`: then it uses `server/discover`
+//! (protocol 2026-07-28) and sends its client info and capabilities in
+//! every request's `_meta`, as that protocol's clients do.
 
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, ProtocolVersion};
 use rmcp::service::RunningService;
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, Peer, RoleClient, ServiceError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Child;
@@ -23,6 +28,15 @@ use super::result::{ToolOutput, call, exec_args, try_call};
 
 /// An rmcp client session; the handler is `()` unless said otherwise.
 pub type Client<H = ()> = RunningService<RoleClient, H>;
+
+/// The client lifecycle of protocol 2026-07-28: `server/discover` instead
+/// of `initialize`, and the client's protocol version, info and
+/// capabilities in every request's `_meta`.
+pub fn modern_lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    }
+}
 
 pub struct StdioServer<H: ClientHandler = ()> {
     pub client: Client<H>,
@@ -70,8 +84,25 @@ impl StdioServer {
 
 impl<H: ClientHandler> StdioServer<H> {
     /// Start `launch` on stdio and do the MCP handshake with a client whose
-    /// handler is `handler`.
+    /// handler is `handler` (the legacy `initialize` lifecycle).
     pub async fn launch_with(launch: Launch, handler: H) -> Self {
+        Self::launch_with_lifecycle(launch, handler, ClientLifecycleMode::Initialize).await
+    }
+
+    /// Like `launch_with`, with the lifecycle of protocol 2026-07-28: the
+    /// client finds the server with `server/discover` (no `initialize`) and
+    /// every request carries the client's capabilities in its own `_meta`.
+    pub async fn launch_modern_with(launch: Launch, handler: H) -> Self {
+        Self::launch_with_lifecycle(launch, handler, modern_lifecycle()).await
+    }
+
+    /// Start `launch` on stdio and connect a client with `handler` through
+    /// `lifecycle`.
+    pub async fn launch_with_lifecycle(
+        launch: Launch,
+        handler: H,
+        lifecycle: ClientLifecycleMode,
+    ) -> Self {
         let spawned = launch.spawn_stdio();
         let stderr = spawned.stderr;
         let child = spawned.child;
@@ -111,17 +142,17 @@ impl<H: ClientHandler> StdioServer<H> {
         let server_stdin = spawned.stdin.expect("piped stdin");
         let client = match tokio::time::timeout(
             START_TIMEOUT,
-            handler.serve((client_read, server_stdin)),
+            rmcp::serve_client_with_lifecycle(handler, (client_read, server_stdin), lifecycle),
         )
         .await
         {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => panic!(
-                "MCP initialize over stdio failed: {e}\nserver stderr:\n{}",
+                "MCP handshake over stdio failed: {e}\nserver stderr:\n{}",
                 stderr.tail(4000)
             ),
             Err(_) => panic!(
-                "MCP initialize over stdio did not finish within {START_TIMEOUT:?}\nserver stderr:\n{}",
+                "MCP handshake over stdio did not finish within {START_TIMEOUT:?}\nserver stderr:\n{}",
                 stderr.tail(4000)
             ),
         };
