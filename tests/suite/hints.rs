@@ -62,3 +62,26 @@ async fn cells_with_the_network_get_no_network_line() {
         "{out:#?}"
     );
 }
+
+/// `help(ferrepl)` fits one screen (pydoc's page was 12,608 characters,
+/// most of it what the exception classes inherit); help on one function is
+/// still pydoc's, and help() of anything else is untouched.
+#[tokio::test]
+async fn help_on_ferrepl_fits_a_screen() {
+    let server = StdioServer::start(&[]).await;
+    let out = server
+        .call(
+            "python_exec",
+            json!({"code": "import ferrepl, io, contextlib\ndef shown(x):\n    b = io.StringIO()\n    with contextlib.redirect_stdout(b):\n        help(x)\n    return b.getvalue()\nwhole = shown(ferrepl)\n(len(whole), 'ferrepl.acall' in whole, 'CallRefused' in whole, 'def' in shown(ferrepl.call) or 'call(server' in shown(ferrepl.call), len(shown(len)) > 50)"}),
+        )
+        .await;
+    out.assert_ok();
+    let value = out.structured["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let parts: Vec<&str> = value.trim_matches(['(', ')']).split(", ").collect();
+    let size: usize = parts[0].parse().unwrap_or(usize::MAX);
+    assert!(size <= 2000, "help(ferrepl) is {size} characters: {out:#?}");
+    assert_eq!(parts[1..], ["True", "True", "True", "True"], "{out:#?}");
+}

@@ -117,6 +117,7 @@ def main(ctl):
     install_display()
     # `import ferrepl`: sys.modules wins over a workspace file of that name.
     sys.modules["ferrepl"] = tools.module()
+    tools.install_help(sys.modules["ferrepl"])
     signal.signal(signal.SIGINT, _on_sigint)
     _cells["reader"] = CellRequests(sock, drain(reader, sock))
     _serve(side, b"")

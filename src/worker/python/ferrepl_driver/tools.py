@@ -626,6 +626,44 @@ __all__ = [
 ]
 
 
+def _short_help(mod):
+    """help(ferrepl) in one screen: pydoc's page is 12,000 characters, most
+    of it what the exception classes inherit."""
+    return "\n".join(
+        [
+            "Help on module ferrepl:",
+            "",
+            (mod.__doc__ or "").rstrip(),
+            "",
+            "help(ferrepl.call), help(ferrepl.CallRefused), help(ferrepl.tool(server, tool))"
+            " and the like show one in full.",
+        ]
+    )
+
+
+class _Help:
+    """builtins.help, but help(ferrepl) is one screen."""
+
+    def __init__(self, inner, mod):
+        self._inner = inner
+        self._mod = mod
+
+    def __repr__(self):
+        return repr(self._inner)
+
+    def __call__(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and (args[0] is self._mod or args[0] == "ferrepl"):
+            print(_short_help(self._mod))
+            return None
+        return self._inner(*args, **kwargs)
+
+
+def install_help(mod):
+    import builtins
+
+    builtins.help = _Help(builtins.help, mod)
+
+
 def module():
     """The `ferrepl` module: the API above and nothing else."""
     import importlib.machinery
