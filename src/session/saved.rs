@@ -261,8 +261,9 @@ impl SessionManager {
             Ok(r) => r,
             Err(e) => {
                 // Whatever it loaded is not the session's: a fresh one next.
-                let mut st = sess.lock();
-                if let Some(w) = st.worker.take() {
+                // (The lock is let go before the message takes it again.)
+                let old = sess.lock().worker.take();
+                if let Some(w) = old {
                     w.kill();
                 }
                 return Err(dormant_error(Some(format!(

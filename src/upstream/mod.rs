@@ -475,14 +475,31 @@ impl TenantUpstreams {
             )));
         }
         let timeout = conn.spec.timeout.unwrap_or(self.shared.limits.call_timeout);
-        match conn.call(tool, arguments, timeout, progress).await {
+        let outcome = match conn.call(tool, arguments, timeout, progress).await {
             Ok(result) => {
                 match result::for_driver(&result, self.shared.limits.max_result_bytes, redactor) {
-                    Ok(v) => CallOutcome::Ok(v),
+                    Ok(v) => return CallOutcome::Ok(v),
                     Err(message) => CallOutcome::ToolError(message),
                 }
             }
             Err(f) => CallOutcome::Failure(f),
+        };
+        // A tool the server does not list failed (as a protocol error,
+        // -32602, or a tool error, as servers differ): a refusal, as
+        // documented (CallRefused), with the tools there are.
+        match conn.tools().await {
+            Ok(tools) if !tools.iter().any(|t| t.name == tool) => {
+                let listed: Vec<String> = tools
+                    .iter()
+                    .filter(|t| conn.spec.allows(&t.name))
+                    .map(|t| t.name.to_string())
+                    .collect();
+                CallOutcome::Failure(Failure::Refused(format!(
+                    "MCP server '{server}' has no tool '{tool}'; its tools: {} (ferrepl.tools('{server}') describes them)",
+                    listed.join(", ")
+                )))
+            }
+            _ => outcome,
         }
     }
 

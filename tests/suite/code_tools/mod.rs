@@ -849,3 +849,25 @@ async fn the_next_call_after_a_crash_starts_the_upstream_again() {
 // HTTP and https upstreams; reloads and rebuilds.
 mod lifecycle;
 mod transports;
+
+/// A tool the server does not have is a `CallRefused` naming the tools
+/// there are, as docs/tools.md says, not an `UpstreamError` quoting the
+/// protocol's -32602.
+#[tokio::test]
+async fn an_unknown_upstream_tool_is_refused_with_the_tools_there_are() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "own": up.own() }));
+    let server = start(&file, &[]).await;
+    let out = run(
+        &server,
+        "try:\n    ferrepl.call('own', 'no_such_tool')\nexcept ferrepl.CallRefused as e:\n    print('refused:', e)\nexcept ferrepl.Error as e:\n    print('other:', type(e).__name__, e)",
+    )
+    .await;
+    out.assert_ok();
+    assert!(
+        out.text
+            .contains("refused: MCP server 'own' has no tool 'no_such_tool'")
+            && out.text.contains("echo"),
+        "{out:#?}"
+    );
+}

@@ -17,6 +17,7 @@ bytes that follow the request. The bytes: one JSON line (format, Python
 version, pickle and buffer sizes), the pickle, the buffers in order.
 """
 
+import io
 import json
 import os
 import pickle
@@ -31,6 +32,13 @@ FORMAT = 1
 # Names of __main__ that belong to the interpreter, not to the agent.
 _OWN = {"__name__", "__builtins__", "__doc__", "__spec__", "__loader__", "__package__"}
 _VERSION = "%d.%d.%d" % sys.version_info[:3]
+# The functions of cells read and write `__main__`'s globals: saved as this
+# name, and loaded as the live namespace (not a copy), so a resumed function
+# sees later assignments as before.
+_MAIN = "ferrepl:__main__"
+# Modules the interpreter had before any cell (site, .pth files): their
+# packages say nothing about the session's state.
+_AT_START = set(sys.modules)
 
 
 def _saved_name(name):
@@ -48,6 +56,29 @@ class _Null:
         return len(data)
 
 
+def _saver(cloudpickle, file, buffer_callback):
+    """cloudpickle's pickler, with the globals of `__main__`'s functions
+    saved by name (cloudpickle would save a copy of the names they use)."""
+    marker = {"__name__": "__main__"}
+
+    class Saver(cloudpickle.CloudPickler):
+        def persistent_id(self, obj):
+            return _MAIN if obj is marker else None
+
+    saver = Saver(file, protocol=5, buffer_callback=buffer_callback)
+    # cloudpickle takes a function's future globals from this map, by the
+    # id of the globals it has now.
+    saver.globals_ref[id(namespace)] = marker
+    return saver
+
+
+class _Loader(pickle.Unpickler):
+    def persistent_load(self, pid):
+        if pid == _MAIN:
+            return namespace
+        raise pickle.UnpicklingError("unknown persistent id %r" % (pid,))
+
+
 def _why(exc):
     text = "%s: %s" % (type(exc).__name__, exc)
     return text if len(text) <= 200 else text[:197] + "..."
@@ -58,7 +89,7 @@ def _culprits(cloudpickle, values):
     bad = {}
     for name, value in values.items():
         try:
-            cloudpickle.CloudPickler(_Null(), protocol=5, buffer_callback=lambda b: None).dump(value)
+            _saver(cloudpickle, _Null(), lambda b: None).dump(value)
         except Exception as exc:  # noqa: BLE001 - any failure leaves it out
             bad[name] = _why(exc)
     return bad
@@ -73,7 +104,7 @@ def _distributions():
     except Exception:  # noqa: BLE001 - Python < 3.10, or broken metadata
         return {}
     stdlib = set(getattr(sys, "stdlib_module_names", ()))
-    tops = {name.split(".")[0] for name in list(sys.modules)} - stdlib
+    tops = {name.split(".")[0] for name in set(sys.modules) - _AT_START} - stdlib
     out = {}
     for top in sorted(tops):
         for dist in mapping.get(top, ()):
@@ -93,7 +124,9 @@ def save(msg):
     while True:
         buffers = []
         try:
-            data = cloudpickle.dumps(values, protocol=5, buffer_callback=buffers.append)
+            out = io.BytesIO()
+            _saver(cloudpickle, out, buffers.append).dump(values)
+            data = out.getbuffer()
             break
         except Exception as exc:  # noqa: BLE001 - found out variable by variable
             bad = _culprits(cloudpickle, values)
@@ -207,7 +240,7 @@ def load(msg, requests):
     before = set(sys.modules)
     _cloudpickle()
     try:
-        values = pickle.loads(pickled, buffers=buffers)
+        values = _Loader(io.BytesIO(pickled), buffers=buffers).load()
     except Exception as exc:  # noqa: BLE001 - the session stays fresh
         return {"ok": False, "message": "the saved state could not be loaded: %s" % _why(exc)}
     if not isinstance(values, dict):
