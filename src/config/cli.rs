@@ -34,8 +34,8 @@ pub struct Config {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8000) at path /mcp instead of stdio.
-    #[arg(long, env = "FERREPL_HTTP", value_name = "ADDR")]
+    /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8000; a port alone means 127.0.0.1) at path /mcp instead of stdio.
+    #[arg(long, env = "FERREPL_HTTP", value_name = "ADDR", value_parser = listen_addr)]
     pub http: Option<SocketAddr>,
 
     /// Require "Authorization: Bearer TOKEN" on every HTTP request. Required when --http binds a
@@ -793,4 +793,35 @@ pub use crate::sandbox::Network;
 pub enum DefaultSession {
     Shared,
     PerClient,
+}
+
+/// HOST:PORT, or a port alone for 127.0.0.1 (`--http 8000`): the error
+/// names both forms.
+fn listen_addr(value: &str) -> Result<SocketAddr, String> {
+    let value = value.trim();
+    if let Ok(port) = value.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    value.parse().map_err(|_| {
+        format!("'{value}' is not an address to listen on: give HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000) or a port alone (8000, for 127.0.0.1)")
+    })
+}
+
+#[cfg(test)]
+mod listen_addr_tests {
+    use super::listen_addr;
+
+    #[test]
+    fn a_port_alone_is_localhost() {
+        assert_eq!(
+            listen_addr("8000").map(|a| a.to_string()),
+            Ok("127.0.0.1:8000".into())
+        );
+        assert_eq!(
+            listen_addr("0.0.0.0:9").map(|a| a.to_string()),
+            Ok("0.0.0.0:9".into())
+        );
+        let e = listen_addr("localhost:x").expect_err("refused");
+        assert!(e.contains("HOST:PORT") && e.contains("a port alone"), "{e}");
+    }
 }

@@ -385,7 +385,7 @@ impl Forward<'_, '_> {
             .body(Empty::new())
             .map_err(|e| (StatusCode::BAD_REQUEST, format!("ferrepl: {e}")))?;
         let wait = self.cfg.idle_timeout;
-        let response = match timeout(wait, self.send_on(out)).await {
+        let response = match timeout(wait, self.send_on(out, true)).await {
             Err(_) => {
                 return Err((
                     StatusCode::GATEWAY_TIMEOUT,
@@ -421,7 +421,14 @@ impl Forward<'_, '_> {
 
     /// Sends `req` on the connection to the real host, connecting again
     /// when the host closed the last one (keep-alive ends).
-    async fn send_on(&self, req: Request<Empty<Bytes>>) -> anyhow::Result<Response<Incoming>> {
+    /// A GET or HEAD on a kept connection that the host closed just as it
+    /// went out (before its answer) is sent again, once, on a new one:
+    /// both are safe to repeat.
+    async fn send_on(
+        &self,
+        req: Request<Empty<Bytes>>,
+        may_retry: bool,
+    ) -> anyhow::Result<Response<Incoming>> {
         let mut origin = self.origin.lock().await;
         let usable = match origin.as_mut() {
             Some(o) => !o.sender.is_closed() && o.sender.ready().await.is_ok(),
@@ -436,8 +443,28 @@ impl Forward<'_, '_> {
             anyhow::bail!("no connection");
         };
         o.sender.ready().await?;
-        Ok(o.sender.send_request(req).await?)
+        let again = (may_retry && usable).then(|| copy_request(&req));
+        match o.sender.send_request(req).await {
+            Ok(r) => Ok(r),
+            Err(e) => match again {
+                Some(copy) if e.is_canceled() || e.is_closed() || e.is_incomplete_message() => {
+                    *origin = None;
+                    drop(origin);
+                    Box::pin(self.send_on(copy, false)).await
+                }
+                _ => Err(e.into()),
+            },
+        }
     }
+}
+
+/// The same bodiless request again.
+fn copy_request(req: &Request<Empty<Bytes>>) -> Request<Empty<Bytes>> {
+    let mut copy = Request::new(Empty::new());
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 fn answer(status: StatusCode, why: String) -> Response<Body> {

@@ -9,16 +9,21 @@
 //! into, the venv's own pip), so the job must never hold the credentials:
 //! it gets the index URL without userinfo and a CA bundle of ferrepl's own;
 //! ferrepl's egress proxy ends the job's TLS to the index with a
-//! certificate of that CA and re-originates GET and HEAD with
-//! `Authorization: Basic ...`, answering anything else 405 itself.
+//! certificate of that CA and re-originates GET and HEAD, with
+//! `Authorization: Basic ...` under the index's root only, answering
+//! anything else 405 itself.
 //!
 //! The index (`TestIndex`): a throwaway CA and a certificate for
 //! `localhost` (DNS:localhost, IP:127.0.0.1) made with the `openssl` CLI,
 //! and a PEP 503 simple index in Python (`http.server` + `ssl`, port 0)
 //! listing one locally built wheel, which demands the credentials on every
 //! request (401 with `WWW-Authenticate` otherwise) and logs each request as
-//! `METHOD path auth=ok|missing|bad`. It is on loopback, so the servers run
-//! with `--egress-allow-private`. Needs `openssl` and `python3` on the host.
+//! `METHOD path auth=ok|missing|bad`, and the names of its headers. It
+//! serves the index at `/simple/` and at `/team/simple/` (root `/team/`),
+//! beside an npm login outside both roots that hands the credentials back,
+//! sets session cookies, and can close its connections after every answer
+//! (see `INDEX_PY`). It is on loopback, so the servers run with
+//! `--egress-allow-private`. Needs `openssl` and `python3` on the host.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -79,13 +84,29 @@ fn assert_no_secret(text: &str, what: &str) {
 /// The index: a PEP 503 simple index over HTTPS for one wheel, every
 /// request demanding `Authorization: Basic base64(user:password)`, each
 /// request logged as `METHOD path auth=ok|missing|bad` (a failed TLS
-/// handshake as `TLS-FAIL ...`). Prints its port, then serves until its
-/// stdin closes (the test process gone) or it is killed.
+/// handshake as `TLS-FAIL ...`), and the names of the headers it came with
+/// in a second log, `METHOD path name,name,...`. Prints its port, then
+/// serves until its stdin closes (the test process gone) or it is killed.
+///
+/// It serves two layouts at once: the index at `/simple/` (files at
+/// `/files/`) and at `/team/simple/` (files at `/team/files/`), whose root
+/// is `/team/`. Outside both, at the host's root, it has what a real
+/// repository manager has beside its PyPI index: an npm login
+/// (Artifactory's `/artifactory/api/npm/auth`), which hands the
+/// credentials back (`_auth = base64(user:password)`) and a session cookie
+/// to whoever sends them. Its project pages set a session cookie too. It
+/// resolves dot segments and percent-escapes in paths before routing, as
+/// servers in front of such managers do. With `close` as its last argument
+/// every answer says `Connection: close` and the connection is closed;
+/// with `drop`, the connection is closed after every answer unannounced.
 const INDEX_PY: &str = r##"
-import base64, hashlib, os, ssl, sys, threading
+import base64, hashlib, os, posixpath, ssl, sys, threading, urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-cert, key, wheel, log_path, user, password = sys.argv[1:7]
+cert, key, wheel, log_path, user, password, headers_log, mode = sys.argv[1:9]
+close = mode == "close"
+drop = mode == "drop"
+npm_auth = "_auth = " + base64.b64encode(f"{user}:{password}".encode()).decode() + "\nalways-auth = true\n"
 name = os.path.basename(wheel)
 project = name.split("-")[0]
 with open(wheel, "rb") as f:
@@ -96,8 +117,8 @@ lock = threading.Lock()
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
 
-def log(line):
-    with lock, open(log_path, "a") as f:
+def log(line, path=log_path):
+    with lock, open(path, "a") as f:
         f.write(line + "\n")
 
 class Handler(BaseHTTPRequestHandler):
@@ -126,7 +147,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for k, v in extra:
             self.send_header(k, v)
+        if close:
+            # send_header sees it: the server closes after this answer.
+            self.send_header("Connection", "close")
         self.end_headers()
+        if drop:
+            # Closed after this answer without a word (an idle timeout).
+            self.close_connection = True
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -137,6 +164,8 @@ class Handler(BaseHTTPRequestHandler):
         got = self.headers.get("Authorization")
         auth = "missing" if got is None else ("ok" if got == expected else "bad")
         log(f"{self.command} {self.path} auth={auth}")
+        names = ",".join(sorted({k.lower() for k in self.headers.keys()}))
+        log(f"{self.command} {self.path} {names}", headers_log)
         if auth != "ok":
             return self.reply(401, b"credentials required\n",
                               extra=[("WWW-Authenticate", 'Basic realm="test index"')])
@@ -145,15 +174,23 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(201, b"stored\n")
         if self.command not in ("GET", "HEAD"):
             return self.reply(405, b"method not allowed\n")
-        path = self.path.split("?")[0]
-        if path in ("/simple", "/simple/"):
-            body = f'<html><body><a href="/simple/{project}/">{project}</a></body></html>\n'
+        # Routed as servers that normalize paths route: escapes decoded,
+        # dot segments resolved.
+        path = posixpath.normpath(urllib.parse.unquote(self.path.split("?")[0])).rstrip("/")
+        if path == "/artifactory/api/npm/auth":
+            return self.reply(200, npm_auth.encode(),
+                              extra=[("Set-Cookie", "SESSION=for-alice; Path=/; HttpOnly")])
+        prefix = "/team" if path == "/team" or path.startswith("/team/") else ""
+        rest = path[len(prefix):]
+        if rest == "/simple":
+            body = f'<html><body><a href="{prefix}/simple/{project}/">{project}</a></body></html>\n'
             return self.reply(200, body.encode(), "text/html")
-        if path in (f"/simple/{project}", f"/simple/{project}/"):
-            body = (f'<html><body><a href="/files/{name}#sha256={digest}">{name}</a>'
+        if rest == f"/simple/{project}":
+            body = (f'<html><body><a href="{prefix}/files/{name}#sha256={digest}">{name}</a>'
                     "</body></html>\n")
-            return self.reply(200, body.encode(), "text/html")
-        if path == f"/files/{name}":
+            return self.reply(200, body.encode(), "text/html",
+                              extra=[("Set-Cookie", "INDEXSESSION=page-for-alice; Path=/")])
+        if rest == f"/files/{name}":
             return self.reply(200, data, "application/octet-stream")
         return self.reply(404, b"not found\n")
 
@@ -217,6 +254,8 @@ struct TestIndex {
     /// The CA that signed the index's certificate (the operator's PIP_CERT).
     ca: PathBuf,
     log: PathBuf,
+    /// `METHOD path header-names` of each request.
+    headers_log: PathBuf,
     // Held so that the index's stdin stays open while the test runs.
     _stdin: tokio::process::ChildStdin,
     _stdout: BufReader<tokio::process::ChildStdout>,
@@ -236,10 +275,26 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// How the index ends its answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Connections {
+    /// HTTP/1.1 keep-alive, as indexes do.
+    KeepAlive,
+    /// `Connection: close` on every answer, and the connection closed.
+    Close,
+    /// The connection closed after every answer, nothing said (as an
+    /// index's idle timeout does between an installer's requests).
+    Drop,
+}
+
 impl TestIndex {
     /// A CA, a `localhost` certificate it signed, the wheel, and the index
     /// listening on a port of its choosing.
     async fn start() -> TestIndex {
+        TestIndex::start_with(Connections::KeepAlive).await
+    }
+
+    async fn start_with(connections: Connections) -> TestIndex {
         let dir = tempfile::tempdir().expect("a directory for the index");
         let d = dir.path();
         let ec = [
@@ -312,6 +367,7 @@ impl TestIndex {
         let script = d.join("index.py");
         std::fs::write(&script, INDEX_PY).expect("write the index script");
         let log = d.join("requests.log");
+        let headers_log = d.join("headers.log");
         let stderr = std::fs::File::create(d.join("index.stderr")).expect("index stderr");
 
         let mut child = tokio::process::Command::new("python3")
@@ -323,6 +379,12 @@ impl TestIndex {
                 log.clone(),
             ])
             .args([USER, TOKEN])
+            .arg(&headers_log)
+            .arg(match connections {
+                Connections::KeepAlive => "keep-alive",
+                Connections::Close => "close",
+                Connections::Drop => "drop",
+            })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -351,6 +413,7 @@ impl TestIndex {
             dir,
             port,
             log,
+            headers_log,
             _stdin: stdin,
             _stdout: stdout,
         }
@@ -364,6 +427,26 @@ impl TestIndex {
     /// The operator's PIP_INDEX_URL: with the credentials.
     fn url_with_credentials(&self) -> String {
         format!("https://{USER}:{TOKEN}@localhost:{}/simple", self.port)
+    }
+
+    /// The index of the `/team/` layout (its root `/team/`), with the
+    /// credentials.
+    fn team_url_with_credentials(&self) -> String {
+        format!("https://{USER}:{TOKEN}@localhost:{}/team/simple", self.port)
+    }
+
+    /// `https://localhost:PORT`, no path.
+    fn origin(&self) -> String {
+        format!("https://localhost:{}", self.port)
+    }
+
+    /// Every line of the header log so far (`METHOD path names`).
+    fn header_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.headers_log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// The project's page.
@@ -445,7 +528,15 @@ fn request_lines(lines: &[String]) -> Vec<&String> {
 /// `--egress-allow-private` (the index is on loopback), and the operator's
 /// credentialed index and its CA in its environment.
 async fn start_server(index: &TestIndex) -> StdioServer {
+    start_server_with(index, &[("PIP_INDEX_URL", &index.url_with_credentials())]).await
+}
+
+/// `start_server` with the index (and its credentials) named by `envs`
+/// instead (PIP_CERT is still the index's CA).
+async fn start_server_with(index: &TestIndex, envs: &[(&str, &str)]) -> StdioServer {
     let python = system_python();
+    let mut all = envs.to_vec();
+    all.push(("PIP_CERT", path_str(&index.ca)));
     StdioServer::start_with_env(
         &[
             "--python",
@@ -454,12 +545,39 @@ async fn start_server(index: &TestIndex) -> StdioServer {
             ".venv",
             "--egress-allow-private",
         ],
-        &[
-            ("PIP_INDEX_URL", &index.url_with_credentials()),
-            ("PIP_CERT", path_str(&index.ca)),
-        ],
+        &all,
     )
     .await
+}
+
+/// Plants `payload` (its `__DUMP__` replaced by the path of `dump`, a file
+/// in the workspace) in the site-packages of the venv the default session
+/// runs (the kept venv installs go to), imported by a `.pth` there, so
+/// every interpreter of the next install job runs it at start. The dump's
+/// path, as the sandbox sees it.
+async fn plant(server: &StdioServer, payload: &str, dump: &str) -> String {
+    let plant = server
+        .exec(&format!(
+            "import os, sysconfig, json\n\
+             site = sysconfig.get_paths()['purelib']\n\
+             dump = os.path.join(os.getcwd(), {})\n\
+             payload = {}.replace('__DUMP__', repr(dump))\n\
+             with open(os.path.join(site, '_credprobe_payload.py'), 'w') as f:\n    f.write(payload)\n\
+             with open(os.path.join(site, '00_credprobe.pth'), 'w') as f:\n    f.write('import _credprobe_payload\\n')\n\
+             print(json.dumps([site, dump]))",
+            py(dump),
+            py(payload)
+        ))
+        .await;
+    plant.assert_ok();
+    let planted: Vec<String> = serde_json::from_str(plant.str_field("stdout").trim())
+        .unwrap_or_else(|e| panic!("the planting cell's answer ({e}): {plant:#?}"));
+    assert!(
+        !planted[0].starts_with(path_str(server.workdir.path())),
+        "the session runs the kept venv, not the workspace's .venv: {}",
+        planted[0]
+    );
+    planted[1].clone()
 }
 
 /// The python_install result, and the job's final result: collected with
@@ -814,26 +932,7 @@ async fn agent_code_in_the_install_job_finds_no_credentials_and_cannot_write_to_
 
     // Plant the payload where the install job's interpreter reads it.
     let payload = PAYLOAD_PY.replace("__TARGET__", &py(index.project_url()));
-    let plant = server
-        .exec(&format!(
-            "import os, sysconfig, json\n\
-             site = sysconfig.get_paths()['purelib']\n\
-             dump = os.path.join(os.getcwd(), 'cred-dump.jsonl')\n\
-             payload = {}.replace('__DUMP__', repr(dump))\n\
-             with open(os.path.join(site, '_credprobe_payload.py'), 'w') as f:\n    f.write(payload)\n\
-             with open(os.path.join(site, '00_credprobe.pth'), 'w') as f:\n    f.write('import _credprobe_payload\\n')\n\
-             print(json.dumps([site, dump]))",
-            py(&payload)
-        ))
-        .await;
-    plant.assert_ok();
-    let planted: Vec<String> = serde_json::from_str(plant.str_field("stdout").trim())
-        .unwrap_or_else(|e| panic!("the planting cell's answer ({e}): {plant:#?}"));
-    let (site, dump_in_sandbox) = (&planted[0], &planted[1]);
-    assert!(
-        !site.starts_with(path_str(server.workdir.path())),
-        "the session runs the kept venv, not the workspace's .venv: {site}"
-    );
+    let dump_in_sandbox = plant(&server, &payload, "cred-dump.jsonl").await;
 
     let (first, last) = install(&server, &[PKG]).await;
 
@@ -846,7 +945,7 @@ async fn agent_code_in_the_install_job_finds_no_credentials_and_cannot_write_to_
             "import hashlib, os\n\
              p = {}\n\
              hashlib.sha256(open(p, 'rb').read()).hexdigest() if os.path.exists(p) else 'absent'",
-            py(dump_in_sandbox)
+            py(&dump_in_sandbox)
         ))
         .await;
     seen.assert_ok();
@@ -1015,4 +1114,468 @@ async fn a_credentialed_index_over_http_or_with_network_on_is_refused_at_start()
         assert!(!status.is_error, "{args:?} {url}: {status:#?}");
         server.assert_alive();
     }
+}
+
+/// Attacks the parsing of credentials that do not parse: a raw `#` in a
+/// password (`https://alice:S3cr#tT0ken@host/simple`) ends the authority
+/// for a URL parser (the rest is a fragment), so no credentials were found
+/// and the URL went to the install job as written, password and all, in
+/// pip's argv and in what pip printed. ferrepl must refuse to start, say
+/// how to write it (percent-encoded), and not echo the password pieces;
+/// the same for uv's named form and an extra index.
+#[tokio::test]
+async fn credentials_that_cannot_be_taken_out_of_the_url_are_refused_at_start() {
+    // Nothing listens at port 9: a start must not need the index.
+    let raw = format!("https://{USER}:S3cr#tT0ken@localhost:9/simple");
+    let named = format!("internal={raw}");
+    for (var, value) in [
+        ("PIP_INDEX_URL", raw.as_str()),
+        ("PIP_EXTRA_INDEX_URL", raw.as_str()),
+        ("UV_INDEX", named.as_str()),
+    ] {
+        let stderr = refused(&[], &[(var, value)]).await;
+        assert!(
+            stderr.to_lowercase().contains("percent-encod"),
+            "{var}: the refusal says to percent-encode the credentials:\n{stderr}"
+        );
+        for piece in ["S3cr#tT0ken", "S3cr", "tT0ken", "//alice"] {
+            assert!(
+                !stderr.contains(piece),
+                "{var}: the refusal echoes {piece:?} of the credentials:\n{stderr}"
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------ D
+
+/// What the agent reads of a finished install from the credentialed index
+/// (the call's result, the job's final result, its full output, the
+/// status) and ferrepl's log: none holds the token, its base64 or the
+/// index URL with its userinfo; pip says it looks in `index_url`. Also the
+/// import of the package.
+async fn assert_clean_install(
+    server: &StdioServer,
+    index: &TestIndex,
+    index_url: &str,
+    first: &ToolOutput,
+    last: &ToolOutput,
+) {
+    let job = first.str_field("job").to_string();
+    let output = server.call("python_output", json!({ "job": job })).await;
+    assert!(!output.is_error, "python_output of the job: {output:#?}");
+    let status = server
+        .call("python_sessions", json!({ "action": "status" }))
+        .await;
+    assert!(!status.is_error, "{status:#?}");
+    for (out, what) in [
+        (first, "the python_install result"),
+        (last, "the install job's final result"),
+        (&output, "the install job's full output"),
+        (&status, "python_sessions status"),
+    ] {
+        let text = whole(out);
+        assert_no_secret(&text, what);
+        assert!(
+            !text.contains(&format!("//{USER}")),
+            "{what} shows the index URL with its userinfo: {out:#?}"
+        );
+    }
+    assert_no_secret(&server.stderr_log(), "ferrepl's stderr log");
+    if output.text.contains("Looking in indexes:") {
+        assert!(
+            output.text.contains(index_url),
+            "pip looks in {index_url} (no userinfo, no name): {output:#?}"
+        );
+    }
+    assert_installed(last, server, index);
+    let imported = imported_value(server, first.structured["status"] != "running").await;
+    imported.assert_ok();
+    assert_eq!(
+        imported.value(),
+        Some(PKG_VALUE.to_string().as_str()),
+        "{imported:#?}"
+    );
+}
+
+/// The install through an index named the uv way in `var`
+/// (`internal=https://alice:TOKEN@localhost:PORT/simple`), no
+/// PIP_INDEX_URL: works, with the credentials ferrepl added, and the token
+/// stays out of every result.
+async fn install_through_a_uv_named_index(var: &str) {
+    let index = TestIndex::start().await;
+    let entry = format!("internal={}", index.url_with_credentials());
+    let server = start_server_with(&index, &[(var, &entry)]).await;
+    // Pinned: as an extra index (UV_INDEX) it is looked in besides PyPI.
+    let (first, last) = install(&server, &[&format!("{PKG}==1.0")]).await;
+    assert_clean_install(&server, &index, &index.url(), &first, &last).await;
+    let lines = index.requests();
+    for needed in [
+        format!("GET /simple/{PKG}/ auth=ok"),
+        format!("GET /files/{WHEEL} auth=ok"),
+    ] {
+        assert!(
+            lines.contains(&needed),
+            "the index never got {needed:?}: ferrepl did not add the credentials of {var}\n{}",
+            index.diagnostics()
+        );
+    }
+}
+
+/// Attacks the parsing of uv's named indexes: in
+/// `UV_INDEX=internal=https://alice:TOKEN@host/simple` the index is named
+/// `internal`. Taken whole as a URL, `internal=https://...` has no
+/// userinfo a URL parser finds, so the credentials stayed in it and pip
+/// got the entry verbatim, token included, and printed it (`Looking in
+/// indexes: ..., internal=https://alice:TOKEN@...`: pip masks passwords
+/// only in what it parses as a URL). The name must be split off and the
+/// credentials taken out as PIP_INDEX_URL's are. (PyPI stays the main
+/// index here: the install looks there too.)
+#[tokio::test]
+async fn uv_index_named_form_keeps_the_token_out_of_the_install_job() {
+    install_through_a_uv_named_index("UV_INDEX").await;
+}
+
+/// The same attack through `UV_DEFAULT_INDEX=internal=https://alice:TOKEN@...`,
+/// which replaces PyPI (pip's `--index-url`).
+#[tokio::test]
+async fn uv_default_index_named_form_keeps_the_token_out_of_the_install_job() {
+    install_through_a_uv_named_index("UV_DEFAULT_INDEX").await;
+}
+
+// ------------------------------------------------------------ E
+
+/// An install from an index whose connections end as `connections` says
+/// works, with the credentials ferrepl added.
+async fn install_through_closing_index(connections: Connections) {
+    let index = TestIndex::start_with(connections).await;
+    index.assert_demands_credentials();
+    let server = start_server(&index).await;
+    let (first, last) = install(&server, &[PKG]).await;
+    assert_clean_install(&server, &index, &index.url(), &first, &last).await;
+    let lines = index.requests();
+    for needed in [
+        format!("GET /simple/{PKG}/ auth=ok"),
+        format!("GET /files/{WHEEL} auth=ok"),
+    ] {
+        assert!(
+            lines.contains(&needed),
+            "the index never got {needed:?}\n{}",
+            index.diagnostics()
+        );
+    }
+}
+
+/// Attacks availability: an index (or the balancer in front of it) that
+/// closes the connection after every answer (`Connection: close`).
+/// ferrepl ends the installer's tunnel and keeps a connection to the index
+/// for it; the close was not passed on, so the installer kept its tunnel,
+/// and its second request on it (the wheel, after the project page) got
+/// 502 from ferrepl, the connection to the index being gone: the install
+/// failed. Now the close reaches the installer, which opens a new tunnel.
+#[tokio::test]
+async fn an_index_that_closes_every_connection_still_serves_installs() {
+    install_through_closing_index(Connections::Close).await;
+}
+
+/// The same with an index that closes after every answer without saying
+/// so (an idle timeout between the installer's requests): the installer
+/// keeps its tunnel and sends its next request on it, so ferrepl must
+/// connect to the index again (before: 502, the install failed).
+#[tokio::test]
+async fn an_index_that_drops_every_connection_silently_still_serves_installs() {
+    install_through_closing_index(Connections::Drop).await;
+}
+
+// ------------------------------------------------------------ F
+
+/// Request headers the job sends along with its probe of a page under the
+/// index's root: each could make the index (or a front of it) act on
+/// something else than the GET ferrepl checked (a method override, a
+/// rewritten URL, a spoofed client address, a session cookie).
+const SMUGGLED: &[(&str, &str)] = &[
+    ("X-HTTP-Method-Override", "DELETE"),
+    ("X-Forwarded-For", "1.2.3.4"),
+    ("Forwarded", "for=1.2.3.4"),
+    ("X-Original-URL", "/artifactory/api/npm/auth"),
+    ("X-Rewrite-URL", "/artifactory/api/npm/auth"),
+    ("Cookie", "SESSION=for-alice"),
+];
+
+/// The npm login beside the index, outside its root `/team/`.
+const NPM_AUTH: &str = "/artifactory/api/npm/auth";
+
+/// The probes' paths that climb out of the index's root to the npm login
+/// with dot segments, plain, percent-escaped, or behind an escaped slash:
+/// each must be refused (400) by ferrepl, never sent on.
+const CLIMBS: &[&str] = &[
+    "/team/simple/../../artifactory/api/npm/auth",
+    "/simple/../artifactory/api/npm/auth",
+    "/team/./../artifactory/api/npm/auth",
+    "/team/simple/%2e%2e/%2e%2e/artifactory/api/npm/auth",
+    "/simple/%2E%2E/artifactory/api/npm/auth",
+    "/team/..%2fartifactory/api/npm/auth",
+];
+
+/// Planted in the install job (see `plant`): GETs through the proxy, trusting the
+/// job's CA bundle (SSL_CERT_FILE), each of `__PROBES__` (`[name, path,
+/// headers]`) at `__ORIGIN__`, and appends one JSON line to `__DUMP__`
+/// with each answer's status, body, Set-Cookie headers and all headers.
+/// It never prints.
+const STEER_PY: &str = r##"
+import json, os, ssl, urllib.error, urllib.request
+
+DUMP = __DUMP__
+ORIGIN = __ORIGIN__
+PROBES = __PROBES__
+
+def _run():
+    env = os.environ
+    proxy = env.get("HTTPS_PROXY") or env.get("https_proxy")
+    if not proxy:
+        return
+    cafile = env.get("SSL_CERT_FILE")
+    rec = {"pid": os.getpid(), "proxy": proxy, "cafile": cafile, "got": {}}
+    ctx = ssl.create_default_context(cafile=cafile)
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"https": proxy, "http": proxy}),
+        urllib.request.HTTPSHandler(context=ctx))
+    for name, path, headers in PROBES:
+        req = urllib.request.Request(ORIGIN + path, headers=headers)
+        try:
+            try:
+                r = opener.open(req, timeout=15)
+            except urllib.error.HTTPError as e:
+                r = e
+            with r:
+                status, h, body = r.status, r.headers, r.read(1 << 16)
+        except Exception as e:
+            rec["got"][name] = {"error": type(e).__name__ + ": " + str(e)}
+            continue
+        rec["got"][name] = {
+            "status": status,
+            "body": body.decode("utf-8", "replace"),
+            "set_cookie": (h.get_all("Set-Cookie") or []) + (h.get_all("Set-Cookie2") or []),
+            "headers": [f"{k}: {v}" for k, v in h.items()],
+        }
+    with open(DUMP, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+try:
+    _run()
+except BaseException as e:
+    try:
+        with open(DUMP, "a") as f:
+            f.write(json.dumps({"payload_error": repr(e)}) + "\n")
+    except BaseException:
+        pass
+"##;
+
+/// Attacks the reach of the credentials from inside the install job, with
+/// an index at a sub-path (`https://alice:TOKEN@localhost:PORT/team/simple`,
+/// root `/team/`) on a host that also serves an npm login
+/// (`/artifactory/api/npm/auth`) which answers the credentials
+/// (`_auth = base64(user:password)`) and a session cookie to whoever sends
+/// them. Code planted in the job asks through the proxy for:
+///
+/// - the login directly: it must reach the host without the credentials
+///   (401 from the index, logged `auth=missing`), also when the job sends
+///   an `Authorization` of its own. (Before: the credentials went to every
+///   path on the host, and the login handed them back in clear.)
+/// - the login by climbing out of the root with dot segments, escaped or
+///   not (`/team/simple/../../artifactory/...`, `%2e%2e`, `..%2f`): 400
+///   from ferrepl, never sent on (a server that resolves them would serve
+///   the login to a request that carried the credentials).
+/// - a project page under the root, with headers that make servers act on
+///   something else than the plain GET (`X-HTTP-Method-Override: DELETE`,
+///   `X-Forwarded-For`, `X-Original-URL`, a `Cookie`): the page comes back
+///   (the credentials go where they belong) without the index's
+///   `Set-Cookie` (a session is the credentials by another name), and none
+///   of those headers reaches the index (an allow-list, not a deny-list).
+///
+/// Nothing the job got holds the token, its base64 or a session cookie;
+/// and the install itself works from the sub-path index.
+#[tokio::test]
+async fn agent_code_in_the_install_job_cannot_steer_the_credentials_outside_the_index() {
+    let index = TestIndex::start().await;
+    let team_url = index.team_url_with_credentials();
+    let server = start_server_with(&index, &[("PIP_INDEX_URL", &team_url)]).await;
+    let from = index.requests().len();
+    let headers_from = index.header_lines().len();
+
+    let mallory = format!("Basic {}", b64_encode(b"mallory:guess"));
+    let page = format!("/team/simple/{PKG}/?probe=headers");
+    let smuggled: serde_json::Map<String, Value> = SMUGGLED
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let mut probes = vec![
+        json!(["outside", NPM_AUTH, {}]),
+        json!(["outside_mallory", NPM_AUTH, { "Authorization": mallory }]),
+        json!(["page", page, smuggled]),
+    ];
+    for (i, climb) in CLIMBS.iter().enumerate() {
+        probes.push(json!([format!("climb{i}"), climb, {}]));
+    }
+    let payload = STEER_PY
+        .replace("__ORIGIN__", &py(index.origin()))
+        .replace("__PROBES__", &Value::Array(probes).to_string());
+    let dump_in_sandbox = plant(&server, &payload, "steer-dump.jsonl").await;
+
+    let (first, last) = install(&server, &[PKG]).await;
+
+    let dump_path = server.workdir.path().join("steer-dump.jsonl");
+    let dump = std::fs::read_to_string(&dump_path).unwrap_or_default();
+    let records: Vec<Value> = dump
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a dump line ({e}): {l}")))
+        .collect();
+    assert!(
+        !records.is_empty(),
+        "the planted code never ran in the install job (no dump at {}, {dump_in_sandbox} in \
+         the sandbox): {last:#?}\nserver stderr:\n{}",
+        dump_path.display(),
+        server.stderr_log()
+    );
+    let diagnostics = || {
+        format!(
+            "dump:\n{dump}\n{}\nheader log:\n{}",
+            index.diagnostics(),
+            index.header_lines().join("\n")
+        )
+    };
+    for r in &records {
+        assert!(
+            r.get("payload_error").is_none(),
+            "the payload failed in the job: {r}"
+        );
+        let got = &r["got"];
+        // Outside the root: sent on, without the credentials.
+        for name in ["outside", "outside_mallory"] {
+            assert_eq!(
+                got[name]["status"].as_u64(),
+                Some(401),
+                "{name}: the npm login outside the index's root answered {} \
+                 (401 from the index: no credentials were sent)\n{}",
+                got[name],
+                diagnostics()
+            );
+        }
+        // Climbing out: refused by ferrepl.
+        for (i, climb) in CLIMBS.iter().enumerate() {
+            let got = &got[format!("climb{i}")];
+            assert!(
+                got["status"].as_u64() == Some(400)
+                    && got["body"]
+                        .as_str()
+                        .is_some_and(|b| b.starts_with("ferrepl:")),
+                "{climb}: expected 400 from ferrepl, got {got}\n{}",
+                diagnostics()
+            );
+        }
+        // Under the root: the page, with the credentials ferrepl added.
+        let got_page = &got["page"];
+        assert!(
+            got_page["status"].as_u64() == Some(200)
+                && got_page["body"].as_str().is_some_and(|b| b.contains(WHEEL)),
+            "the project page under the index's root: {got_page}\n{}",
+            diagnostics()
+        );
+        // No answer hands a session to the job.
+        if let Some(all) = got.as_object() {
+            for (name, answer) in all {
+                assert_eq!(
+                    answer["set_cookie"].as_array().map(Vec::len),
+                    Some(0),
+                    "{name}: a Set-Cookie reached the install job: {answer}"
+                );
+            }
+        }
+    }
+    assert_no_secret(&dump, "what the job's probes got back");
+    for leaked in ["for-alice", "_auth"] {
+        assert!(
+            !dump.contains(leaked),
+            "the job got {leaked:?} (a session or the npm login's answer):\n{dump}"
+        );
+    }
+
+    // What reached the index.
+    let log = index.requests();
+    let seen = request_lines(&log[from..]);
+    let outside = format!("GET {NPM_AUTH} auth=missing");
+    for line in &seen {
+        let lower = line.to_ascii_lowercase();
+        assert!(
+            !line.contains("auth=bad"),
+            "the job's own Authorization reached the index: {line:?}\n{}",
+            diagnostics()
+        );
+        assert!(
+            !(lower.contains("/..")
+                || lower.contains("/./")
+                || lower.contains("%2e")
+                || lower.contains("%2f")),
+            "a path climbing out of the root reached the index: {line:?}\n{}",
+            diagnostics()
+        );
+        assert!(
+            !line.contains("artifactory") || **line == outside,
+            "the npm login got something else than a request without credentials: \
+             {line:?}\n{}",
+            diagnostics()
+        );
+    }
+    assert_eq!(
+        seen.iter().filter(|l| ***l == outside).count(),
+        2 * records.len(),
+        "each run of the probes reached the login twice, without credentials\n{}",
+        diagnostics()
+    );
+    let page_line = format!("GET {page} auth=ok");
+    assert_eq!(
+        seen.iter().filter(|l| ***l == page_line).count(),
+        records.len(),
+        "the page under the root got the credentials\n{}",
+        diagnostics()
+    );
+    for needed in [
+        format!("GET /team/simple/{PKG}/ auth=ok"),
+        format!("GET /team/files/{WHEEL} auth=ok"),
+    ] {
+        assert!(
+            seen.contains(&&needed),
+            "the install's {needed:?} never reached the index\n{}",
+            diagnostics()
+        );
+    }
+
+    // The smuggled headers never arrived (nor any other the job sent that
+    // is not on the allow-list).
+    let header_lines = index.header_lines();
+    let header_lines = &header_lines[headers_from..];
+    let probed: Vec<&String> = header_lines
+        .iter()
+        .filter(|l| l.starts_with(&format!("GET {page} ")))
+        .collect();
+    assert_eq!(
+        probed.len(),
+        records.len(),
+        "the header log shows the probe of the page\n{}",
+        diagnostics()
+    );
+    for line in header_lines {
+        let names = line.rsplit(' ').next().unwrap_or_default();
+        for name in names.split(',') {
+            assert!(
+                !SMUGGLED.iter().any(|(h, _)| h.eq_ignore_ascii_case(name)),
+                "the job's {name:?} header reached the index: {line:?}\n{}",
+                diagnostics()
+            );
+        }
+    }
+
+    // And the install from the sub-path index works, the token unseen.
+    let team_url = format!("{}/team/simple", index.origin());
+    assert_clean_install(&server, &index, &team_url, &first, &last).await;
 }
