@@ -1085,10 +1085,12 @@ async fn an_install_job_writes_the_venv_as_the_sessions_uid() {
         Vec::<PathBuf>::new(),
         "nothing in --venv"
     );
+    // Each kept venv has a lock file beside it (made by one server at a time).
     let kept: Vec<PathBuf> = std::fs::read_dir(place.state.path().join("venvs"))
         .expect("the kept venvs")
         .filter_map(Result::ok)
         .map(|e| e.path())
+        .filter(|p| p.is_dir())
         .collect();
     assert_eq!(kept.len(), 1, "one kept venv: {kept:?}");
     let installed = installed_in(&kept[0]);
