@@ -20,9 +20,11 @@ What is checked:
     values;
   * (a) SIGKILL of instance A: A's tenants, and only they, get nginx's 502
     "instance ... is down" JSON error; the others keep working;
-  * (b) A restarted on the same --state-dir: its tenants re-initialize and
-    find their counter (the session is rebuilt by re-running its cells), or
-    are told clearly what was lost;
+  * (b) A restarted on the same --state-dir: A was killed before any save
+    of its sessions' state, so nothing is re-run by itself: its tenants
+    re-initialize, their first call on `default` is refused with the offer
+    (it is dormant; nothing was run), and a confirmed python_sessions
+    rebuild brings their counter back;
   * (c) SIGTERM of instance B while some of its tenants run a 2 s cell: the
     waiting calls get their result, results of cells followed with
     python_wait are collected during the drain, a new session is refused
@@ -672,6 +674,12 @@ def simulate(base, nginx):
             stale = e.kind
         t.mcp.initialize()
         check(t.mcp.session_id != old, f"(b) tenant {t.name}: the restarted instance kept the old Mcp-Session-Id")
+        # Killed before an idle save: dormant, offered, never re-run by itself.
+        text, is_error, status = t.exec("print(f'x={x}')", wait_s=30, what="python_exec_dormant")
+        check(is_error and "dormant" in text and "Nothing was run" in text,
+              f"(b) tenant {t.name}: expected the dormant offer, got {text[-300:]!r}")
+        t.mcp.call("python_sessions", {"action": "rebuild", "session": "default", "confirm": True},
+                   "python_sessions_rebuild")
         text, is_error, status = t.exec("print(f'x={x}')", wait_s=30, what="python_exec_resume")
         got = value_of(text, "x")
         return stale, got, text, is_error

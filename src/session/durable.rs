@@ -34,6 +34,11 @@ pub struct Durability {
     /// (another server holds the store): said in the default session's
     /// first result.
     pub unkept: Option<String>,
+    /// Each server is a new conversation (stdio: a client starts one per
+    /// conversation): the stored default sessions come back renamed
+    /// `earlier-*` and `default` starts fresh. Over HTTP the token's
+    /// shared `default` stays itself across restarts.
+    pub new_conversation: bool,
 }
 
 impl Durability {
@@ -48,6 +53,7 @@ impl Durability {
             states: None,
             state_cap: 512 << 20,
             unkept: None,
+            new_conversation: true,
         }
     }
 }

@@ -41,7 +41,7 @@ impl SessionManager {
         });
         let mut taken: std::collections::BTreeSet<String> =
             stored.iter().map(|s| s.record.name.clone()).collect();
-        for s in &mut stored {
+        for s in stored.iter_mut().filter(|_| self.durable.new_conversation) {
             let name = s.record.name.clone();
             if default_language(&name).is_none() || name.starts_with(EARLIER) {
                 continue;

@@ -15,6 +15,7 @@ pub fn open(
     use crate::store::{Opened, Store, StoreConfig};
     let mut durable = session::Durability::off();
     durable.max_cells = cfg.resume_max_cells.max(1);
+    durable.new_conversation = cfg.http.is_none();
     durable.max_tree = cfg.state_max_cells.max(1);
     durable.checkpoints = cfg.checkpoints;
     durable.checkpoint_min =
