@@ -51,7 +51,8 @@ impl Refusal {
         }
     }
 
-    /// Its one-line message.
+    /// Its one-line message (the intercepting proxy's reconnects, Linux).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) fn message(&self) -> &str {
         &self.message
     }
