@@ -50,19 +50,20 @@ pub(super) fn for_cell(code: &str, report: &CellReport, offline: bool) -> Option
     if report.language != Language::Python {
         return None;
     }
-    let error_text = report
-        .error
-        .as_ref()
-        .map(|e| format!("{}: {}\n{}", e.kind, e.message, e.traceback))
-        .unwrap_or_default();
-    let output = &report.output.combined;
-    let failed = report.status == CellStatus::Error || looks_failed(output);
-    if runs_a_package_manager(code) && failed {
+    // Cheap first: most cells name no package manager and raise nothing.
+    if runs_a_package_manager(code)
+        && (report.status == CellStatus::Error || looks_failed(&report.output.combined))
+    {
         return Some(
             "Packages go in with python_install {\"packages\": [...]}, not from a cell: it installs into this session's venv through the allowed indexes, and they import at once.".to_string(),
         );
     }
-    if offline && (looks_offline(&error_text) || looks_offline(output)) {
+    let error = report.error.as_ref()?;
+    if offline
+        && (looks_offline(&error.message)
+            || looks_offline(&error.traceback)
+            || looks_offline(&report.output.combined))
+    {
         return Some(
             "Cells have no network by design; the operator's --network on would give it to them. Packages come in with python_install.".to_string(),
         );

@@ -20,13 +20,13 @@ use serde_json::{Value, json};
 use crate::support::{Launch, StdioServer, ToolOutput};
 
 /// A workspace and a state directory that outlive the servers of a test.
-struct Place {
-    workspace: tempfile::TempDir,
-    state: tempfile::TempDir,
+pub(crate) struct Place {
+    pub(crate) workspace: tempfile::TempDir,
+    pub(crate) state: tempfile::TempDir,
 }
 
 impl Place {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Place {
             workspace: tempfile::tempdir().expect("workspace"),
             // Not under /tmp (hidden from sessions anyway): the store's own
@@ -35,7 +35,7 @@ impl Place {
         }
     }
 
-    async fn server(&self, extra: &[&str]) -> StdioServer {
+    pub(crate) async fn server(&self, extra: &[&str]) -> StdioServer {
         let mut args = vec![
             "--workdir".to_string(),
             path_string(self.workspace.path()),
@@ -48,7 +48,7 @@ impl Place {
     }
 }
 
-fn path_string(p: &Path) -> String {
+pub(crate) fn path_string(p: &Path) -> String {
     p.to_str().expect("utf-8 path").to_string()
 }
 
@@ -64,7 +64,7 @@ fn real_python() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-async fn sessions(server: &StdioServer) -> Vec<Value> {
+pub(crate) async fn sessions(server: &StdioServer) -> Vec<Value> {
     let listing = server.call("python_sessions", json!({})).await;
     assert!(!listing.is_error, "{listing:#?}");
     listing.structured["sessions"]
@@ -83,7 +83,7 @@ async fn stop(server: StdioServer) {
 }
 
 /// The listed state of session `name`.
-async fn state_of(server: &StdioServer, name: &str) -> String {
+pub(crate) async fn state_of(server: &StdioServer, name: &str) -> String {
     let rows = sessions(server).await;
     let row = row(&rows, name).unwrap_or_else(|| panic!("no session '{name}': {rows:#?}"));
     row["state"].as_str().unwrap_or_default().to_string()

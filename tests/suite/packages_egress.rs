@@ -43,7 +43,7 @@ async fn start_with_venv(extra: &[&str]) -> StdioServer {
 
 /// The python_install result, and the job's final result: collected with
 /// shell_wait (bounded) when the call came back "running".
-async fn install(server: &StdioServer, packages: &[&str]) -> (ToolOutput, ToolOutput) {
+pub(crate) async fn install(server: &StdioServer, packages: &[&str]) -> (ToolOutput, ToolOutput) {
     let first = server
         .call(
             "python_install",

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::durable::{assert_dormant, message};
-use crate::support::{Launch, StdioServer, ToolOutput, rich_python_arg};
+use crate::durable::{Place, assert_dormant, message, path_string, sessions, state_of};
+use crate::support::{StdioServer, ToolOutput, rich_python_arg};
 
 /// The servers here are given this long to exit after their stdin closes:
 /// they save their sessions' states first (at most 20 s in all).
@@ -33,34 +33,9 @@ const IDLE_SAVE_TIMEOUT: Duration = Duration::from_secs(30);
 /// wait_s of R cells (R starts slowly on a debug build and a busy host).
 const R_WAIT_S: f64 = 50.0;
 
-/// A workspace and a state directory that outlive the servers of a test.
-struct Place {
-    workspace: tempfile::TempDir,
-    state: tempfile::TempDir,
-}
-
+// Place (a workspace and a state directory that outlive the servers of
+// a test) is durable.rs's; the saved states' own views of it are here.
 impl Place {
-    fn new() -> Self {
-        Place {
-            workspace: tempfile::tempdir().expect("workspace"),
-            // Not under /tmp (hidden from sessions anyway): the store's own
-            // hiding is what keeps sessions out.
-            state: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("state dir"),
-        }
-    }
-
-    async fn server(&self, extra: &[&str]) -> StdioServer {
-        let mut args = vec![
-            "--workdir".to_string(),
-            path_string(self.workspace.path()),
-            "--state-dir".to_string(),
-            path_string(self.state.path()),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        StdioServer::launch(Launch::new(&args).without_workdir_flag()).await
-    }
-
     /// A server whose sessions run the interpreter with NumPy and pandas.
     async fn rich_server(&self) -> StdioServer {
         let python = rich_python_arg();
@@ -179,10 +154,6 @@ impl Place {
     }
 }
 
-fn path_string(p: &Path) -> String {
-    p.to_str().expect("utf-8 path").to_string()
-}
-
 /// The names in a directory, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -200,25 +171,6 @@ fn listing(dir: &Path) -> Vec<String> {
 async fn stop(server: StdioServer) {
     let status = server.close_and_wait_at_most(STOP_TIMEOUT).await;
     assert!(status.success(), "the server exited with {status:?}");
-}
-
-async fn sessions(server: &StdioServer) -> Vec<Value> {
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "{listing:#?}");
-    listing.structured["sessions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// The listed state of session `name`.
-async fn state_of(server: &StdioServer, name: &str) -> String {
-    let rows = sessions(server).await;
-    let row = rows
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no session '{name}': {rows:#?}"));
-    row["state"].as_str().unwrap_or_default().to_string()
 }
 
 async fn action(server: &StdioServer, action: &str, session: &str) -> ToolOutput {
