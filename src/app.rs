@@ -7,24 +7,25 @@ use tokio_util::sync::CancellationToken;
 
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::config::Flags;
 use crate::config::settings::Settings;
 use crate::session::gate::Gate;
 use crate::tenants::{self, Tenant, TokenTable};
 use crate::{mcp, session, startup, state};
 
 /// Runs the server until its transport ends or a signal arrives.
-pub async fn run(cfg: Config) -> anyhow::Result<()> {
+pub async fn run(flags: Flags) -> anyhow::Result<()> {
     // Watched from the start: a Ctrl-C while sessions start (the person
     // read the hint and changed their mind) ends the server as one after.
     let signals = Signals::watch();
-    let settings = Settings::from_config(&cfg)?;
-    let groups = mcp::groups::ToolGroups::parse(&cfg.tools, &settings.languages)
+    let settings = Settings::from_flags(&flags)?;
+    let groups = mcp::groups::ToolGroups::parse(&settings.serving.tools, &settings.languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
-    let tokens = TokenTable::from_config(&cfg)?;
+    let tokens = TokenTable::from_config(&flags)?;
+    drop(flags);
     // Refusals from the flags alone come before anything is started.
-    startup::preflight::check(&cfg, &settings.workdir, &tokens)?;
-    let viewer_tokens = crate::viewer::check(&cfg, &tokens)?;
+    startup::preflight::check(&settings, &settings.workdir, &tokens)?;
+    let viewer_tokens = crate::viewer::check(&settings, &tokens)?;
     // Every secret ferrepl hands out, redacted from what its holders say
     // (the upstream servers add theirs when their file is read).
     let secrets = crate::output::redact::Secrets::new();
@@ -32,8 +33,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     if let Some(viewer_tokens) = &viewer_tokens {
         secrets.add(viewer_tokens.secrets());
     }
-    let viewer = crate::viewer::bind(&cfg, viewer_tokens).await?;
-    let terminal = cfg.http.is_none() && startup::terminal::stdin_is_terminal();
+    let viewer = crate::viewer::bind(&settings, viewer_tokens).await?;
+    let terminal = settings.serving.http.is_none() && startup::terminal::stdin_is_terminal();
     if terminal {
         eprint!(
             "{}",
@@ -44,15 +45,15 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         eprint!("{}", viewer.announce()?);
     }
     raise_open_files();
-    let state_dir = state::StateDir::create()?;
+    let state_dir = state::RuntimeDir::create()?;
     let log_dir = state_dir.path().to_path_buf();
     // Checked where it lies, then opened and checked, before the uid table
     // or a kept venv writes there.
-    startup::preflight::state_dir_place(&cfg, &settings.workdir)?;
-    let kept_in = tenants::store::dir(&cfg)?;
+    startup::preflight::state_dir_place(&settings, &settings.workdir)?;
+    let kept_in = tenants::store::dir(&settings.stores)?;
     // A root server's sessions run as uids of their own (the uid boundary),
     // from the host's table.
-    let uids = startup::uid_table(&cfg, &settings.workdir, kept_in.as_deref(), false)?
+    let uids = startup::uid_table(&settings, &settings.workdir, kept_in.as_deref(), false)?
         .map(std::sync::Arc::new);
     let startup::Prepared {
         python,
@@ -61,19 +62,25 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         installer,
         writable,
     } = startup::prepare(
-        &cfg,
-        &settings.workdir,
-        &state_dir,
-        kept_in.as_deref(),
-        tokens.has_tenants(),
-        uids.as_deref(),
+        &settings,
+        startup::Instance {
+            runtime: &state_dir,
+            stores: kept_in.as_deref(),
+            tenants: tokens.has_tenants(),
+            uids: uids.as_deref(),
+            peek: false,
+        },
     )?;
     // Bound before any session starts: an address in use is a refusal too.
-    let listeners = match cfg.http {
-        Some(addr) => Some(mcp::transport::http::Listeners::bind(addr, &cfg).await?),
+    let listeners = match settings.serving.http {
+        Some(addr) => Some(mcp::transport::http::Listeners::bind(addr, &settings).await?),
         None => None,
     };
-    let gate = Gate::new(cfg.max_sessions, cfg.max_jobs, usize::from(cfg.warm_pool));
+    let gate = Gate::new(
+        settings.limits.max_sessions,
+        settings.max_jobs,
+        settings.limits.warm_pool,
+    );
     secrets.add(
         installer
             .credentials
@@ -81,13 +88,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
             .flat_map(|c| c.secrets().iter().cloned())
             .chain(installer.unusable.iter().cloned()),
     );
-    let upstreams = upstream_servers(&cfg, &settings.workdir, writable, secrets.clone())?;
+    let upstreams = upstream_servers(&settings, writable, secrets.clone())?;
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,
         languages: settings.languages.clone(),
-        cfg: cfg.clone(),
-        settings,
+        settings: settings.clone(),
         groups,
         python,
         kept_venvs,
@@ -100,7 +106,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         viewer_url: viewer.as_ref().map(|v| v.url.clone()),
     };
     crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
-    let instance = tenants::Instance::new(base, tokens, cfg.auth_token_file.clone());
+    let instance = tenants::Instance::new(base, tokens, settings.own_files.auth_token_file.clone());
     if !instance.tokens().has_tenants() {
         // The sole tenant starts at once: its default session warms up
         // while the client connects.
@@ -108,7 +114,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
 
     let shutdown = CancellationToken::new();
-    let viewer = viewer.map(|v| v.spawn(&cfg, instance.clone(), shutdown.clone()));
+    let viewer = viewer.map(|v| v.spawn(&settings, instance.clone(), shutdown.clone()));
     spawn_signal_watch(
         signals,
         Reloaded {
@@ -131,11 +137,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let result = match listeners {
         Some(listeners) => {
-            mcp::transport::http::serve(listeners, &cfg, instance.clone(), shutdown.clone()).await
+            mcp::transport::http::serve(listeners, &settings, instance.clone(), shutdown.clone())
+                .await
         }
         None => {
             let app = instance.tenant(&Tenant::Sole)?;
-            serve_stdio(&app.parts, cfg.max_request_bytes, shutdown.clone()).await
+            serve_stdio(
+                &app.parts,
+                settings.serving.max_request_bytes,
+                shutdown.clone(),
+            )
+            .await
         }
     };
     instance.shutdown().await;
@@ -148,27 +160,19 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 
 /// The upstream MCP servers of --mcp-servers, with their bounds.
 fn upstream_servers(
-    cfg: &Config,
-    workdir: &std::path::Path,
+    settings: &Settings,
     writable: crate::sandbox::paths::Writable,
     secrets: crate::output::redact::Secrets,
 ) -> anyhow::Result<Arc<crate::upstream::Upstreams>> {
-    let limits = crate::upstream::Limits {
-        call_timeout: crate::units::seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
-        max_result_bytes: cfg.mcp_max_result_bytes.max(1),
-        max_in_flight: cfg.mcp_max_in_flight.max(1),
-        max_cell_calls: cfg.mcp_max_cell_calls,
-        max_servers: cfg.mcp_max_servers.max(1),
-        idle: crate::units::seconds(cfg.mcp_idle, "--mcp-idle")?,
-    };
     // A reload checks the file's place again, as the start did.
-    let (place_cfg, place_workdir) = (cfg.clone(), workdir.to_path_buf());
+    let place_settings = settings.clone();
     let place_check: crate::upstream::PlaceCheck = Box::new(move || {
-        startup::preflight::mcp_servers_place(&place_cfg, &place_workdir).map_err(|e| e.to_string())
+        startup::preflight::mcp_servers_place(&place_settings, &place_settings.workdir)
+            .map_err(|e| e.to_string())
     });
     let upstreams = crate::upstream::Upstreams::new(
-        cfg.mcp_servers.clone(),
-        limits,
+        settings.own_files.mcp_servers.clone(),
+        settings.upstream.clone(),
         writable,
         place_check,
         secrets,
@@ -178,7 +182,7 @@ fn upstream_servers(
     if !config.servers.is_empty() {
         let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
         tracing::info!("MCP servers for sessions' code: {}", names.join(", "));
-        if cfg.sandbox == crate::sandbox::SandboxMode::Off {
+        if settings.sandbox.mode == crate::sandbox::SandboxMode::Off {
             tracing::warn!(
                 "--sandbox off: sessions run as this user, unconfined, and can read --mcp-servers and the upstream servers' environment (their tokens)"
             );
@@ -187,7 +191,7 @@ fn upstream_servers(
             .servers
             .iter()
             .any(|s| matches!(s.transport, crate::upstream::Transport::Http { .. }));
-        if http && cfg.network == crate::sandbox::Network::On {
+        if http && settings.sandbox.network == crate::sandbox::Network::On {
             tracing::warn!(
                 "--network on: sessions can reach the HTTP upstream MCP servers directly, around allowTools and without their headers; keep --network off or packages with HTTP upstreams"
             );

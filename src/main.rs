@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use ferrepl::config::{Command, Config};
+use ferrepl::config::{Command, Flags};
 use ferrepl::sandbox;
 
 fn main() -> ExitCode {
@@ -23,33 +23,36 @@ fn main() -> ExitCode {
     }
     // The version with the git revision and the sandbox compiled in (made once).
     let version: &'static str = Box::leak(ferrepl::setup::doctor::long_version().into_boxed_str());
-    let matches = <Config as clap::CommandFactory>::command()
+    let matches = <Flags as clap::CommandFactory>::command()
         .version(version)
         .get_matches();
-    let cfg = match <Config as clap::FromArgMatches>::from_arg_matches(&matches) {
+    let flags = match <Flags as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    match &cfg.command {
+    match &flags.command {
         Some(Command::Install(args)) => return ferrepl::setup::run_install(args),
         Some(Command::Uninstall(args)) => return ferrepl::setup::run_uninstall(args),
-        Some(Command::Doctor(opts)) => return ferrepl::setup::doctor::run(&cfg, opts),
+        Some(Command::Doctor(opts)) => {
+            let inputs = ferrepl::config::commands::doctor_inputs(&flags, opts);
+            return ferrepl::setup::doctor::run(inputs, opts);
+        }
         None => {}
     }
     let token_on_command_line =
         matches.value_source("auth_token") == Some(clap::parser::ValueSource::CommandLine);
-    let filter = tracing_subscriber::EnvFilter::try_new(&cfg.log_level)
+    let filter = tracing_subscriber::EnvFilter::try_new(&flags.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(false);
-    match cfg.log_format {
+    match flags.log_format {
         ferrepl::config::LogFormat::Text => logs.init(),
         ferrepl::config::LogFormat::Json => logs.json().init(),
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if cfg.http.is_none() && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+    if flags.http.is_none() && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
         // One client, whose calls come one after another: a second worker
         // thread only adds handoffs (5.4 -> 3.1 context switches and ~20 %
         // less server CPU per call); blocking work has its own pool.
@@ -67,7 +70,7 @@ fn main() -> ExitCode {
             "--auth-token on the command line is visible to every local process (ps, /proc); use --auth-token-file FILE or FERREPL_AUTH_TOKEN"
         );
     }
-    let code = match runtime.block_on(ferrepl::app::run(cfg)) {
+    let code = match runtime.block_on(ferrepl::app::run(flags)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -30,7 +30,7 @@ pub fn fresh_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(dir)
 }
 
-pub struct StateDir {
+pub struct RuntimeDir {
     root: PathBuf,
     path: PathBuf,
     /// Held (flock) while this server lives: a directory whose lock can be
@@ -43,7 +43,7 @@ fn try_lock(file: &File) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
-impl StateDir {
+impl RuntimeDir {
     pub fn create() -> anyhow::Result<Self> {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
@@ -101,7 +101,7 @@ impl StateDir {
     }
 }
 
-impl Drop for StateDir {
+impl Drop for RuntimeDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }

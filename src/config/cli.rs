@@ -29,7 +29,7 @@ pub enum Command {
 which is how agent clients (Claude Code, Codex, Cursor...) launch it; with --http it serves streamable HTTP at /mcp. \
 Each named session is its own long-lived Python interpreter process. Logs go to stderr."
 )]
-pub struct Config {
+pub struct Flags {
     /// Instead of serving: set ferrepl up in agent clients, or check this machine.
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -63,3 +63,33 @@ pub struct DoctorOptions {
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
 }
+
+/// The server `doctor` checks: its settings and tokens (a refused token
+/// file is one of doctor's items), or why its settings are refused.
+pub type DoctorInputs = Result<
+    (
+        super::settings::Settings,
+        anyhow::Result<super::tokens::TokenTable>,
+    ),
+    String,
+>;
+
+/// What `doctor` checks: the server's settings (its flags and FERREPL_*
+/// variables) with doctor's own `--workdir`, `--python` and `--r` over
+/// them, and its tokens; or why the server would refuse its settings.
+pub fn doctor_inputs(server: &super::Flags, opts: &DoctorOptions) -> DoctorInputs {
+    let mut flags = server.clone();
+    flags.command = None;
+    let overrides = [
+        (&mut flags.workdir, &opts.workdir),
+        (&mut flags.python, &opts.python),
+        (&mut flags.r, &opts.r),
+    ];
+    for (setting, given) in overrides {
+        if given.is_some() {
+            setting.clone_from(given);
+        }
+    }
+    let settings = super::settings::Settings::from_flags(&flags).map_err(|e| format!("{e:#}"))?;
+    Ok((settings, super::tokens::TokenTable::from_config(&flags)))
+}

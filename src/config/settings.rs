@@ -1,5 +1,6 @@
 //! The command line turned, once, into what each component is built from:
-//! every duration checked, every default applied, nothing read twice.
+//! every duration and size checked, every default applied, nothing read
+//! twice; a bad value is refused here, before anything starts.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -7,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::Config;
+use super::Flags;
+use super::choices::{Interpreters, OwnFiles, SandboxChoices, Serving, ViewerChoices};
+use super::stores::Stores;
 use crate::installer::InstallerSettings;
 use crate::jobs::JobConfig;
 use crate::sandbox::SandboxConfig;
@@ -52,7 +55,7 @@ pub struct HttpLimits {
 }
 
 /// `--http-max-buffered-bytes`, by default 32 of the largest requests.
-fn buffered_total(cfg: &Config) -> usize {
+fn buffered_total(cfg: &Flags) -> usize {
     cfg.http_max_buffered_bytes
         .unwrap_or(cfg.max_request_bytes.saturating_mul(32))
         .max(cfg.max_request_bytes)
@@ -111,10 +114,18 @@ pub struct Settings {
     pub drain: Option<Duration>,
     pub http: HttpLimits,
     pub shares: Shares,
+    pub stores: Stores,
+    pub interpreters: Interpreters,
+    pub sandbox: SandboxChoices,
+    pub own_files: OwnFiles,
+    pub serving: Serving,
+    pub viewer: ViewerChoices,
+    /// The bounds on calls to the operator's upstream MCP servers.
+    pub upstream: crate::upstream::Limits,
 }
 
 impl Shares {
-    fn from_config(cfg: &Config) -> Self {
+    fn from_flags(cfg: &Flags) -> Self {
         let half = |n: usize| (n / 2).max(1);
         let pool = usize::from(cfg.warm_pool);
         Self {
@@ -132,7 +143,7 @@ impl Shares {
 }
 
 impl Settings {
-    pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
+    pub fn from_flags(cfg: &Flags) -> anyhow::Result<Self> {
         let workdir = match &cfg.workdir {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
@@ -159,9 +170,11 @@ impl Settings {
             warm_pool: usize::from(cfg.warm_pool),
             cell_log_bytes: cfg.output_log_bytes,
             max_cell: optional(cfg.max_cell_seconds, "--max-cell-seconds")?,
-            cells_offline: cfg.network != crate::sandbox::Network::On
-                && cfg.sandbox != crate::sandbox::SandboxMode::Off,
+            cells_offline: false,
         };
+        let sandbox = SandboxChoices::from_flags(cfg)?;
+        let mut limits = limits;
+        limits.cells_offline = sandbox.cells_offline();
         Ok(Self {
             workdir,
             limits,
@@ -201,7 +214,21 @@ impl Settings {
                 buffered_total: buffered_total(cfg),
                 buffered_share: (buffered_total(cfg) / 4).max(cfg.max_request_bytes),
             },
-            shares: Shares::from_config(cfg),
+            shares: Shares::from_flags(cfg),
+            stores: Stores::from_flags(cfg)?,
+            interpreters: Interpreters::from_flags(cfg),
+            sandbox,
+            own_files: OwnFiles::from_flags(cfg),
+            serving: Serving::from_flags(cfg),
+            viewer: ViewerChoices::from_flags(cfg),
+            upstream: crate::upstream::Limits {
+                call_timeout: seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
+                max_result_bytes: cfg.mcp_max_result_bytes.max(1),
+                max_in_flight: cfg.mcp_max_in_flight.max(1),
+                max_cell_calls: cfg.mcp_max_cell_calls,
+                max_servers: cfg.mcp_max_servers.max(1),
+                idle: seconds(cfg.mcp_idle, "--mcp-idle")?,
+            },
         })
     }
 

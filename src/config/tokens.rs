@@ -43,7 +43,7 @@ impl TokenTable {
     }
 
     /// The server's tokens: --auth-token-file, else --auth-token, else none.
-    pub fn from_config(cfg: &super::Config) -> anyhow::Result<Self> {
+    pub fn from_config(cfg: &super::Flags) -> anyhow::Result<Self> {
         if let Some(file) = &cfg.auth_token_file {
             return Self::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
         }

@@ -23,11 +23,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::commands::DoctorInputs;
+use crate::config::settings::Settings;
+use crate::config::tokens::TokenTable;
 use crate::sandbox::SandboxConfig;
 use crate::setup::{approval, clients, install, probe};
 use crate::startup::Prepared;
-use crate::state::StateDir;
+use crate::state::RuntimeDir;
 use crate::worker::python::PythonSource;
 use Status::{Good, Missing, Warn};
 
@@ -111,11 +113,12 @@ struct Report {
     sandbox: Option<String>,
 }
 
-/// Checks everything, for the server `server` (the flags and FERREPL_*
-/// variables given with `doctor`: `ferrepl --python X doctor` checks X),
-/// and prints the report; exit code 1 when sessions could not start.
-pub fn run(server: &Config, opts: &DoctorOptions) -> ExitCode {
-    let report = check(server, opts);
+/// Checks everything, for the server `inputs` describe (the flags and
+/// FERREPL_* variables given with `doctor`: `ferrepl --python X doctor`
+/// checks X; `config::commands::doctor_inputs`), and prints the report;
+/// exit code 1 when sessions could not start.
+pub fn run(inputs: DoctorInputs, opts: &DoctorOptions) -> ExitCode {
+    let report = check(inputs, opts);
     let text = if opts.json {
         serde_json::to_string_pretty(&report).unwrap_or_default()
     } else {
@@ -133,8 +136,16 @@ pub fn run(server: &Config, opts: &DoctorOptions) -> ExitCode {
     }
 }
 
+/// The server doctor checks for: its settings, and whether it serves
+/// tenants (start-up's tenant checks then apply).
+#[derive(Clone, Copy)]
+struct Server<'a> {
+    settings: &'a Settings,
+    tenants: bool,
+}
+
 /// Every check, in the order a user reads them.
-fn check(server: &Config, opts: &DoctorOptions) -> Report {
+fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
     let (version, items) = (long_version(), Vec::new());
     let mut report = Report {
         version,
@@ -143,45 +154,57 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
         items,
         sandbox: None,
     };
-    let (cfg, workdir) = match settings(server, opts) {
+    let (settings, tokens) = match inputs {
         Ok(found) => found,
         Err(e) => {
             report.items.push(item("config", Missing, e));
             return report;
         }
     };
+    let workdir = settings.workdir.clone();
     report.workdir = Some(workdir.clone());
     // The server's own refusals from the flags (the Python has its item).
-    let refused = crate::config::tokens::TokenTable::from_config(&cfg)
-        .and_then(|tokens| crate::startup::preflight::check_serving(&cfg, &workdir, &tokens));
+    let tenants = tokens.as_ref().is_ok_and(TokenTable::has_tenants);
+    let refused = tokens
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+        .and_then(|tokens| {
+            crate::startup::preflight::check_serving(&settings, &workdir, tokens)?;
+            crate::startup::preflight::state_dir_place(&settings, &workdir)
+        });
     if let Err(e) = refused {
         let why = format!("the server would refuse to start: {e:#}");
         report.items.push(item("config", Missing, why));
     }
-    if let Some(addr) = cfg.viewer {
-        report.items.push(viewer_item(&cfg, addr));
+    if let Some(addr) = settings.viewer.addr {
+        report
+            .items
+            .push(viewer_item(&settings, tokens.as_ref().ok(), addr));
     }
     // The indexes are asked first: they answer while the interpreters run.
-    let r = crate::worker::r::resolve(cfg.r.as_deref());
+    let r = crate::worker::r::resolve(settings.interpreters.r.as_deref());
     let mut reaches = vec![(
         "pypi",
         "python_install",
         probe::reach("pypi.org".into(), 443, REACH_TIMEOUT),
     )];
     if r.as_ref().is_some_and(|r| r.is_file())
-        && let Some(host) = crate::egress::host_of_url(&cfg.cran)
+        && let Some(host) = crate::egress::host_of_url(&settings.interpreters.cran)
     {
-        let plain = cfg.cran.starts_with("http://").then_some(80);
-        let port = crate::egress::port_of_url(&cfg.cran)
-            .or(plain)
-            .unwrap_or(443);
+        let cran = &settings.interpreters.cran;
+        let plain = cran.starts_with("http://").then_some(80);
+        let port = crate::egress::port_of_url(cran).or(plain).unwrap_or(443);
         reaches.push(("cran", "r_install", probe::reach(host, port, REACH_TIMEOUT)));
     }
     match tokio::runtime::Runtime::new() {
         Ok(rt) => {
-            report.sandbox = rt.block_on(sessions(opts, &cfg, &workdir, r, &mut report.items));
+            let server = Server {
+                settings: &settings,
+                tenants,
+            };
+            report.sandbox = rt.block_on(sessions(opts, server, r, &mut report.items));
             if let Some(servers) =
-                rt.block_on(super::doctor_upstreams::servers_item(&cfg, &workdir))
+                rt.block_on(super::doctor_upstreams::servers_item(&settings, &workdir))
             {
                 report.items.push(servers);
             }
@@ -208,18 +231,26 @@ fn check(server: &Config, opts: &DoctorOptions) -> Report {
     report
 }
 
-/// The server's settings (its flags and FERREPL_* variables) with doctor's
-/// own flags over them, and its workspace, read as the server reads them.
 /// `--viewer`: where the live view is served and who may look.
-fn viewer_item(cfg: &Config, addr: std::net::SocketAddr) -> Item {
-    let checked = crate::config::tokens::TokenTable::from_config(cfg)
-        .and_then(|tokens| crate::viewer::check(cfg, &tokens));
+fn viewer_item(
+    settings: &Settings,
+    tokens: Option<&TokenTable>,
+    addr: std::net::SocketAddr,
+) -> Item {
+    let Some(tokens) = tokens else {
+        return item(
+            "viewer",
+            Missing,
+            "not checked: the tokens are refused (see config)",
+        );
+    };
+    let checked = crate::viewer::check(settings, tokens);
     let port = if addr.port() == 0 {
         " (port 0: the chosen port is printed at start)"
     } else {
         ""
     };
-    let url = crate::viewer::url_for(cfg, addr);
+    let url = crate::viewer::url_for(settings, addr);
     match checked {
         Ok(Some(_)) => item(
             "viewer",
@@ -241,23 +272,6 @@ fn viewer_item(cfg: &Config, addr: std::net::SocketAddr) -> Item {
     }
 }
 
-fn settings(server: &Config, opts: &DoctorOptions) -> Result<(Config, PathBuf), String> {
-    let mut cfg = server.clone();
-    cfg.command = None;
-    let flags = [
-        (&mut cfg.workdir, &opts.workdir),
-        (&mut cfg.python, &opts.python),
-        (&mut cfg.r, &opts.r),
-    ];
-    for (setting, given) in flags {
-        if given.is_some() {
-            setting.clone_from(given);
-        }
-    }
-    let settings = crate::config::settings::Settings::from_config(&cfg);
-    Ok((cfg, settings.map_err(|e| format!("{e:#}"))?.workdir))
-}
-
 /// How a setting was given: its flag, or its variable when that holds it.
 fn given_as(flag: &str, var: &str, value: &Path) -> String {
     match std::env::var_os(var) {
@@ -270,12 +284,13 @@ fn given_as(flag: &str, var: &str, value: &Path) -> String {
 /// the server's description of its sandbox.
 async fn sessions(
     opts: &DoctorOptions,
-    cfg: &Config,
-    workdir: &Path,
+    server: Server<'_>,
     r: Option<PathBuf>,
     items: &mut Vec<Item>,
 ) -> Option<String> {
-    let (mut found, source) = crate::worker::python::resolve(cfg.python.as_deref(), workdir);
+    let workdir = &server.settings.workdir;
+    let named = &server.settings.interpreters.python;
+    let (mut found, source) = crate::worker::python::resolve(named.as_deref(), workdir);
     // A bare name (`--python python3.12`, or python3 when PATH has none) is
     // looked up on PATH, never in the current directory.
     if found.components().count() == 1
@@ -285,7 +300,7 @@ async fn sessions(
     }
     let exists = found.components().count() > 1 && found.is_file();
     let source_kind = source;
-    let source = match (source, &cfg.python) {
+    let source = match (source, named) {
         (PythonSource::Flag, Some(p)) if opts.python.is_none() => {
             given_as("--python", "FERREPL_PYTHON", p)
         }
@@ -294,8 +309,8 @@ async fn sessions(
         (PythonSource::Venv, _) => format!(".venv upward from {}", workdir.display()),
         (PythonSource::Path, _) => "python3 on PATH".to_string(),
     };
-    let ready = match StateDir::create() {
-        Ok(state) => prepare(cfg, workdir, &state, items).map(|p| (state, p)),
+    let ready = match RuntimeDir::create() {
+        Ok(state) => prepare(server, &state, items).map(|p| (state, p)),
         Err(e) => {
             let why = format!("cannot create ferrepl's state directory: {e:#}");
             items.push(item("sandbox", Missing, why));
@@ -327,7 +342,7 @@ async fn sessions(
     });
     let confined = ready.as_ref().map(|(state, p)| (state, p));
     items.push(if exists {
-        super::doctor_install::install_item(cfg, &found, source_kind, confined).await
+        super::doctor_install::install_item(server.settings, &found, source_kind, confined).await
     } else {
         item("install", Missing, "no Python to install into (see python)")
     });
@@ -349,7 +364,7 @@ async fn sessions(
 }
 
 /// R: found, and its version when it runs in the sandbox.
-async fn r_item(r: Option<PathBuf>, sandbox: Option<(&StateDir, &SandboxConfig)>) -> Item {
+async fn r_item(r: Option<PathBuf>, sandbox: Option<(&RuntimeDir, &SandboxConfig)>) -> Item {
     let (status, detail) = match (r, sandbox) {
         (None, _) => (Missing, NO_R.to_string()),
         (Some(r), _) if !r.is_file() => (Missing, format!("{} does not exist", r.display())),
@@ -369,8 +384,9 @@ async fn r_item(r: Option<PathBuf>, sandbox: Option<(&StateDir, &SandboxConfig)>
 
 /// The server's start-up decisions (the probe included), made as the server
 /// makes them; a failure becomes an item, never a crash.
-fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) -> Option<Prepared> {
-    let mut cfg = cfg.clone();
+fn prepare(server: Server<'_>, state: &RuntimeDir, items: &mut Vec<Item>) -> Option<Prepared> {
+    let mut settings = server.settings.clone();
+    let dir = &server.settings.workdir;
     // Doctor creates nothing: a --venv not made yet is made by the server
     // at start, from the Python checked here instead.
     let absent = |v: &PathBuf| {
@@ -378,28 +394,37 @@ fn prepare(cfg: &Config, dir: &Path, state: &StateDir, items: &mut Vec<Item>) ->
             .join("bin/python")
             .is_file()
     };
-    if let Some(venv) = cfg.venv.as_ref().filter(|v| absent(v)) {
+    if let Some(venv) = settings.interpreters.venv.as_ref().filter(|v| absent(v)) {
         let note = format!(
             "{} {}: made at start",
             given_as("--venv", "FERREPL_VENV", venv),
             venv.display()
         );
         items.push(item("venv", Warn, note));
-        cfg.venv = None;
+        settings.interpreters.venv = None;
     }
-    let uids = crate::startup::uid_table(&cfg, dir, None, true)
+    // The stores' directory as the server would take it, checked without
+    // creating it (a missing one is made at start).
+    let kept_in = settings.stores.dir().and_then(|d| d.canonicalize().ok());
+    let uids = crate::startup::uid_table(&settings, dir, kept_in.as_deref(), true)
         .ok()
         .flatten();
-    match crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()) {
+    let tenants = server.tenants;
+    let instance = crate::startup::Instance {
+        runtime: state,
+        stores: kept_in.as_deref(),
+        tenants,
+        uids: uids.as_ref(),
+        peek: true,
+    };
+    match crate::startup::prepare(&settings, instance) {
         Ok(prepared) => Some(prepared),
         Err(e) => {
             let why = format!("the server would refuse to start: {e:#}");
             items.push(item("sandbox", Missing, why));
             // With --sandbox-require, probed again without it to say what is missing.
-            let retry = std::mem::replace(&mut cfg.sandbox_require, false);
-            retry.then(|| {
-                crate::startup::prepare(&cfg, dir, state, None, false, uids.as_ref()).ok()
-            })?
+            let retry = std::mem::replace(&mut settings.sandbox.require, false);
+            retry.then(|| crate::startup::prepare(&settings, instance).ok())?
         }
     }
 }
@@ -423,7 +448,7 @@ fn python_item(version: &str, shown: &str) -> Item {
 /// get; its stdout, or why it failed.
 pub(super) async fn run_confined(
     sandbox: &SandboxConfig,
-    state: &StateDir,
+    state: &RuntimeDir,
     program: &Path,
     args: &[&str],
     limit: Duration,

@@ -4,25 +4,25 @@
 use std::path::Path;
 
 use super::doctor::{Item, Status, item, run_confined};
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::startup::Prepared;
-use crate::state::StateDir;
+use crate::state::RuntimeDir;
 use crate::worker::python::PythonSource;
 
 const PIP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Where installs go and with what, or what stops them.
 pub(super) async fn install_item(
-    cfg: &Config,
+    settings: &Settings,
     found: &Path,
     source: PythonSource,
-    ready: Option<(&StateDir, &Prepared)>,
+    ready: Option<(&RuntimeDir, &Prepared)>,
 ) -> Item {
     let user_venv = match source {
         PythonSource::Venv | PythonSource::VenvFlag => true,
         _ => crate::worker::session_venv::in_a_venv(found),
     };
-    let kept = crate::tenants::store::dir_path(cfg).map(|dir| dir.join("venvs"));
+    let kept = settings.stores.dir().map(|dir| dir.join("venvs"));
     let venv = match (kept, user_venv) {
         (Some(dir), true) => format!(
             "a venv ferrepl keeps over the venv of {} (which sessions only read) in {} (made at the first session)",

@@ -1,6 +1,7 @@
 //! doctor's `mcp-servers` item: each server of `--mcp-servers` started, its
 //! tools listed (and how many code may call), then ended.
 
+use crate::config::settings::Settings;
 use std::time::Duration;
 
 use super::doctor::{Item, Status, item};
@@ -10,16 +11,13 @@ use crate::upstream::UpstreamConfig;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// None when no servers file is configured.
-pub(super) async fn servers_item(
-    cfg: &crate::config::Config,
-    workdir: &std::path::Path,
-) -> Option<Item> {
-    let path = cfg.mcp_servers.as_ref()?;
+pub(super) async fn servers_item(settings: &Settings, workdir: &std::path::Path) -> Option<Item> {
+    let path = settings.own_files.mcp_servers.as_ref()?;
     // As the server runs them: never from what sessions write.
     let abs = |p: &std::path::PathBuf| crate::sandbox::paths::normalize(p, workdir);
     let mut writable = vec![workdir.to_path_buf()];
-    writable.extend(cfg.allow_write.iter().map(abs));
-    writable.extend(cfg.venv.iter().map(abs));
+    writable.extend(settings.sandbox.allow_write.iter().map(abs));
+    writable.extend(settings.interpreters.venv.iter().map(abs));
     let rules = crate::upstream::SpawnRules {
         writable: crate::sandbox::paths::Writable(writable),
         base_dir: std::path::absolute(path)

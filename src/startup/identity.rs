@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::sandbox::{self, SandboxConfig, uids::TenantUids};
 
 /// Who runs the server.
@@ -20,7 +20,7 @@ fn server_uid() -> u32 {
 /// default as named, with no link in it where it exists: whatever --resume
 /// says) and its workspace.
 pub fn uid_table(
-    cfg: &Config,
+    settings: &Settings,
     workdir: &Path,
     kept_in: Option<&Path>,
     peek: bool,
@@ -28,24 +28,28 @@ pub fn uid_table(
     if server_uid() != 0 {
         return Ok(None);
     }
-    let state_dir = kept_in
-        .map(Path::to_path_buf)
-        .or_else(|| crate::tenants::store::named_dir(cfg).map(|d| d.canonicalize().unwrap_or(d)));
+    let state_dir = kept_in.map(Path::to_path_buf).or_else(|| {
+        settings
+            .stores
+            .named_dir
+            .clone()
+            .map(|d| d.canonicalize().unwrap_or(d))
+    });
     let instance = sandbox::uids::Instance {
         state_dir,
         workdir: workdir.to_path_buf(),
     };
     if peek {
         return Ok(Some(TenantUids::peek(
-            &cfg.uid_table,
+            &settings.sandbox.uid_table,
             instance,
-            cfg.tenant_uids,
+            settings.sandbox.tenant_uids,
         )));
     }
     Ok(Some(TenantUids::open(
-        &cfg.uid_table,
+        &settings.sandbox.uid_table,
         instance,
-        cfg.tenant_uids,
+        settings.sandbox.tenant_uids,
     )?))
 }
 
@@ -54,22 +58,22 @@ pub fn uid_table(
 /// a uid of the range with the workspace shown as its own through an
 /// idmapped mount when root owns it. An unprivileged server keeps its uid.
 pub fn choose(
-    cfg: &mut SandboxConfig,
+    policy: &mut SandboxConfig,
     tenants: bool,
     uids: Option<&TenantUids>,
 ) -> anyhow::Result<()> {
-    let Some(uids) = uids.filter(|_| server_uid() == 0 && cfg.enabled()) else {
+    let Some(uids) = uids.filter(|_| server_uid() == 0 && policy.enabled()) else {
         return Ok(());
     };
-    cfg.idmap = true;
+    policy.idmap = true;
     if tenants {
         // Their uids are looked up at each tenant's first request: a table
         // that cannot be kept refuses the start now.
         uids.prepare()?;
-        cfg.set_identity(Some(uids.probe_identity()), true);
+        policy.set_identity(Some(uids.probe_identity()), true);
         return Ok(());
     }
-    match sandbox::owner_of(&cfg.workspace) {
+    match sandbox::owner_of(&policy.workspace) {
         Some(owner) if owner.uid != 0 => {
             // The owner's own group, never the directory's (a root group
             // there would give sessions gid 0).
@@ -79,8 +83,8 @@ pub fn choose(
                 .map(|u| u.gid.as_raw())
                 .filter(|g| *g != 0)
                 .unwrap_or(owner.uid);
-            warn_busy_owner(owner.uid, cfg.max_processes);
-            cfg.set_identity(
+            warn_busy_owner(owner.uid, policy.max_processes);
+            policy.set_identity(
                 Some(sandbox::Identity {
                     uid: owner.uid,
                     gid,
@@ -88,7 +92,7 @@ pub fn choose(
                 true,
             );
         }
-        _ => cfg.set_identity(Some(uids.identity_of(sandbox::uids::SOLE)?), false),
+        _ => policy.set_identity(Some(uids.identity_of(sandbox::uids::SOLE)?), false),
     }
     Ok(())
 }
@@ -135,15 +139,15 @@ fn tasks_of(uid: u32) -> u64 {
 
 /// The status line's part on uids, and whether the boundary is missing
 /// (a root server's sessions as uid 0, or tenants sharing one uid).
-pub fn describe(cfg: &SandboxConfig, tenants: bool) -> (String, bool) {
+pub fn describe(policy: &SandboxConfig, tenants: bool) -> (String, bool) {
     let uid = server_uid();
-    let gap = cfg
+    let gap = policy
         .identity_gap
         .as_deref()
         .unwrap_or("no private namespaces");
-    match (cfg.namespaces.then_some(cfg.identity).flatten(), uid) {
+    match (policy.namespaces.then_some(policy.identity).flatten(), uid) {
         (Some(_), _) if tenants => ("sessions run as each tenant's own uid".into(), false),
-        (Some(id), _) if cfg.workspace_idmapped() => (
+        (Some(id), _) if policy.workspace_idmapped() => (
             format!(
                 "sessions run as uid {}, the workspace shown as theirs through an idmapped mount",
                 id.uid
@@ -154,7 +158,7 @@ pub fn describe(cfg: &SandboxConfig, tenants: bool) -> (String, bool) {
             format!(
                 "sessions run as uid {}, the workspace's owner{}",
                 id.uid,
-                match &cfg.identity_gap {
+                match &policy.identity_gap {
                     Some(g) => format!(" ({g})"),
                     None => String::new(),
                 }
@@ -181,7 +185,7 @@ pub fn describe(cfg: &SandboxConfig, tenants: bool) -> (String, bool) {
 /// alone has only the status line's word for it (nobody else shares its
 /// sessions' /proc, /dev/shm or uid).
 pub fn refuse_degraded_tenants(
-    cfg: &SandboxConfig,
+    policy: &SandboxConfig,
     namespaces: bool,
     allowed: bool,
 ) -> anyhow::Result<()> {
@@ -189,12 +193,12 @@ pub fn refuse_degraded_tenants(
     if !namespaces {
         gaps.push(format!(
             "NO private namespaces ({}): every tenant's sessions share the host's /proc (they list each other's processes and read their command lines), /dev/shm (they read and write each other's shared memory files), SysV IPC and host Unix sockets",
-            cfg.namespaces_gap
+            policy.namespaces_gap
                 .as_deref()
                 .unwrap_or("not on this system")
         ));
     }
-    let (uid_part, degraded) = describe(cfg, true);
+    let (uid_part, degraded) = describe(policy, true);
     if degraded {
         gaps.push(format!(
             "{uid_part}; so to the kernel every tenant is one user, and a file one tenant's session leaves where another's reaches is open to it (modes and owners no longer keep tenants apart)"

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, Config};
+use crate::config::{self, settings::Settings};
 use crate::{egress, installer, sandbox, state, worker};
 
 mod identity;
@@ -42,18 +42,35 @@ pub struct KeptVenvs {
     pub layer: Option<PathBuf>,
 }
 
-pub fn prepare(
-    cfg: &Config,
-    workdir: &Path,
-    state_dir: &state::StateDir,
-    kept_in: Option<&Path>,
-    tenants: bool,
-    uids: Option<&sandbox::uids::TenantUids>,
-) -> anyhow::Result<Prepared> {
+/// What start-up decides for beyond the settings: this server's own
+/// places, and whether it serves tenants.
+#[derive(Clone, Copy)]
+pub struct Instance<'a> {
+    /// This server's private runtime directory.
+    pub runtime: &'a state::RuntimeDir,
+    /// The stores' directory, checked (None: sessions are not kept).
+    pub stores: Option<&'a Path>,
+    pub tenants: bool,
+    /// A root server's session uids.
+    pub uids: Option<&'a sandbox::uids::TenantUids>,
+    /// `doctor`: every decision and refusal, nothing created.
+    pub peek: bool,
+}
+
+pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Prepared> {
+    let workdir = settings.workdir.as_path();
+    let Instance {
+        runtime: state_dir,
+        stores: kept_in,
+        tenants,
+        uids: _,
+        peek,
+    } = instance;
     if tenants {
-        check_shared_places(cfg, workdir, kept_in)?;
+        check_shared_places(settings, workdir, kept_in)?;
     }
-    let (mut python, mut source) = worker::python::resolve(cfg.python.as_deref(), workdir);
+    let (mut python, mut source) =
+        worker::python::resolve(settings.interpreters.python.as_deref(), workdir);
     // Judged from the path as named: a venv's interpreter links to its base.
     let named_a_venv = worker::session_venv::in_a_venv(&python);
     let named_venv = python
@@ -64,9 +81,13 @@ pub fn prepare(
     // server outside the sandbox.
     let mut writable = sandbox::paths::Writable(vec![workdir.to_path_buf()]);
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
-    writable.0.extend(cfg.allow_write.iter().map(abs));
+    writable
+        .0
+        .extend(settings.sandbox.allow_write.iter().map(abs));
     writable.0.extend(
-        cfg.allow_python
+        settings
+            .interpreters
+            .allow_python
             .iter()
             .map(abs)
             .filter(|p| p.join("pyvenv.cfg").is_file()),
@@ -76,7 +97,7 @@ pub fn prepare(
     // installs go to a venv kept over it. The first two stay among the
     // places the server never trusts or runs (sessions wrote them before).
     let mut venvs = Vec::new();
-    if let Some(venv) = &cfg.venv {
+    if let Some(venv) = &settings.interpreters.venv {
         venvs.push(abs(venv));
     } else if source == worker::python::PythonSource::Venv
         && let Some(dir) = python.parent().and_then(Path::parent)
@@ -107,7 +128,7 @@ pub fn prepare(
     } else {
         python.clone()
     };
-    if let Some(dir) = cfg.venv.as_ref().map(abs) {
+    if let Some(dir) = settings.interpreters.venv.as_ref().map(abs) {
         python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
         source = worker::python::PythonSource::VenvFlag;
     }
@@ -130,7 +151,7 @@ pub fn prepare(
         _ => None,
     };
     let mut kept_dirs = Vec::new();
-    if let (Some(kept), false) = (&kept_venvs, tenants) {
+    if let (Some(kept), false, false) = (&kept_venvs, tenants, peek) {
         // The sole tenant's: writable in the view (and idmapped like the
         // workspace when that is root's), so it is named before the
         // sandbox is settled. Tenants' are added as each is built.
@@ -155,17 +176,15 @@ pub fn prepare(
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
 
     let (mut sandbox_cfg, summary) = sandbox_settings(
-        cfg,
-        workdir,
-        (state_dir, kept_in, tenants),
+        settings,
+        instance,
         (&python, &base_python),
         (&venvs, &kept_dirs),
         &writable,
-        uids,
     )?;
-    let (installer, proxy) = installer_settings(cfg, &mut sandbox_cfg, state_dir, &writable)?;
+    let (installer, proxy) = installer_settings(settings, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
-        guard_own_files(cfg, &sandbox_cfg, (state_dir, kept_in), &writable)?;
+        guard_own_files(settings, &sandbox_cfg, instance, &writable)?;
     }
     // Every refusal is behind us: only now does anything start.
     if let Some(proxy) = proxy {
@@ -194,16 +213,17 @@ pub fn prepare(
 /// session and job may read, write and reach, and which interpreters
 /// python_sessions may name. Then probed; with a one-line summary.
 fn sandbox_settings(
-    cfg: &Config,
-    workdir: &Path,
-    (state_dir, kept_in, tenants): (&state::StateDir, Option<&Path>, bool),
+    settings: &Settings,
+    instance: Instance<'_>,
     pythons: (&Path, &Path),
     (venvs, kept): (&[PathBuf], &[PathBuf]),
     writable: &sandbox::paths::Writable,
-    uids: Option<&sandbox::uids::TenantUids>,
 ) -> anyhow::Result<(sandbox::SandboxConfig, String)> {
+    let workdir = settings.workdir.as_path();
+    let (state_dir, kept_in) = (instance.runtime, instance.stores);
+    let (tenants, uids) = (instance.tenants, instance.uids);
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
-    let access = Access::granted(cfg, workdir, pythons, (venvs, kept), writable);
+    let access = Access::granted(settings, workdir, pythons, (venvs, kept), writable);
     let home = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h != Path::new("/"));
@@ -212,7 +232,7 @@ fn sandbox_settings(
     // Private places an --allow-read/--allow-write path may not hold (the
     // stores and this instance's runtime directory are checked with
     // ferrepl's own files, with their own message).
-    view::check_allow_paths(cfg, workdir, &hidden)?;
+    view::check_allow_paths(settings, workdir, &hidden)?;
     // The stored sessions of every workspace (one inside the workspace is
     // refused with ferrepl's own files).
     if let Some(dir) = kept_in.and_then(|d| d.canonicalize().ok())
@@ -221,7 +241,7 @@ fn sandbox_settings(
     {
         hidden.push(dir);
     }
-    check_workspace(cfg, workdir, &hidden)?;
+    check_workspace(settings, workdir, &hidden)?;
     let mut read = access.read;
     read.extend(view::path_entries(
         &std::env::var_os("PATH").unwrap_or_default(),
@@ -229,48 +249,44 @@ fn sandbox_settings(
         &hidden,
         writable,
     ));
-    if cfg
-        .languages
-        .iter()
-        .any(|l| l.trim().eq_ignore_ascii_case("r"))
-    {
-        read.extend(view::r_dirs(cfg, writable));
+    if settings.languages.contains(&worker::Language::R) {
+        read.extend(view::r_dirs(settings, writable));
     }
     read.retain(|p| !sys_view.shows(p));
     read.extend(sandbox::view::nix_store(&read));
     read.sort();
     read.dedup();
     let mut sandbox_cfg = sandbox::SandboxConfig {
-        mode: cfg.sandbox,
-        network: cfg.network == config::Network::On,
+        mode: settings.sandbox.mode,
+        network: settings.sandbox.network == config::Network::On,
         egress: None,
         egress_hosts: Vec::new(),
-        require: cfg.sandbox_require,
-        memory_limit: crate::units::parse_bytes(&cfg.memory_limit)?,
-        max_processes: cfg.max_processes,
-        max_file_bytes: crate::units::parse_bytes(&cfg.max_file_size)?.unwrap_or(u64::MAX),
-        max_open_files: cfg.max_open_files,
+        require: settings.sandbox.require,
+        memory_limit: settings.sandbox.memory_limit,
+        max_processes: settings.sandbox.max_processes,
+        max_file_bytes: settings.sandbox.max_file_bytes,
+        max_open_files: settings.sandbox.max_open_files,
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
         view: sys_view,
         read,
         installer_read: Vec::new(),
         write: access.write,
-        devices: cfg.allow_device.iter().map(abs).collect(),
+        devices: settings.sandbox.allow_device.iter().map(abs).collect(),
         allowed_python: access.allowed_python,
-        namespaces: !cfg.no_namespaces,
-        env: sandbox::env::inherited(&cfg.pass_env),
+        namespaces: settings.sandbox.namespaces,
+        env: sandbox::env::inherited(&settings.sandbox.pass_env),
         active: String::new(),
         cgroups: None,
         identity: None,
         idmap: false,
-        named_read: cfg.allow_read.iter().map(abs).collect(),
+        named_read: settings.sandbox.allow_read.iter().map(abs).collect(),
         idmapped: Vec::new(),
         identity_gap: None,
         namespaces_gap: None,
         protected: None,
     };
-    sandbox_cfg.protected = protected_places(cfg, &sandbox_cfg, venvs)?;
+    sandbox_cfg.protected = protected_places(settings, &sandbox_cfg, venvs)?;
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
@@ -278,7 +294,7 @@ fn sandbox_settings(
     let applied = sandbox::probe(&mut sandbox_cfg)?;
     if sandbox_cfg.enabled() {
         let (uid_part, degraded) = identity::describe(&sandbox_cfg, tenants);
-        if degraded && cfg.sandbox_require {
+        if degraded && settings.sandbox.require {
             anyhow::bail!("--sandbox-require: {uid_part}");
         }
         sandbox_cfg.active.push_str("; ");
@@ -296,7 +312,7 @@ fn sandbox_settings(
         identity::refuse_degraded_tenants(
             &sandbox_cfg,
             applied.namespaces,
-            cfg.allow_degraded_isolation,
+            settings.sandbox.allow_degraded_isolation,
         )?;
     }
     if sandbox_cfg.enabled() {
@@ -312,7 +328,7 @@ fn sandbox_settings(
 /// another name than `.venv` (`--venv env`), protected and freed like
 /// `.venv`.
 fn protected_places(
-    cfg: &Config,
+    settings: &Settings,
     sandbox_cfg: &sandbox::SandboxConfig,
     venvs: &[PathBuf],
 ) -> anyhow::Result<Option<sandbox::protected::Protected>> {
@@ -330,8 +346,11 @@ fn protected_places(
             roots.push(real);
         }
     }
-    let mut protected =
-        sandbox::protected::Protected::new(roots, &cfg.protect, &cfg.allow_write_protected)?;
+    let mut protected = sandbox::protected::Protected::new(
+        roots,
+        &settings.sandbox.protect,
+        &settings.sandbox.allow_write_protected,
+    )?;
     if protected.names.iter().any(|n| n == ".venv") {
         for venv in venvs {
             let venv = venv.canonicalize().unwrap_or_else(|_| venv.clone());
@@ -348,13 +367,14 @@ fn protected_places(
 /// anything sessions can write or read; and no bound path may lie inside
 /// another place sessions can write.
 fn guard_own_files(
-    cfg: &Config,
+    settings: &Settings,
     sandbox_cfg: &sandbox::SandboxConfig,
-    (state_dir, kept_in): (&state::StateDir, Option<&Path>),
+    instance: Instance<'_>,
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<()> {
-    let files = view::own_files(cfg, state_dir, kept_in);
-    let allow_read: Vec<PathBuf> = cfg
+    let files = view::own_files(settings, instance.runtime, instance.stores);
+    let allow_read: Vec<PathBuf> = settings
+        .sandbox
         .allow_read
         .iter()
         .map(|p| sandbox::paths::normalize(p, &sandbox_cfg.workspace))
@@ -381,7 +401,7 @@ impl Access {
     /// user's venvs (read-only), the kept venvs (writable), --allow-python,
     /// uv on PATH, --allow-read and --allow-write.
     fn granted(
-        cfg: &Config,
+        settings: &Settings,
         workdir: &Path,
         (python, base_python): (&Path, &Path),
         (venvs, kept): (&[PathBuf], &[PathBuf]),
@@ -399,7 +419,7 @@ impl Access {
         let mut write: Vec<PathBuf> = kept.to_vec();
         let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
         allowed_python.extend(venvs.iter().chain(kept).cloned());
-        for p in cfg.allow_python.iter().map(abs) {
+        for p in settings.interpreters.allow_python.iter().map(abs) {
             if p.join("pyvenv.cfg").is_file() {
                 // A venv: read-only, as the user's are (the operator's own
                 // environment, run on the host too), never run by the
@@ -421,8 +441,8 @@ impl Access {
         {
             read.push(dir.to_path_buf());
         }
-        read.extend(cfg.allow_read.iter().map(abs));
-        write.extend(cfg.allow_write.iter().map(abs));
+        read.extend(settings.sandbox.allow_read.iter().map(abs));
+        write.extend(settings.sandbox.allow_write.iter().map(abs));
         read.sort();
         read.dedup();
         Access {
@@ -436,13 +456,20 @@ impl Access {
 /// With tenants, nothing writable may be shared between them (one tenant
 /// could change what another runs or reads), and the stores must not lie
 /// in a tenant's workspace.
-fn check_shared_places(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> anyhow::Result<()> {
-    let shared_venv = cfg.allow_python.iter().any(|p| {
+fn check_shared_places(
+    settings: &Settings,
+    workdir: &Path,
+    kept_in: Option<&Path>,
+) -> anyhow::Result<()> {
+    let shared_venv = settings.interpreters.allow_python.iter().any(|p| {
         sandbox::paths::normalize(p, workdir)
             .join("pyvenv.cfg")
             .is_file()
     });
-    if cfg.venv.is_some() || !cfg.allow_write.is_empty() || shared_venv {
+    if settings.interpreters.venv.is_some()
+        || !settings.sandbox.allow_write.is_empty()
+        || shared_venv
+    {
         anyhow::bail!(
             "--allow-write would be writable by every tenant (one could change what another runs), and --venv and venvs in --allow-python are not shared between tenants either; with tenants, each keeps its venvs in its own workspace (python_install, python_sessions create venv=...), and shared interpreters are given read-only with --python or --allow-python DIR"
         );
@@ -462,8 +489,8 @@ fn check_shared_places(cfg: &Config, workdir: &Path, kept_in: Option<&Path>) -> 
 
 /// Refuses a workspace that holds a hidden place, and --allow-read or
 /// --allow-write paths inside the workspace.
-fn check_workspace(cfg: &Config, workdir: &Path, hidden: &[PathBuf]) -> anyhow::Result<()> {
-    if cfg.sandbox != sandbox::SandboxMode::Off
+fn check_workspace(settings: &Settings, workdir: &Path, hidden: &[PathBuf]) -> anyhow::Result<()> {
+    if settings.sandbox.mode != sandbox::SandboxMode::Off
         && let Some(h) = hidden
             .iter()
             .find(|h| h.starts_with(workdir) && *h != workdir)
@@ -474,10 +501,11 @@ fn check_workspace(cfg: &Config, workdir: &Path, hidden: &[PathBuf]) -> anyhow::
             h.display()
         );
     }
-    for p in cfg
+    for p in settings
+        .sandbox
         .allow_read
         .iter()
-        .chain(&cfg.allow_write)
+        .chain(&settings.sandbox.allow_write)
         .map(|p| sandbox::paths::normalize(p, workdir))
     {
         if p.starts_with(workdir) {
@@ -511,12 +539,12 @@ impl EgressProxy {
 /// The operator's installer settings, and with `--network packages` the
 /// egress proxy installers reach the indexes through (started by the caller).
 fn installer_settings(
-    cfg: &Config,
+    settings: &Settings,
     sandbox_cfg: &mut sandbox::SandboxConfig,
-    state_dir: &state::StateDir,
+    state_dir: &state::RuntimeDir,
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<(installer::InstallerSettings, Option<EgressProxy>)> {
-    let mut mode = cfg.network;
+    let mut mode = settings.sandbox.network;
     if mode == config::Network::Packages && !sandbox_cfg.enabled() {
         // Without a sandbox nothing is confined: installers reach the network as
         // everything else does.
@@ -528,46 +556,42 @@ fn installer_settings(
         );
         mode = config::Network::Off;
     }
-    let mut extra_hosts = cfg.allow_host_egress.clone();
+    let mut extra_hosts = settings.sandbox.allow_host_egress.clone();
     let mut extra_ports = Vec::new();
-    if cfg
-        .languages
-        .iter()
-        .any(|l| l.trim().eq_ignore_ascii_case("r"))
-    {
-        extra_hosts.extend(crate::egress::host_of_url(&cfg.cran));
+    if settings.languages.contains(&worker::Language::R) {
+        extra_hosts.extend(crate::egress::host_of_url(&settings.interpreters.cran));
         // A mirror named with its port (an internal one on :8080) is
         // reached on that port as well as on 443 and 80.
-        extra_ports.extend(crate::egress::port_of_url(&cfg.cran));
+        extra_ports.extend(crate::egress::port_of_url(&settings.interpreters.cran));
     }
-    let mut settings = installer::InstallerSettings::discover(
+    let mut installer = installer::InstallerSettings::discover(
         mode,
         &extra_hosts,
-        cfg.allow_source_builds,
+        settings.sandbox.allow_source_builds,
         writable,
     );
-    settings.cran = cfg.cran.clone();
-    index_credentials(&mut settings, mode, sandbox_cfg.enabled())?;
-    extra_ports.extend(settings.index_ports());
+    installer.cran = settings.interpreters.cran.clone();
+    index_credentials(&mut installer, mode, sandbox_cfg.enabled())?;
+    extra_ports.extend(installer.index_ports());
     // The operator's CA bundle: in the view of installers only, at its
     // resolved path (the one they are given); not from where sessions
     // write (they could swap it for a symlink).
-    let cert = settings.cert.take();
+    let cert = installer.cert.take();
     if let Some(c) = cert.as_ref().filter(|c| writable.contains(c)) {
         tracing::warn!(
             "the CA bundle {} lies where sessions can write; installers do not get it (move it outside the workspace and the writable paths)",
             c.display()
         );
     }
-    settings.cert = cert
+    installer.cert = cert
         .filter(|c| !writable.contains(c))
         .map(|c| c.canonicalize().unwrap_or(c));
     #[cfg(target_os = "linux")]
-    let interceptor = match settings.credentials.is_empty() || mode != config::Network::Packages {
+    let interceptor = match installer.credentials.is_empty() || mode != config::Network::Packages {
         true => None,
-        false => Some(index_interceptor(&mut settings, state_dir)?),
+        false => Some(index_interceptor(&mut installer, state_dir)?),
     };
-    sandbox_cfg.installer_read = settings
+    sandbox_cfg.installer_read = installer
         .cert
         .iter()
         .filter(|c| c.is_absolute() && !sandbox_cfg.view.shows(c))
@@ -577,9 +601,9 @@ fn installer_settings(
     let mut proxy = None;
     if mode == config::Network::Packages {
         let socket = state_dir.path().join("egress.sock");
-        let mut config = egress::EgressConfig::new(settings.allowed_hosts.clone());
+        let mut config = egress::EgressConfig::new(installer.allowed_hosts.clone());
         config.ports.extend(extra_ports);
-        config.allow_private = cfg.egress_allow_private;
+        config.allow_private = settings.sandbox.egress_allow_private;
         #[cfg(target_os = "linux")]
         {
             config.intercept = interceptor;
@@ -588,14 +612,14 @@ fn installer_settings(
             port: installer::RELAY_PORT,
             socket: socket.display().to_string(),
         });
-        sandbox_cfg.egress_hosts = settings.allowed_hosts.clone();
+        sandbox_cfg.egress_hosts = installer.allowed_hosts.clone();
         sandbox_cfg.active.push_str(&format!(
             "; package installers reach only {} (HTTPS/HTTP through ferrepl's proxy)",
-            settings.allowed_hosts.join(", ")
+            installer.allowed_hosts.join(", ")
         ));
         proxy = Some(EgressProxy { socket, config });
     }
-    Ok((settings, proxy))
+    Ok((installer, proxy))
 }
 
 /// Index URLs with credentials (issue 42 §2): the egress proxy adds them,
@@ -644,7 +668,7 @@ fn index_credentials(
 #[cfg(target_os = "linux")]
 fn index_interceptor(
     settings: &mut installer::InstallerSettings,
-    state_dir: &state::StateDir,
+    state_dir: &state::RuntimeDir,
 ) -> anyhow::Result<std::sync::Arc<egress::Interceptor>> {
     let operator_ca = settings.cert.clone();
     let interceptor =

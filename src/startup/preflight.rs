@@ -7,14 +7,14 @@ use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::config::tokens::TokenTable;
 
 /// Every check of the flags that needs nothing but the flags, the tokens
 /// and the (canonical) workspace.
-pub fn check(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
-    check_serving(cfg, workdir, tokens)?;
-    if let Some(python) = &cfg.python {
+pub fn check(settings: &Settings, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
+    check_serving(settings, workdir, tokens)?;
+    if let Some(python) = &settings.interpreters.python {
         named_python(python)?;
     }
     Ok(())
@@ -23,22 +23,26 @@ pub fn check(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Resul
 /// The checks but the interpreter's (which `doctor` reports on its own):
 /// tenants need HTTP, HTTP off loopback needs a token, `--venv` must be a
 /// venv or a place to make one, the workspace is no home directory.
-pub fn check_serving(cfg: &Config, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
-    home_workspace(cfg, workdir)?;
-    if tokens.has_tenants() && cfg.http.is_none() {
+pub fn check_serving(
+    settings: &Settings,
+    workdir: &Path,
+    tokens: &TokenTable,
+) -> anyhow::Result<()> {
+    home_workspace(settings, workdir)?;
+    if tokens.has_tenants() && settings.serving.http.is_none() {
         anyhow::bail!(
             "--auth-token-file names tenants, which only HTTP serves; add --http ADDR, or give one bare token"
         );
     }
-    if let Some(addr) = cfg.http {
+    if let Some(addr) = settings.serving.http {
         exposure(addr, !tokens.is_empty())?;
     }
-    if let Some(venv) = &cfg.venv {
+    if let Some(venv) = &settings.interpreters.venv {
         crate::worker::python::check_venv_dir(&crate::sandbox::paths::normalize(venv, workdir))?;
     }
-    mcp_servers_place(cfg, workdir)?;
-    viewer_tokens_place(cfg, workdir)?;
-    if let Some(file) = &cfg.mcp_servers {
+    mcp_servers_place(settings, workdir)?;
+    viewer_tokens_place(settings, workdir)?;
+    if let Some(file) = &settings.own_files.mcp_servers {
         crate::upstream::UpstreamConfig::read(file)
             .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
     }
@@ -55,8 +59,8 @@ const PASSWD_CAP: u64 = 16 << 20;
 /// sandbox is off (then sessions reach everything anyway). Only an exact
 /// match counts (after resolving links): a home of `/` (system accounts)
 /// or one that does not exist refuses nothing.
-pub fn home_workspace(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
-    if cfg.sandbox == crate::sandbox::SandboxMode::Off {
+pub fn home_workspace(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+    if settings.sandbox.mode == crate::sandbox::SandboxMode::Off {
         return Ok(());
     }
     // Not `$HOME`, which a caller sets as it likes (to a scratch
@@ -80,7 +84,7 @@ pub fn home_workspace(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
     if !is_home {
         return Ok(());
     }
-    let what = if cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly {
+    let what = if settings.sandbox.mode == crate::sandbox::SandboxMode::ReadOnly {
         "its private files (.ssh keys, shell history, tokens in dotfiles) would be readable by sessions and cannot all be listed"
     } else {
         "its shell and ssh start-up files (.bashrc, .profile, .ssh/...) would be writable by sessions and cannot all be listed"
@@ -120,11 +124,11 @@ pub fn passwd_homes(text: &str) -> Vec<PathBuf> {
 /// outside everything sessions write or read: the workspace (so also a
 /// workspace holding it, `--workdir ~`), `--allow-write`, `--allow-read`,
 /// `--venv`. Judged with links resolved, before anything is created there.
-pub fn state_dir_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
-    let Some(dir) = crate::tenants::store::dir_path(cfg) else {
+pub fn state_dir_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+    let Some(dir) = settings.stores.dir() else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, &dir, false) {
+    if let Some((what, place)) = reachable_by_sessions(settings, workdir, dir, false) {
         anyhow::bail!(
             "the state directory {} (the stores, --state-dir, default ~/.local/state/ferrepl) lies inside {what} {}, which sessions can reach; keep ferrepl's own files outside the workspace: pass --state-dir elsewhere (or --resume off), or choose another --workdir",
             dir.display(),
@@ -136,11 +140,11 @@ pub fn state_dir_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
 
 /// The `--mcp-servers` file holds the upstreams' tokens: it must lie where
 /// no session can read it.
-pub fn mcp_servers_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
-    let Some(file) = &cfg.mcp_servers else {
+pub fn mcp_servers_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+    let Some(file) = &settings.own_files.mcp_servers else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, file, true) {
+    if let Some((what, place)) = reachable_by_sessions(settings, workdir, file, true) {
         anyhow::bail!(
             "--mcp-servers {} lies inside {what} {}, which sessions can read, and it may hold the servers' tokens: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
             file.display(),
@@ -152,11 +156,16 @@ pub fn mcp_servers_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
 
 /// The `--viewer-tokens` file logs a browser in to a tenant's sessions: no
 /// session may read it (another tenant's agent would read its way in).
-pub fn viewer_tokens_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
-    let Some(file) = cfg.viewer_tokens.as_ref().filter(|_| cfg.viewer.is_some()) else {
+pub fn viewer_tokens_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+    let Some(file) = settings
+        .viewer
+        .tokens
+        .as_ref()
+        .filter(|_| settings.viewer.addr.is_some())
+    else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(cfg, workdir, file, true) {
+    if let Some((what, place)) = reachable_by_sessions(settings, workdir, file, true) {
         anyhow::bail!(
             "--viewer-tokens {} lies inside {what} {}, which sessions can read: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
             file.display(),
@@ -170,7 +179,7 @@ pub fn viewer_tokens_place(cfg: &Config, workdir: &Path) -> anyhow::Result<()> {
 /// workspace, the named extra places, and with `system` the system
 /// directories every session's view has.
 fn reachable_by_sessions(
-    cfg: &Config,
+    settings: &Settings,
     workdir: &Path,
     path: &Path,
     system: bool,
@@ -181,9 +190,27 @@ fn reachable_by_sessions(
     let target = resolved(path);
     let abs = |p: &std::path::PathBuf| resolved(&crate::sandbox::paths::normalize(p, workdir));
     let mut places = vec![("the workspace (--workdir)", resolved(workdir))];
-    places.extend(cfg.allow_write.iter().map(|p| ("--allow-write", abs(p))));
-    places.extend(cfg.allow_read.iter().map(|p| ("--allow-read", abs(p))));
-    places.extend(cfg.venv.iter().map(|p| ("--venv", abs(p))));
+    places.extend(
+        settings
+            .sandbox
+            .allow_write
+            .iter()
+            .map(|p| ("--allow-write", abs(p))),
+    );
+    places.extend(
+        settings
+            .sandbox
+            .allow_read
+            .iter()
+            .map(|p| ("--allow-read", abs(p))),
+    );
+    places.extend(
+        settings
+            .interpreters
+            .venv
+            .iter()
+            .map(|p| ("--venv", abs(p))),
+    );
     if system {
         places.extend(
             crate::sandbox::view::SYSTEM_DIRS
@@ -307,12 +334,16 @@ odd:x:7:7::relative/home:/bin/sh\n";
         let home = own_homes()
             .into_iter()
             .find(|h| h.canonicalize().is_ok_and(|c| c != Path::new("/")));
-        let cfg = Config::parse_from(["ferrepl"]);
+        let settings_of = |args: &[&str]| {
+            let flags = crate::config::Flags::parse_from(args);
+            Settings::from_flags(&flags).expect("settings")
+        };
+        let cfg = settings_of(&["ferrepl"]);
         if let Some(home) = home {
             let err = format!("{:#}", home_workspace(&cfg, &home).unwrap_err());
             assert!(err.contains("is a home directory"), "{err}");
             assert!(err.contains("give a project directory inside it"), "{err}");
-            let off = Config::parse_from(["ferrepl", "--sandbox", "off"]);
+            let off = settings_of(&["ferrepl", "--sandbox", "off"]);
             assert!(home_workspace(&off, &home).is_ok());
         }
         // `/` is the home of some system accounts: it refuses no workspace

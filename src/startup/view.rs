@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::sandbox::paths::Writable;
 use crate::sandbox::view::View;
 use crate::{sandbox, state, worker};
@@ -29,8 +29,8 @@ fn real(p: &Path) -> PathBuf {
 /// the runtime state (logs, policies, homes, the egress socket) and the
 /// stores.
 pub fn own_files(
-    cfg: &Config,
-    state_dir: &state::StateDir,
+    settings: &Settings,
+    state_dir: &state::RuntimeDir,
     kept_in: Option<&Path>,
 ) -> Vec<OwnFile> {
     let mut files = Vec::new();
@@ -42,13 +42,18 @@ pub fn own_files(
             path,
         })
     };
-    if let Some(tokens) = &cfg.auth_token_file {
+    if let Some(tokens) = &settings.own_files.auth_token_file {
         add("--auth-token-file", tokens);
     }
-    if let Some(servers) = &cfg.mcp_servers {
+    if let Some(servers) = &settings.own_files.mcp_servers {
         add("--mcp-servers", servers);
     }
-    if let Some(views) = cfg.viewer_tokens.as_ref().filter(|_| cfg.viewer.is_some()) {
+    if let Some(views) = settings
+        .viewer
+        .tokens
+        .as_ref()
+        .filter(|_| settings.viewer.addr.is_some())
+    {
         add("--viewer-tokens", views);
     }
     add(
@@ -93,8 +98,17 @@ pub fn check_own_files(
 /// Refuses an --allow-read/--allow-write path that holds a private place
 /// (a home, `/tmp`, `/run`: other programs' files and sockets, another
 /// ferrepl's runtime directory): name narrower paths.
-pub fn check_allow_paths(cfg: &Config, workdir: &Path, private: &[PathBuf]) -> anyhow::Result<()> {
-    for p in cfg.allow_read.iter().chain(&cfg.allow_write) {
+pub fn check_allow_paths(
+    settings: &Settings,
+    workdir: &Path,
+    private: &[PathBuf],
+) -> anyhow::Result<()> {
+    for p in settings
+        .sandbox
+        .allow_read
+        .iter()
+        .chain(&settings.sandbox.allow_write)
+    {
         let p = sandbox::paths::normalize(p, workdir);
         let p_real = real(&p);
         if let Some(h) = private
@@ -209,9 +223,10 @@ pub fn path_entries(
 
 /// R's installation: the prefix of the real `R` (its R_HOME lies there) and
 /// R_HOME itself, unless sessions can write them.
-pub fn r_dirs(cfg: &Config, writable: &Writable) -> Vec<PathBuf> {
+pub fn r_dirs(settings: &Settings, writable: &Writable) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(real) = worker::r::resolve(cfg.r.as_deref()).and_then(|r| r.canonicalize().ok())
+    if let Some(real) =
+        worker::r::resolve(settings.interpreters.r.as_deref()).and_then(|r| r.canonicalize().ok())
         && let Some(prefix) = real.parent().and_then(Path::parent)
     {
         out.push(prefix.to_path_buf());

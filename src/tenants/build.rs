@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use crate::config::Config;
 use crate::config::settings::Settings;
 use crate::config::tokens::Tenant;
 use crate::installer::InstallerSettings;
@@ -21,7 +20,6 @@ use crate::{files, worker};
 
 /// What every tenant is built from.
 pub struct Base {
-    pub cfg: Config,
     pub settings: Settings,
     pub languages: Vec<Language>,
     pub groups: ToolGroups,
@@ -112,8 +110,11 @@ impl Base {
         }
         let mut cgroup = None;
         if let (Tenant::Named(name), Some(root)) = (tenant, &self.sandbox.cgroups) {
-            let (tenant_root, group) =
-                root.tenant(name, self.tenant_memory, self.cfg.tenant_cpu_weight);
+            let (tenant_root, group) = root.tenant(
+                name,
+                self.tenant_memory,
+                self.settings.sandbox.tenant_cpu_weight,
+            );
             sandbox.cgroups = Some(tenant_root);
             cgroup = Some(group);
         }
@@ -131,7 +132,7 @@ impl Base {
         let sandbox = Arc::new(sandbox);
         let workspace = files::Workspace::new(&workdir)
             .with_context(|| format!("workspace root {}", workdir.display()))?
-            .read_only(self.cfg.sandbox == crate::sandbox::SandboxMode::ReadOnly)
+            .read_only(self.settings.sandbox.mode == crate::sandbox::SandboxMode::ReadOnly)
             .protected(sandbox.protected.clone().map(Arc::new));
         let log_dir = self.log_dir_of(tenant)?;
         let quota = match (tenant, self.tenant_disk) {
@@ -149,7 +150,7 @@ impl Base {
         };
         let gate = TenantGate::new(self.gate.clone(), quota, job_share);
         let tenant_gate = gate.clone();
-        let durable = super::store::open(&self.cfg, &workdir, tenant.name())?;
+        let durable = super::store::open(&self.settings.stores, &workdir, tenant.name())?;
 
         let mut job_config = settings.job_config(&log_dir, sandbox.clone(), self.installer.clone());
         job_config.gate = Some(gate.clone());
@@ -186,8 +187,7 @@ impl Base {
         );
         // Per-client sessions are each client's own: none is started ahead
         // (stateless requests create the shared one when they come).
-        let per_client = self.cfg.default_session == crate::config::DefaultSession::PerClient
-            && self.cfg.http.is_some();
+        let per_client = self.settings.serving.per_client && self.settings.serving.http.is_some();
         manager.warm_up(!per_client);
         manager.spawn_reaper();
         manager.spawn_state_saver();
@@ -275,7 +275,7 @@ impl Base {
         log_dir: &Path,
         sandbox: Arc<SandboxConfig>,
     ) -> worker::LaunchSpec {
-        let r = worker::r::resolve(self.cfg.r.as_deref());
+        let r = worker::r::resolve(self.settings.interpreters.r.as_deref());
         if r.is_none() {
             tracing::warn!(
                 "R sessions are enabled but no R was found: {}",

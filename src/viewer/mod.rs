@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::config::tokens::{Tenant, TokenTable};
 use crate::tenants::{Instance, TenantApp};
 
@@ -39,13 +39,16 @@ pub struct Bound {
 /// Refusals from the flags alone: a viewer off loopback or on a server with
 /// tenants needs `--viewer-tokens`, whose tenants must be of the server's
 /// kind and whose tokens are long enough; `--viewer-allow-host` must parse.
-pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<TokenTable>> {
-    let Some(addr) = cfg.viewer else {
+pub fn check(
+    settings: &Settings,
+    server_tokens: &TokenTable,
+) -> anyhow::Result<Option<TokenTable>> {
+    let Some(addr) = settings.viewer.addr else {
         return Ok(None);
     };
-    hosts::Rules::new(addr, &cfg.viewer_allow_hosts)
+    hosts::Rules::new(addr, &settings.viewer.allow_hosts)
         .map_err(|e| anyhow::anyhow!("--viewer-allow-host {e}"))?;
-    let Some(file) = &cfg.viewer_tokens else {
+    let Some(file) = &settings.viewer.tokens else {
         if server_tokens.has_tenants() {
             anyhow::bail!(
                 "--viewer on a server with tenants needs --viewer-tokens FILE (lines 'TOKEN TENANT'): each tenant's viewer sees only its own sessions"
@@ -67,12 +70,13 @@ pub fn check(cfg: &Config, server_tokens: &TokenTable) -> anyhow::Result<Option<
     // Cookies are not kept apart by port (docs/security.md): where an
     // agent can serve on the viewer's host, another tenant's person must
     // log in only under a name of the viewer's own behind TLS.
-    let agents_serve = cfg.network == crate::sandbox::Network::On
-        || cfg.sandbox == crate::sandbox::SandboxMode::Off;
+    let agents_serve = settings.sandbox.network == crate::sandbox::Network::On
+        || settings.sandbox.mode == crate::sandbox::SandboxMode::Off;
     if server_tokens.has_tenants()
         && agents_serve
-        && !cfg
-            .viewer_allow_hosts
+        && !settings
+            .viewer
+            .allow_hosts
             .iter()
             .any(|h| h.trim().starts_with("https://"))
     {
@@ -105,28 +109,31 @@ fn read_tokens(file: &std::path::Path, server_tokens: &TokenTable) -> anyhow::Re
 }
 
 /// Binds `--viewer` (after `check`).
-pub async fn bind(cfg: &Config, tokens: Option<TokenTable>) -> anyhow::Result<Option<Bound>> {
-    let Some(addr) = cfg.viewer else {
+pub async fn bind(
+    settings: &Settings,
+    tokens: Option<TokenTable>,
+) -> anyhow::Result<Option<Bound>> {
+    let Some(addr) = settings.viewer.addr else {
         return Ok(None);
     };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("--viewer: cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let rules = hosts::Rules::new(local, &cfg.viewer_allow_hosts)
+    let rules = hosts::Rules::new(local, &settings.viewer.allow_hosts)
         .map_err(|e| anyhow::anyhow!("--viewer-allow-host {e}"))?;
     Ok(Some(Bound {
         listener,
-        access: auth::Access::new(tokens, cfg.viewer_tokens.clone()),
+        access: auth::Access::new(tokens, settings.viewer.tokens.clone()),
         url: rules.url(),
-        local: (!cfg.viewer_allow_hosts.is_empty()).then_some(local),
+        local: (!settings.viewer.allow_hosts.is_empty()).then_some(local),
         rules,
     }))
 }
 
 /// The URL `doctor` shows for `--viewer ADDR` (port 0 as it is).
-pub fn url_for(cfg: &Config, addr: SocketAddr) -> String {
-    hosts::Rules::new(addr, &cfg.viewer_allow_hosts)
+pub fn url_for(settings: &Settings, addr: SocketAddr) -> String {
+    hosts::Rules::new(addr, &settings.viewer.allow_hosts)
         .map(|r| r.url())
         .unwrap_or_else(|_| format!("http://{addr}/"))
 }
@@ -161,11 +168,11 @@ impl Bound {
     /// Serves the viewer until shutdown; the handle reloads its tokens.
     pub fn spawn(
         self,
-        cfg: &Config,
+        settings: &Settings,
         instance: Arc<Instance>,
         shutdown: CancellationToken,
     ) -> Arc<Viewer> {
-        let max_clients = cfg.viewer_max_clients.max(1);
+        let max_clients = settings.viewer.max_clients.max(1);
         let mut bounds = instance.base().settings.http.clone();
         // A page, its script and style, the API and an event stream each.
         bounds.max_connections = max_clients * 4 + 8;

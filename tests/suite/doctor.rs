@@ -592,3 +592,61 @@ async fn git_running_bare_repositories_is_warned_of_until_set_explicit() {
         "{detail}"
     );
 }
+
+/// Doctor runs start-up's own checks, the tenants' among them: a server
+/// with named tenants and --allow-write (writable by every tenant) would
+/// refuse to start, and doctor says so with the same words; so would a
+/// --state-dir inside the workspaces' directory.
+#[tokio::test]
+async fn the_tenants_refusals_are_reported_as_start_up_makes_them() {
+    let machine = Machine::new();
+    let tokens = machine.home.path().join("tokens");
+    std::fs::write(&tokens, "t0k3n-for-alice-0123456789 alice\n").expect("tokens");
+    let mut perms = std::fs::metadata(&tokens).expect("meta").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+    std::fs::set_permissions(&tokens, perms).expect("chmod");
+    let shared = machine.home.path().join("shared");
+    std::fs::create_dir(&shared).expect("mkdir");
+    let tenants = [
+        "--http",
+        "127.0.0.1:0",
+        "--auth-token-file",
+        tokens.to_str().expect("utf-8"),
+    ];
+    let mut flags = tenants.to_vec();
+    flags.extend(["--allow-write", shared.to_str().expect("utf-8")]);
+    let (out, report) = machine.json_of(&flags, &[], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "sandbox");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(
+        detail.contains("would refuse to start")
+            && detail.contains("--allow-write would be writable by every tenant"),
+        "{detail}"
+    );
+    // The stores inside --workdir, where a tenant's workspace could be them.
+    let stores = machine.workdir.path().join("stores");
+    std::fs::create_dir(&stores).expect("mkdir");
+    let mut flags = tenants.to_vec();
+    flags.extend(["--state-dir", stores.to_str().expect("utf-8")]);
+    let (out, report) = machine.json_of(&flags, &[], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let text = report.to_string();
+    assert!(
+        text.contains("would refuse to start") && text.contains("is inside --workdir"),
+        "{report:#}"
+    );
+}
+
+/// A bad value of a stores flag is refused by doctor as by the server.
+#[tokio::test]
+async fn a_bad_stores_value_fails_doctor() {
+    let machine = Machine::new();
+    let (out, report) = machine
+        .json_of(&["--resume-max-seconds=-3"], &[], &[])
+        .await;
+    assert_eq!(out.status.code(), Some(1), "{report:#}");
+    let (status, detail) = item(&report, "config");
+    assert_eq!(status, "missing", "{detail}");
+    assert!(detail.contains("--resume-max-seconds"), "{detail}");
+}

@@ -338,3 +338,16 @@ async fn a_home_directory_as_the_workspace_is_refused() {
         "{detail}"
     );
 }
+
+/// The stores' bounds are checked once, at start: a bad value is refused
+/// before anything starts, not on each tenant's first request.
+#[tokio::test]
+async fn a_bad_stores_value_is_refused_before_anything_starts() {
+    let place = Place::new();
+    for (flag, value) in [("--resume-max-seconds", "-1"), ("--state-keep-days", "NaN")] {
+        let stderr = place.refused(&[&format!("{flag}={value}")], &[]).await;
+        assert!(stderr.contains(flag), "{flag}: {stderr}");
+        assert!(stderr.contains("non-negative number"), "{flag}: {stderr}");
+        place.assert_nothing_started(&stderr);
+    }
+}

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::budgets::{FrontDoor, Principal, Share};
 use super::listener::{ClientAddr, Connection};
 use super::probes;
-use crate::config::{Config, DefaultSession};
+use crate::config::settings::Settings;
 use crate::mcp::server::FerreplServer;
 use crate::session::DEFAULT_SESSION;
 use crate::tenants::{Instance, Tenant};
@@ -70,11 +70,11 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    pub async fn bind(addr: SocketAddr, cfg: &Config) -> anyhow::Result<Self> {
+    pub async fn bind(addr: SocketAddr, settings: &Settings) -> anyhow::Result<Self> {
         let main = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("--http: cannot listen on {addr}"))?;
-        let metrics = match cfg.metrics_addr {
+        let metrics = match settings.serving.metrics_addr {
             Some(at) => Some(
                 tokio::net::TcpListener::bind(at)
                     .await
@@ -88,7 +88,7 @@ impl Listeners {
 
 pub async fn serve(
     listeners: Listeners,
-    cfg: &Config,
+    settings: &Settings,
     instance: Arc<Instance>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -100,20 +100,20 @@ pub async fn serve(
     // Checked before anything started (startup::preflight); again here, as
     // the last word before the socket is served.
     crate::startup::preflight::exposure(local, instance.needs_token())?;
-    let origin_rules = probes::OriginRules::new(cfg);
+    let origin_rules = probes::OriginRules::new(settings);
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(origin_rules.hosts.clone())
         .with_allowed_origins(origin_rules.origins.clone())
-        .with_max_request_body_bytes(cfg.max_request_bytes)
+        .with_max_request_body_bytes(settings.serving.max_request_bytes)
         .with_cancellation_token(transport_stop(&instance, &shutdown));
     let state = Arc::new(HttpState {
         instance: instance.clone(),
         endpoints: Mutex::new(HashMap::new()),
         config,
-        per_client: cfg.default_session == DefaultSession::PerClient,
-        session_idle: std::time::Duration::from_secs(cfg.http_session_idle.max(1)),
-        client_grace: std::time::Duration::from_secs(cfg.client_grace),
-        max_connections: cfg.max_connections.max(1),
+        per_client: settings.serving.per_client,
+        session_idle: settings.serving.session_idle,
+        client_grace: settings.serving.client_grace,
+        max_connections: settings.serving.max_streams,
         origin_rules,
         door: FrontDoor::new(&instance.base().settings.http),
     });

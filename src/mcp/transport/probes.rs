@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 
 use super::http::{HttpState, text};
-use crate::config::Config;
+use crate::config::settings::Settings;
 use crate::tenants::Tenant;
 
 /// The Host names and browser Origins the main listener accepts.
@@ -21,16 +21,16 @@ pub struct OriginRules {
 }
 
 impl OriginRules {
-    pub fn new(cfg: &Config) -> Self {
+    pub fn new(settings: &Settings) -> Self {
         let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1", "[::1]"]
             .map(String::from)
             .to_vec();
-        hosts.extend(cfg.allow_hosts.iter().cloned());
+        hosts.extend(settings.serving.allow_hosts.iter().cloned());
         let mut origins: Vec<String> =
             ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
                 .map(String::from)
                 .to_vec();
-        origins.extend(cfg.allow_origins.iter().cloned());
+        origins.extend(settings.serving.allow_origins.iter().cloned());
         Self { hosts, origins }
     }
 
