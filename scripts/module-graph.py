@@ -4,7 +4,8 @@
     python3 scripts/module-graph.py            # top-level modules
     python3 scripts/module-graph.py session    # the files of src/session/
 
-Exits 1 when there is a circle, printing it. An edge A -> B means a file of
+Exits 1 when there is a circle, printing it, or (top-level) when a layer
+rule of docs/architecture.md is broken. An edge A -> B means a file of
 A names B: `crate::B` for top-level modules; for the files of one
 directory, `super::B` or `crate::DIR::B` (and `use super::*` or a path to an
 item of `mod.rs`, which is an edge to `mod`). A `mod.rs`'s own `mod`
@@ -140,15 +141,46 @@ def circles(edges: dict) -> list:
     return out
 
 
+# The layers docs/architecture.md states as invariants: who may not use whom.
+FORBIDDEN = {
+    "startup": {"setup", "tenants", "serve", "viewer", "mcp"},
+    "mcp": {"tenants", "serve", "startup", "setup", "viewer"},
+    "tenants": {"serve", "viewer", "setup"},
+    "viewer": {"setup"},
+    "session": {"mcp", "serve", "tenants", "startup", "setup", "viewer"},
+    "jobs": {"mcp", "serve", "tenants", "startup", "setup", "viewer"},
+    "files": {"mcp", "serve", "tenants", "session", "worker"},
+    "worker": {"mcp", "serve", "tenants", "session", "jobs"},
+    "process": {"mcp", "session", "jobs", "worker"},
+    "sandbox": {"mcp", "session", "jobs", "worker", "process"},
+}
+LEAVES = {"metrics", "units", "output", "store", "state"}
+
+
+def broken_rules(edges: dict) -> list:
+    out = []
+    for name, uses in sorted(edges.items()):
+        banned = FORBIDDEN.get(name, set())
+        if name in LEAVES:
+            banned = set(edges) - LEAVES
+        for other in sorted(uses & banned):
+            out.append(f"{name} may not use {other} (docs/architecture.md, Layers)")
+    return out
+
+
 def main() -> int:
-    edges = within_edges(sys.argv[1]) if len(sys.argv) > 1 else top_edges()
+    top = len(sys.argv) == 1
+    edges = top_edges() if top else within_edges(sys.argv[1])
     for name in sorted(edges):
         print(f"{name} -> {', '.join(sorted(edges[name])) or '(nothing)'}")
     found = circles(edges)
     for comp in found:
         inner = {v: sorted(w for w in edges[v] if w in comp) for v in comp}
         print("circle: " + "; ".join(f"{v} -> {', '.join(ws)}" for v, ws in inner.items()))
-    return 1 if found else 0
+    broken = broken_rules(edges) if top else []
+    for rule in broken:
+        print(rule)
+    return 1 if found or broken else 0
 
 
 if __name__ == "__main__":

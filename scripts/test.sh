@@ -56,6 +56,9 @@ stage "format and lint"
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 "$ENV_DIR/venv/bin/python" -m pyflakes src/worker/python
+# The layers docs/architecture.md states: no circle between top-level
+# modules, no use a layer rule forbids.
+python3 scripts/module-graph.py >/dev/null || python3 scripts/module-graph.py
 # The release workflow cannot run here: actionlint (test-env.sh says which)
 # checks it (syntax, the actions' inputs, expressions, and its scripts, the
 # latter with shellcheck's rules).

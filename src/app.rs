@@ -34,11 +34,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         secrets.add(viewer_tokens.secrets());
     }
     let viewer = crate::viewer::bind(&settings, viewer_tokens).await?;
-    let terminal = settings.serving.http.is_none() && startup::terminal::stdin_is_terminal();
+    let terminal = settings.serving.http.is_none() && crate::setup::terminal::stdin_is_terminal();
     if terminal {
         eprint!(
             "{}",
-            startup::terminal::hint(viewer.as_ref().map(|v| v.url.as_str()))
+            crate::setup::terminal::hint(viewer.as_ref().map(|v| v.url.as_str()))
         );
     }
     if let Some(viewer) = &viewer {
@@ -73,7 +73,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     )?;
     // Bound before any session starts: an address in use is a refusal too.
     let listeners = match settings.serving.http {
-        Some(addr) => Some(mcp::transport::http::Listeners::bind(addr, &settings).await?),
+        Some(addr) => Some(crate::serve::http::Listeners::bind(addr, &settings).await?),
         None => None,
     };
     let gate = Gate::new(
@@ -137,7 +137,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     }
     let result = match listeners {
         Some(listeners) => {
-            mcp::transport::http::serve(listeners, &settings, instance.clone(), shutdown.clone())
+            crate::serve::http::serve(listeners, &settings, instance.clone(), shutdown.clone())
                 .await
         }
         None => {
@@ -227,7 +227,7 @@ async fn serve_stdio(
     // (crashed) and the process exit promptly.
     let stdin_closed = CancellationToken::new();
     let transport =
-        mcp::transport::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
+        crate::serve::stdio::StdioTransport::start(max_request_bytes, stdin_closed.clone());
     {
         let (stdin_closed, shutdown) = (stdin_closed.clone(), shutdown.clone());
         tokio::spawn(async move {

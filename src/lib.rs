@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod output;
 pub mod process;
 pub mod sandbox;
+pub mod serve;
 pub mod session;
 pub mod setup;
 pub mod startup;

@@ -10,5 +10,4 @@ pub mod server;
 pub mod surface;
 pub mod tasks;
 pub mod tools;
-pub mod transport;
 pub mod window;

@@ -11,6 +11,7 @@ mod doctor_upstreams;
 pub mod install;
 pub mod launch;
 mod probe;
+pub mod terminal;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -14,7 +14,6 @@ use crate::{egress, installer, sandbox, state, worker};
 mod identity;
 pub use identity::uid_table;
 pub mod preflight;
-pub mod terminal;
 mod view;
 
 /// What the server starts with.

@@ -1,6 +1,6 @@
 //! `--viewer`: a live, read-only view of the sessions for a person's
 //! browser, on a listener of its own (the MCP listener's bounded accept
-//! loop, `mcp::transport::listener`, with Host/Origin rules of its own:
+//! loop, `crate::serve::listener`, with Host/Origin rules of its own:
 //! `hosts`). The pages are static (embedded HTML, CSS and JS that hold no
 //! data); the data comes as JSON and server-sent events, which the page
 //! turns into text nodes only: everything shown is written by the agent.
@@ -190,7 +190,7 @@ impl Bound {
         });
         let router = routes::router(viewer.clone());
         tracing::info!("viewer on {}", self.url);
-        tokio::spawn(crate::mcp::transport::listener::serve(
+        tokio::spawn(crate::serve::listener::serve(
             self.listener,
             router,
             bounds,
