@@ -824,5 +824,8 @@ async fn only_a_cell_with_output_offers_its_full_output() {
     );
     // (The body as sent: chunked.)
     let (status, text) = get(port, "/s/default/cell/1/output.txt", &[]).await;
-    assert!(status == 200 && text.contains("printed\n"), "{status} {text}");
+    assert!(
+        status == 200 && text.contains("printed\n"),
+        "{status} {text}"
+    );
 }
