@@ -38,7 +38,7 @@ pub struct CellView {
     pub error: Option<PyError>,
     /// Images kept (served one by one by index).
     pub images: usize,
-    /// Its full output log is kept (`cell_text`).
+    /// Its full output log is kept and has something in it (`cell_text`).
     pub full_output: bool,
     /// Other cells that ran on the same parent: where the history branches.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -291,7 +291,7 @@ fn cell_view(st: &SessionState, c: &durable::PathCell) -> CellView {
         value: kept.and_then(|k| k.value.clone()),
         error: kept.and_then(|k| k.error.clone()),
         images: kept.map_or(0, |k| k.images.len()),
-        full_output: st.logs.iter().any(|l| l.cell == c.id),
+        full_output: st.logs.iter().any(|l| l.cell == c.id && !l.is_empty()),
         branches,
     }
 }

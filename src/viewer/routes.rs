@@ -1,8 +1,8 @@
 //! The viewer's routes: static pages (no data in them), JSON, event
 //! streams, a cell's full output as plain text, images checked to be PNG
-//! or JPEG, the notebook download, and the login. Every response carries
-//! a strict CSP and nosniff; the Host and Origin rules are the viewer's
-//! own (`hosts`); only GET (and the login's POST) is served.
+//! or JPEG, the notebook download, the login and the icon. Every response
+//! carries a strict CSP and nosniff; the Host and Origin rules are the
+//! viewer's own (`hosts`); only GET (and the login's POST) is served.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -30,6 +30,8 @@ const JOB: &str = include_str!("pages/job.html");
 const LOGIN: &str = include_str!("pages/login.html");
 const CSS: &str = include_str!("pages/viewer.css");
 const JS: &str = include_str!("pages/viewer.js");
+/// Served without a login: it is the same for everyone and tells nothing.
+const FAVICON: &str = include_str!("pages/favicon.svg");
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 /// The login page's form posts to itself.
@@ -44,6 +46,10 @@ pub(super) fn router(viewer: Arc<Viewer>) -> Router {
         .route(
             "/viewer.js",
             get(|| async { asset("text/javascript; charset=utf-8", JS) }),
+        )
+        .route(
+            "/favicon.svg",
+            get(|| async { asset("image/svg+xml", FAVICON) }),
         )
         .route("/login", get(login_page).post(login_form))
         .layer(DefaultBodyLimit::max(4096));

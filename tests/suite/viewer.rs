@@ -738,3 +738,94 @@ async fn the_download_follows_the_branch_and_full_output_is_not_held_by_a_stalle
     assert_eq!(status, 200);
     assert!(full.matches('z').count() >= 20_000_000);
 }
+
+#[tokio::test]
+async fn the_icon_is_served_without_a_login_under_the_same_host_origin_and_method_rules() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server = tenants_with_their_mcp_tokens(dir.path(), [ALPHA, BETA], &[]).await;
+    let port = viewer_port(&server.stderr_log()).expect("viewer port");
+    // No login: the icon is the same for everyone; data still needs one.
+    assert_eq!(get(port, "/api/sessions", &[]).await.0, 401);
+    let (status, head) = head_of(port, "/favicon.svg", &[]).await;
+    assert_eq!(status, 200, "{head}");
+    let lower = head.to_ascii_lowercase();
+    for header in [
+        "content-type: image/svg+xml".to_string(),
+        format!("content-security-policy: {}", CSP.to_ascii_lowercase()),
+        "x-content-type-options: nosniff".to_string(),
+    ] {
+        assert!(lower.contains(&header), "{header}: {head}");
+    }
+    let (_, icon) = get(port, "/favicon.svg", &[]).await;
+    assert!(
+        icon.starts_with("<svg") && !icon.contains("<script"),
+        "{icon}"
+    );
+    // A foreign Host or Origin gets the refusal every route gets.
+    let refused = http_exchange(port, "GET", "/", &[("Host", "evil.example")], "").await;
+    assert_eq!(refused.0, 403);
+    let got = http_exchange(port, "GET", "/favicon.svg", &[("Host", "evil.example")], "").await;
+    assert_eq!(got, refused, "a foreign Host (DNS rebinding)");
+    let origin = [("Origin", "http://evil.example")];
+    assert_eq!(
+        get(port, "/favicon.svg", &origin).await,
+        get(port, "/login", &origin).await,
+        "a foreign Origin"
+    );
+    assert_eq!(get(port, "/favicon.svg", &origin).await.0, 403);
+    // Read-only: no other method, with or without an Origin of ours.
+    let h = host(port);
+    let ours = format!("http://{h}");
+    for method in ["PUT", "DELETE", "PATCH", "OPTIONS"] {
+        let (status, body) = http_exchange(port, method, "/favicon.svg", &[("Host", &h)], "").await;
+        assert_eq!(status, 405, "{method}: {body}");
+    }
+    let (status, _) = http_exchange(port, "POST", "/favicon.svg", &[("Host", &h)], "").await;
+    assert_eq!(status, 403, "a POST without its Origin");
+    let (status, _) = http_exchange(
+        port,
+        "POST",
+        "/favicon.svg",
+        &[("Host", &h), ("Origin", &ours)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 405, "the icon takes no POST");
+    // Each page names it.
+    let (_, page) = get(port, "/login", &[]).await;
+    assert!(
+        page.contains("rel=\"icon\" href=\"/favicon.svg\""),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn only_a_cell_with_output_offers_its_full_output() {
+    let (server, port) = stdio_viewer(&[]).await;
+    server.exec("print('printed')").await;
+    server.exec("6 * 7").await;
+    server.exec("1 / 0").await;
+    let (_, body) = get(port, "/api/s/default", &[]).await;
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let offered: Vec<_> = view["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|c| (c["cell"].as_u64(), c["full_output"].as_bool()))
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            (Some(1), Some(true)),
+            (Some(2), Some(false)),
+            (Some(3), Some(false))
+        ],
+        "{view}"
+    );
+    // (The body as sent: chunked.)
+    let (status, text) = get(port, "/s/default/cell/1/output.txt", &[]).await;
+    assert!(
+        status == 200 && text.contains("printed\n"),
+        "{status} {text}"
+    );
+}

@@ -9,10 +9,15 @@ carrying that branch's head), a shell job's output streaming on its page,
 and that what the agent writes stays text: <script>, </pre><img onerror>,
 javascript: links, SVG with script, terminal escapes, invalid UTF-8 and a
 10 MB output run no script (window.__pwned stays undefined, no alert) and
-show literally.
-Screenshots (session, list, dark theme) go to target/viewer-check/.
+show literally. A traceback's last line shows once; "full output as text"
+shows only where there is some; the icon loads and no request of a page
+fails. At a phone's width (420 px) no page is wider than the screen, a long
+session name is cut with an ellipsis (whole in its title), and a running
+first cell is counted.
+Screenshots (session, list, dark theme, phone) go to target/viewer-check/.
 
-    target/test-env/viewer-venv/bin/python tests/viewer/browser_check.py [--readme docs/viewer.png]
+    target/test-env/viewer-venv/bin/python tests/viewer/browser_check.py \
+        [--readme docs/viewer.png] [--phone docs/images/viewer-phone.png]
 
 Environment: FERREPL_BIN (default target/debug/ferrepl), FERREPL_RICH_PYTHON
 (the sessions' interpreter with matplotlib; default target/test-env/rich).
@@ -55,6 +60,8 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
                 "--disable-dev-shm-usage"):
         opts.add_argument(arg)
+    # The console's messages, where a failed request (a 404) shows.
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=opts)
 
 
@@ -86,6 +93,48 @@ def no_script_ran(driver):
         pass
 
 
+def traceback_of(driver, n):
+    return driver.execute_script(
+        "const t = document.querySelector('[data-cell=\"' + arguments[0] + '\"] pre.traceback');"
+        " return t ? t.textContent : null;", n)
+
+
+def full_output_links(driver):
+    """{cell: bytes of its "full output as text"} for the cells showing the
+    link (each fetched)."""
+    return driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const links = Array.from(document.querySelectorAll('#cells .cell a'))
+          .filter((a) => a.textContent === 'full output as text');
+        Promise.all(links.map((a) => fetch(a.href).then((r) => r.ok ? r.text() : '')
+          .then((body) => [a.closest('.cell').dataset.cell, body.length])))
+          .then((pairs) => done(Object.fromEntries(pairs)), (e) => done(String(e)));""")
+
+
+def icon_loads(driver):
+    """The page's icon is served, as an SVG image."""
+    got = driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const icon = document.querySelector('link[rel=icon]');
+        if (!icon) { done('no icon link'); return; }
+        fetch(icon.href).then((r) => done([r.status, r.headers.get('content-type')]), (e) => done(String(e)));""")
+    assert got == [200, "image/svg+xml"], got
+
+
+def failed_requests(driver):
+    """Console messages of requests that failed (404s and the like) since
+    the last look."""
+    return [e["message"] for e in driver.get_log("browser") if "Failed to load resource" in e["message"]]
+
+
+def fits_the_screen(driver, what, screen):
+    """No wider than the screen: a phone widens its layout (innerWidth) to
+    what overflows, so both are held to the screen's width."""
+    wide, inner = driver.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth]")
+    assert wide <= inner <= screen, f"{what} is {wide} px wide ({inner} px laid out) on a {screen} px screen"
+
+
 @contextlib.asynccontextmanager
 async def served(extra):
     """ferrepl over stdio with --viewer 127.0.0.1:0 (and `extra`), in a
@@ -106,7 +155,7 @@ async def served(extra):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def check(readme):
+async def check(readme, phone):
     OUT.mkdir(parents=True, exist_ok=True)
     extra = ["--tools", "all"] + (["--python", RICH] if os.access(RICH, os.X_OK) else [])
     driver = browser()
@@ -122,6 +171,7 @@ async def check(readme):
             driver.get(base + "s/default")
             wait_for("cell 1", lambda: "hello from cell 1" in (cell_text(driver, 1) or ""))
             assert "42" in cell_text(driver, 1)
+            icon_loads(driver)
             # A cell that runs after the page opened arrives by itself.
             await run("import math\nmath.sqrt(x + 8)")
             wait_for("cell 2 pushed", lambda: "7.0" in (cell_text(driver, 2) or ""))
@@ -147,6 +197,14 @@ async def check(readme):
                     "const i = document.querySelector('.cell img'); return i && i.complete && i.naturalWidth > 0"))
             await run("def f():\n    return 1 / 0\nf()")
             wait_for("the traceback", lambda: "ZeroDivisionError" in driver.find_element(By.ID, "cells").text)
+            error_cell = 6 if os.access(RICH, os.X_OK) else 5
+            tb = traceback_of(driver, error_cell)
+            assert tb and tb.count("ZeroDivisionError: division by zero") == 1, tb
+            # Full output only where there is some: cell 1 printed, cell 2
+            # only has a value, the error cell printed nothing.
+            links = full_output_links(driver)
+            assert "1" in links and "2" not in links and str(error_cell) not in links, links
+            assert all(n > 0 for n in links.values()), links
 
             # The agent's text, hostile.
             for payload in XSS:
@@ -214,11 +272,68 @@ async def check(readme):
             assert bg != "rgb(251, 251, 250)", bg
             driver.save_screenshot(str(OUT / "session-dark.png"))
             no_script_ran(driver)
+            driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+            await phone_check(run, client, driver, base, phone)
+            assert failed_requests(driver) == [], "a request of a page failed"
             if readme:
                 await readme_shot(run, client, driver, base, readme)
     finally:
         driver.quit()
     print(f"viewer browser check: ok in {time.monotonic() - started:.1f} s; screenshots in {OUT}")
+
+
+PHONE = {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": True}
+
+
+async def phone_check(run, client, driver, base, shot):
+    """At a phone's width: the list with a long name and a running first
+    cell, then a tidy session (output, a plot, a traceback) whose picture
+    goes to target/viewer-check/phone.png (and to `shot`)."""
+    long_name = "a-session-whose-name-is-far-too-long-for-a-phone"
+    await run("answer = input('ready? ')", session=long_name, wait_s=0.5)
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", PHONE)
+    try:
+        driver.get(base)
+        row = """const a = Array.from(document.querySelectorAll('#sessions a.name'))
+                   .find((a) => a.title === arguments[0]);
+                 return a && Array.from(a.closest('tr').children, (td) => td.textContent);"""
+        wait_for("the running first cell counted", lambda: (driver.execute_script(row, long_name) or [])[4:5]
+                 == ["1 (1 running)"])
+        fits_the_screen(driver, "the list", PHONE["width"])
+        cut = driver.execute_script("""
+            const a = Array.from(document.querySelectorAll('#sessions a.name')).find((a) => a.title === arguments[0]);
+            return [a.getClientRects().length, a.scrollWidth > a.clientWidth, getComputedStyle(a).textOverflow];""",
+                                    long_name)
+        assert cut == [1, True, "ellipsis"], f"the long name is not on one line, cut with an ellipsis: {cut}"
+        await client.call_tool("python_wait", {"session": long_name, "input": "yes", "wait_s": 10})
+        wait_for("the finished first cell counted", lambda: (driver.execute_script(row, long_name) or [])[3:5]
+                 == ["", "1"])
+
+        await run("temps = {'Lyon': 14.2, 'Oslo': 6.1, 'Quito': 13.9}\n"
+                  "for city, t in temps.items():\n    print(f'{city:6} {t:5.1f} °C')\n"
+                  "round(sum(temps.values()) / len(temps), 2)", session="weather")
+        if os.access(RICH, os.X_OK):
+            await run("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+                      "plt.figure(figsize=(4, 2.2))\nplt.bar(list(temps), list(temps.values()))\n"
+                      "plt.title('temperature (°C)'); plt.tight_layout(); plt.show()", session="weather")
+        await run("temps['Paris']", session="weather")
+        driver.get(base + "s/weather")
+        wait_for("the traceback", lambda: "KeyError" in driver.find_element(By.ID, "cells").text)
+        if os.access(RICH, os.X_OK):
+            wait_for("the plot", lambda: driver.execute_script(
+                "const i = document.querySelector('.cell img'); return i && i.complete && i.naturalWidth > 0"))
+        last = driver.execute_script("return document.querySelector('#cells .cell:last-child').dataset.cell")
+        assert traceback_of(driver, last).count("KeyError: 'Paris'") == 1, traceback_of(driver, last)
+        assert list(full_output_links(driver)) == ["1"], full_output_links(driver)
+        fits_the_screen(driver, "the session", PHONE["width"])
+        tall = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**PHONE, "height": min(tall, 2400)})
+        driver.save_screenshot(str(OUT / "phone.png"))
+        if shot:
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(OUT / "phone.png", shot)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 async def readme_shot(run, client, driver, base, path):
@@ -240,7 +355,8 @@ async def readme_shot(run, client, driver, base, path):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--readme", type=pathlib.Path, help="also save README's screenshot here")
+    parser.add_argument("--phone", type=pathlib.Path, help="also save the phone-width screenshot here")
     ns = parser.parse_args()
     if not (os.access("/usr/bin/chromium", os.X_OK) and os.access("/usr/bin/chromedriver", os.X_OK)):
         sys.exit("no /usr/bin/chromium or /usr/bin/chromedriver: run scripts/test-env.sh")
-    asyncio.run(check(ns.readme))
+    asyncio.run(check(ns.readme, ns.phone))

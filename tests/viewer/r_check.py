@@ -5,8 +5,9 @@ stdio with --languages python,r --viewer 127.0.0.1:0.
 
 Asserted in the DOM: an R cell with its output and value, a running R cell's
 output streaming in before it ends, a readline() prompt, a base-graphics
-plot as an image, an error, and R text written to look like markup shown
-literally with no script run. A screenshot goes to target/viewer-check/r.png.
+plot as an image, an error (its message shown once, no empty "full output"
+link), and R text written to look like markup shown literally with no
+script run. A screenshot goes to target/viewer-check/r.png.
 
     target/test-env/viewer-venv/bin/python tests/viewer/r_check.py
 """
@@ -18,7 +19,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from browser_check import OUT, XSS, browser, cell_text, no_script_ran, served, wait_for  # noqa: E402
+from browser_check import (OUT, XSS, browser, cell_text, full_output_links, no_script_ran,  # noqa: E402
+                           served, traceback_of, wait_for)
 from selenium.webdriver.common.by import By  # noqa: E402
 
 SESSION = "rstats"
@@ -59,6 +61,12 @@ async def check():
                 "const i = document.querySelector('.cell img'); return i && i.complete && i.naturalWidth > 0"))
             await run("stop('boom from R')")
             wait_for("the R error", lambda: "boom from R" in driver.find_element(By.ID, "cells").text)
+            tb = traceback_of(driver, 5)
+            assert tb and tb.count("boom from R") == 1, tb
+            # Full output only where there is some (cell 1 printed; the
+            # error printed nothing).
+            links = full_output_links(driver)
+            assert "1" in links and "5" not in links and all(n > 0 for n in links.values()), links
             for payload in XSS:
                 quoted = payload.replace("\\", "\\\\").replace("'", "\\'")
                 await run(f"cat('{quoted}', '\\n')\n'{quoted}'")

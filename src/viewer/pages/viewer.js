@@ -37,6 +37,29 @@ function age(s) {
   return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
 }
 
+// An error as results show it: the traceback, which ends (Python) or
+// starts (R) with the error itself; its type and message only without one.
+function errorText(e) {
+  const tb = (e.traceback || '').replace(/\s+$/, '');
+  return tb || e.type + ': ' + e.message;
+}
+
+// A name cut with an ellipsis when it is too long (CSS), whole in its title.
+function nameLink(href, name) {
+  const a = link(href, name);
+  a.className = 'name';
+  a.title = shown(String(name));
+  return a;
+}
+
+// Each cell of a row takes its column's heading, shown before it when a
+// narrow screen stacks the cells.
+function labelled(tr, table) {
+  const heads = table.querySelectorAll('thead th');
+  Array.from(tr.children).forEach((td, i) => { if (heads[i]) td.dataset.label = heads[i].textContent; });
+  return tr;
+}
+
 function secs(ms) {
   if (ms === null || ms === undefined) return '';
   return ms < 1000 ? Math.round(ms) + ' ms' : (ms / 1000).toFixed(2) + ' s';
@@ -91,15 +114,17 @@ function indexPage() {
     for (const s of data.sessions) {
       const tr = el('tr');
       const name = el('td', 'code');
-      name.appendChild(link('/s/' + enc(s.name), s.name));
+      name.appendChild(nameLink('/s/' + enc(s.name), s.name));
       tr.appendChild(name);
       tr.appendChild(el('td', null, s.language));
       tr.appendChild(el('td', 'st-' + s.state.replace(/[^a-z_]/g, ''), s.state));
-      tr.appendChild(el('td', null, s.running_cell === null || s.running_cell === undefined ? '' : 'cell ' + s.running_cell));
-      tr.appendChild(el('td', null, s.cells));
+      const runs = s.running_cell !== null && s.running_cell !== undefined;
+      tr.appendChild(el('td', null, runs ? 'cell ' + s.running_cell : ''));
+      // `cells` counts the finished ones; the running cell is one too.
+      tr.appendChild(el('td', null, runs ? (s.cells + 1) + ' (1 running)' : s.cells));
       tr.appendChild(el('td', null, size(s.memory_bytes)));
       tr.appendChild(el('td', null, age(s.uptime_s)));
-      body.appendChild(tr);
+      body.appendChild(labelled(tr, document.getElementById('sessions')));
     }
     document.getElementById('no-sessions').hidden = data.sessions.length > 0;
     const jobs = document.querySelector('#jobs tbody');
@@ -107,7 +132,7 @@ function indexPage() {
     for (const j of data.jobs) {
       const tr = el('tr');
       const jid = el('td', 'code');
-      jid.appendChild(link('/j/' + enc(j.job), j.job));
+      jid.appendChild(nameLink('/j/' + enc(j.job), j.job));
       tr.appendChild(jid);
       const cmd = el('td', 'code', j.command);
       if (j.command_cut) cmd.appendChild(el('span', 'muted', ' [… ' + size(j.command_cut) + ' more]'));
@@ -117,7 +142,7 @@ function indexPage() {
       const out = el('td');
       out.appendChild(link('/j/' + enc(j.job) + '/output.txt', 'output'));
       tr.appendChild(out);
-      jobs.appendChild(tr);
+      jobs.appendChild(labelled(tr, document.getElementById('jobs')));
     }
     document.getElementById('no-jobs').hidden = data.jobs.length > 0;
   });
@@ -131,7 +156,9 @@ function sessionPage() {
   const head = params.get('head');
   const headQuery = head && /^\d+$/.test(head) ? '?head=' + head : '';
   const base = '/s/' + enc(name);
-  document.getElementById('title').textContent = shown(name);
+  const title = document.getElementById('title');
+  title.textContent = shown(name);
+  title.title = shown(name);
   document.title = 'ferrepl · ' + shown(name);
   // The notebook of the branch shown.
   document.getElementById('download').href = base + '/export.ipynb' + headQuery;
@@ -187,11 +214,7 @@ function sessionPage() {
       art.appendChild(img);
     }
     if (c.value !== undefined) art.appendChild(el('pre', 'out value', c.value));
-    if (c.error) {
-      const tb = (c.error.traceback ? c.error.traceback.replace(/\s+$/, '') + '\n' : '') +
-        c.error.type + ': ' + c.error.message;
-      art.appendChild(el('pre', 'out traceback', tb));
-    }
+    if (c.error) art.appendChild(el('pre', 'out traceback', errorText(c.error)));
     if (c.full_output) {
       const p = el('p', 'muted');
       p.appendChild(link(base + '/cell/' + Number(c.cell) + '/output.txt', 'full output as text'));
@@ -308,7 +331,9 @@ function sessionPage() {
 function jobPage() {
   const id = decodeURIComponent(location.pathname.slice(3));
   const base = '/j/' + enc(id);
-  document.getElementById('title').textContent = shown(id);
+  const title = document.getElementById('title');
+  title.textContent = shown(id);
+  title.title = shown(id);
   document.title = 'ferrepl · ' + shown(id);
   document.getElementById('full').href = base + '/output.txt';
   const out = document.getElementById('output');
