@@ -1,17 +1,18 @@
 //! Fork checkpoints of Python sessions: after a cell that took a while, the
 //! idle interpreter forks a frozen copy holding the state right after it
 //! (copy-on-write); going back to that cell (`parent`) resumes the copy in
-//! place of the live interpreter instead of re-running cells. Bounded per
-//! session (--checkpoints), least recently used dropped first, never the
-//! head's. Copies belong to one interpreter: a new interpreter has none.
+//! place of the live interpreter instead of re-running cells (`branch.rs`).
+//! Bounded per session (--checkpoints), least recently used dropped first,
+//! never the head's. Copies belong to one interpreter: a new interpreter
+//! has none. This file is the copies an interpreter holds.
 
-use super::durable::{PathCell, Pending};
-use super::report::CellStatus;
-use super::*;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-/// How long a switch to a checkpoint may take (the driver forks and hands
-/// its descriptors over; far less in practice).
-const SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
+use serde_json::Value;
+
+use super::lineage::PathCell;
+use crate::worker::Worker;
 
 /// The frozen copies of one interpreter's states, by cell.
 #[derive(Default)]
@@ -42,7 +43,10 @@ impl Checkpoints {
     }
 
     /// Takes in the driver's answers to checkpoint requests.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
+        if self.asked.is_empty() {
+            return;
+        }
         let mut still = Vec::new();
         for (cell, mut rx) in self.asked.drain(..) {
             match rx.try_recv() {
@@ -67,198 +71,85 @@ impl Checkpoints {
 }
 
 /// `{cell}`, the argument of the driver's checkpoint requests.
-fn cell_args(cell: u64) -> serde_json::Map<String, Value> {
+pub(super) fn cell_args(cell: u64) -> serde_json::Map<String, Value> {
     let mut args = serde_json::Map::new();
     args.insert("cell".into(), Value::from(cell));
     args
 }
 
-impl SessionManager {
-    /// After cell `cell` finished: a frozen copy of the state, if the cell
-    /// was worth one (ok, long enough, a Python interpreter with copies on).
-    pub(super) fn checkpoint_after(
-        &self,
-        sess: &Session,
-        st: &mut SessionState,
-        cell: u64,
-        report: &CellReport,
-    ) {
-        let limit = self.durable.checkpoints;
-        if limit == 0
-            || sess.language != Language::Python
-            || report.status != CellStatus::Ok
-            || report.elapsed_ms < self.durable.checkpoint_min.as_secs_f64() * 1000.0
-        {
-            return;
-        }
-        let Some(worker) = st.worker.clone() else {
-            return;
-        };
-        // Sent now, so it comes before the next cell's request.
+impl Checkpoints {
+    /// Asks `worker` for a copy of the state after `cell` (sent now, so it
+    /// comes before the next cell's request), then keeps at most `limit`
+    /// copies, never dropping `head`'s.
+    pub(super) fn ask(&mut self, worker: &Worker, cell: u64, head: Option<u64>, limit: usize) {
         let Ok((_, rx)) = worker.request("checkpoint", cell_args(cell)) else {
             return;
         };
         worker.mark_copies();
-        st.checkpoints.held.insert(cell, Instant::now());
-        st.checkpoints.refused.remove(&cell);
-        st.checkpoints.asked.push((cell, rx));
-        self.evict(st, &worker);
+        self.held.insert(cell, Instant::now());
+        self.refused.remove(&cell);
+        self.asked.push((cell, rx));
+        self.evict(worker, head, limit);
     }
 
-    /// Drops the least recently used copies beyond --checkpoints, never
-    /// the copy of the head's cell.
-    fn evict(&self, st: &mut SessionState, worker: &Worker) {
-        let head = st.head();
-        while st.checkpoints.held.len() > self.durable.checkpoints {
-            let victim = st
-                .checkpoints
+    /// Drops the least recently used copies beyond `limit` (--checkpoints),
+    /// never the copy of the head's cell.
+    pub(super) fn evict(&mut self, worker: &Worker, head: Option<u64>, limit: usize) {
+        while self.held.len() > limit {
+            let victim = self
                 .held
                 .iter()
                 .filter(|(cell, _)| Some(**cell) != head)
                 .min_by_key(|(_, used)| **used)
                 .map(|(cell, _)| *cell);
             let Some(victim) = victim else { break };
-            st.checkpoints.held.remove(&victim);
+            self.held.remove(&victim);
             let _ = worker.request("drop", cell_args(victim));
         }
     }
 
-    /// Drops the least recently used copy of session `name` (its memory
-    /// nears the session's limit).
-    pub(super) fn shed_copy(&self, name: &str) {
-        let Some(sess) = self.sessions().get(name).cloned() else {
-            return;
-        };
-        let mut st = sess.lock();
-        let Some(worker) = st.worker.clone() else {
-            return;
-        };
-        let victim = st
-            .checkpoints
+    /// Drops the least recently used copy (the session nears its memory
+    /// limit); its cell.
+    pub(super) fn shed(&mut self, worker: &Worker) -> Option<u64> {
+        let cell = self
             .held
             .iter()
             .min_by_key(|(_, used)| **used)
-            .map(|(cell, _)| *cell);
-        if let Some(cell) = victim {
-            st.checkpoints.held.remove(&cell);
-            st.checkpoints.refused.insert(
-                cell,
-                "it was dropped to keep the session under its memory limit".into(),
-            );
-            let _ = worker.request("drop", cell_args(cell));
-            tracing::info!(session = %name, cell, "checkpoint dropped: the session nears its memory limit");
+            .map(|(cell, _)| *cell)?;
+        self.held.remove(&cell);
+        self.refused.insert(
+            cell,
+            "it was dropped to keep the session under its memory limit".into(),
+        );
+        let _ = worker.request("drop", cell_args(cell));
+        Some(cell)
+    }
+
+    /// The copy that holds the state after `c`: its own, or that of
+    /// another cell of `tree` that ran the same code on the same state
+    /// (same hash).
+    pub(super) fn copy_of(&self, c: &PathCell, tree: &BTreeMap<u64, PathCell>) -> Option<u64> {
+        if self.held.contains_key(&c.id) {
+            return Some(c.id);
+        }
+        self.held
+            .keys()
+            .find(|id| tree.get(id).is_some_and(|t| t.hash == c.hash))
+            .copied()
+    }
+
+    /// The copy of `cell` was resumed; with `head` (the state left behind)
+    /// it is the most recently used.
+    pub(super) fn resumed(&mut self, cell: u64, head: Option<u64>) {
+        let now = Instant::now();
+        self.held.insert(cell, now);
+        if let Some(h) = head {
+            self.held.insert(h, now - Duration::from_millis(1));
         }
     }
 
-    /// Answers to checkpoint requests, taken in by `refresh`.
-    pub(super) fn settle_checkpoints(&self, st: &mut SessionState) {
-        if !st.checkpoints.asked.is_empty() {
-            st.checkpoints.settle();
-        }
-    }
-
-    /// Goes to the state after the last cell of `chain` that has a copy in
-    /// the live interpreter: the copy takes the live one's place (which
-    /// leaves a copy of its own state behind). Returns how many cells of
-    /// `chain` the interpreter then holds, or None when no copy was used.
-    pub(super) async fn resume_checkpoint(
-        &self,
-        sess: &Arc<Session>,
-        chain: &[PathCell],
-        target: u64,
-    ) -> Option<usize> {
-        let (worker, idx, copy, head) = {
-            let mut st = sess.lock();
-            self.settle_checkpoints(&mut st);
-            if st.pending.is_some() || st.running.is_some() {
-                return None;
-            }
-            let worker = st.worker.clone().filter(|w| w.exit_info().is_none())?;
-            // The copy of a cell of the chain, or of another cell that ran
-            // the same code on the same state (same hash).
-            let copy_of = |c: &PathCell| {
-                if st.checkpoints.held.contains_key(&c.id) {
-                    return Some(c.id);
-                }
-                st.checkpoints
-                    .held
-                    .keys()
-                    .find(|id| st.tree.get(id).is_some_and(|t| t.hash == c.hash))
-                    .copied()
-            };
-            let (idx, copy) = chain
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(i, c)| copy_of(c).map(|copy| (i, copy)))?;
-            (worker, idx, copy, st.head())
-        };
-        let cell = copy;
-        let same = if cell == chain[idx].id {
-            String::new()
-        } else {
-            format!(" (cell {cell} ran the same code on the same state)")
-        };
-        let started = Instant::now();
-        let mut args = cell_args(cell);
-        if let Some(h) = head.filter(|_| self.durable.checkpoints > 1) {
-            args.insert("head".into(), Value::from(h));
-        }
-        let reply = worker.control("switch", args, SWITCH_TIMEOUT).await;
-        let mut st = sess.lock();
-        match reply {
-            Ok(r) if r.get("ok").and_then(Value::as_bool) == Some(true) => {
-                if let Some(pid) = r.get("pid").and_then(Value::as_u64) {
-                    worker.set_live_pid(pid as u32);
-                }
-                let now = Instant::now();
-                st.checkpoints.held.insert(cell, now);
-                if let Some(h) = head.filter(|_| self.durable.checkpoints > 1) {
-                    st.checkpoints
-                        .held
-                        .insert(h, now - Duration::from_millis(1));
-                }
-                let ms = started.elapsed().as_secs_f64() * 1000.0;
-                let reached = chain[idx].id;
-                st.notes.push(if reached == target {
-                    format!(
-                        "Session '{}' switched to the state after cell {target} by resuming its checkpoint{same} in {ms:.1} ms; nothing was re-run.",
-                        sess.name
-                    )
-                } else {
-                    format!(
-                        "Resumed the checkpoint of cell {reached}{same} (an ancestor) in {ms:.1} ms."
-                    )
-                });
-                Some(idx + 1)
-            }
-            other => {
-                tracing::debug!(session = %sess.name, cell, ?other, "checkpoint not resumed");
-                st.checkpoints.held.remove(&cell);
-                None
-            }
-        }
-    }
-
-    /// After a resume: the path is `chain` and the bounds hold.
-    pub(super) fn after_resume(
-        &self,
-        sess: &Session,
-        chain: Vec<PathCell>,
-        holds: usize,
-        target: u64,
-    ) {
-        let mut st = sess.lock();
-        st.clear_path();
-        for cell in chain {
-            st.extend_path(cell);
-        }
-        st.skip = holds;
-        if holds < st.path.len() {
-            st.pending = Some(Pending::Branch(target));
-        }
-        if let Some(worker) = st.worker.clone() {
-            self.evict(&mut st, &worker);
-        }
+    /// The copy of `cell` could not be resumed: it is gone.
+    pub(super) fn lost(&mut self, cell: u64) {
+        self.held.remove(&cell);
     }
 }

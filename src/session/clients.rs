@@ -6,21 +6,11 @@
 //! also before its grace period ends. A call that names such a session
 //! takes it over: it is then an ordinary named session.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use super::SessionManager;
-
-/// Sessions whose client is gone, by name, with when it went.
-#[derive(Default)]
-pub(super) struct GoneClients(std::sync::Mutex<BTreeMap<String, Instant>>);
-
-impl GoneClients {
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instant>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+use super::gate::TenantSessions;
+use super::manager::SessionManager;
 
 /// Held by a connection's server: dropped when rmcp drops the connection
 /// (closed, deleted or idle past --http-session-idle), it lets the
@@ -77,7 +67,9 @@ impl SessionManager {
                     }
                     let settled = {
                         let st = sess.lock();
-                        st.running.is_none() && st.completed.is_none() && st.rebuild.is_none()
+                        st.inbox.running.is_none()
+                            && st.inbox.completed.is_none()
+                            && !st.lifecycle.is_rebuilding()
                     };
                     let late = tokio::time::Instant::now() >= deadline;
                     if settled || late {
@@ -106,7 +98,36 @@ impl SessionManager {
         self.gone.map().remove(name);
     }
 
-    /// Ends a gone client's session (if it still is one).
+    /// Ends the oldest gone client's session of this tenant (`instance`:
+    /// of any tenant) to make room; its name.
+    pub(super) fn evict_for_room(&self, instance: bool) -> Option<String> {
+        let managers = if instance {
+            self.gate.instance.managers()
+        } else {
+            Vec::new()
+        };
+        let me: &dyn TenantSessions = self;
+        let candidates = managers.iter().map(|m| m.as_ref()).chain([me]);
+        let (owner, name) = candidates
+            .filter_map(|m| m.oldest_gone().map(|(n, at)| (at, m, n)))
+            .min_by_key(|(at, _, _)| *at)
+            .map(|(_, m, n)| (m, n))?;
+        owner
+            .end_gone(&name, "a new session needed its room")
+            .then_some(name)
+    }
+}
+
+/// What the instance's gate asks of this tenant's manager.
+impl TenantSessions for SessionManager {
+    fn session_count(&self) -> usize {
+        self.sessions().len()
+    }
+
+    fn top_up_pool(self: Arc<Self>) {
+        SessionManager::top_up_pool(&self);
+    }
+
     fn end_gone(&self, name: &str, why: &str) -> bool {
         if self.gone.map().remove(name).is_none() {
             return false;
@@ -120,29 +141,10 @@ impl SessionManager {
         }
     }
 
-    /// The session of a gone client that went first, if any, and when.
     fn oldest_gone(&self) -> Option<(String, Instant)> {
         let map = self.gone.map();
         map.iter()
             .min_by_key(|(_, at)| **at)
             .map(|(name, at)| (name.clone(), *at))
-    }
-
-    /// Ends the oldest gone client's session of this tenant (`instance`:
-    /// of any tenant) to make room; its name.
-    pub(super) fn evict_for_room(&self, instance: bool) -> Option<String> {
-        let managers = if instance {
-            self.gate.instance.managers()
-        } else {
-            Vec::new()
-        };
-        let candidates = managers.iter().map(|m| m.as_ref()).chain([self]);
-        let (owner, name) = candidates
-            .filter_map(|m| m.oldest_gone().map(|(n, at)| (at, m, n)))
-            .min_by_key(|(at, _, _)| *at)
-            .map(|(_, m, n)| (m, n))?;
-        owner
-            .end_gone(&name, "a new session needed its room")
-            .then_some(name)
     }
 }

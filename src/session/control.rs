@@ -2,9 +2,19 @@
 //! without running a cell: inspect, complete, namespace edits, imports,
 //! history, full output and progress, and the server's status.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::*;
+use serde_json::Value;
+
+use super::default_language;
+use super::error::SessionError;
+use super::kept::HistoryEntry;
+use super::lifecycle::{queued_cell, rebuild_progress};
+use super::manager::SessionManager;
+use crate::worker::Language;
 
 /// What the status reports besides the sessions.
 pub struct StatusSnapshot {
@@ -51,10 +61,12 @@ impl SessionManager {
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
         let n = last.unwrap_or(20).max(1);
-        let skip = st.history.len().saturating_sub(n);
-        let current: std::collections::HashSet<u64> = st.path.iter().map(|c| c.id).collect();
+        let skip = st.kept.history().len().saturating_sub(n);
+        let current: std::collections::HashSet<u64> =
+            st.lineage.path().iter().map(|c| c.id).collect();
         Ok(st
-            .history
+            .kept
+            .history()
             .iter()
             .skip(skip)
             .map(|h| HistoryEntry {
@@ -68,11 +80,12 @@ impl SessionManager {
     pub fn running_cell(&self, name: &str) -> Option<(u64, String, f64)> {
         let sess = self.existing(name).ok()?;
         let st = sess.lock();
-        if st.rebuild.is_some() {
+        if let Some(rb) = st.lifecycle.rebuild() {
             // The rebuild's cells are not new ones: the queued cell is.
-            return super::resume::queued_cell(&st);
+            return queued_cell(rb);
         }
-        st.running
+        st.inbox
+            .running
             .as_ref()
             .map(|r| (r.number, r.code.clone(), r.elapsed_secs()))
     }
@@ -84,7 +97,7 @@ impl SessionManager {
         op: &str,
         args: serde_json::Map<String, Value>,
     ) -> Result<Value, SessionError> {
-        let sess = if let Some(lang) = super::default_language(name) {
+        let sess = if let Some(lang) = default_language(name) {
             self.get_or_create(name, lang)?
         } else {
             self.existing(name)?
@@ -94,7 +107,7 @@ impl SessionManager {
         if sess.language == Language::R {
             // R has one thread: the driver reads requests only between cells.
             let st = sess.lock();
-            if let Some(busy) = super::cells::busy_now(&sess, &st) {
+            if let Some(busy) = sess.busy_now(&st) {
                 return Err(busy);
             }
         }
@@ -183,7 +196,7 @@ impl SessionManager {
         if let Ok(sess) = self.existing(name) {
             let mut st = sess.lock();
             self.refresh(&sess, &mut st);
-            if let Some(busy) = super::cells::busy_now(&sess, &st) {
+            if let Some(busy) = sess.busy_now(&st) {
                 return Err(busy);
             }
         }
@@ -253,8 +266,9 @@ impl SessionManager {
         let sess = self.existing(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
-        let running = st.running.as_ref().map(|r| r.number);
-        let target = cell.or(running).or_else(|| st.logs.back().map(|l| l.cell));
+        let running = st.inbox.running.as_ref().map(|r| r.number);
+        let kept = st.kept.log_cells();
+        let target = cell.or(running).or_else(|| kept.last().copied());
         let Some(target) = target else {
             return Err(SessionError::NoOutput {
                 lang: sess.language,
@@ -264,7 +278,7 @@ impl SessionManager {
         };
         if Some(target) == running {
             let worker = st.worker.clone();
-            let Some(run) = st.running.as_mut() else {
+            let Some(run) = st.inbox.running.as_mut() else {
                 return Err(SessionError::Idle(sess.language, sess.name.clone()));
             };
             let mut bytes = run.log.bytes();
@@ -273,8 +287,7 @@ impl SessionManager {
             }
             return Ok((target, true, bytes, run.log.dropped()));
         }
-        let kept: Vec<u64> = st.logs.iter().map(|l| l.cell).collect();
-        match st.logs.iter_mut().find(|l| l.cell == target) {
+        match st.kept.log_mut(target) {
             Some(log) => {
                 let dropped = log.dropped();
                 Ok((target, false, log.bytes(), dropped))
@@ -296,10 +309,10 @@ impl SessionManager {
     pub fn progress(&self, name: &str) -> Option<(f64, String)> {
         let sess = self.existing(name).ok()?;
         let st = sess.lock();
-        if let Some(rebuilding) = super::resume::rebuild_progress(&sess, &st) {
-            return Some(rebuilding);
+        if let Some(rb) = st.lifecycle.rebuild() {
+            return Some(rebuild_progress(&sess.name, rb));
         }
-        let run = st.running.as_ref()?;
+        let run = st.inbox.running.as_ref()?;
         // A tool call's own progress says more than the last line printed.
         let line = st
             .worker

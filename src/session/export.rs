@@ -4,139 +4,16 @@
 //! cells that ended ok are written, so the export runs top to bottom as
 //! the state was built.
 
-use std::collections::VecDeque;
-
 use serde_json::json;
 
+use super::error::SessionError;
+use super::kept::KeptResults;
+use super::lineage::{PathCell, ranges};
+use super::manager::SessionManager;
 use super::report::CellStatus;
 use super::source::StoredSource;
-use super::*;
-
-/// What is kept of recent cells' results for exports (bounded per session).
-#[derive(Debug, Clone)]
-pub(super) struct KeptResult {
-    pub cell: u64,
-    pub stdout: String,
-    pub stderr: String,
-    pub value: Option<String>,
-    pub error: Option<crate::worker::protocol::PyError>,
-    /// (mime, base64).
-    pub images: Vec<(String, String)>,
-}
-
-impl KeptResult {
-    fn size(&self) -> usize {
-        self.stdout.len()
-            + self.stderr.len()
-            + self.value.as_ref().map_or(0, String::len)
-            + self
-                .images
-                .iter()
-                .map(|(m, d)| m.len() + d.len())
-                .sum::<usize>()
-    }
-}
-
-/// What a running cell's results returned before it ended (a wait that
-/// ran out, an input() prompt): its result at the end holds only what came
-/// after, and the kept result must hold the whole cell.
-#[derive(Debug, Default)]
-pub(super) struct EarlyParts {
-    stdout: String,
-    stderr: String,
-    images: Vec<(String, String)>,
-    bytes: usize,
-    cut: bool,
-}
-
-/// Where a cell's early results were cut from what is kept.
-const EARLY_CUT: &str = "[earlier output not kept here; the cell's full output has it]\n";
-
-/// Bytes of a cell's early results kept (text and images).
-const MAX_EARLY_BYTES: usize = 4 << 20;
-
-impl EarlyParts {
-    /// Adds a `running`/`waiting_input` result, within [`MAX_EARLY_BYTES`].
-    pub(super) fn add(&mut self, report: &CellReport) {
-        let out = &report.output;
-        for (text, to) in [
-            (&out.stdout, &mut self.stdout),
-            (&out.stderr, &mut self.stderr),
-        ] {
-            if self.bytes + text.len() > MAX_EARLY_BYTES {
-                self.cut = true;
-            } else {
-                to.push_str(text);
-                self.bytes += text.len();
-            }
-        }
-        for image in &report.images.shown {
-            let size = image.mime.len() + image.base64.len();
-            if self.bytes + size > MAX_EARLY_BYTES {
-                self.cut = true;
-            } else {
-                self.images.push((image.mime.clone(), image.base64.clone()));
-                self.bytes += size;
-            }
-        }
-    }
-}
-
-/// Results kept for exports: at most this many bytes per session, the
-/// oldest dropped first (their cells are exported without outputs).
-const MAX_KEPT_BYTES: usize = 32 << 20;
-
-#[derive(Debug, Default)]
-pub(super) struct KeptResults {
-    items: VecDeque<KeptResult>,
-    bytes: usize,
-}
-
-impl KeptResults {
-    /// Keeps a finished cell's result, after what its earlier results
-    /// returned.
-    pub(super) fn keep(&mut self, report: &CellReport, early: EarlyParts) {
-        let EarlyParts {
-            mut stdout,
-            mut stderr,
-            mut images,
-            cut,
-            ..
-        } = early;
-        if cut {
-            stdout.push_str(EARLY_CUT);
-        }
-        stdout.push_str(&report.output.stdout);
-        stderr.push_str(&report.output.stderr);
-        images.extend(
-            report
-                .images
-                .shown
-                .iter()
-                .map(|i| (i.mime.clone(), i.base64.clone())),
-        );
-        let kept = KeptResult {
-            cell: report.cell,
-            stdout,
-            stderr,
-            value: report.value.clone(),
-            error: report.error.clone(),
-            images,
-        };
-        self.bytes += kept.size();
-        self.items.push_back(kept);
-        while self.bytes > MAX_KEPT_BYTES {
-            let Some(old) = self.items.pop_front() else {
-                break;
-            };
-            self.bytes -= old.size();
-        }
-    }
-
-    pub(super) fn get(&self, cell: u64) -> Option<&KeptResult> {
-        self.items.iter().rev().find(|k| k.cell == cell)
-    }
-}
+use super::state::{Session, SessionState};
+use crate::worker::Language;
 
 /// The formats of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
@@ -186,13 +63,13 @@ fn export_branch(
     format: ExportFormat,
 ) -> Result<Export, SessionError> {
     {
-        let chain: Vec<durable::PathCell> = match cell {
-            Some(id) => st.chain_to(id).map(|(c, _)| c).ok_or_else(|| {
+        let chain: Vec<PathCell> = match cell {
+            Some(id) => st.lineage.chain_to(id).map(|(c, _)| c).ok_or_else(|| {
                 SessionError::Invalid(format!(
                     "cell {id} is not a finished cell of session '{name}'; python_history lists its cells"
                 ))
             })?,
-            None => st.path.clone(),
+            None => st.lineage.path().to_vec(),
         };
         let (ok, skipped): (Vec<_>, Vec<_>) =
             chain.into_iter().partition(|c| c.status == CellStatus::Ok);
@@ -200,7 +77,7 @@ fn export_branch(
         let cells: Vec<u64> = ok.iter().map(|c| c.id).collect();
         let text = match format {
             ExportFormat::Py => script(sess, &ok),
-            ExportFormat::Ipynb => notebook(sess, &ok, &st.kept),
+            ExportFormat::Ipynb => notebook(sess, &ok, st.kept.results()),
         };
         Ok(Export {
             text,
@@ -227,12 +104,12 @@ fn source_text(source: &StoredSource) -> String {
     }
 }
 
-fn script(sess: &Session, cells: &[durable::PathCell]) -> String {
+fn script(sess: &Session, cells: &[PathCell]) -> String {
     let mut out = format!(
         "# Exported by ferrepl from session '{}' ({}): cells {}.\n",
         sess.name,
         sess.language,
-        durable::ranges(&cells.iter().map(|c| c.id).collect::<Vec<_>>())
+        ranges(&cells.iter().map(|c| c.id).collect::<Vec<_>>())
     );
     for c in cells {
         out.push_str(&format!("\n# %% cell {}\n", c.id));
@@ -247,7 +124,7 @@ fn lines(text: &str) -> Vec<String> {
     text.split_inclusive('\n').map(str::to_string).collect()
 }
 
-fn notebook(sess: &Session, cells: &[durable::PathCell], kept: &KeptResults) -> String {
+fn notebook(sess: &Session, cells: &[PathCell], kept: &KeptResults) -> String {
     let mut out_cells = Vec::new();
     for (n, c) in cells.iter().enumerate() {
         let count = n + 1;

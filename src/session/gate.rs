@@ -4,9 +4,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::SessionManager;
 use crate::files::Workspace;
 use crate::units::human_bytes;
 
@@ -62,6 +61,20 @@ impl Refusal {
     }
 }
 
+/// What the instance asks of each tenant's session manager (the manager
+/// implements it in `clients.rs`): the gate counts and wakes tenants
+/// without depending on what a manager is.
+pub trait TenantSessions: Send + Sync {
+    /// Sessions of this tenant, dormant ones included.
+    fn session_count(&self) -> usize;
+    /// Refills this tenant's warm pool if it is short.
+    fn top_up_pool(self: Arc<Self>);
+    /// The session of a gone client that went first, if any, and when.
+    fn oldest_gone(&self) -> Option<(String, Instant)>;
+    /// Ends a gone client's session (if it still is one); whether it did.
+    fn end_gone(&self, name: &str, why: &str) -> bool;
+}
+
 /// The instance: shared by every tenant.
 pub struct Gate {
     draining: AtomicBool,
@@ -73,7 +86,7 @@ pub struct Gate {
     /// --memory-limit, so they count toward the instance's ceiling.
     jobs: Arc<AtomicUsize>,
     max_jobs: usize,
-    managers: Mutex<Vec<Weak<SessionManager>>>,
+    managers: Mutex<Vec<Weak<dyn TenantSessions>>>,
     /// Interpreters in the warm pools over all tenants, at most
     /// `max_pooled` (--warm-pool): idle memory no tenant count can multiply.
     pooled: Arc<AtomicUsize>,
@@ -146,12 +159,18 @@ impl Gate {
     /// sessions, given how many the instance has room for (counted under the
     /// same lock as new sessions, so tenants starting at once cannot
     /// overshoot --max-sessions with what they bring back).
-    pub(super) fn register(&self, manager: &Arc<SessionManager>, load: impl FnOnce(usize)) {
+    pub(super) fn register<M: TenantSessions + 'static>(
+        &self,
+        manager: &Arc<M>,
+        load: impl FnOnce(usize),
+    ) {
         let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
         load(self.max_sessions.saturating_sub(self.live_sessions()));
         let mut list = self.managers.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|m| m.strong_count() > 0);
-        list.push(Arc::downgrade(manager));
+        let manager: Arc<dyn TenantSessions> = manager.clone();
+        let manager = Arc::downgrade(&manager);
+        list.push(manager);
     }
 
     /// Sessions of every tenant, dormant ones included.
@@ -160,7 +179,7 @@ impl Gate {
     }
 
     /// Every live manager (one per tenant).
-    pub fn managers(&self) -> Vec<Arc<SessionManager>> {
+    pub fn managers(&self) -> Vec<Arc<dyn TenantSessions>> {
         let list = self.managers.lock().unwrap_or_else(|e| e.into_inner());
         list.iter().filter_map(Weak::upgrade).collect()
     }

@@ -1,9 +1,13 @@
-//! Limits: wait windows, interrupts and their escalation, the cell time
-//! limit, the memory/process watch and the idle reaper.
+//! Limits: wait windows, the memory/process watch (checkpoints give way
+//! first) and the idle reaper (--session-ttl). Stopping a cell and the
+//! cell time limit: `stop.rs`.
 
-use nix::sys::signal::Signal;
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::*;
+use super::manager::SessionManager;
+use super::settings::wait_window;
+use crate::worker::Worker;
 
 impl SessionManager {
     /// The wait window of a call: `requested` seconds (the tool's arguments
@@ -42,7 +46,7 @@ impl SessionManager {
                 let Some(this) = this.upgrade() else {
                     return;
                 };
-                let workers: Vec<(String, Arc<crate::worker::Worker>)> = this
+                let workers: Vec<(String, Arc<Worker>)> = this
                     .sessions()
                     .iter()
                     .filter_map(|(name, s)| s.lock().worker.clone().map(|w| (name.clone(), w)))
@@ -125,7 +129,9 @@ impl SessionManager {
                     .iter()
                     .filter(|(_, s)| {
                         let st = s.lock();
-                        st.running.is_none() && st.rebuild.is_none() && st.last_used.elapsed() > ttl
+                        st.inbox.running.is_none()
+                            && !st.lifecycle.is_rebuilding()
+                            && st.last_used.elapsed() > ttl
                     })
                     .map(|(name, _)| name.clone())
                     .collect();
@@ -141,128 +147,18 @@ impl SessionManager {
         });
     }
 
-    /// SIGINT to the running cell; escalates to a second SIGINT, then a kill.
-    /// Returns the cell's final result.
-    /// During a rebuild: stops it, and the queued cell does not run.
-    pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
-        let sess = self.existing(name)?;
-        if let Some(stopped) = self.interrupt_rebuild(&sess).await {
-            return stopped;
-        }
-        let (worker, cell) = {
-            let mut st = sess.lock();
-            self.refresh(&sess, &mut st);
-            let Some(run) = &st.running else {
-                if let Some(done) = st.completed.take() {
-                    let notes = std::mem::take(&mut st.notes);
-                    let done = done.with_notes_first(notes);
-                    st.delivered = Some(done.clone());
-                    return Ok(
-                        done.with_note("The cell had already finished; nothing was interrupted.")
-                    );
-                }
-                return Err(SessionError::Idle(sess.language, sess.name.clone()));
-            };
-            let cell = run.number;
-            match &st.worker {
-                Some(w) => (w.clone(), cell),
-                None => return Err(SessionError::Idle(sess.language, sess.name.clone())),
-            }
-        };
-        self.stop_cell(&sess, &worker, cell, None).await;
-        self.collect(&sess, &worker, Duration::ZERO).await
-    }
-
-    /// Stops cell `cell`: SIGINT, again after a grace period, then SIGKILL.
-    /// The outcome is left as the session's completed result, annotated.
-    pub(super) async fn stop_cell(
-        &self,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        cell: u64,
-        reason: Option<String>,
-    ) {
-        let grace = self.limits.interrupt_grace;
-        // Notes go on the running cell before each step, so whichever call
-        // collects the result (this one or a concurrent wait) carries them.
-        if let Some(reason) = reason {
-            self.annotate_running(sess, cell, reason, false);
-        }
-        for attempt in 0..2 {
-            if attempt == 1 {
-                self.annotate_running(
-                    sess,
-                    cell,
-                    "The cell ignored the first interrupt; a second one was sent.".to_string(),
-                    false,
-                );
-            }
-            worker.signal_group(Signal::SIGINT);
-            if self.wait_cell_gone(sess, worker, cell, grace).await {
-                return;
-            }
-        }
-        self.annotate_running(
-            sess,
-            cell,
-            format!(
-                "The cell did not stop after two interrupts over {:.0} s (it swallows KeyboardInterrupt or is stuck in native code), so its interpreter was killed. All variables of session '{}' are lost; the next call starts a fresh interpreter.",
-                grace.as_secs_f64() * 2.0,
-                sess.name
-            ),
-            true,
-        );
-        worker.signal_group(Signal::SIGKILL);
-        let bound = self.limits.crash_grace + Duration::from_secs(5);
-        self.wait_cell_gone(sess, worker, cell, bound).await;
-    }
-
-    pub(super) fn annotate_running(&self, sess: &Session, cell: u64, note: String, killing: bool) {
-        let mut st = sess.lock();
-        if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
-            run.stop_notes.push(note);
-            run.killed_by_ferrepl |= killing;
-        }
-    }
-
-    /// Waits until cell `cell` is no longer running (finished or crashed).
-    pub(super) async fn wait_cell_gone(
-        &self,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        cell: u64,
-        wait: Duration,
-    ) -> bool {
-        self.watch(sess, worker, wait, |st, timed_out| {
-            let gone = st.running.as_ref().map(|r| r.number) != Some(cell);
-            (gone || timed_out).then_some(gone)
-        })
-        .await
-    }
-
-    /// Enforces --max-cell-seconds on one cell.
-    pub(super) fn arm_time_limit(
-        self: &Arc<Self>,
-        sess: &Arc<Session>,
-        worker: &Arc<Worker>,
-        cell: u64,
-    ) {
-        let Some(limit) = self.limits.max_cell else {
+    /// Drops the least recently used copy of session `name` (its memory
+    /// nears the session's limit).
+    pub(super) fn shed_copy(&self, name: &str) {
+        let Some(sess) = self.sessions().get(name).cloned() else {
             return;
         };
-        let this = self.clone();
-        let sess = sess.clone();
-        let worker = worker.clone();
-        tokio::spawn(async move {
-            if this.wait_cell_gone(&sess, &worker, cell, limit).await {
-                return;
-            }
-            crate::metrics::limit_kill(crate::metrics::Limit::CellTime);
-            let reason = format!(
-                "Cell {cell} ran past the time limit of {:.0} s (--max-cell-seconds) and was interrupted.",
-                limit.as_secs_f64()
-            );
-            this.stop_cell(&sess, &worker, cell, Some(reason)).await;
-        });
+        let mut st = sess.lock();
+        let Some(worker) = st.worker.clone() else {
+            return;
+        };
+        if let Some(cell) = st.checkpoints.shed(&worker) {
+            tracing::info!(session = %name, cell, "checkpoint dropped: the session nears its memory limit");
+        }
     }
 }

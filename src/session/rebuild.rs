@@ -1,13 +1,32 @@
 //! Rebuilding a session's state by re-running the cells of its path in a
 //! fresh interpreter (after a restart, a crash or a switch to a branch
 //! without a checkpoint), and the account of what was re-run. It runs as a
-//! task of its own (`resume.rs` starts it and hands over the queued cell),
-//! so no call waits for it longer than its window.
+//! task of its own, started here by `begin_rebuild` (for the call in
+//! `resume.rs` that needs the state), so no call waits for it longer than
+//! its window; at its end the queued cell starts, or is reported not run.
 
-use super::durable::{PathCell, ranges};
-use super::report::CellStatus;
-use super::resume::RebuildJob;
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::error::SessionError;
+use super::lifecycle::{NOT_RUN, Pending, Queued, Rebuilding, Rebuilt};
+use super::lineage::{PathCell, ranges};
+use super::manager::SessionManager;
+use super::report::{CellReport, CellStatus, Images};
+use super::state::{Session, SessionState};
+use crate::worker::Worker;
+use crate::worker::protocol::PyError;
+
+static NEXT_REBUILD: AtomicU64 = AtomicU64::new(1);
+
+/// What the task of a rebuild re-runs.
+pub(super) struct RebuildJob {
+    pub(super) id: u64,
+    pub(super) path: Vec<PathCell>,
+    pub(super) cut: bool,
+    pub(super) skip: usize,
+}
 
 /// What one rebuild did, for the agent.
 #[derive(Default)]
@@ -69,7 +88,12 @@ impl Account {
 
 /// How many cells a rebuild of the session would re-run.
 pub(super) fn rebuild_size(st: &SessionState) -> usize {
-    runnable(&st.path, st.skip, &mut Account::default()).len()
+    runnable(
+        st.lineage.path(),
+        st.lineage.skip(),
+        &mut Account::default(),
+    )
+    .len()
 }
 
 /// `1 cell`, `3 cells`.
@@ -85,11 +109,11 @@ pub(super) fn cells(n: usize) -> String {
 /// (python_sessions rebuild without confirm).
 pub(super) fn preview(sess: &Session, st: &SessionState, max_cells: usize) -> String {
     let mut account = Account::default();
-    let ids: Vec<u64> = runnable(&st.path, st.skip, &mut account)
+    let ids: Vec<u64> = runnable(st.lineage.path(), st.lineage.skip(), &mut account)
         .iter()
         .map(|c| c.id)
         .collect();
-    let why = st.pending.map_or_else(
+    let why = st.lifecycle.pending().map_or_else(
         || "its interpreter holds its state".to_string(),
         |p| p.why(),
     );
@@ -206,10 +230,10 @@ impl SessionManager {
         {
             let mut st = sess.lock();
             self.refresh(sess, &mut st);
-            if let Some(run) = &st.running {
-                return Err(super::cells::busy(sess, run));
+            if let Some(run) = &st.inbox.running {
+                return Err(sess.busy(run));
             }
-            let Some(rb) = st.rebuild.as_mut().filter(|r| r.id == id) else {
+            let Some(rb) = st.lifecycle.rebuild_mut().filter(|r| r.id == id) else {
                 return Ok(Replayed::Gone);
             };
             if let Some(stop) = &rb.stop {
@@ -226,12 +250,16 @@ impl SessionManager {
                 })?;
             let mut run = self.new_running_cell(cell.id, sess.language, cell.source.clone());
             run.replay = true;
-            st.running = Some(run);
+            st.inbox.running = Some(run);
         }
         Ok(self
             .watch(sess, worker, wait, |st, timed_out| {
-                let prompt = st.running.as_ref().is_some_and(|r| r.prompt.is_some());
-                let Some(rb) = st.rebuild.as_mut().filter(|r| r.id == id) else {
+                let prompt = st
+                    .inbox
+                    .running
+                    .as_ref()
+                    .is_some_and(|r| r.prompt.is_some());
+                let Some(rb) = st.lifecycle.rebuild_mut().filter(|r| r.id == id) else {
                     return Some(Replayed::Gone);
                 };
                 if let Some(report) = rb.replayed.take() {
@@ -289,7 +317,7 @@ impl SessionManager {
                 }
                 Ok(Replayed::Stalled) => {
                     self.stop_cell(sess, worker, cell.id, None).await;
-                    if let Some(rb) = sess.lock().rebuild.as_mut() {
+                    if let Some(rb) = sess.lock().lifecycle.rebuild_mut() {
                         rb.replayed = None;
                     }
                     Some(format!(
@@ -311,10 +339,145 @@ impl SessionManager {
     /// Why an interrupt asked rebuild `id` to stop, if it did.
     fn stop_asked(&self, sess: &Session, id: u64) -> Option<String> {
         let st = sess.lock();
-        st.rebuild
-            .as_ref()
+        st.lifecycle
+            .rebuild()
             .filter(|r| r.id == id)
             .and_then(|r| r.stop.clone())
+    }
+    /// Starts rebuilding the session's path in `worker` (a fresh
+    /// interpreter) in a task of its own.
+    pub(super) fn begin_rebuild(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+        st: &mut SessionState,
+        worker: &Arc<Worker>,
+    ) {
+        let why = st
+            .lifecycle
+            .take_pending()
+            .map_or_else(String::new, Pending::why);
+        let skip = st.lineage.take_skip();
+        let mut plan = Account::default();
+        let plan: Vec<u64> = runnable(st.lineage.path(), skip, &mut plan)
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        let id = NEXT_REBUILD.fetch_add(1, Ordering::Relaxed);
+        let rebuilding = Rebuilding {
+            id,
+            why,
+            plan: if plan.len() > self.durable.max_cells {
+                Vec::new()
+            } else {
+                plan
+            },
+            current: None,
+            started: Instant::now(),
+            queued: None,
+            stop: None,
+            replayed: None,
+            aside: std::mem::take(&mut st.notes),
+            kept: st.inbox.completed.take(),
+        };
+        st.lifecycle.start_rebuild(rebuilding);
+        let job = RebuildJob {
+            id,
+            path: st.lineage.path().to_vec(),
+            cut: st.lineage.is_cut(),
+            skip,
+        };
+        tokio::spawn(self.clone().run_rebuild(sess.clone(), worker.clone(), job));
+    }
+
+    /// The end of rebuild `job`: the path is what the interpreter holds,
+    /// the account goes into the notes, and the queued cell starts (or is
+    /// reported not run, when the rebuild was stopped or lost its
+    /// interpreter).
+    pub(super) fn end_rebuild(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+        worker: &Arc<Worker>,
+        job: &RebuildJob,
+        account: Account,
+        reached: usize,
+    ) {
+        let mut st = sess.lock();
+        let Some(rb) = st.lifecycle.end_rebuild(job.id) else {
+            return;
+        };
+        let rb = *rb;
+        let failed: Vec<u64> = account.failed.iter().map(|(id, _)| *id).collect();
+        st.lineage.rebuilt_to(reached, &failed);
+        let head = st.head();
+        st.inbox.delivered = None;
+        let text = account.describe(&sess.name, &rb.why);
+        let mut notes = rb.aside;
+        notes.append(&mut st.notes);
+        notes.push(text.clone());
+        st.notes = notes;
+        if st.inbox.completed.is_none() {
+            st.inbox.completed = rb.kept;
+        }
+        st.lifecycle.set_rebuilt(Rebuilt {
+            id: job.id,
+            text,
+            queued: rb.queued.is_some(),
+        });
+        let mut started = None;
+        if let Some(q) = rb.queued {
+            let why_not = match (&rb.stop, worker.exit_info()) {
+                (Some(stop), _) => Some(format!("was stopped ({stop})")),
+                (None, Some(_)) => Some("lost its interpreter".to_string()),
+                _ => None,
+            };
+            let sent = match why_not {
+                Some(why) => Err(why),
+                None => self
+                    .send_cell(sess, &mut st, worker, q.number, q.source.clone())
+                    .map(drop)
+                    .map_err(|e| format!("could not start it ({e})")),
+            };
+            match sent {
+                Ok(()) => started = Some(q.number),
+                Err(why) => self.not_run(sess, &mut st, q, &why),
+            }
+        }
+        drop(st);
+        if reached < job.path.len() {
+            self.persist_head(sess, head);
+        }
+        if let Some(cell) = started {
+            self.arm_time_limit(sess, worker, cell);
+        }
+        sess.touch();
+    }
+
+    /// The queued cell's result when its code did not run.
+    fn not_run(&self, sess: &Session, st: &mut SessionState, q: Queued, why: &str) {
+        let report = CellReport {
+            status: CellStatus::Interrupted,
+            session: sess.name.clone(),
+            language: sess.language,
+            cell: q.number,
+            output: Default::default(),
+            background: None,
+            value: None,
+            error: Some(PyError {
+                kind: NOT_RUN.into(),
+                message: format!(
+                    "cell {} was queued after the rebuild of session '{}', which {why}, and did not run",
+                    q.number, sess.name
+                ),
+                traceback: String::new(),
+            }),
+            prompt: None,
+            elapsed_ms: q.since.elapsed().as_secs_f64() * 1000.0,
+            images: Images::default(),
+            notes: std::mem::take(&mut st.notes),
+        };
+        st.inbox.completed = Some(report);
+        let head = st.head();
+        self.record_history(st, q.source.as_source().describe(), head);
     }
 }
 

@@ -1,24 +1,63 @@
-//! The session registry: creating, finding, resetting and deleting
-//! sessions, the spare worker, and shutdown.
+//! The registry of a tenant's sessions: the manager made (with the
+//! sessions its store kept), the default sessions started, creating and
+//! finding sessions (within the tenant's and the instance's room, a gone
+//! client's session making room first), python_sessions create, reset and
+//! list, and what a drain or the metrics count.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use super::*;
-use crate::executables::is_executable;
-
-/// Settings of a session created with python_sessions create (kept in the
-/// store, and checked again against the policy when it is resumed).
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct SessionOptions {
-    pub python: Option<PathBuf>,
-    pub venv: Option<PathBuf>,
-    pub workdir: Option<PathBuf>,
-    pub env: BTreeMap<String, String>,
-    pub language: Language,
-}
+use super::error::SessionError;
+use super::gate::{Refusal, TenantGate};
+use super::lifecycle::{ended_note, queued_cell};
+use super::manager::SessionManager;
+use super::pool::WarmPool;
+use super::report::SESSION_STATES;
+use super::settings::{Durability, Limits};
+use super::state::{Session, SessionInfo, SessionOptions};
+use super::{DEFAULT_R_SESSION, DEFAULT_SESSION, default_language, valid_name};
+use crate::worker::{Language, LaunchSpec};
 
 impl SessionManager {
+    pub fn new(
+        spec: LaunchSpec,
+        python_on: bool,
+        r_spec: Option<LaunchSpec>,
+        limits: Limits,
+        durable: Durability,
+        gate: Arc<TenantGate>,
+    ) -> Arc<Self> {
+        let pool = Arc::new(WarmPool::new(
+            limits.warm_pool,
+            limits.start_timeout,
+            gate.instance.clone(),
+        ));
+        let manager = Self {
+            spec,
+            python_on,
+            r_spec,
+            limits,
+            durable,
+            sessions: Mutex::new(BTreeMap::new()),
+            pool,
+            warming: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
+            gate,
+            left_stored: Mutex::new(Default::default()),
+            gone: Default::default(),
+        };
+        let manager = Arc::new(manager);
+        let stored = manager.read_stored();
+        manager
+            .gate
+            .instance
+            .register(&manager, |room| manager.add_stored(stored, room));
+        manager
+    }
+
     /// Starts the default session of each enabled language without
     /// waiting (R spends most of its start attaching its default packages,
     /// which then overlaps the client's handshake); Python's spare worker
@@ -90,7 +129,7 @@ impl SessionManager {
                 // Full: a session whose client is gone makes room first.
                 Err(
                     e @ (SessionError::TooMany { .. }
-                    | SessionError::Refused(gate::Refusal::InstanceFull { .. })),
+                    | SessionError::Refused(Refusal::InstanceFull { .. })),
                 ) => {
                     let instance = matches!(e, SessionError::Refused(_));
                     match (evicted.is_none(), self.evict_for_room(instance)) {
@@ -178,165 +217,28 @@ impl SessionManager {
             .filter(|sess| {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
-                st.running.is_some() || st.completed.is_some() || st.rebuild.is_some()
+                st.inbox.running.is_some()
+                    || st.inbox.completed.is_some()
+                    || st.lifecycle.is_rebuilding()
             })
             .count()
     }
 
-    /// Counts a tool call in flight on the instance (see `Instance::drain`).
-    pub fn call_started(&self) -> gate::Slot {
-        self.gate.instance.call_started()
-    }
-
-    /// Sessions of this tenant, dormant ones included.
-    pub fn session_count(&self) -> usize {
-        self.sessions().len()
-    }
-
-    pub(super) fn existing(&self, name: &str) -> Result<Arc<Session>, SessionError> {
-        let map = self.sessions();
-        match map.get(name) {
-            Some(s) => {
-                s.lock().last_used = Instant::now();
-                Ok(s.clone())
-            }
-            None => Err(SessionError::NotFound {
-                name: name.to_string(),
-                existing: if map.is_empty() {
-                    "none".to_string()
-                } else {
-                    map.keys().cloned().collect::<Vec<_>>().join(", ")
-                },
-            }),
-        }
-    }
-
-    /// A ready worker: a pooled one if there is one, else a fresh launch.
-    pub(super) async fn acquire_worker(
+    /// Creates a session with its own interpreter, directory or environment.
+    pub async fn create(
         self: &Arc<Self>,
-        custom: Option<&LaunchSpec>,
-        lang: Language,
-    ) -> Result<Arc<Worker>, SessionError> {
-        let custom = match (custom, lang) {
-            (Some(spec), _) => Some(spec),
-            (None, Language::Python) if self.python_on => None,
-            // Only Python keeps a warm pool.
-            (None, lang) => Some(self.spec_for(lang).ok_or(SessionError::LanguageOff(lang))?),
-        };
-        self.start_worker(custom)
-            .await
-            .map_err(|source| SessionError::Worker {
-                session: String::new(),
-                source,
-            })
-    }
-
-    async fn start_worker(
-        self: &Arc<Self>,
-        custom: Option<&LaunchSpec>,
-    ) -> Result<Arc<Worker>, WorkerError> {
-        let timeout = self.limits.start_timeout;
-        if let Some(spec) = custom {
-            // Own settings: no pooled worker can match them.
-            return worker::launch_ready(spec, timeout).await;
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<Arc<Session>, SessionError> {
+        if self.sessions().contains_key(name) {
+            return Err(SessionError::Invalid(format!(
+                "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
+            )));
         }
-        // Pooled workers are ready already; one that died since is replaced.
-        let worker = match self.pool.take() {
-            Some(w) if w.wait_ready(timeout).await.is_ok() => w,
-            _ => worker::launch_ready(&self.spec, timeout).await?,
-        };
-        if !self.warming.load(Ordering::SeqCst) {
-            self.gate.instance.pool_place_freed();
-        }
-        Ok(worker)
-    }
-
-    /// Refills this tenant's pool if it is short and warmed up already.
-    pub(super) fn top_up_pool(self: &Arc<Self>) {
-        if !self.warming.load(Ordering::SeqCst) && self.pool.len() < self.pool.target() {
-            self.refill_pool();
-        }
-    }
-
-    /// Tops the warm pool up in the background (--warm-pool).
-    pub(super) fn refill_pool(self: &Arc<Self>) {
-        let this = Arc::downgrade(self);
-        self.pool.refill(self.spec.clone(), move || {
-            this.upgrade()
-                .is_none_or(|m| m.shutting_down.load(Ordering::SeqCst) || m.gate.is_revoked())
-        });
-    }
-
-    /// The session's live worker, starting one if it has none or it died.
-    pub(super) async fn ensure_worker(
-        self: &Arc<Self>,
-        sess: &Arc<Session>,
-    ) -> Result<Arc<Worker>, SessionError> {
-        let _guard = sess.start_lock.lock().await;
-        self.gate.check_revoked()?;
-        {
-            let mut st = sess.lock();
-            self.refresh(sess, &mut st);
-            if st.rebuild.is_some()
-                && let Some(w) = &st.worker
-            {
-                // The rebuild's task owns its interpreter, dead or alive.
-                return Ok(w.clone());
-            }
-            if let Some(w) = &st.worker {
-                match w.exit_info() {
-                    None => return Ok(w.clone()),
-                    Some(exit) => {
-                        if st.running.is_none()
-                            && !st.pending.is_some_and(durable::Pending::rebuilds_on_use)
-                        {
-                            if let Some(reason) = w.take_kill_reason() {
-                                st.notes.push(reason);
-                            }
-                            let note = format!(
-                                "The interpreter of session '{}' had exited ({}) after cell {}; its variables were lost. This cell runs in a fresh interpreter.",
-                                sess.name,
-                                exit.describe(),
-                                st.last_cell
-                            );
-                            st.notes.push(note);
-                            if st.pending.is_none() {
-                                // Died between cells: nothing offered it back.
-                                st.clear_path();
-                            }
-                        }
-                        st.worker = None;
-                    }
-                }
-            }
-        }
-        let worker = self
-            .acquire_worker(sess.spec.as_deref(), sess.language)
-            .await
-            .map_err(|e| match e {
-                SessionError::Worker { source, .. } => SessionError::Worker {
-                    session: sess.name.clone(),
-                    source,
-                },
-                other => other,
-            })?;
-        if let Some(info) = worker.ready_info() {
-            tracing::info!(session = %sess.name, pid = info.pid, version = %info.python_version, "session interpreter started");
-        }
-        {
-            let mut st = sess.lock();
-            st.worker = Some(worker.clone());
-            // Copies belonged to the interpreter before.
-            st.checkpoints.clear();
-        }
-        // Revoked while it started: `end_all` may have passed this session
-        // before the worker was in it.
-        if let Err(refused) = self.gate.check_revoked() {
-            worker.set_kill_reason(refused.to_string());
-            worker.kill_in_background();
-            return Err(refused.into());
-        }
-        Ok(worker)
+        let spec = self.spec_from_options(&opts)?;
+        let sess = self.get_or_create_with(name, opts.language, spec, Some(opts))?;
+        self.ensure_worker(&sess).await?;
+        Ok(sess)
     }
 
     /// Restarts a session's interpreter; all its state is cleared.
@@ -348,12 +250,17 @@ impl SessionManager {
         };
         let (old, stopped, rebuild) = {
             let mut st = sess.lock();
-            st.completed = None;
-            st.delivered = None;
+            st.inbox.completed = None;
+            st.inbox.delivered = None;
             st.notes.clear();
             st.clear_path();
-            let rebuild = st.rebuild.take().map(|rb| super::resume::ended_note(&rb));
-            let stopped = st.running.take().filter(|r| !r.replay).map(|r| r.number);
+            let rebuild = st.lifecycle.take_rebuild().map(|rb| ended_note(&rb));
+            let stopped = st
+                .inbox
+                .running
+                .take()
+                .filter(|r| !r.replay)
+                .map(|r| r.number);
             (st.worker.take(), stopped, rebuild)
         };
         sess.touch();
@@ -393,16 +300,16 @@ impl SessionManager {
                 self.refresh(sess, &mut st);
                 let worker = st.worker.clone();
                 let dead = worker.as_ref().is_some_and(|w| w.exit_info().is_some());
-                let state = report::session_state(&st);
-                let running_cell = match &st.rebuild {
-                    Some(_) => super::resume::queued_cell(&st).map(|q| q.0),
-                    None => st.running.as_ref().map(|r| r.number),
+                let state = st.summary();
+                let running_cell = match st.lifecycle.rebuild() {
+                    Some(rb) => queued_cell(rb).map(|q| q.0),
+                    None => st.inbox.running.as_ref().map(|r| r.number),
                 };
                 SessionInfo {
                     name: sess.name.clone(),
                     state: state.to_string(),
                     pid: worker.as_ref().filter(|_| !dead).map(|w| w.pid()),
-                    cells: st.cells_run,
+                    cells: st.inbox.cells_run(),
                     running_cell,
                     memory_bytes: worker
                         .as_ref()
@@ -419,228 +326,23 @@ impl SessionManager {
             .collect()
     }
 
-    /// Kills the interpreter of every session (its cells end crashed, with
-    /// `reason` among their notes) and the warm pool's; the sessions stay.
-    /// Returns how many sessions' interpreters were killed.
-    pub fn end_all(&self, reason: &str) -> usize {
-        for spare in self.pool.drain() {
-            spare.kill();
-        }
-        let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
-        let mut ended = 0;
-        for sess in sessions {
-            let Some(worker) = sess.lock().worker.clone() else {
-                continue;
+    /// How many sessions are in each of [`SESSION_STATES`] (every state
+    /// listed, zeros included), for the metrics. Pending worker events are
+    /// applied first, as `list` does, so a cell that has finished is not
+    /// counted busy.
+    pub fn state_counts(&self) -> Vec<(&'static str, u64)> {
+        let sessions: Vec<_> = self.sessions().values().cloned().collect();
+        let mut counts: Vec<(&'static str, u64)> = SESSION_STATES.iter().map(|s| (*s, 0)).collect();
+        for sess in &sessions {
+            let state = {
+                let mut st = sess.lock();
+                self.refresh(sess, &mut st);
+                st.summary()
             };
-            if worker.exit_info().is_none() {
-                worker.set_kill_reason(format!(
-                    "{reason}, so ferrepl ended session '{}'.",
-                    sess.name
-                ));
-                worker.kill();
-                ended += 1;
+            if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state) {
+                slot.1 += 1;
             }
         }
-        ended
-    }
-
-    /// Ends every worker (whole process groups) and refuses new work.
-    pub async fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
-        // Before the interpreters end: they hold what is saved.
-        self.save_all().await;
-        let mut workers: Vec<Arc<Worker>> = self
-            .sessions()
-            .values()
-            .filter_map(|s| s.lock().worker.clone())
-            .collect();
-        workers.extend(self.pool.drain());
-        for w in &workers {
-            w.kill();
-        }
-        if let Some(store) = &self.durable.store {
-            // Blocking, bounded: the process is about to exit.
-            if !store.flush(Duration::from_secs(2)) {
-                tracing::warn!("the session store did not finish writing within 2 s");
-            }
-        }
-        for w in &workers {
-            let mut rx = w.subscribe();
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                while w.exit_info().is_none() {
-                    if rx.changed().await.is_err() {
-                        break;
-                    }
-                }
-            })
-            .await;
-        }
-    }
-
-    /// Creates a session with its own interpreter, directory or environment.
-    pub async fn create(
-        self: &Arc<Self>,
-        name: &str,
-        opts: SessionOptions,
-    ) -> Result<Arc<Session>, SessionError> {
-        if self.sessions().contains_key(name) {
-            return Err(SessionError::Invalid(format!(
-                "session '{name}' already exists; delete it first (python_sessions action=delete) or pick another name"
-            )));
-        }
-        let spec = self.spec_from_options(&opts)?;
-        let sess = self.get_or_create_with(name, opts.language, spec, Some(opts))?;
-        self.ensure_worker(&sess).await?;
-        Ok(sess)
-    }
-
-    /// The launch settings of a session with these options: None when they
-    /// are the server's own; an error when the policy refuses them.
-    pub(super) fn spec_from_options(
-        &self,
-        opts: &SessionOptions,
-    ) -> Result<Option<LaunchSpec>, SessionError> {
-        let lang = opts.language;
-        if lang != Language::Python && (opts.python.is_some() || opts.venv.is_some()) {
-            return Err(SessionError::Invalid(format!(
-                "python and venv apply to Python sessions; an {lang} session takes only workdir and env"
-            )));
-        }
-        let mut spec: LaunchSpec = self
-            .spec_for(lang)
-            .ok_or(SessionError::LanguageOff(lang))?
-            .clone();
-        let mut custom = false;
-        if let Some(venv) = &opts.venv {
-            let venv = self.allowed_interpreter(venv, "venv")?;
-            let python = venv.join("bin").join("python");
-            if !is_executable(&python) {
-                return Err(SessionError::Invalid(format!(
-                    "'{}' is not a virtual environment: {} is missing; create it with `python3 -m venv {}`",
-                    venv.display(),
-                    python.display(),
-                    venv.display()
-                )));
-            }
-            spec.program = python;
-            custom = true;
-        }
-        if let Some(python) = &opts.python {
-            let python = self.allowed_interpreter(python, "python")?;
-            if !is_executable(&python) {
-                return Err(SessionError::Invalid(format!(
-                    "interpreter '{}' does not exist or is not executable; pass the path of a python3 inside the workspace",
-                    python.display()
-                )));
-            }
-            spec.program = python;
-            custom = true;
-        }
-        if let Some(dir) = &opts.workdir {
-            spec.workdir = self.inside_workspace(dir)?;
-            custom = true;
-        }
-        crate::sandbox::env::check(&opts.env)?;
-        for (k, v) in &opts.env {
-            spec.env.push((k.clone(), v.clone()));
-            custom = true;
-        }
-        Ok(custom.then_some(spec))
-    }
-
-    /// A `workdir` argument: an existing directory whose real location
-    /// (symlinks resolved) is inside the server's workspace.
-    pub(super) fn inside_workspace(&self, dir: &Path) -> Result<PathBuf, SessionError> {
-        let workspace = self.workspace();
-        let path = crate::sandbox::paths::normalize(dir, workspace);
-        let real = path.canonicalize().map_err(|_| {
-            SessionError::Invalid(format!(
-                "workdir '{}' does not exist; give a directory inside the workspace {}",
-                dir.display(),
-                workspace.display()
-            ))
-        })?;
-        if !real.starts_with(workspace) || !real.is_dir() {
-            if !real.starts_with(workspace) {
-                crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Cwd);
-            }
-            return Err(SessionError::Invalid(format!(
-                "workdir '{}' is not a directory inside the workspace {}; sessions may only start there",
-                dir.display(),
-                workspace.display()
-            )));
-        }
-        Ok(real)
-    }
-
-    /// A `python`/`venv` argument: inside the workspace (it then runs in
-    /// the same sandbox as everything else), or one the operator allowed
-    /// (--python, --venv, --allow-python).
-    pub(super) fn allowed_interpreter(
-        &self,
-        path: &Path,
-        arg: &str,
-    ) -> Result<PathBuf, SessionError> {
-        let workspace = self.workspace();
-        let abs = crate::sandbox::paths::normalize(path, workspace);
-        let allowed = self
-            .spec
-            .sandbox
-            .as_ref()
-            .map(|s| s.allowed_python.as_slice())
-            .unwrap_or_default();
-        let by_operator = allowed
-            .iter()
-            .any(|a| *a == abs || (a.is_dir() && abs.starts_with(a)));
-        // Symlinks in the existing part of the path must not lead out (a
-        // missing directory is reported as missing below).
-        let inside = abs.starts_with(workspace)
-            && abs
-                .parent()
-                .is_none_or(|p| p.canonicalize().map_or(true, |p| p.starts_with(workspace)));
-        if inside || by_operator {
-            return Ok(abs);
-        }
-        crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Interpreter);
-        Err(SessionError::Invalid(format!(
-            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv env: .venv is the user's and protected), or ask the operator to start ferrepl with --allow-python {}",
-            path.display(),
-            workspace.display(),
-            abs.display()
-        )))
-    }
-
-    pub(super) fn workspace(&self) -> &Path {
-        self.spec
-            .sandbox
-            .as_ref()
-            .map(|s| s.workspace.as_path())
-            .unwrap_or(self.spec.workdir.as_path())
-    }
-
-    /// Ends a session: its interpreter and everything it started.
-    pub fn delete(&self, name: &str) -> Result<String, SessionError> {
-        let sess = self.existing(name)?;
-        self.sessions().remove(name);
-        self.forget_stored(name);
-        self.forget_state(name);
-        let mut st = sess.lock();
-        let rebuild = st.rebuild.take().map(|rb| super::resume::ended_note(&rb));
-        let running = st.running.take().filter(|r| !r.replay).map(|r| r.number);
-        if let Some(w) = st.worker.take() {
-            w.kill();
-        }
-        st.logs.clear();
-        drop(st);
-        sess.touch();
-        let mut msg = format!("Session '{name}' was deleted; its interpreter and processes ended.");
-        if let Some(cell) = running {
-            msg.push_str(&format!(" Cell {cell}, which was running, was stopped."));
-        }
-        msg.extend(rebuild);
-        if super::is_default_name(name) {
-            msg.push_str(" The next call without a session name starts a fresh default session.");
-        }
-        Ok(msg)
+        counts
     }
 }

@@ -22,8 +22,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::durable::{Pending, ranges};
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::error::SessionError;
+use super::lifecycle::Pending;
+use super::lineage::ranges;
+use super::manager::SessionManager;
+use super::state::Session;
+use super::valid_name;
 
 /// A session idle this long after its last cell gets its state saved.
 pub const IDLE_BEFORE_SAVE: Duration = Duration::from_secs(10);
@@ -101,6 +108,23 @@ pub(super) fn age(saved_unix: f64) -> String {
     }
 }
 
+/// A dormant session without a state to load runs nothing until the agent
+/// chooses: its cells are re-run only by a confirmed rebuild (nothing runs
+/// twice by itself). `why`: why its saved state could not be loaded.
+fn dormant_message(sess: &Session, why: Option<String>) -> String {
+    let st = sess.lock();
+    let ids: Vec<u64> = st.lineage.path().iter().map(|c| c.id).collect();
+    let kept = match why {
+        Some(why) => format!("their history is kept, and {why}"),
+        None => "their history is kept, their variables are not".to_string(),
+    };
+    format!(
+        "session '{name}' is dormant: an earlier server ran cells {cells} in it; {kept}. Nothing was run. python_sessions {{\"action\": \"rebuild\", \"session\": \"{name}\"}} shows what re-running them would do; {{\"action\": \"reset\"}} starts it afresh; or use another session",
+        name = sess.name,
+        cells = ranges(&ids),
+    )
+}
+
 /// The file names of session `name`'s state and its meta.
 fn names(name: &str) -> Option<(String, String)> {
     valid_name(name).then(|| (format!("{name}.state"), format!("{name}.json")))
@@ -155,8 +179,9 @@ impl SessionManager {
         let _guard = sess.start_lock.lock().await;
         let worker = {
             let st = sess.lock();
-            let idle = st.running.is_none() && st.rebuild.is_none() && st.pending.is_none();
-            let changed = st.saved_cell != Some(st.last_cell) && !st.path.is_empty();
+            let idle = st.inbox.running.is_none() && st.lifecycle.holds();
+            let changed =
+                st.lifecycle.saved_cell() != Some(st.inbox.last()) && !st.lineage.path().is_empty();
             match &st.worker {
                 Some(w) if idle && changed && w.exit_info().is_none() => w.clone(),
                 _ => return Ok(None),
@@ -181,7 +206,7 @@ impl SessionManager {
         let cell = reply
             .get("cell")
             .and_then(Value::as_u64)
-            .unwrap_or_else(|| sess.lock().last_cell);
+            .unwrap_or_else(|| sess.lock().inbox.last());
         let meta = SavedMeta {
             cell,
             saved_unix: now_unix(),
@@ -211,7 +236,7 @@ impl SessionManager {
             dir.remove(&meta_partial);
             return Err(format!("{}: {e}", shown(&data)));
         }
-        sess.lock().saved_cell = Some(cell);
+        sess.lock().lifecycle.set_saved_cell(cell);
         prune_states(dir, cap, &data);
         tracing::debug!(session = %sess.name, bytes = meta.bytes, "state saved");
         Ok(Some(meta))
@@ -223,8 +248,7 @@ impl SessionManager {
         self: &Arc<Self>,
         sess: &Arc<Session>,
     ) -> Result<String, SessionError> {
-        let dormant_error =
-            |why: Option<String>| SessionError::Invalid(super::resume::dormant_message(sess, why));
+        let dormant_error = |why: Option<String>| SessionError::Invalid(dormant_message(sess, why));
         let Some(meta) = self.saved_meta(&sess.name) else {
             return Err(dormant_error(None));
         };
@@ -241,7 +265,7 @@ impl SessionManager {
         };
         let worker = self.ensure_worker(sess).await?;
         let _guard = sess.start_lock.lock().await;
-        if sess.lock().pending != Some(Pending::Dormant) {
+        if sess.lock().lifecycle.pending() != Some(Pending::Dormant) {
             // Another call resumed it meanwhile.
             return Ok(String::new());
         }
@@ -272,16 +296,10 @@ impl SessionManager {
             }
         };
         let mut st = sess.lock();
-        st.pending = None;
-        st.saved_cell = Some(st.last_cell);
-        let after: Vec<u64> = match st.path.iter().position(|c| c.id == meta.cell) {
-            Some(i) => {
-                let later = st.path.split_off(i + 1);
-                later.iter().map(|c| c.id).collect()
-            }
-            None => Vec::new(),
-        };
-        st.path_bytes = st.path.iter().map(|c| c.source.size()).sum();
+        st.lifecycle.clear_pending();
+        let last = st.inbox.last();
+        st.lifecycle.set_saved_cell(last);
+        let after = st.lineage.loaded_after(meta.cell);
         let back = strings(reply.get("variables"));
         let mut note = format!(
             "Session '{}' was resumed from its state saved after cell {} ({}) in {:.1} s; no cell was re-run. Back: {}.",
@@ -342,7 +360,7 @@ impl SessionManager {
         }
         let current = {
             let st = sess.lock();
-            st.saved_cell.is_some_and(|c| c == st.last_cell)
+            st.lifecycle.saved_cell() == Some(st.inbox.last())
         };
         if !current || self.saved_meta(name).is_none() {
             return false;
@@ -359,7 +377,7 @@ impl SessionManager {
     /// python_sessions resume.
     pub async fn resume(self: &Arc<Self>, name: &str) -> Result<String, SessionError> {
         let sess = self.existing(name)?;
-        if sess.lock().pending != Some(Pending::Dormant) {
+        if sess.lock().lifecycle.pending() != Some(Pending::Dormant) {
             return Err(SessionError::Invalid(format!(
                 "session '{name}' is not dormant: its interpreter holds its state"
             )));
@@ -391,8 +409,8 @@ impl SessionManager {
                     .values()
                     .filter(|s| {
                         let st = s.lock();
-                        st.saved_cell != Some(st.last_cell)
-                            && st.running.is_none()
+                        st.lifecycle.saved_cell() != Some(st.inbox.last())
+                            && st.inbox.running.is_none()
                             && st.last_used.elapsed() >= IDLE_BEFORE_SAVE
                     })
                     .cloned()
@@ -402,7 +420,8 @@ impl SessionManager {
                         tracing::warn!(session = %sess.name, "its state was not saved: {e}");
                         // Not tried again until another cell runs.
                         let mut st = sess.lock();
-                        st.saved_cell = Some(st.last_cell);
+                        let last = st.inbox.last();
+                        st.lifecycle.set_saved_cell(last);
                     }
                 }
             }

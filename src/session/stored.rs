@@ -5,17 +5,28 @@
 //! under names of their own (`earlier-default`, `earlier-default-2`, ...),
 //! and `default` starts fresh.
 
-use super::durable::{PathCell, Pending};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::durable::stored_tool_calls;
+use super::kept::HistoryEntry;
+use super::lifecycle::Pending;
+use super::lineage::PathCell;
+use super::manager::SessionManager;
+use super::rebuild::cells;
 use super::report::CellStatus;
+use super::saved::age;
 use super::source::StoredSource;
-use super::*;
+use super::state::{Session, SessionOptions};
+use super::{default_language, valid_name};
 use crate::store::StoredSession;
+use crate::worker::Language;
 
 /// How the default sessions of an earlier conversation are named.
 const EARLIER: &str = "earlier-";
 
 /// `earlier-NAME`, else `earlier-NAME-2`, ... : the first not in `taken`.
-fn earlier_name(name: &str, taken: &std::collections::BTreeSet<String>) -> Option<String> {
+fn earlier_name(name: &str, taken: &BTreeSet<String>) -> Option<String> {
     (1..1000)
         .map(|n| match n {
             1 => format!("{EARLIER}{name}"),
@@ -39,8 +50,7 @@ impl SessionManager {
             );
             Vec::new()
         });
-        let mut taken: std::collections::BTreeSet<String> =
-            stored.iter().map(|s| s.record.name.clone()).collect();
+        let mut taken: BTreeSet<String> = stored.iter().map(|s| s.record.name.clone()).collect();
         for s in stored.iter_mut().filter(|_| self.durable.new_conversation) {
             let name = s.record.name.clone();
             if default_language(&name).is_none() || name.starts_with(EARLIER) {
@@ -116,21 +126,23 @@ impl SessionManager {
             .iter()
             .filter_map(|(name, s)| {
                 let st = s.lock();
-                (st.pending == Some(Pending::Dormant)).then(|| (name.clone(), st.path.len()))
+                st.lifecycle
+                    .is_dormant()
+                    .then(|| (name.clone(), st.lineage.path().len()))
             })
             .collect();
         // Read outside the sessions' lock.
         let mut dormant: Vec<(String, String)> = names
             .into_iter()
-            .map(|(name, cells)| {
+            .map(|(name, n)| {
                 let what = match self.saved_meta(&name) {
                     Some(m) => format!(
                         "saved {}, {} vars, {}",
-                        super::saved::age(m.saved_unix),
+                        age(m.saved_unix),
                         m.variables.len(),
                         crate::units::human_bytes(m.bytes)
                     ),
-                    None => format!("{}, not saved", super::rebuild::cells(cells)),
+                    None => format!("{}, not saved", cells(n)),
                 };
                 (name, what)
             })
@@ -154,15 +166,6 @@ impl SessionManager {
         Some(format!("{head}{listed}{tail}"))
     }
 
-    /// Puts back a name `revive_stored` took (its session was not admitted).
-    pub(super) fn leave_stored(&self, name: &str) {
-        self.left_stored().insert(name.to_string());
-    }
-
-    fn left_stored(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
-        self.left_stored.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn dormant_session(&self, s: StoredSession) -> Option<Session> {
         let options: SessionOptions = serde_json::from_value(s.record.options.clone()).ok()?;
         let lang = Language::parse(&s.record.language)?;
@@ -180,7 +183,7 @@ impl SessionManager {
         let mut sess = Session::new(&s.record.name, lang, spec, Some(options));
         sess.refused = refused;
         {
-            let st = sess.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            let st = sess.state_mut();
             for cell in &s.cells {
                 let Ok(source) = serde_json::from_value::<StoredSource>(cell.source.clone()) else {
                     continue;
@@ -188,26 +191,23 @@ impl SessionManager {
                 let node = PathCell {
                     id: cell.id,
                     parent: cell.parent,
-                    hash: st.hash_of(cell.id, cell.parent, &source),
+                    hash: st.lineage.hash_of(cell.id, cell.parent, &source),
                     source: Arc::new(source),
                     status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
                     replayable: cell.replayable,
-                    tool_calls: super::durable::stored_tool_calls(&cell.source),
+                    tool_calls: stored_tool_calls(&cell.source),
                 };
-                st.add_to_tree(node, self.durable.max_tree);
+                st.lineage.add_to_tree(node, self.durable.max_tree);
             }
-            if let Some((chain, cut)) = s.record.head.and_then(|h| st.chain_to(h)) {
-                for cell in chain {
-                    st.extend_path(cell);
-                }
-                st.path_cut |= cut;
+            if let Some((chain, cut)) = s.record.head.and_then(|h| st.lineage.chain_to(h)) {
+                st.lineage.set_path(chain, cut);
             }
             let keep = self.limits.keep_cells.max(1) * 4;
             for cell in s.cells.iter().skip(s.cells.len().saturating_sub(keep)) {
                 let code = serde_json::from_value::<StoredSource>(cell.source.clone())
                     .map(|src| src.as_source().describe())
                     .unwrap_or_default();
-                st.history.push_back(HistoryEntry {
+                let entry = HistoryEntry {
                     cell: cell.id,
                     parent: cell.parent,
                     current: false,
@@ -215,13 +215,13 @@ impl SessionManager {
                     status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
                     elapsed_ms: cell.elapsed_ms,
                     output_preview: cell.summary.clone(),
-                });
+                };
+                st.kept.add_history(entry, usize::MAX);
             }
-            st.next_cell = s.cells.iter().map(|c| c.id).max().unwrap_or(0) + 1;
-            st.last_cell = st.next_cell - 1;
-            st.cells_run = s.cells.len() as u64;
-            if !st.path.is_empty() {
-                st.pending = Some(Pending::Dormant);
+            let newest = s.cells.iter().map(|c| c.id).max().unwrap_or(0);
+            st.inbox.restore(newest, s.cells.len() as u64);
+            if !st.lineage.path().is_empty() {
+                st.lifecycle.set_pending(Pending::Dormant);
             }
         }
         Some(sess)

@@ -8,8 +8,15 @@
 
 use serde::Serialize;
 
-use super::*;
+use std::sync::Arc;
+
+use super::export;
+use super::lineage::PathCell;
+use super::manager::SessionManager;
+use super::source::StoredSource;
+use super::state::{Session, SessionState};
 use crate::output::log::Piece;
+use crate::worker::Language;
 use crate::worker::protocol::PyError;
 
 /// Bytes of a running cell's output a snapshot carries (its end).
@@ -133,10 +140,10 @@ impl SessionManager {
         let sess = self.peek(name)?;
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
-        let current_head = st.path.last().map(|c| c.id);
-        let chain: Vec<durable::PathCell> = match head {
-            Some(id) if Some(id) != current_head => st.chain_to(id)?.0,
-            _ => st.path.clone(),
+        let current_head = st.lineage.path().last().map(|c| c.id);
+        let chain: Vec<PathCell> = match head {
+            Some(id) if Some(id) != current_head => st.lineage.chain_to(id)?.0,
+            _ => st.lineage.path().to_vec(),
         };
         let current = head.is_none() || head == current_head;
         let cells = chain
@@ -148,7 +155,7 @@ impl SessionManager {
         Some(BranchView {
             session: sess.name.clone(),
             language: sess.language,
-            state: report::session_state(&st),
+            state: st.summary(),
             path: chain.iter().map(|c| c.id).collect(),
             current,
             cells,
@@ -165,7 +172,7 @@ impl SessionManager {
         let mut st = sess.lock();
         self.refresh(&sess, &mut st);
         let worker = st.worker.clone();
-        let run = st.running.as_mut()?;
+        let run = st.inbox.running.as_mut()?;
         let (mut pending, mut pending_dropped) =
             worker.as_ref().map_or((0, 0), |w| w.peek_log_len());
         let logged = run.log.len();
@@ -222,14 +229,14 @@ impl SessionManager {
         self.refresh(&sess, &mut st);
         let worker = st.worker.clone();
         let mut pieces = Vec::new();
-        if let Some(run) = st.running.as_mut().filter(|r| r.number == cell) {
+        if let Some(run) = st.inbox.running.as_mut().filter(|r| r.number == cell) {
             run.log.pieces(&mut pieces);
             if let Some(w) = worker {
                 w.peek_log_pieces(&mut pieces);
             }
             return Some(pieces);
         }
-        let log = st.logs.iter_mut().find(|l| l.cell == cell)?;
+        let log = st.kept.log_mut(cell)?;
         log.pieces(&mut pieces);
         Some(pieces)
     }
@@ -238,7 +245,7 @@ impl SessionManager {
     pub fn view_image(&self, name: &str, cell: u64, index: usize) -> Option<(String, String)> {
         let sess = self.peek(name)?;
         let st = sess.lock();
-        st.kept.get(cell)?.images.get(index).cloned()
+        st.kept.results().get(cell)?.images.get(index).cloned()
     }
 
     /// Receivers that wake when session `name` changes: its worker's state
@@ -267,13 +274,14 @@ impl SessionManager {
     }
 }
 
-fn cell_view(st: &SessionState, c: &durable::PathCell) -> CellView {
-    let history = st.history.iter().rev().find(|h| h.cell == c.id);
-    let kept = st.kept.get(c.id);
+fn cell_view(st: &SessionState, c: &PathCell) -> CellView {
+    let history = st.kept.history_of(c.id);
+    let kept = st.kept.results().get(c.id);
     // The source itself (the history keeps a shorter preview).
     let (code, code_cut) = capped_text(&source_code(&c.source));
     let branches = st
-        .tree
+        .lineage
+        .tree()
         .values()
         .filter(|o| o.parent == c.parent && o.id != c.id)
         .map(|o| o.id)
@@ -291,7 +299,7 @@ fn cell_view(st: &SessionState, c: &durable::PathCell) -> CellView {
         value: kept.and_then(|k| k.value.clone()),
         error: kept.and_then(|k| k.error.clone()),
         images: kept.map_or(0, |k| k.images.len()),
-        full_output: st.logs.iter().any(|l| l.cell == c.id && !l.is_empty()),
+        full_output: st.kept.has_log(c.id),
         branches,
     }
 }

@@ -1,0 +1,269 @@
+//! A session's interpreter: taken from the warm pool or launched, started
+//! again when it died (saying so), and the launch settings of a session
+//! created with its own interpreter, directory or environment, checked
+//! against the policy.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::error::SessionError;
+use super::lifecycle::Pending;
+use super::manager::SessionManager;
+use super::state::{Session, SessionOptions};
+use crate::executables::is_executable;
+use crate::worker::{self, Language, LaunchSpec, Worker, WorkerError};
+
+impl SessionManager {
+    /// A ready worker: a pooled one if there is one, else a fresh launch.
+    pub(super) async fn acquire_worker(
+        self: &Arc<Self>,
+        custom: Option<&LaunchSpec>,
+        lang: Language,
+    ) -> Result<Arc<Worker>, SessionError> {
+        let custom = match (custom, lang) {
+            (Some(spec), _) => Some(spec),
+            (None, Language::Python) if self.python_on => None,
+            // Only Python keeps a warm pool.
+            (None, lang) => Some(self.spec_for(lang).ok_or(SessionError::LanguageOff(lang))?),
+        };
+        self.start_worker(custom)
+            .await
+            .map_err(|source| SessionError::Worker {
+                session: String::new(),
+                source,
+            })
+    }
+
+    async fn start_worker(
+        self: &Arc<Self>,
+        custom: Option<&LaunchSpec>,
+    ) -> Result<Arc<Worker>, WorkerError> {
+        let timeout = self.limits.start_timeout;
+        if let Some(spec) = custom {
+            // Own settings: no pooled worker can match them.
+            return worker::launch_ready(spec, timeout).await;
+        }
+        // Pooled workers are ready already; one that died since is replaced.
+        let worker = match self.pool.take() {
+            Some(w) if w.wait_ready(timeout).await.is_ok() => w,
+            _ => worker::launch_ready(&self.spec, timeout).await?,
+        };
+        if !self.warming.load(Ordering::SeqCst) {
+            self.gate.instance.pool_place_freed();
+        }
+        Ok(worker)
+    }
+
+    /// Refills this tenant's pool if it is short and warmed up already.
+    pub(super) fn top_up_pool(self: &Arc<Self>) {
+        if !self.warming.load(Ordering::SeqCst) && self.pool.len() < self.pool.target() {
+            self.refill_pool();
+        }
+    }
+
+    /// Tops the warm pool up in the background (--warm-pool).
+    pub(super) fn refill_pool(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        self.pool.refill(self.spec.clone(), move || {
+            this.upgrade()
+                .is_none_or(|m| m.shutting_down.load(Ordering::SeqCst) || m.gate.is_revoked())
+        });
+    }
+
+    /// The session's live worker, starting one if it has none or it died.
+    pub(super) async fn ensure_worker(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+    ) -> Result<Arc<Worker>, SessionError> {
+        let _guard = sess.start_lock.lock().await;
+        self.gate.check_revoked()?;
+        {
+            let mut st = sess.lock();
+            self.refresh(sess, &mut st);
+            if st.lifecycle.is_rebuilding()
+                && let Some(w) = &st.worker
+            {
+                // The rebuild's task owns its interpreter, dead or alive.
+                return Ok(w.clone());
+            }
+            if let Some(w) = &st.worker {
+                match w.exit_info() {
+                    None => return Ok(w.clone()),
+                    Some(exit) => {
+                        if st.inbox.running.is_none()
+                            && !st.lifecycle.pending().is_some_and(Pending::rebuilds_on_use)
+                        {
+                            if let Some(reason) = w.take_kill_reason() {
+                                st.notes.push(reason);
+                            }
+                            let note = format!(
+                                "The interpreter of session '{}' had exited ({}) after cell {}; its variables were lost. This cell runs in a fresh interpreter.",
+                                sess.name,
+                                exit.describe(),
+                                st.inbox.last()
+                            );
+                            st.notes.push(note);
+                            if st.lifecycle.pending().is_none() {
+                                // Died between cells: nothing offered it back.
+                                st.clear_path();
+                            }
+                        }
+                        st.worker = None;
+                    }
+                }
+            }
+        }
+        let worker = self
+            .acquire_worker(sess.spec.as_deref(), sess.language)
+            .await
+            .map_err(|e| match e {
+                SessionError::Worker { source, .. } => SessionError::Worker {
+                    session: sess.name.clone(),
+                    source,
+                },
+                other => other,
+            })?;
+        if let Some(info) = worker.ready_info() {
+            tracing::info!(session = %sess.name, pid = info.pid, version = %info.python_version, "session interpreter started");
+        }
+        {
+            let mut st = sess.lock();
+            st.worker = Some(worker.clone());
+            // Copies belonged to the interpreter before.
+            st.checkpoints.clear();
+        }
+        // Revoked while it started: `end_all` may have passed this session
+        // before the worker was in it.
+        if let Err(refused) = self.gate.check_revoked() {
+            worker.set_kill_reason(refused.to_string());
+            worker.kill_in_background();
+            return Err(refused.into());
+        }
+        Ok(worker)
+    }
+
+    /// The launch settings of a session with these options: None when they
+    /// are the server's own; an error when the policy refuses them.
+    pub(super) fn spec_from_options(
+        &self,
+        opts: &SessionOptions,
+    ) -> Result<Option<LaunchSpec>, SessionError> {
+        let lang = opts.language;
+        if lang != Language::Python && (opts.python.is_some() || opts.venv.is_some()) {
+            return Err(SessionError::Invalid(format!(
+                "python and venv apply to Python sessions; an {lang} session takes only workdir and env"
+            )));
+        }
+        let mut spec: LaunchSpec = self
+            .spec_for(lang)
+            .ok_or(SessionError::LanguageOff(lang))?
+            .clone();
+        let mut custom = false;
+        if let Some(venv) = &opts.venv {
+            let venv = self.allowed_interpreter(venv, "venv")?;
+            let python = venv.join("bin").join("python");
+            if !is_executable(&python) {
+                return Err(SessionError::Invalid(format!(
+                    "'{}' is not a virtual environment: {} is missing; create it with `python3 -m venv {}`",
+                    venv.display(),
+                    python.display(),
+                    venv.display()
+                )));
+            }
+            spec.program = python;
+            custom = true;
+        }
+        if let Some(python) = &opts.python {
+            let python = self.allowed_interpreter(python, "python")?;
+            if !is_executable(&python) {
+                return Err(SessionError::Invalid(format!(
+                    "interpreter '{}' does not exist or is not executable; pass the path of a python3 inside the workspace",
+                    python.display()
+                )));
+            }
+            spec.program = python;
+            custom = true;
+        }
+        if let Some(dir) = &opts.workdir {
+            spec.workdir = self.inside_workspace(dir)?;
+            custom = true;
+        }
+        crate::sandbox::env::check(&opts.env)?;
+        for (k, v) in &opts.env {
+            spec.env.push((k.clone(), v.clone()));
+            custom = true;
+        }
+        Ok(custom.then_some(spec))
+    }
+
+    /// A `workdir` argument: an existing directory whose real location
+    /// (symlinks resolved) is inside the server's workspace.
+    pub(super) fn inside_workspace(&self, dir: &Path) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let path = crate::sandbox::paths::normalize(dir, workspace);
+        let real = path.canonicalize().map_err(|_| {
+            SessionError::Invalid(format!(
+                "workdir '{}' does not exist; give a directory inside the workspace {}",
+                dir.display(),
+                workspace.display()
+            ))
+        })?;
+        if !real.starts_with(workspace) || !real.is_dir() {
+            if !real.starts_with(workspace) {
+                crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Cwd);
+            }
+            return Err(SessionError::Invalid(format!(
+                "workdir '{}' is not a directory inside the workspace {}; sessions may only start there",
+                dir.display(),
+                workspace.display()
+            )));
+        }
+        Ok(real)
+    }
+
+    /// A `python`/`venv` argument: inside the workspace (it then runs in
+    /// the same sandbox as everything else), or one the operator allowed
+    /// (--python, --venv, --allow-python).
+    pub(super) fn allowed_interpreter(
+        &self,
+        path: &Path,
+        arg: &str,
+    ) -> Result<PathBuf, SessionError> {
+        let workspace = self.workspace();
+        let abs = crate::sandbox::paths::normalize(path, workspace);
+        let allowed = self
+            .spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.allowed_python.as_slice())
+            .unwrap_or_default();
+        let by_operator = allowed
+            .iter()
+            .any(|a| *a == abs || (a.is_dir() && abs.starts_with(a)));
+        // Symlinks in the existing part of the path must not lead out (a
+        // missing directory is reported as missing below).
+        let inside = abs.starts_with(workspace)
+            && abs
+                .parent()
+                .is_none_or(|p| p.canonicalize().map_or(true, |p| p.starts_with(workspace)));
+        if inside || by_operator {
+            return Ok(abs);
+        }
+        crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Interpreter);
+        Err(SessionError::Invalid(format!(
+            "{arg} '{}' is outside the workspace and was not allowed by the operator; use an interpreter or venv inside the workspace {} (e.g. python3 -m venv env: .venv is the user's and protected), or ask the operator to start ferrepl with --allow-python {}",
+            path.display(),
+            workspace.display(),
+            abs.display()
+        )))
+    }
+
+    pub(super) fn workspace(&self) -> &Path {
+        self.spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.workspace.as_path())
+            .unwrap_or(self.spec.workdir.as_path())
+    }
+}
