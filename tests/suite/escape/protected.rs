@@ -30,8 +30,8 @@ use serde_json::json;
 
 use super::view::{cell, job, r_cell};
 use crate::support::{
-    ATTEMPT, Launch, Reaper, START_TIMEOUT, StdioServer, ToolOutput, descendants, errno_of,
-    job_python, path_str, py, server_binary, sh_quote, unique, wait_for_file_line,
+    ATTEMPT, Launch, Reaper, START_TIMEOUT, StdioServer, ToolOutput, chmod, descendants, errno_of,
+    job_python, json_list, path_str, py, server_binary, sh_quote, unique, wait_for_file_line,
     wait_process_gone,
 };
 
@@ -298,10 +298,6 @@ const CREATE_ATTACKS: &[&str] = &[
     "child",
 ];
 
-fn json_list(items: &[&str]) -> String {
-    serde_json::to_string(items).expect("encode a list")
-}
-
 /// A cell running every attack on `files`, `dirs` and `creates` (paths
 /// relative to the workspace), after `setup` (Python run first).
 fn attack_cell(setup: &str, files: &[&str], dirs: &[&str], creates: &[&str]) -> String {
@@ -557,12 +553,6 @@ fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(parent).expect("mkdir -p");
     }
     std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-fn chmod(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
 }
 
 /// A directory holding the workspace `ws` and, beside it, what the sandbox
