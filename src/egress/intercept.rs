@@ -561,5 +561,4 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Idle<S> {
 }
 
 #[cfg(test)]
-#[path = "intercept_tests.rs"]
 mod tests;

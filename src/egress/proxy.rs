@@ -322,5 +322,4 @@ fn deadline_after(d: Duration) -> Instant {
 }
 
 #[cfg(test)]
-#[path = "proxy_tests.rs"]
 mod tests;

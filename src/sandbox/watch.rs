@@ -343,8 +343,8 @@ pub fn limit_breach(
 }
 
 #[cfg(test)]
-mod breach_tests {
-    use super::limit_breach;
+mod tests {
+    use super::{Snapshot, limit_breach};
 
     #[test]
     fn a_tree_over_a_limit_is_named_with_its_flag() {
@@ -358,11 +358,6 @@ mod breach_tests {
         assert!(procs.contains("--max-processes"), "{procs}");
         assert!(limit_breach(u64::MAX, 1, None, 64).is_none());
     }
-}
-
-#[cfg(test)]
-mod tree_tests {
-    use super::Snapshot;
 
     /// Kills `child` and its children (first, while they are still its).
     fn end(mut child: std::process::Child) {

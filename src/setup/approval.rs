@@ -374,5 +374,4 @@ fn codex_trust(p: &Platform, dir: &Path) -> Finding {
 }
 
 #[cfg(test)]
-#[path = "approval_tests.rs"]
 mod tests;

@@ -708,5 +708,4 @@ fn render(report: &Report, colour: bool) -> String {
 }
 
 #[cfg(test)]
-#[path = "doctor_tests.rs"]
 mod tests;

@@ -309,5 +309,4 @@ fn ephemeral(path: &Path, temp_dirs: &[PathBuf]) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "launch_tests.rs"]
 mod tests;

@@ -10,8 +10,6 @@
 
 mod schema;
 mod states;
-#[cfg(test)]
-mod tests;
 mod writer;
 
 pub use states::StatesDir;
@@ -625,3 +623,6 @@ fn now_unix() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+#[cfg(test)]
+mod tests;

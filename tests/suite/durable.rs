@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Launch, StdioServer, ToolOutput};
+use crate::support::{Launch, StdioServer, ToolOutput, path_str};
 
 /// A workspace and a state directory that outlive the servers of a test.
 pub(crate) struct Place {
@@ -38,18 +38,14 @@ impl Place {
     pub(crate) async fn server(&self, extra: &[&str]) -> StdioServer {
         let mut args = vec![
             "--workdir".to_string(),
-            path_string(self.workspace.path()),
+            path_str(self.workspace.path()).to_string(),
             "--state-dir".to_string(),
-            path_string(self.state.path()),
+            path_str(self.state.path()).to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         StdioServer::launch(Launch::new(&args).without_workdir_flag()).await
     }
-}
-
-pub(crate) fn path_string(p: &Path) -> String {
-    p.to_str().expect("utf-8 path").to_string()
 }
 
 /// The interpreter `python3` on PATH really is (shims resolved).
@@ -64,27 +60,13 @@ fn real_python() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-pub(crate) async fn sessions(server: &StdioServer) -> Vec<Value> {
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "{listing:#?}");
-    listing.structured["sessions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
 fn row<'a>(rows: &'a [Value], name: &str) -> Option<&'a Value> {
     rows.iter().find(|r| r["name"] == name)
 }
 
-async fn stop(server: StdioServer) {
-    let status = server.close_and_wait().await;
-    assert!(status.success(), "the server exited with {status:?}");
-}
-
 /// The listed state of session `name`.
 pub(crate) async fn state_of(server: &StdioServer, name: &str) -> String {
-    let rows = sessions(server).await;
+    let rows = server.sessions().await;
     let row = row(&rows, name).unwrap_or_else(|| panic!("no session '{name}': {rows:#?}"));
     row["state"].as_str().unwrap_or_default().to_string()
 }
@@ -173,12 +155,12 @@ async fn a_restarted_server_keeps_a_session_dormant_until_a_confirmed_rebuild() 
         .await
         .assert_ok();
     first.exec_in("data", "y = x * 2").await.assert_ok();
-    stop(first).await;
+    first.stop().await;
     forget_saved_states(place.state.path());
     assert_eq!(lines(&runs), ["x"]);
 
     let second = place.server(&[]).await;
-    let rows = sessions(&second).await;
+    let rows = second.sessions().await;
     let data = row(&rows, "data").unwrap_or_else(|| panic!("no session 'data': {rows:#?}"));
     assert_eq!(data["state"], "dormant", "{data:#?}");
     assert_eq!(data["cells"], 4, "{data:#?}");
@@ -253,7 +235,7 @@ async fn a_rebuild_is_bounded_by_resume_max_cells() {
     let first = place.server(&[]).await;
     first.exec("a = 1").await.assert_ok();
     first.exec("b = 2").await.assert_ok();
-    stop(first).await;
+    first.stop().await;
     // Its state lost (as by a kill before any save): only a rebuild is left.
     forget_saved_states(place.state.path());
 
@@ -284,9 +266,9 @@ async fn resume_off_keeps_nothing() {
     let place = Place::new();
     let first = place.server(&["--resume", "off"]).await;
     first.exec_in("data", "x = 1").await.assert_ok();
-    stop(first).await;
+    first.stop().await;
     let second = place.server(&["--resume", "off"]).await;
-    let rows = sessions(&second).await;
+    let rows = second.sessions().await;
     assert!(row(&rows, "data").is_none(), "{rows:#?}");
     let entries: Vec<PathBuf> = std::fs::read_dir(place.state.path())
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
@@ -308,11 +290,11 @@ async fn a_second_server_on_the_workspace_does_not_share_the_store() {
         second.stderr_log()
     );
     second.exec_in("theirs", "v = 'second'").await.assert_ok();
-    stop(second).await;
-    stop(first).await;
+    second.stop().await;
+    first.stop().await;
 
     let third = place.server(&[]).await;
-    let rows = sessions(&third).await;
+    let rows = third.sessions().await;
     assert!(row(&rows, "mine").is_some(), "{rows:#?}");
     assert!(
         row(&rows, "theirs").is_none(),
@@ -397,7 +379,7 @@ async fn stored_settings_the_policy_now_refuses_are_not_resumed() {
         .await;
     assert!(!created.is_error, "{created:#?}");
     first.exec_in("own", "z = 3").await.assert_ok();
-    stop(first).await;
+    first.stop().await;
 
     let second = place.server(&[]).await;
     let out = second.exec_in("own", "z").await;
@@ -415,7 +397,7 @@ async fn sessions_cannot_read_the_store() {
     let place = Place::new();
     let server = place.server(&[]).await;
     server.exec("secret = 'in the store'").await.assert_ok();
-    let state = path_string(place.state.path());
+    let state = path_str(place.state.path()).to_string();
     let out = server
         .exec(&format!(
             "import os\ntry:\n    print(os.listdir({state:?}))\nexcept OSError as e:\n    print('refused', type(e).__name__)"
@@ -436,12 +418,12 @@ async fn an_r_session_is_rebuilt_too() {
         )
         .await;
     set.assert_ok();
-    stop(first).await;
+    first.stop().await;
     // Without its saved state (as after a kill): only a rebuild is left.
     forget_saved_states(place.state.path());
     // The earlier conversation's 'r' comes back as 'earlier-r'.
     let second = place.server(&["--languages", "python,r"]).await;
-    let rows = sessions(&second).await;
+    let rows = second.sessions().await;
     assert!(
         row(&rows, "r").is_none_or(|r| r["cells"] == 0),
         "'r' starts fresh: {rows:#?}"
@@ -487,7 +469,7 @@ async fn inspecting_a_dormant_session_refuses_and_runs_nothing() {
         )
         .await
         .assert_ok();
-    stop(first).await;
+    first.stop().await;
     forget_saved_states(place.state.path());
     let second = place.server(&[]).await;
     let out = second
@@ -559,7 +541,7 @@ async fn three_conversations_in_turn_run_each_cell_once() {
         assert_eq!(out.cell(), 1, "default starts fresh: {out:#?}");
         firsts.push(out);
         if n == 2 {
-            let rows = sessions(&server).await;
+            let rows = server.sessions().await;
             let listed: Vec<(&str, &str, u64)> = rows
                 .iter()
                 .map(|r| {
@@ -591,7 +573,7 @@ async fn three_conversations_in_turn_run_each_cell_once() {
             next.assert_ok();
             assert!(!next.notes_text().contains("Dormant"), "{next:#?}");
         }
-        stop(server).await;
+        server.stop().await;
     }
     assert_eq!(lines(&log), ["conv 0", "conv 1", "conv 2"]);
 
@@ -699,7 +681,7 @@ async fn restore_is_accepted_as_rebuild_and_runs_nothing_without_confirm() {
         .exec_in("data", "x = 1\nopen('side.txt', 'a').write('ran\\n')")
         .await
         .assert_ok();
-    stop(first).await;
+    first.stop().await;
 
     let second = place.server(&[]).await;
     let restore = |confirm: Option<bool>| {

@@ -64,6 +64,5 @@ mod tenants;
 mod terminal;
 mod tool_surface;
 mod viewer;
-mod viewer_access;
 mod warm_pool;
 mod workspace;

@@ -18,7 +18,7 @@ use std::path::Path;
 use crate::support::{
     HttpServer, ImageBlock, StdioServer, ToolOutput, assert_failed, assert_one_png, assert_refused,
     assert_status, assert_succeeded, call, content_kinds, everything, image_blocks, path_str,
-    png_size, tool_names, unique,
+    png_size, session_names, tool_names, unique,
 };
 use serde_json::{Value, json};
 
@@ -116,18 +116,6 @@ async fn session_row(server: &StdioServer, name: &str) -> Value {
 /// The interpreter pid python_sessions gives for `name`.
 async fn session_pid(server: &StdioServer, name: &str) -> u32 {
     crate::support::session_pid(server.peer(), name).await
-}
-
-/// The names python_sessions lists.
-async fn session_names(server: &StdioServer) -> Vec<String> {
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "python_sessions failed: {listing:#?}");
-    listing.structured["sessions"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no sessions array: {listing:#?}"))
-        .iter()
-        .filter_map(|s| s["name"].as_str().map(str::to_string))
-        .collect()
 }
 
 /// An R string literal for `s` (JSON strings are valid R literals for the
@@ -466,7 +454,7 @@ async fn reset_and_delete_work_on_r_sessions() {
         )
         .await;
     assert!(!delete.is_error, "delete of an R session: {delete:#?}");
-    let names = session_names(&server).await;
+    let names = session_names(server.peer()).await;
     assert!(!names.iter().any(|n| n == "other"), "{names:?}");
     assert!(names.iter().any(|n| n == "r"), "{names:?}");
 }

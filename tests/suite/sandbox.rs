@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use crate::support::{
     ATTEMPT, Reaper, StdioServer, ToolOutput, assert_succeeded, cmdline, everything,
-    host_pid_in_namespace, outcome, processes_with_arg, py, py_path, session_pid_namespace, unique,
-    wait_for_file_line, wait_process_gone,
+    host_pid_in_namespace, outcome, path_str, processes_with_arg, py, py_path,
+    session_pid_namespace, unique, wait_for_file_line, wait_process_gone,
 };
 use serde_json::json;
 
@@ -970,7 +970,7 @@ line = "import os; open(%r, 'w').write(repr(open(os.environ['SSL_CERT_FILE']).re
 open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
 "#,
         ca = py_path(&ca),
-        report = py(path_string(&ws.join("ca-report.txt"))),
+        report = py(path_str(&ws.join("ca-report.txt"))),
     );
     let out = server.exec(&cell).await;
     out.assert_ok();
@@ -981,7 +981,7 @@ open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
     let created = server
         .call(
             "python_sessions",
-            json!({ "action": "create", "session": "v", "venv": path_string(&ws.join("venv")) }),
+            json!({ "action": "create", "session": "v", "venv": path_str(&ws.join("venv")) }),
         )
         .await;
     assert!(!created.is_error, "{created:#?}");
@@ -1006,8 +1006,4 @@ open(os.path.join(site, 'zz_ca_probe.pth'), 'w').write(line)
         report.contains(&secret),
         "the install job reads the operator's CA bundle: {report}"
     );
-}
-
-fn path_string(p: &Path) -> String {
-    p.to_str().expect("utf-8 path").to_string()
 }

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::durable::{Place, assert_dormant, message, path_string, sessions, state_of};
-use crate::support::{StdioServer, ToolOutput, rich_python_arg};
+use crate::durable::{Place, assert_dormant, message, state_of};
+use crate::support::{StdioServer, ToolOutput, path_str, rich_python_arg};
 
 /// The servers here are given this long to exit after their stdin closes:
 /// they save their sessions' states first (at most 20 s in all).
@@ -610,7 +610,7 @@ async fn delete_and_reset_remove_the_saved_state() {
     let meta = place.saved("fresh");
     assert!(!variables(&meta).contains(&"b"), "{meta:#}");
     let third = place.server(&[]).await;
-    let rows = sessions(&third).await;
+    let rows = third.sessions().await;
     assert!(!rows.iter().any(|r| r["name"] == "gone"), "{rows:#?}");
     let out = third.exec_in("fresh", "'b' in globals()").await;
     assert_eq!(out.value(), Some("False"), "{out:#?}");
@@ -748,7 +748,7 @@ async fn a_session_ended_by_its_ttl_comes_back_from_its_state() {
     // Ended by the reaper, saved first.
     let deadline = Instant::now() + IDLE_SAVE_TIMEOUT;
     loop {
-        let rows = sessions(&server).await;
+        let rows = server.sessions().await;
         let live = rows
             .iter()
             .any(|r| r["name"] == "data" && r["state"] != "dormant");
@@ -826,9 +826,9 @@ async fn a_session_cannot_reach_the_saved_states() {
          \x20   except OSError as e:\n\
          \x20       out.append(what + ' refused')\n\
          out",
-        state = path_string(&state),
-        dir = path_string(&dir),
-        evil = path_string(&dir.join("evil.state")),
+        state = path_str(&state),
+        dir = path_str(&dir),
+        evil = path_str(&dir.join("evil.state")),
     );
     let out = second.exec(&format!("import os\n{code}")).await;
     out.assert_ok();

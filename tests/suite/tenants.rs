@@ -44,16 +44,9 @@ async fn start(tokens: &Path, extra: &[&str]) -> HttpServer {
 /// A server with tenants alpha and beta, and a client of each on `/mcp`.
 async fn two_tenants(extra: &[&str]) -> (tempfile::TempDir, HttpServer, Client, Client) {
     let (dir, server) = serve(&format!("{ALPHA} alpha\n{BETA} beta\n"), extra).await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
-    let beta = connect(&server, "/mcp", BETA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
+    let beta = server.connect_at("/mcp", BETA).await;
     (dir, server, alpha, beta)
-}
-
-async fn connect(server: &HttpServer, path: &str, token: &str) -> Client {
-    match server.try_connect_at(path, (), Some(token)).await {
-        Ok(c) => c,
-        Err(e) => panic!("connect {path}: {e:#}\nstderr:\n{}", server.stderr_log()),
-    }
 }
 
 async fn exec(client: &Client, code: &str) -> ToolOutput {
@@ -89,7 +82,7 @@ async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
         serve(&format!("# two teams\n{ALPHA} alpha\n{BETA} beta\n"), &[]).await;
     let root = server.workdir.path().canonicalize().unwrap();
 
-    let alpha = connect(&server, "/t/alpha/mcp", ALPHA).await;
+    let alpha = server.connect_at("/t/alpha/mcp", ALPHA).await;
     let out = exec(
         &alpha,
         "import os\nsecret = 'alpha-only'\nopen('mine.txt', 'w').write('alpha data')\nos.getcwd()",
@@ -104,7 +97,7 @@ async fn tenants_see_only_their_own_sessions_files_and_transport_sessions() {
 
     // Beta, on the plain /mcp path (its token decides), shares a session
     // name with alpha but not the session.
-    let beta = connect(&server, "/mcp", BETA).await;
+    let beta = server.connect_at("/mcp", BETA).await;
     let out = exec(&beta, "secret").await;
     assert!(out.is_error && out.text.contains("NameError"), "{out:#?}");
     let alpha_file = root.join("alpha/mine.txt");
@@ -297,16 +290,16 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
         );
     };
     let first = HttpServer::launch(launch(&[])).await;
-    let alpha = connect(&first, "/mcp", ALPHA).await;
-    let beta = connect(&first, "/mcp", BETA).await;
+    let alpha = first.connect_at("/mcp", ALPHA).await;
+    let beta = first.connect_at("/mcp", BETA).await;
     assert!(!exec(&alpha, "team = 'alpha'; n = 41").await.is_error);
     assert!(!exec(&beta, "team = 'beta'").await.is_error);
     drain(first).await;
 
     let second = HttpServer::launch(launch(&[])).await;
-    let alpha = connect(&second, "/mcp", ALPHA).await;
+    let alpha = second.connect_at("/mcp", ALPHA).await;
     resumed(&alpha, "team, n + 1", "('alpha', 42)").await;
-    let beta = connect(&second, "/mcp", BETA).await;
+    let beta = second.connect_at("/mcp", BETA).await;
     resumed(&beta, "team", "'beta'").await;
     // Each tenant's default is its own.
     let out = exec(&alpha, "team").await;
@@ -316,9 +309,9 @@ async fn a_restarted_instance_resumes_each_tenants_sessions() {
     // What comes back counts toward the instance's budget: with room for
     // one session, alpha (started first) takes it and beta's stays stored.
     let third = HttpServer::launch(launch(&["--max-sessions", "1"])).await;
-    let alpha = connect(&third, "/mcp", ALPHA).await;
+    let alpha = third.connect_at("/mcp", ALPHA).await;
     resumed(&alpha, "team", "'alpha'").await;
-    let beta = connect(&third, "/mcp", BETA).await;
+    let beta = third.connect_at("/mcp", BETA).await;
     let out = call(
         beta.peer(),
         "python_exec",
@@ -356,7 +349,7 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
         reload_logged(&server, &tokens, contents, logged).await;
     };
     reload(format!("{GAMMA} gamma\n"), "tokens reloaded").await;
-    let gamma = connect(&server, "/t/gamma/mcp", GAMMA).await;
+    let gamma = server.connect_at("/t/gamma/mcp", GAMMA).await;
     assert!(!exec(&gamma, "1 + 1").await.is_error);
     assert!(
         server
@@ -368,7 +361,7 @@ async fn sighup_reloads_the_tokens_and_a_bad_file_keeps_the_old_ones() {
 
     // A file that does not parse changes nothing.
     reload("short gamma\n".into(), "the tokens were not reloaded").await;
-    let again = connect(&server, "/mcp", GAMMA).await;
+    let again = server.connect_at("/mcp", GAMMA).await;
     assert!(!exec(&again, "2").await.is_error);
     server.assert_alive();
 }
@@ -440,7 +433,7 @@ async fn a_revoked_tenants_running_work_is_killed_at_the_reload() {
 
     let both = format!("{ALPHA} alpha\n{BETA} beta\n");
     reload_logged(&server, &tokens, both, "tenant 'beta' reinstated").await;
-    let back = connect(&server, "/mcp", BETA).await;
+    let back = server.connect_at("/mcp", BETA).await;
     let ended = call(back.peer(), "python_wait", json!({ "wait_s": 30 })).await;
     assert!(
         ended.text.contains(
@@ -500,7 +493,7 @@ async fn health_readiness_and_metrics_follow_the_listeners_rules() {
     let (code, body) = get(metrics_port, "/readyz", &[("Host", "10.1.2.3:9100")]).await;
     assert_eq!((code, body.as_str()), (200, "ready\n"));
 
-    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
     for i in 0..3 {
         assert!(!exec(&alpha, &format!("{i} + 1")).await.is_error);
     }
@@ -731,7 +724,7 @@ async fn a_tenant_runs_in_its_own_memory_and_cpu_groups() {
         &["--tenant-memory", "3G", "--tenant-cpu-weight", "50"],
     )
     .await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
     assert!(!exec(&alpha, "1").await.is_error);
     let pid = crate::support::session_pid(alpha.peer(), "default").await;
     let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
@@ -770,7 +763,7 @@ async fn a_tenant_runs_in_its_own_memory_and_cpu_groups() {
 #[tokio::test]
 async fn a_workspace_over_its_quota_refuses_new_cells() {
     let (_dir, server) = serve(&format!("{ALPHA} alpha\n"), &["--tenant-disk", "1M"]).await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
     let out = exec(&alpha, "open('big.bin', 'wb').write(b'x' * 3_000_000)").await;
     assert!(!out.is_error, "{out:#?}");
     // Measured in the background: poll until it is seen (bounded).
@@ -806,7 +799,7 @@ async fn sigterm_drains_then_exits() {
     let metrics_port = server
         .metrics_port
         .expect("the metrics listener's port in the log");
-    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
     let gate = server.workdir.path().join("alpha/gate");
     let code = format!(
         "import os, time\nwhile not os.path.exists({}):\n    time.sleep(0.02)\n'finished'",
@@ -882,7 +875,7 @@ async fn sigterm_drains_then_exits() {
 #[tokio::test]
 async fn a_second_sigterm_ends_the_drain_at_once() {
     let (_dir, mut server) = serve(&format!("{ALPHA} alpha\n"), &["--drain-seconds", "600"]).await;
-    let alpha = connect(&server, "/mcp", ALPHA).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
     let out = call(
         alpha.peer(),
         "python_exec",

@@ -108,9 +108,9 @@ async fn a_rebuild_skips_cells_that_called_tools() {
     let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("state dir");
     let args = [
         "--workdir".to_string(),
-        path_str(workspace.path()),
+        path_str(workspace.path()).to_string(),
         "--state-dir".to_string(),
-        path_str(state.path()),
+        path_str(state.path()).to_string(),
         "--resume".to_string(),
         "on".to_string(),
         "--mcp-servers".to_string(),

@@ -19,7 +19,7 @@ use crate::support::upstreams::{
 };
 use crate::support::{
     CALL_TIMEOUT, Launch, StdioServer, ToolOutput, assert_one_png, assert_status, descendants,
-    image_blocks, png_size, wait_for_file_line,
+    image_blocks, path_str, png_size, wait_for_file_line,
 };
 
 /// Upper bound for an upstream event the test waits on (a server started,
@@ -61,7 +61,7 @@ impl Upstreams {
 
     /// Writes `{"mcpServers": servers}`; its path.
     fn write(&self, servers: Value) -> String {
-        path_str(&write_servers_file(self.dir.path(), servers))
+        path_str(&write_servers_file(self.dir.path(), servers)).to_string()
     }
 
     /// The lines of the log starting with `prefix`.
@@ -105,10 +105,6 @@ fn upstreams_logging_to(ancestor: u32, log: &Path) -> Vec<u32> {
                 .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == setting))
         })
         .collect()
-}
-
-fn path_str(p: &Path) -> String {
-    p.to_str().expect("UTF-8 path").to_string()
 }
 
 fn log_text(path: &Path) -> String {

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     ATTEMPT, StdioServer, ToolOutput, assert_failed, everything, path_str, py_path, py_repr,
-    sh_quote, system_python, unique,
+    session_names, sh_quote, system_python, unique,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -42,20 +42,8 @@ fn assert_refused_naming(out: &ToolOutput, needle: &str, what: &str) {
     );
 }
 
-/// Names of the server's sessions.
-async fn session_names(server: &StdioServer) -> Vec<String> {
-    let list = server.call("python_sessions", json!({})).await;
-    assert!(!list.is_error, "python_sessions list failed: {list:#?}");
-    list.structured["sessions"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no sessions array in {list:#?}"))
-        .iter()
-        .filter_map(|s| s["name"].as_str().map(str::to_string))
-        .collect()
-}
-
 async fn assert_no_session(server: &StdioServer, name: &str, why: &str) {
-    let names = session_names(server).await;
+    let names = session_names(server.peer()).await;
     assert!(
         !names.iter().any(|n| n == name),
         "session '{name}' exists although {why}; sessions: {names:?}"

@@ -4,7 +4,8 @@
 //! and the open, FIFOs that block an open or a read forever, device nodes that
 //! never end, and symlinks (absolute, relative with `..`, to directories)
 //! leading out of the workspace. Every secret here is a decoy the test writes
-//! itself in a temporary directory outside the workspace.
+//! itself in a temporary directory outside the workspace. Under `--sandbox
+//! read-only` the tools that write or delete are refused.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{StdioServer, ToolOutput, assert_tool_error, b64_encode};
+use super::planted::start;
+use crate::support::{StdioServer, ToolOutput, assert_tool_error, b64_encode, server_binary};
 
 /// How long a file tool may take before the server counts as stalled: far
 /// above what any of these calls needs, far below the suite's call timeout.
@@ -665,4 +667,25 @@ async fn symlinks_leading_out_are_refused_by_every_tool() {
     assert!(!out.is_error, "file_delete sub: {out:#?}");
     assert!(root.join("inside.txt").is_file(), "sub/up was not followed");
     outside.assert_intact("at the end");
+}
+
+#[tokio::test]
+async fn read_only_mode_covers_the_file_tools() {
+    let ws = tempfile::tempdir().expect("workspace");
+    let server = start(server_binary(), ws.path(), &["--sandbox", "read-only"], &[]).await;
+    std::fs::write(ws.path().join("keep.txt"), "keep").expect("write");
+    let write = server
+        .call("file_write", json!({ "path": "new.txt", "text": "x" }))
+        .await;
+    assert!(
+        write.is_error && write.text.contains("read-only"),
+        "{write:#?}"
+    );
+    let delete = server
+        .call("file_delete", json!({ "path": "keep.txt" }))
+        .await;
+    assert!(delete.is_error, "{delete:#?}");
+    assert!(!ws.path().join("new.txt").exists());
+    assert!(ws.path().join("keep.txt").exists());
+    drop(server.child);
 }

@@ -19,26 +19,14 @@ use serde_json::{Value, json};
 
 use crate::support::{
     ATTEMPT, Reaper, StdioServer, ToolOutput, assert_failed, assert_succeeded, cmdline, errno_of,
-    everything, job_python, outcome, processes_with_arg, py, py_path, run_cell, run_job, unique,
+    everything, job_python, json_line, outcome, processes_with_arg, py, py_path, run_cell, run_job,
+    unique,
 };
 
 /// Upper bound for something the test polls for (a process, job output).
 const POLL_TIMEOUT: Duration = Duration::from_secs(20);
 
 // ------------------------------------------------------------------ helpers
-
-/// The JSON printed by a cell or job on a line `KEY=<json>`.
-fn json_line(out: &ToolOutput, key: &str) -> Value {
-    let stdout = out.str_field("stdout");
-    let prefix = format!("{key}=");
-    let text = stdout
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("no {key}= line in the stdout; result: {out:#?}"));
-    serde_json::from_str(text)
-        .unwrap_or_else(|e| panic!("{key}= is not JSON ({e}): {text}; result: {out:#?}"))
-}
 
 fn string_set(v: &Value) -> BTreeSet<String> {
     v.as_array()

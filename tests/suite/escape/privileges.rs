@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::support::{
-    StdioServer, ToolOutput, assert_failed, assert_succeeded, errno_of, job_python, outcome,
-    py_path, run_cell, run_job, unique,
+    StdioServer, ToolOutput, assert_failed, assert_succeeded, errno_of, is_root, job_python,
+    outcome, py_path, run_cell, run_job, unique,
 };
 
 // ------------------------------------------------------------------ helpers
@@ -54,11 +54,6 @@ fn assert_errno(out: &ToolOutput, label: &str, errnos: &[i32]) {
         !got.starts_with("OK") && errno_of(&got).is_some_and(|e| errnos.contains(&e)),
         "'{label}' should have failed with errno in {errnos:?}, got '{got}'; result: {out:#?}"
     );
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no side effects.
-    unsafe { libc::geteuid() == 0 }
 }
 
 // ------------------------------------------------------------------ 1. capabilities

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::support::{
     ATTEMPT, HttpServer, Launch, Reaper, StdioServer, assert_failed, call, everything,
-    mcp_post_headers, outcome, path_str, process_alive, processes_with_arg, py, py_path,
+    mcp_post_headers, outcome, own_uid, path_str, process_alive, processes_with_arg, py, py_path,
     raw_post_mcp, unique, wait_process_gone,
 };
 
@@ -38,15 +38,10 @@ async fn start_server(tmpdir: &Path) -> StdioServer {
     .await
 }
 
-fn uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
-}
-
 /// Where a server started with TMPDIR=`tmpdir` keeps its state.
 fn state_dir(tmpdir: &Path, server_pid: u32) -> PathBuf {
     tmpdir
-        .join(format!("ferrepl-{}", uid()))
+        .join(format!("ferrepl-{}", own_uid()))
         .join(server_pid.to_string())
 }
 
@@ -185,7 +180,7 @@ with open(_p, 'w') as _f:\n    _f.write({secret})\n_p",
         "{} must be private (0700)",
         parent.display()
     );
-    assert_eq!(meta.uid(), uid(), "{} must be ours", parent.display());
+    assert_eq!(meta.uid(), own_uid(), "{} must be ours", parent.display());
 
     // Neither session can list the state, nor can B read A's file.
     let probe = format!(

@@ -16,13 +16,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::view::{chmod, is_root};
 use crate::support::{
     ATTEMPT, Launch, StdioServer, ToolOutput, assert_failed, assert_refused, path_str, py_path,
     strip_ansi, system_python,
 };
+use crate::support::{chmod, is_root};
 
 /// Upper bound for a refusing server to exit.
 const REFUSE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -122,20 +122,6 @@ fn assert_has_store(dir: &Path) {
     );
 }
 
-async fn stop(server: StdioServer) {
-    let status = server.close_and_wait().await;
-    assert!(status.success(), "the server exited with {status:?}");
-}
-
-async fn sessions(server: &StdioServer) -> Vec<Value> {
-    let listing = server.call("python_sessions", json!({})).await;
-    assert!(!listing.is_error, "{listing:#?}");
-    listing.structured["sessions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
 // ------------------------------------------------------------------ symlink swap
 
 /// The state directory swapped for a symbolic link to another directory:
@@ -198,7 +184,7 @@ async fn a_state_directory_swapped_for_a_symlink_is_refused_and_never_written_th
     std::fs::rename(&state, &moved).expect("move the state directory aside");
     std::os::unix::fs::symlink(&decoy, &state).expect("symlink state -> decoy");
     first.exec_in("kept", "x += 1").await.assert_ok();
-    stop(first).await;
+    first.stop().await;
     assert_eq!(
         tree(&decoy),
         Vec::<String>::new(),
@@ -227,7 +213,7 @@ async fn a_state_directory_swapped_for_a_symlink_is_refused_and_never_written_th
 
     // The directory the server opened has both cells.
     let again = StdioServer::launch(launch(ws.path(), &["--state-dir", path_str(&moved)])).await;
-    let rows = sessions(&again).await;
+    let rows = again.sessions().await;
     let kept = rows
         .iter()
         .find(|r| r["name"] == "kept")
@@ -250,7 +236,7 @@ async fn a_state_directory_swapped_for_a_symlink_is_refused_and_never_written_th
         Some("42"),
         "the cell run after the swap was kept: {out:#?}"
     );
-    stop(again).await;
+    again.stop().await;
     assert_eq!(
         tree(&decoy),
         Vec::<String>::new(),
@@ -297,7 +283,7 @@ async fn a_world_writable_state_directory_is_refused_and_a_group_writable_one_us
     chmod(&state, 0o770);
     let server = StdioServer::launch(launch(ws.path(), &["--state-dir", path_str(&state)])).await;
     server.exec_in("kept", "x = 1").await.assert_ok();
-    stop(server).await;
+    server.stop().await;
     assert_has_store(&state);
     for name in names(&state) {
         let path = state.join(&name);
@@ -402,7 +388,7 @@ async fn a_workspace_holding_the_default_state_directory_is_refused() {
         .exec_in("kept", "secret = 'project code'")
         .await
         .assert_ok();
-    stop(earlier).await;
+    earlier.stop().await;
     assert_has_store(&stores);
     let before = tree(home.path());
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    HttpServer, Reaper, StdioServer, ToolOutput, call, host_pid_in_namespace, path_str,
+    HttpServer, Reaper, StdioServer, ToolOutput, call, host_pid_in_namespace, is_root, path_str,
     processes_with_arg, py, unique,
 };
 
@@ -62,8 +62,7 @@ async fn an_unreadable_directory_does_not_hide_data_from_the_disk_quota() {
     let out = refused.expect("3 MB behind an unreadable directory must not pass a 1 MB quota");
     // Root reads the directory anyway and counts it; anyone else cannot,
     // and a walk that cannot finish is refused.
-    // SAFETY: geteuid has no preconditions.
-    let expected = if unsafe { libc::geteuid() } == 0 {
+    let expected = if is_root() {
         "of their 1 MiB quota"
     } else {
         "could not be measured"
@@ -247,8 +246,7 @@ async fn the_process_limit_binds_sessions_and_jobs() {
     let alive = server.exec_in("bomb", "'alive'").await;
     alive.assert_ok();
     assert_eq!(alive.value(), Some("'alive'"));
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = is_root();
     let second = server.exec_in("second", "'second'").await;
     if root {
         // One uid for the instance's sessions: the bomb holds all its

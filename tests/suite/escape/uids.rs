@@ -28,8 +28,9 @@ use serde_json::{Value, json};
 
 use crate::support::{
     ATTEMPT, HttpServer, Launch, StdioServer, ToolOutput, assert_failed, assert_succeeded, call,
-    cmdline, descendants, everything, host_pid_in_namespace, ns_pids, outcome, path_str, py,
-    py_path, real_python3, server_command, test_uid_table, unique, wait_for_file_line,
+    cmdline, descendants, everything, host_pid_in_namespace, is_root, ns_pids, outcome, own_uid,
+    path_str, py, py_path, real_python3, server_command, test_uid_table, unique,
+    wait_for_file_line,
 };
 
 const ALICE: &str = "uids-alice-token-0123456789abcdef";
@@ -39,15 +40,6 @@ const BOB: &str = "uids-bob-token-0123456789abcdef00";
 const OWNER: u32 = 4242;
 /// The owner of a venv in the install test (another user again).
 const VENV_OWNER: u32 = 4243;
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// The uid the test (and so an unprivileged server it starts) runs as.
-fn own_uid() -> u32 {
-    nix::unistd::geteuid().as_raw()
-}
 
 /// The numbers of a `/proc/<pid>/status` line such as `Uid:` (real,
 /// effective, saved, filesystem).
@@ -290,13 +282,6 @@ fn write_tokens(path: &Path, bob_first: bool) {
     let (a, b) = (format!("{ALICE} alice\n"), format!("{BOB} bob\n"));
     let text = if bob_first { b + &a } else { a + &b };
     std::fs::write(path, text).expect("write the tokens file");
-}
-
-async fn connect(server: &HttpServer, token: &str) -> crate::support::Client<()> {
-    match server.try_connect_at("/mcp", (), Some(token)).await {
-        Ok(c) => c,
-        Err(e) => panic!("connect: {e:#}\nstderr:\n{}", server.stderr_log()),
-    }
 }
 
 /// SIGTERM (a drain) and wait for the server to exit.
@@ -561,9 +546,9 @@ async fn each_tenant_has_its_own_uid_kept_across_restarts_and_reorders() {
     };
 
     let first = HttpServer::launch(launch()).await;
-    let alice = connect(&first, ALICE).await;
+    let alice = first.connect_at("/mcp", ALICE).await;
     let (a, _) = seen_in(alice.peer(), "default", "").await;
-    let bob = connect(&first, BOB).await;
+    let bob = first.connect_at("/mcp", BOB).await;
     let (b, _) = seen_in(bob.peer(), "default", "").await;
     assert_runs_as(a.host_pid, a.uid, "alice's interpreter");
     assert_runs_as(b.host_pid, b.uid, "bob's interpreter");
@@ -594,9 +579,9 @@ async fn each_tenant_has_its_own_uid_kept_across_restarts_and_reorders() {
     // Bob first in the file and first to come back.
     write_tokens(&tokens, true);
     let second = HttpServer::launch(launch()).await;
-    let bob = connect(&second, BOB).await;
+    let bob = second.connect_at("/mcp", BOB).await;
     let (b2, _) = seen_in(bob.peer(), "default", "").await;
-    let alice = connect(&second, ALICE).await;
+    let alice = second.connect_at("/mcp", ALICE).await;
     let (a2, _) = seen_in(alice.peer(), "default", "").await;
     assert_runs_as(b2.host_pid, b.uid, "bob's interpreter after the restart");
     assert_runs_as(a2.host_pid, a.uid, "alice's interpreter after the restart");
@@ -633,7 +618,7 @@ async fn another_tenants_0600_file_stays_closed_where_the_view_shows_it() {
 
     let secret = unique("alice-0600-");
     let public = unique("alice-0644-");
-    let alice = connect(&server, ALICE).await;
+    let alice = server.connect_at("/mcp", ALICE).await;
     let wrote = call(
         alice.peer(),
         "python_exec",
@@ -651,7 +636,7 @@ async fn another_tenants_0600_file_stays_closed_where_the_view_shows_it() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
-    let bob = connect(&server, BOB).await;
+    let bob = server.connect_at("/mcp", BOB).await;
     let code = format!(
         "{ATTEMPT}\nattempt('public', lambda: open({p}).read())\nattempt('secret', lambda: open({s}).read())",
         p = py_path(&alice_dir.join("public")),
@@ -931,7 +916,7 @@ async fn tenants_refuse_degraded_isolation_unless_the_operator_accepts_it() {
     let mut accepted = vec!["--no-namespaces", "--allow-degraded-isolation"];
     accepted.extend_from_slice(&tenants);
     let server = HttpServer::launch(Launch::new(&accepted).env_remove(accept)).await;
-    let alice = connect(&server, ALICE).await;
+    let alice = server.connect_at("/mcp", ALICE).await;
     let (seen, _) = seen_in(alice.peer(), "default", "").await;
     assert_eq!(seen.uid, if is_root() { 0 } else { own_uid() });
     let log = server.stderr_log();

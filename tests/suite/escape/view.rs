@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rmcp::{Peer, RoleClient};
 use serde_json::json;
 
-use crate::support::{StdioServer, ToolOutput, call, job_python, path_str, py, py_path};
+use crate::support::{StdioServer, ToolOutput, call, job_python, json_list, path_str, py, py_path};
 
 /// Names `/` may hold whatever the anchors are.
 const TOP_ALLOWED: &[&str] = &[
@@ -466,22 +466,6 @@ impl Drop for Cleanup {
             }
         }
     }
-}
-
-pub(super) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// `path` with mode `mode`.
-pub(super) fn chmod(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
-}
-
-fn json_list(items: &[&str]) -> String {
-    serde_json::to_string(items).expect("encode a list")
 }
 
 // ------------------------------------------------------------------ 1. the root

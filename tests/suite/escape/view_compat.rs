@@ -15,18 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::view::{cell, job};
-use crate::support::{Launch, StdioServer, ToolOutput, path_str};
-
-/// The JSON on the `KEY=` line of a result's stdout.
-fn json_line(out: &ToolOutput, key: &str) -> Value {
-    let prefix = format!("{key}=");
-    let line = out
-        .str_field("stdout")
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("no {key}= line: {out:#?}"));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{key}= is not JSON ({e}): {out:#?}"))
-}
+use crate::support::{Launch, StdioServer, ToolOutput, json_line, path_str};
 
 /// A job that must exit 0.
 async fn job_ok(server: &StdioServer, command: &str) -> ToolOutput {

@@ -12,12 +12,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::view::{ABSENT, Cleanup, cell, chmod, is_root, job};
+use super::view::{ABSENT, Cleanup, cell, job};
 use crate::support::{
     ATTEMPT, HttpServer, START_TIMEOUT, StdioServer, ToolOutput, assert_failed, errno_of,
     everything, job_python, outcome, path_str, py, py_path, server_command, strip_ansi,
     test_state_home, unique,
 };
+use crate::support::{chmod, is_root};
 
 // ------------------------------------------------------------------ root's files
 

@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 use rmcp::{Peer, RoleClient};
 use serde_json::json;
 
-use super::view::{Cleanup, cell, chmod, is_root, job, r_cell};
+use super::view::{Cleanup, cell, job, r_cell};
 use crate::support::{
-    Client, HttpServer, Launch, ToolOutput, call, everything, job_python, path_str, py_path, unique,
+    HttpServer, Launch, ToolOutput, call, everything, job_python, path_str, py_path, unique,
 };
+use crate::support::{chmod, is_root, own_uid};
 
 const ALICE: &str = "view-alice-token-0123456789abcdef";
 const BOB: &str = "view-bob-token-0123456789abcdef01";
@@ -224,8 +225,7 @@ fn runtime_dir(server_pid: u32) -> (PathBuf, PathBuf) {
         .map(PathBuf::from)
         .filter(|d| d.is_absolute() && d.is_dir())
         .unwrap_or_else(std::env::temp_dir);
-    // SAFETY: geteuid has no preconditions.
-    let root = base.join(format!("ferrepl-{}", unsafe { libc::geteuid() }));
+    let root = base.join(format!("ferrepl-{}", own_uid()));
     let dir = root.join(server_pid.to_string());
     (root, dir)
 }
@@ -266,13 +266,6 @@ impl Place {
             _keep: keep,
             _cleanup: cleanup,
         }
-    }
-}
-
-async fn connect(server: &HttpServer, token: &str) -> Client {
-    match server.try_connect_at("/mcp", (), Some(token)).await {
-        Ok(c) => c,
-        Err(e) => panic!("connect: {e:#}\nstderr:\n{}", server.stderr_log()),
     }
 }
 
@@ -340,8 +333,8 @@ async fn server_files_probe(place: Place) {
         "--allow-source-builds",
     ];
     let server = HttpServer::launch(Launch::new(&args)).await;
-    let alice = connect(&server, ALICE).await;
-    let bob = connect(&server, BOB).await;
+    let alice = server.connect_at("/mcp", ALICE).await;
+    let bob = server.connect_at("/mcp", BOB).await;
     let (alice, bob) = (alice.peer(), bob.peer());
 
     // Bob's session and store exist while alice probes.

@@ -176,6 +176,15 @@ impl HttpServer {
         self.try_connect_with((), token).await
     }
 
+    /// Connects an rmcp client (unit handler) with bearer `token` to the
+    /// MCP endpoint at `path`; panics with the server's stderr if it cannot.
+    pub async fn connect_at(&self, path: &str, token: &str) -> Client {
+        match self.try_connect_at(path, (), Some(token)).await {
+            Ok(c) => c,
+            Err(e) => panic!("connect {path}: {e:#}\nstderr:\n{}", self.stderr_log()),
+        }
+    }
+
     pub async fn connect(&self, token: Option<&str>) -> Client {
         self.connect_with((), token).await
     }

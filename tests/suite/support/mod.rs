@@ -20,11 +20,14 @@
 //! - `probes`: what a session or job can do: the `attempt` prelude and its
 //!   outcomes, unique markers, Python literals, probe cells and jobs.
 //! - `rich`: the rich-display interpreter and image blocks.
+//! - `host`: who the tests run as (`is_root`, `own_uid`) and file modes
+//!   (`chmod`).
 //! - `encoding`: base64 (the `base64` crate) as content blocks carry it.
 //!
 //! Everything is re-exported here: `use crate::support::{...}`.
 
 pub mod encoding;
+pub mod host;
 pub mod http;
 pub mod launch;
 pub mod long_running;
@@ -37,6 +40,7 @@ pub mod upstreams;
 pub mod wheels;
 
 pub use encoding::*;
+pub use host::*;
 pub use http::*;
 pub use launch::*;
 pub use long_running::*;

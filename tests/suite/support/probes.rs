@@ -14,6 +14,11 @@ use serde_json::{Value, json};
 use super::result::ToolOutput;
 use super::stdio::StdioServer;
 
+/// `items` as a Python (JSON) list literal.
+pub fn json_list(items: &[&str]) -> String {
+    serde_json::to_string(items).expect("encode a list")
+}
+
 /// A string no other test (or test run) uses, for markers and decoys.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -242,6 +242,31 @@ pub async fn session_row(peer: &Peer<RoleClient>, name: &str) -> Value {
         .unwrap_or_else(|| panic!("session {name} is not listed: {listing:#?}"))
 }
 
+/// The names `python_sessions` lists.
+pub async fn session_names(peer: &Peer<RoleClient>) -> Vec<String> {
+    let listing = call(peer, "python_sessions", serde_json::json!({})).await;
+    assert!(!listing.is_error, "python_sessions failed: {listing:#?}");
+    listing.structured["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("python_sessions has no sessions array: {listing:#?}"))
+        .iter()
+        .filter_map(|s| s["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The JSON a cell or job printed on a line `KEY=<json>` of its stdout.
+pub fn json_line(out: &ToolOutput, key: &str) -> Value {
+    let stdout = out.str_field("stdout");
+    let prefix = format!("{key}=");
+    let text = stdout
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {key}= line in the stdout; result: {out:#?}"));
+    serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("{key}= is not JSON ({e}): {text}; result: {out:#?}"))
+}
+
 /// The host pid `python_sessions` lists for session `name`, which must have one.
 pub async fn session_pid(peer: &Peer<RoleClient>, name: &str) -> u32 {
     let row = session_row(peer, name).await;

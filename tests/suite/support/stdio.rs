@@ -247,6 +247,23 @@ impl<H: ClientHandler> StdioServer<H> {
         }
     }
 
+    /// Closes the client side as a client does and asserts the server then
+    /// exits on its own, successfully.
+    pub async fn stop(self) {
+        let status = self.close_and_wait().await;
+        assert!(status.success(), "the server exited with {status:?}");
+    }
+
+    /// The rows `python_sessions` lists (none if it has no array).
+    pub async fn sessions(&self) -> Vec<Value> {
+        let listing = self.call("python_sessions", serde_json::json!({})).await;
+        assert!(!listing.is_error, "{listing:#?}");
+        listing.structured["sessions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// `close_and_wait_at_most(EXIT_TIMEOUT)`.
     pub async fn close_and_wait(self) -> ExitStatus {
         self.close_and_wait_at_most(EXIT_TIMEOUT).await
