@@ -166,8 +166,8 @@ fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
         .as_ref()
         .map_err(|e| anyhow::anyhow!("{e:#}"))
         .and_then(|tokens| {
-            crate::startup::preflight::check_serving(&settings, &workdir, tokens)?;
-            crate::startup::preflight::state_dir_place(&settings, &workdir)
+            crate::startup::preflight::check_serving(&settings, tokens)?;
+            crate::startup::preflight::state_dir_place(&settings)
         });
     if let Err(e) = refused {
         let why = format!("the server would refuse to start: {e:#}");
@@ -200,9 +200,7 @@ fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
                 tenants,
             };
             report.sandbox = rt.block_on(sessions(opts, server, r, &mut report.items));
-            if let Some(servers) =
-                rt.block_on(super::doctor_upstreams::servers_item(&settings, &workdir))
-            {
+            if let Some(servers) = rt.block_on(super::doctor_upstreams::servers_item(&settings)) {
                 report.items.push(servers);
             }
         }
