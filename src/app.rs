@@ -90,9 +90,6 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     );
     let upstreams = upstream_servers(&settings, places.writable(), secrets.clone())?;
     let base = tenants::Base {
-        tenant_disk: settings.tenant_disk,
-        tenant_memory: settings.tenant_memory,
-        languages: settings.languages.clone(),
         settings: settings.clone(),
         groups,
         python,

@@ -178,8 +178,12 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
     let (mut sandbox_cfg, summary) = sandbox_settings(
         settings,
         instance,
-        (&python, &base_python),
-        (&venvs, &kept_dirs),
+        Interpreters {
+            python: &python,
+            base_python: &base_python,
+            venvs: &venvs,
+            kept: &kept_dirs,
+        },
         &mut places,
     )?;
     let (installer, proxy) = installer_settings(settings, &mut sandbox_cfg, state_dir, &writable)?;
@@ -216,8 +220,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
 fn sandbox_settings(
     settings: &Settings,
     instance: Instance<'_>,
-    pythons: (&Path, &Path),
-    (venvs, kept): (&[PathBuf], &[PathBuf]),
+    found: Interpreters<'_>,
     places: &mut sandbox::places::Places,
 ) -> anyhow::Result<(sandbox::SandboxConfig, String)> {
     let workdir = settings.workdir.as_path();
@@ -225,7 +228,7 @@ fn sandbox_settings(
     let (tenants, uids) = (instance.tenants, instance.uids);
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
     let writable = &places.writable();
-    let access = Access::granted(settings, workdir, pythons, (venvs, kept), writable);
+    let access = Access::granted(settings, found, writable);
     let sys_view = sandbox::view::View::of_system();
     // Private places an --allow-read/--allow-write path may not hold (the
     // stores and this instance's runtime directory are checked with
@@ -286,7 +289,7 @@ fn sandbox_settings(
         namespaces_gap: None,
         protected: None,
     };
-    sandbox_cfg.protected = protected_places(settings, &sandbox_cfg, venvs)?;
+    sandbox_cfg.protected = protected_places(settings, &sandbox_cfg, found.venvs)?;
     if sandbox_cfg.enabled() {
         sandbox_cfg.cgroups = sandbox::cgroup::CgroupRoot::detect();
     }
@@ -316,7 +319,7 @@ fn sandbox_settings(
         )?;
     }
     if sandbox_cfg.enabled() {
-        warn_unreadable_interpreter(&sandbox_cfg, pythons.0);
+        warn_unreadable_interpreter(&sandbox_cfg, found.python);
     }
     let summary = sandbox::short_description(&sandbox_cfg, &applied);
     Ok((sandbox_cfg, summary))
@@ -379,6 +382,19 @@ fn guard_own_files(
     view::refuse_bound(places, &view::bound_paths(sandbox_cfg))
 }
 
+/// The interpreters start-up settled on and the venvs around them.
+#[derive(Clone, Copy)]
+struct Interpreters<'a> {
+    /// What sessions run.
+    python: &'a Path,
+    /// The interpreter it was made from (venvs are made from it too).
+    base_python: &'a Path,
+    /// The user's venvs: read, never written, by sessions.
+    venvs: &'a [PathBuf],
+    /// The kept venvs sessions install into.
+    kept: &'a [PathBuf],
+}
+
 /// What sessions may read and write beyond the system and the workspace,
 /// and the interpreters python_sessions may name.
 struct Access {
@@ -393,12 +409,17 @@ impl Access {
     /// uv on PATH, --allow-read and --allow-write.
     fn granted(
         settings: &Settings,
-        workdir: &Path,
-        (python, base_python): (&Path, &Path),
-        (venvs, kept): (&[PathBuf], &[PathBuf]),
+        found: Interpreters<'_>,
         writable: &sandbox::paths::Writable,
     ) -> Self {
         use sandbox::paths::{interpreter_dirs, normalize};
+        let workdir = settings.workdir.as_path();
+        let Interpreters {
+            python,
+            base_python,
+            venvs,
+            kept,
+        } = found;
         let abs = |p: &PathBuf| normalize(p, workdir);
         let outside = |p: &Path| !p.starts_with(workdir);
         let mut read = interpreter_dirs(python, writable);

@@ -21,7 +21,6 @@ use crate::{files, worker};
 /// What every tenant is built from.
 pub struct Base {
     pub settings: Settings,
-    pub languages: Vec<Language>,
     pub groups: ToolGroups,
     pub python: PathBuf,
     /// The venvs kept for workspaces whose interpreter is not one.
@@ -30,10 +29,6 @@ pub struct Base {
     pub installer: InstallerSettings,
     pub log_dir: PathBuf,
     pub gate: Arc<Gate>,
-    /// Each tenant's workspace quota (--tenant-disk) and memory budget
-    /// (--tenant-memory).
-    pub tenant_disk: Option<u64>,
-    pub tenant_memory: Option<u64>,
     /// Tenants' own uids (a root server; None: sessions keep the server's).
     pub uids: Option<Arc<crate::sandbox::uids::TenantUids>>,
     /// The upstream MCP servers sessions' code may call (--mcp-servers).
@@ -107,7 +102,7 @@ impl Base {
         if let (Tenant::Named(name), Some(root)) = (tenant, &self.sandbox.cgroups) {
             let (tenant_root, group) = root.tenant(
                 name,
-                self.tenant_memory,
+                self.settings.tenant_memory,
                 self.settings.sandbox.tenant_cpu_weight,
             );
             sandbox.cgroups = Some(tenant_root);
@@ -130,7 +125,7 @@ impl Base {
             .read_only(self.settings.sandbox.mode == crate::sandbox::SandboxMode::ReadOnly)
             .protected(sandbox.protected.clone().map(Arc::new));
         let log_dir = self.log_dir_of(tenant)?;
-        let quota = match (tenant, self.tenant_disk) {
+        let quota = match (tenant, self.settings.tenant_disk) {
             (Tenant::Named(_), Some(limit)) => {
                 // The sessions' and jobs' HOME and TMPDIR (and their logs)
                 // are written as freely as the workspace.
@@ -165,6 +160,7 @@ impl Base {
         let upstream_servers = upstream.servers();
         spec.upstream = Some(upstream.clone());
         let r_spec = self
+            .settings
             .languages
             .contains(&Language::R)
             .then(|| self.r_spec(&settings, &workdir, &log_dir, sandbox.clone()))
@@ -174,7 +170,7 @@ impl Base {
             });
         let manager = SessionManager::new(
             spec,
-            self.languages.contains(&Language::Python),
+            self.settings.languages.contains(&Language::Python),
             r_spec,
             settings.limits.clone(),
             durable,
