@@ -21,7 +21,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let settings = Settings::from_flags(&flags)?;
     let groups = mcp::groups::ToolGroups::parse(&settings.serving.tools, &settings.languages)
         .map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
-    let tokens = TokenTable::from_config(&flags)?;
+    let tokens = TokenTable::from_flags(&flags)?;
     drop(flags);
     // Refusals from the flags alone come before anything is started.
     startup::preflight::check(&settings, &tokens)?;

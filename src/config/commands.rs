@@ -91,5 +91,5 @@ pub fn doctor_inputs(server: &super::Flags, opts: &DoctorOptions) -> DoctorInput
         }
     }
     let settings = super::settings::Settings::from_flags(&flags).map_err(|e| format!("{e:#}"))?;
-    Ok((settings, super::tokens::TokenTable::from_config(&flags)))
+    Ok((settings, super::tokens::TokenTable::from_flags(&flags)))
 }

@@ -55,10 +55,11 @@ pub struct HttpLimits {
 }
 
 /// `--http-max-buffered-bytes`, by default 32 of the largest requests.
-fn buffered_total(cfg: &Flags) -> usize {
-    cfg.http_max_buffered_bytes
-        .unwrap_or(cfg.max_request_bytes.saturating_mul(32))
-        .max(cfg.max_request_bytes)
+fn buffered_total(flags: &Flags) -> usize {
+    flags
+        .http_max_buffered_bytes
+        .unwrap_or(flags.max_request_bytes.saturating_mul(32))
+        .max(flags.max_request_bytes)
 }
 
 /// `--http-trusted-proxy` entries: a CIDR, or an address (its own /32 or /128).
@@ -125,26 +126,26 @@ pub struct Settings {
 }
 
 impl Shares {
-    fn from_flags(cfg: &Flags) -> Self {
+    fn from_flags(flags: &Flags) -> Self {
         let half = |n: usize| (n / 2).max(1);
-        let pool = usize::from(cfg.warm_pool);
+        let pool = usize::from(flags.warm_pool);
         Self {
-            sessions: cfg
+            sessions: flags
                 .tenant_max_sessions
-                .unwrap_or(half(cfg.max_sessions))
+                .unwrap_or(half(flags.max_sessions))
                 .max(1),
-            jobs: cfg.tenant_max_jobs.unwrap_or(half(cfg.max_jobs)).max(1),
+            jobs: flags.tenant_max_jobs.unwrap_or(half(flags.max_jobs)).max(1),
             warm_pool: match pool {
                 0 => 0,
-                _ => cfg.tenant_warm_pool.unwrap_or(half(pool)).min(pool),
+                _ => flags.tenant_warm_pool.unwrap_or(half(pool)).min(pool),
             },
         }
     }
 }
 
 impl Settings {
-    pub fn from_flags(cfg: &Flags) -> anyhow::Result<Self> {
-        let workdir = match &cfg.workdir {
+    pub fn from_flags(flags: &Flags) -> anyhow::Result<Self> {
+        let workdir = match &flags.workdir {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
         };
@@ -156,78 +157,78 @@ impl Settings {
             _ => Ok(None),
         };
         let limits = Limits {
-            default_wait: seconds(cfg.default_wait, "--default-wait")?,
-            max_wait: seconds(cfg.max_wait, "--max-wait")?,
-            start_timeout: seconds(cfg.start_timeout, "--start-timeout")?,
-            max_sessions: cfg.max_sessions.max(1),
+            default_wait: seconds(flags.default_wait, "--default-wait")?,
+            max_wait: seconds(flags.max_wait, "--max-wait")?,
+            start_timeout: seconds(flags.start_timeout, "--start-timeout")?,
+            max_sessions: flags.max_sessions.max(1),
             sessions_share: false,
             inspect_timeout: Duration::from_secs(10),
             crash_grace: Duration::from_millis(500),
-            interrupt_grace: seconds(cfg.interrupt_grace, "--interrupt-grace")?,
-            max_images: cfg.max_images,
-            keep_cells: cfg.output_keep_cells.max(1),
-            session_ttl: optional(Some(cfg.session_ttl), "--session-ttl")?,
-            warm_pool: usize::from(cfg.warm_pool),
-            cell_log_bytes: cfg.output_log_bytes,
-            max_cell: optional(cfg.max_cell_seconds, "--max-cell-seconds")?,
+            interrupt_grace: seconds(flags.interrupt_grace, "--interrupt-grace")?,
+            max_images: flags.max_images,
+            keep_cells: flags.output_keep_cells.max(1),
+            session_ttl: optional(Some(flags.session_ttl), "--session-ttl")?,
+            warm_pool: usize::from(flags.warm_pool),
+            cell_log_bytes: flags.output_log_bytes,
+            max_cell: optional(flags.max_cell_seconds, "--max-cell-seconds")?,
             cells_offline: false,
         };
-        let sandbox = SandboxChoices::from_flags(cfg)?;
+        let sandbox = SandboxChoices::from_flags(flags)?;
         let mut limits = limits;
         limits.cells_offline = sandbox.cells_offline();
         Ok(Self {
             workdir,
             limits,
             output: OutputSizes {
-                head_bytes: cfg.output_head_bytes,
-                tail_bytes: cfg.output_tail_bytes,
-                log_bytes: cfg.output_log_bytes,
+                head_bytes: flags.output_head_bytes,
+                tail_bytes: flags.output_tail_bytes,
+                log_bytes: flags.output_log_bytes,
             },
-            max_value_chars: cfg.max_value_chars,
-            max_image_bytes: cfg.max_image_bytes,
-            max_jobs: cfg.max_jobs.max(1),
-            job_ttl: seconds(cfg.job_ttl, "--job-ttl")?,
-            structured: cfg.structured_content,
-            checkpoints: cfg.checkpoints,
-            languages: parse_languages(&cfg.languages)?,
-            tenant_disk: parse_size(cfg.tenant_disk.as_deref(), "--tenant-disk")?,
-            tenant_memory: parse_size(cfg.tenant_memory.as_deref(), "--tenant-memory")?,
-            drain: match cfg.http {
-                Some(_) => Some(seconds(cfg.drain_seconds, "--drain-seconds")?),
+            max_value_chars: flags.max_value_chars,
+            max_image_bytes: flags.max_image_bytes,
+            max_jobs: flags.max_jobs.max(1),
+            job_ttl: seconds(flags.job_ttl, "--job-ttl")?,
+            structured: flags.structured_content,
+            checkpoints: flags.checkpoints,
+            languages: parse_languages(&flags.languages)?,
+            tenant_disk: parse_size(flags.tenant_disk.as_deref(), "--tenant-disk")?,
+            tenant_memory: parse_size(flags.tenant_memory.as_deref(), "--tenant-memory")?,
+            drain: match flags.http {
+                Some(_) => Some(seconds(flags.drain_seconds, "--drain-seconds")?),
                 None => None,
             },
             http: HttpLimits {
-                header_timeout: seconds(cfg.http_header_timeout, "--http-header-timeout")?,
-                idle_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
-                write_timeout: seconds(cfg.http_idle_timeout, "--http-idle-timeout")?,
-                max_connections: cfg.http_max_connections.max(1),
-                max_per_peer: cfg
+                header_timeout: seconds(flags.http_header_timeout, "--http-header-timeout")?,
+                idle_timeout: seconds(flags.http_idle_timeout, "--http-idle-timeout")?,
+                write_timeout: seconds(flags.http_idle_timeout, "--http-idle-timeout")?,
+                max_connections: flags.http_max_connections.max(1),
+                max_per_peer: flags
                     .http_max_connections_per_peer
-                    .unwrap_or((cfg.http_max_connections / 8).max(1)),
+                    .unwrap_or((flags.http_max_connections / 8).max(1)),
                 max_head_bytes: 64 * 1024,
-                trusted_proxies: trusted_proxies(&cfg.http_trusted_proxy)?,
-                tenant_connections: cfg
+                trusted_proxies: trusted_proxies(&flags.http_trusted_proxy)?,
+                tenant_connections: flags
                     .tenant_max_http_connections
-                    .unwrap_or(cfg.http_max_connections / 2)
+                    .unwrap_or(flags.http_max_connections / 2)
                     .max(1),
-                principal_streams: cfg.max_connections.max(1),
-                buffered_total: buffered_total(cfg),
-                buffered_share: (buffered_total(cfg) / 4).max(cfg.max_request_bytes),
+                principal_streams: flags.max_connections.max(1),
+                buffered_total: buffered_total(flags),
+                buffered_share: (buffered_total(flags) / 4).max(flags.max_request_bytes),
             },
-            shares: Shares::from_flags(cfg),
-            stores: Stores::from_flags(cfg)?,
-            interpreters: Interpreters::from_flags(cfg),
+            shares: Shares::from_flags(flags),
+            stores: Stores::from_flags(flags)?,
+            interpreters: Interpreters::from_flags(flags),
             sandbox,
-            own_files: OwnFiles::from_flags(cfg),
-            serving: Serving::from_flags(cfg),
-            viewer: ViewerChoices::from_flags(cfg),
+            own_files: OwnFiles::from_flags(flags),
+            serving: Serving::from_flags(flags),
+            viewer: ViewerChoices::from_flags(flags),
             upstream: crate::upstream::Limits {
-                call_timeout: seconds(cfg.mcp_call_timeout, "--mcp-call-timeout")?,
-                max_result_bytes: cfg.mcp_max_result_bytes.max(1),
-                max_in_flight: cfg.mcp_max_in_flight.max(1),
-                max_cell_calls: cfg.mcp_max_cell_calls,
-                max_servers: cfg.mcp_max_servers.max(1),
-                idle: seconds(cfg.mcp_idle, "--mcp-idle")?,
+                call_timeout: seconds(flags.mcp_call_timeout, "--mcp-call-timeout")?,
+                max_result_bytes: flags.mcp_max_result_bytes.max(1),
+                max_in_flight: flags.mcp_max_in_flight.max(1),
+                max_cell_calls: flags.mcp_max_cell_calls,
+                max_servers: flags.mcp_max_servers.max(1),
+                idle: seconds(flags.mcp_idle, "--mcp-idle")?,
             },
         })
     }

@@ -43,11 +43,11 @@ impl TokenTable {
     }
 
     /// The server's tokens: --auth-token-file, else --auth-token, else none.
-    pub fn from_config(cfg: &super::Flags) -> anyhow::Result<Self> {
-        if let Some(file) = &cfg.auth_token_file {
+    pub fn from_flags(flags: &super::Flags) -> anyhow::Result<Self> {
+        if let Some(file) = &flags.auth_token_file {
             return Self::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
         }
-        Ok(match cfg.auth_token.as_deref().map(str::trim) {
+        Ok(match flags.auth_token.as_deref().map(str::trim) {
             Some(t) if !t.is_empty() => Self::single(t),
             _ => Self::open(),
         })
