@@ -83,6 +83,9 @@ impl Resolved {
 pub struct Place {
     pub what: &'static str,
     pub at: Resolved,
+    /// Sessions write it now (else they only read it, but may have written
+    /// it before: a user's venv).
+    pub sessions_write: bool,
 }
 
 /// The map. Built by `startup` from the settings (`named`, before anything
@@ -96,8 +99,12 @@ pub struct Places {
     /// run by the server outside the sandbox.
     writable: Vec<Place>,
     /// What the operator names for sessions to read beyond the system's
-    /// allow-list (`view.rs`): --allow-read, the user's venv.
+    /// allow-list (`view.rs`): --allow-read.
     readable: Vec<Place>,
+    /// What the view shows read-only beyond the system's allow-list and the
+    /// workspace, as start-up found it: the interpreters' installations,
+    /// the user's venvs, --allow-python, uv, PATH entries, R, --allow-read.
+    shown: Vec<PathBuf>,
     /// Places no session may see and no workspace or allowed path may
     /// hold: homes, the host's temporary and runtime directories, container
     /// engines' state, ferrepl's runtime directories, the stores.
@@ -117,8 +124,10 @@ impl Places {
             writable: vec![Place {
                 what: "the workspace (--workdir)",
                 at: resolve(workspace, workspace),
+                sessions_write: true,
             }],
             readable: Vec::new(),
+            shown: Vec::new(),
             hidden: Vec::new(),
             own: Vec::new(),
             protected: None,
@@ -129,13 +138,51 @@ impl Places {
         Place {
             what,
             at: resolve(path, &self.workspace.given),
+            sessions_write: false,
         }
     }
 
     /// Sessions may write `path` (relative to the workspace).
     pub fn add_writable(&mut self, what: &'static str, path: &Path) {
+        let mut place = self.place(what, path);
+        place.sessions_write = true;
+        self.writable.push(place);
+    }
+
+    /// Sessions read `path` but may have written it before (a user's venv):
+    /// nothing there is trusted or run, as in a writable place.
+    pub fn add_untrusted(&mut self, what: &'static str, path: &Path) {
         let place = self.place(what, path);
         self.writable.push(place);
+    }
+
+    /// The view shows `paths` read-only (what start-up found sessions
+    /// need); kept sorted, each once.
+    pub fn show(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
+        self.shown.extend(paths);
+        self.shown.sort();
+        self.shown.dedup();
+    }
+
+    /// What the view binds read-only beyond the system and the workspace.
+    pub fn view_read(&self) -> Vec<PathBuf> {
+        self.shown.clone()
+    }
+
+    /// What the view binds writable beyond the workspace: the places
+    /// sessions write now (--allow-write, the kept venvs).
+    pub fn view_write(&self) -> Vec<PathBuf> {
+        self.writable
+            .iter()
+            .skip(1)
+            .filter(|p| p.sessions_write)
+            .map(|p| p.at.given.clone())
+            .collect()
+    }
+
+    /// The places named for sessions to read, as named.
+    pub fn named_read(&self) -> Vec<PathBuf> {
+        self.readable.iter().map(|p| p.at.given.clone()).collect()
     }
 
     /// Sessions may read `path`.

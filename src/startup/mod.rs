@@ -98,7 +98,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
     if settings.interpreters.venv.is_none() {
         // The .venv found upward (--venv is on the map already).
         for venv in &venvs {
-            places.add_writable("the .venv found upward", venv);
+            places.add_untrusted("the .venv found upward", venv);
         }
     }
     // What sessions can write: nothing there is trusted or run by the
@@ -238,7 +238,6 @@ fn sandbox_settings(
     // refused with ferrepl's own files).
     if let Some(dir) = kept_in.and_then(|d| d.canonicalize().ok())
         && !dir.starts_with(workdir)
-        && places.hidden_held_by(&dir).is_none()
         && !places.hidden().iter().any(|h| dir.starts_with(h))
     {
         places.add_hidden(&dir);
@@ -257,8 +256,7 @@ fn sandbox_settings(
     }
     read.retain(|p| !sys_view.shows(p));
     read.extend(sandbox::view::nix_store(&read));
-    read.sort();
-    read.dedup();
+    places.show(read);
     let mut sandbox_cfg = sandbox::SandboxConfig {
         mode: settings.sandbox.mode,
         network: settings.sandbox.network == config::Network::On,
@@ -272,9 +270,9 @@ fn sandbox_settings(
         workspace: workdir.to_path_buf(),
         state: state_dir.path().to_path_buf(),
         view: sys_view,
-        read,
+        read: places.view_read(),
         installer_read: Vec::new(),
-        write: access.write,
+        write: places.view_write(),
         devices: settings.sandbox.allow_device.iter().map(abs).collect(),
         allowed_python: access.allowed_python,
         namespaces: settings.sandbox.namespaces,
@@ -283,7 +281,7 @@ fn sandbox_settings(
         cgroups: None,
         identity: None,
         idmap: false,
-        named_read: settings.sandbox.allow_read.iter().map(abs).collect(),
+        named_read: places.named_read(),
         idmapped: Vec::new(),
         identity_gap: None,
         namespaces_gap: None,
@@ -395,18 +393,18 @@ struct Interpreters<'a> {
     kept: &'a [PathBuf],
 }
 
-/// What sessions may read and write beyond the system and the workspace,
-/// and the interpreters python_sessions may name.
+/// What sessions may read beyond the system and the workspace, and the
+/// interpreters python_sessions may name.
 struct Access {
     read: Vec<PathBuf>,
-    write: Vec<PathBuf>,
     allowed_python: Vec<PathBuf>,
 }
 
 impl Access {
     /// From the interpreters (`python` and the base it was made from), the
-    /// user's venvs (read-only), the kept venvs (writable), --allow-python,
-    /// uv on PATH, --allow-read and --allow-write.
+    /// user's venvs (read-only), the kept venvs (python_sessions may name
+    /// them), --allow-python, uv on PATH and --allow-read. What sessions
+    /// write is the map's (`Places::view_write`).
     fn granted(
         settings: &Settings,
         found: Interpreters<'_>,
@@ -428,7 +426,6 @@ impl Access {
         // planted there would run on the host (python_install writes the
         // venv kept over them).
         read.extend(venvs.iter().filter(|v| outside(v)).cloned());
-        let mut write: Vec<PathBuf> = kept.to_vec();
         let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
         allowed_python.extend(venvs.iter().chain(kept).cloned());
         for p in settings.interpreters.allow_python.iter().map(abs) {
@@ -454,12 +451,10 @@ impl Access {
             read.push(dir.to_path_buf());
         }
         read.extend(settings.sandbox.allow_read.iter().map(abs));
-        write.extend(settings.sandbox.allow_write.iter().map(abs));
         read.sort();
         read.dedup();
         Access {
             read,
-            write,
             allowed_python,
         }
     }

@@ -22,12 +22,12 @@ pub fn named(settings: &Settings) -> Places {
     if let Some(venv) = &settings.interpreters.venv {
         // Read, never written, by sessions; but made by them before (or
         // by the agent's tools): nothing there is trusted.
-        places.add_writable("--venv", venv);
+        places.add_untrusted("--venv", venv);
     }
     for path in &settings.interpreters.allow_python {
         let abs = crate::sandbox::paths::normalize(path, workdir);
         if abs.join("pyvenv.cfg").is_file() {
-            places.add_writable("a venv in --allow-python", &abs);
+            places.add_untrusted("a venv in --allow-python", &abs);
         }
     }
     for path in &settings.sandbox.allow_read {
