@@ -175,20 +175,20 @@ impl Interceptor {
         reconnect: Connect<'r>,
         host: &Host,
         port: u16,
-        cfg: &EgressConfig,
+        rules: &EgressConfig,
     ) -> anyhow::Result<()>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.leaf(host)?);
         let client = timeout(
-            cfg.head_timeout,
-            acceptor.accept(Idle::new(client, cfg.idle_timeout)),
+            rules.head_timeout,
+            acceptor.accept(Idle::new(client, rules.idle_timeout)),
         )
         .await
         .context("the installer's TLS handshake timed out")?
         .context("the installer's TLS handshake failed")?;
-        let first = self.origin(upstream, host, cfg).await?;
+        let first = self.origin(upstream, host, rules).await?;
         let authority = if port == 443 {
             host.to_string()
         } else {
@@ -198,7 +198,7 @@ impl Interceptor {
             interceptor: self,
             origin: tokio::sync::Mutex::new(Some(first)),
             reconnect,
-            cfg,
+            rules,
             host,
             port,
             authority: &authority,
@@ -206,7 +206,7 @@ impl Interceptor {
         let service = hyper::service::service_fn(|req| forward.one(req));
         let served = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(cfg.head_timeout)
+            .header_read_timeout(rules.head_timeout)
             .serve_connection(TokioIo::new(client), service)
             .await;
         served.map_err(|e| anyhow::anyhow!("{e}"))
@@ -217,7 +217,7 @@ impl Interceptor {
         &self,
         tcp: TcpStream,
         host: &Host,
-        cfg: &EgressConfig,
+        rules: &EgressConfig,
     ) -> anyhow::Result<Origin> {
         let server_name = match host {
             Host::Name(n) => ServerName::try_from(n.clone())?,
@@ -225,8 +225,8 @@ impl Interceptor {
         };
         let connector = tokio_rustls::TlsConnector::from(self.upstream_tls.clone());
         let tls = timeout(
-            cfg.connect_timeout,
-            connector.connect(server_name, Idle::new(tcp, cfg.idle_timeout)),
+            rules.connect_timeout,
+            connector.connect(server_name, Idle::new(tcp, rules.idle_timeout)),
         )
         .await
         .with_context(|| format!("the TLS handshake with {host} timed out"))?
@@ -327,7 +327,7 @@ struct Forward<'a, 'r> {
     interceptor: &'a Interceptor,
     origin: tokio::sync::Mutex<Option<Origin>>,
     reconnect: Connect<'r>,
-    cfg: &'a EgressConfig,
+    rules: &'a EgressConfig,
     host: &'a Host,
     port: u16,
     authority: &'a str,
@@ -384,7 +384,7 @@ impl Forward<'_, '_> {
         let out = out
             .body(Empty::new())
             .map_err(|e| (StatusCode::BAD_REQUEST, format!("ferrepl: {e}")))?;
-        let wait = self.cfg.idle_timeout;
+        let wait = self.rules.idle_timeout;
         let response = match timeout(wait, self.send_on(out, true)).await {
             Err(_) => {
                 return Err((
@@ -437,7 +437,7 @@ impl Forward<'_, '_> {
         if !usable {
             *origin = None;
             let tcp = (self.reconnect)().await.map_err(|e| anyhow::anyhow!(e))?;
-            *origin = Some(self.interceptor.origin(tcp, self.host, self.cfg).await?);
+            *origin = Some(self.interceptor.origin(tcp, self.host, self.rules).await?);
         }
         let Some(o) = origin.as_mut() else {
             anyhow::bail!("no connection");

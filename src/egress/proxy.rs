@@ -30,14 +30,18 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 ///
 /// Cancelling `shutdown` also closes the connections still open.
 #[allow(dead_code)] // wired in by the installer work (issue 11)
-pub async fn serve(listener: UnixListener, cfg: Arc<EgressConfig>, shutdown: CancellationToken) {
-    accept_loop(listener, cfg, shutdown).await;
+pub async fn serve(listener: UnixListener, rules: Arc<EgressConfig>, shutdown: CancellationToken) {
+    accept_loop(listener, rules, shutdown).await;
 }
 
 /// Also a TCP flavour for tests and tools: same handling on a TcpListener.
 #[allow(dead_code)] // wired in by the installer work (issue 11)
-pub async fn serve_tcp(listener: TcpListener, cfg: Arc<EgressConfig>, shutdown: CancellationToken) {
-    accept_loop(listener, cfg, shutdown).await;
+pub async fn serve_tcp(
+    listener: TcpListener,
+    rules: Arc<EgressConfig>,
+    shutdown: CancellationToken,
+) {
+    accept_loop(listener, rules, shutdown).await;
 }
 
 /// A listener the proxy takes its clients from.
@@ -69,17 +73,17 @@ impl Listener for TcpListener {
 
 async fn accept_loop<L: Listener>(
     listener: L,
-    cfg: Arc<EgressConfig>,
+    rules: Arc<EgressConfig>,
     shutdown: CancellationToken,
 ) {
-    let gate = Gate::new(&cfg);
+    let gate = Gate::new(&rules);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             r = listener.next_client() => r,
         };
         match accepted {
-            Ok((stream, peer)) => gate.dispatch(stream, peer, &cfg, &shutdown),
+            Ok((stream, peer)) => gate.dispatch(stream, peer, &rules, &shutdown),
             Err(e) => accept_failed(e, &shutdown).await,
         }
     }
@@ -102,8 +106,8 @@ struct Gate {
 }
 
 impl Gate {
-    fn new(cfg: &EgressConfig) -> Self {
-        let n = cfg.max_connections.min(Semaphore::MAX_PERMITS);
+    fn new(rules: &EgressConfig) -> Self {
+        let n = rules.max_connections.min(Semaphore::MAX_PERMITS);
         Gate {
             active: Arc::new(Semaphore::new(n)),
             rejecting: Arc::new(Semaphore::new(n.clamp(1, 1024))),
@@ -114,7 +118,7 @@ impl Gate {
         &self,
         stream: S,
         peer: String,
-        cfg: &Arc<EgressConfig>,
+        rules: &Arc<EgressConfig>,
         shutdown: &CancellationToken,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -122,12 +126,12 @@ impl Gate {
         let shutdown = shutdown.clone();
         match self.active.clone().try_acquire_owned() {
             Ok(permit) => {
-                let cfg = cfg.clone();
+                let rules = rules.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     tokio::select! {
                         _ = shutdown.cancelled() => {}
-                        _ = handle(stream, &cfg, &peer) => {}
+                        _ = handle(stream, &rules, &peer) => {}
                     }
                 });
             }
@@ -136,7 +140,7 @@ impl Gate {
                     503,
                     format!(
                         "ferrepl: too many egress connections at once ({}); try again later",
-                        cfg.max_connections
+                        rules.max_connections
                     ),
                 );
                 refusal.log(None, &peer);
@@ -158,12 +162,12 @@ impl Gate {
 }
 
 /// Serves one client connection: one request, then its tunnel or response.
-async fn handle<S>(mut client: S, cfg: &EgressConfig, peer: &str)
+async fn handle<S>(mut client: S, rules: &EgressConfig, peer: &str)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let mut host = None;
-    let result = serve_one(&mut client, cfg, peer, &mut host).await;
+    let result = serve_one(&mut client, rules, peer, &mut host).await;
     if let Err(refusal) = result {
         refusal.log(host.as_ref(), peer);
         refusal.send(client).await;
@@ -172,14 +176,14 @@ where
 
 async fn serve_one<S>(
     client: &mut S,
-    cfg: &EgressConfig,
+    rules: &EgressConfig,
     peer: &str,
     host_out: &mut Option<Host>,
 ) -> Result<(), Refusal>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let Some((buf, head)) = request::read_head(client, cfg).await? else {
+    let Some((buf, head)) = request::read_head(client, rules).await? else {
         tracing::debug!(peer = %peer, "egress: client closed before a request");
         return Ok(());
     };
@@ -189,21 +193,22 @@ where
         Plan::Http { host, port, .. } => (host.clone(), *port),
     };
     *host_out = Some(host.clone());
-    upstream::authorize(cfg, &host, port)?;
-    let upstream = upstream::connect(cfg, &host, port).await?;
+    upstream::authorize(rules, &host, port)?;
+    let upstream = upstream::connect(rules, &host, port).await?;
     // What the client sent after the head: tunnel bytes or the body.
     let leftover = &buf[head.len..];
     match plan {
         #[cfg(target_os = "linux")]
         Plan::Connect { .. }
-            if let Some(interceptor) = cfg.intercept.as_ref().filter(|i| i.covers(&host, port)) =>
+            if let Some(interceptor) =
+                rules.intercept.as_ref().filter(|i| i.covers(&host, port)) =>
         {
             tracing::debug!(peer = %peer, "egress: CONNECT {host}:{port}, credentials added");
-            intercepted(client, upstream, leftover, interceptor, &host, port, cfg).await;
+            intercepted(client, upstream, leftover, interceptor, &host, port, rules).await;
         }
         Plan::Connect { .. } => {
             tracing::debug!(peer = %peer, "egress: CONNECT {host}:{port}");
-            tunnel(client, upstream, leftover, cfg).await;
+            tunnel(client, upstream, leftover, rules).await;
         }
         Plan::Http {
             head: out_head,
@@ -211,14 +216,14 @@ where
             ..
         } => {
             tracing::debug!(peer = %peer, "egress: {} http://{host}:{port}", head.method);
-            forward(client, upstream, &out_head, leftover, body_len, cfg).await;
+            forward(client, upstream, &out_head, leftover, body_len, rules).await;
         }
     }
     Ok(())
 }
 
 /// CONNECT: answers 200, sends what already followed the head, and relays.
-async fn tunnel<S>(client: &mut S, mut upstream: TcpStream, leftover: &[u8], cfg: &EgressConfig)
+async fn tunnel<S>(client: &mut S, mut upstream: TcpStream, leftover: &[u8], rules: &EgressConfig)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -232,11 +237,11 @@ where
         }
         io::Result::Ok(())
     };
-    if timeout(cfg.idle_timeout, ready)
+    if timeout(rules.idle_timeout, ready)
         .await
         .is_ok_and(|r| r.is_ok())
     {
-        relay::relay(client, upstream, None, cfg.idle_timeout).await;
+        relay::relay(client, upstream, None, rules.idle_timeout).await;
     }
 }
 
@@ -250,7 +255,7 @@ async fn intercepted<S>(
     interceptor: &super::Interceptor,
     host: &Host,
     port: u16,
-    cfg: &EgressConfig,
+    rules: &EgressConfig,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -261,7 +266,7 @@ async fn intercepted<S>(
             .await?;
         client.flush().await
     };
-    if !timeout(cfg.idle_timeout, ready)
+    if !timeout(rules.idle_timeout, ready)
         .await
         .is_ok_and(|r| r.is_ok())
     {
@@ -273,13 +278,13 @@ async fn intercepted<S>(
     let stream = tokio::io::join(read, write);
     let reconnect = || -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<TcpStream, String>> + Send + '_>> {
         Box::pin(async move {
-            upstream::connect(cfg, host, port)
+            upstream::connect(rules, host, port)
                 .await
                 .map_err(|r| r.message().to_string())
         })
     };
     if let Err(e) = interceptor
-        .serve(stream, upstream, &reconnect, host, port, cfg)
+        .serve(stream, upstream, &reconnect, host, port, rules)
         .await
     {
         tracing::warn!("egress: {host}:{port} with credentials: {e:#}");
@@ -294,7 +299,7 @@ async fn forward<S>(
     out_head: &[u8],
     leftover: &[u8],
     body_len: u64,
-    cfg: &EgressConfig,
+    rules: &EgressConfig,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -306,12 +311,12 @@ async fn forward<S>(
         upstream.write_all(&leftover[..first]).await?;
         upstream.flush().await
     };
-    if timeout(cfg.idle_timeout, sent)
+    if timeout(rules.idle_timeout, sent)
         .await
         .is_ok_and(|r| r.is_ok())
     {
         let rest = body_len - first as u64;
-        relay::relay(client, upstream, Some(rest), cfg.idle_timeout).await;
+        relay::relay(client, upstream, Some(rest), rules.idle_timeout).await;
     }
 }
 

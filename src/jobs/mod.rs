@@ -111,7 +111,7 @@ pub struct JobSpec {
 type Install = (Arc<Job>, Vec<String>);
 
 pub struct JobManager {
-    cfg: JobConfig,
+    settings: JobConfig,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
     next_id: AtomicU64,
     /// The install job started last for each session (python_install), so a
@@ -120,9 +120,9 @@ pub struct JobManager {
 }
 
 impl JobManager {
-    pub fn new(cfg: JobConfig) -> Arc<Self> {
+    pub fn new(settings: JobConfig) -> Arc<Self> {
         Arc::new(Self {
-            cfg,
+            settings,
             jobs: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(1),
             installs: Mutex::new(BTreeMap::new()),
@@ -142,27 +142,27 @@ impl JobManager {
     /// Drops finished jobs past their retention.
     fn prune(&self) {
         let mut jobs = self.jobs();
-        let keep = self.cfg.keep_finished;
+        let keep = self.settings.keep_finished;
         jobs.retain(|_, j| j.lock().finished_at.is_none_or(|at| at.elapsed() < keep));
         let finished: Vec<u64> = jobs
             .iter()
             .filter(|(_, j)| j.lock().finished_at.is_some())
             .map(|(id, _)| *id)
             .collect();
-        if finished.len() > self.cfg.max_kept {
-            for id in &finished[..finished.len() - self.cfg.max_kept] {
+        if finished.len() > self.settings.max_kept {
+            for id in &finished[..finished.len() - self.settings.max_kept] {
                 jobs.remove(id);
             }
         }
     }
 
     pub fn start(&self, spec: JobSpec) -> Result<Arc<Job>, JobError> {
-        if let Some(gate) = &self.cfg.gate {
+        if let Some(gate) = &self.settings.gate {
             gate.admit_work()?;
         }
         self.prune();
         // The instance's job budget (--max-jobs) is the gate's.
-        let slot = match &self.cfg.gate {
+        let slot = match &self.settings.gate {
             Some(gate) => Some(gate.job_slot()?),
             None => None,
         };
@@ -170,13 +170,13 @@ impl JobManager {
         crate::sandbox::env::check(&spec.env)?;
         let cwd = self.job_cwd(spec.cwd.as_deref())?;
         let sink = LogSink {
-            dir: Arc::new(self.cfg.log_dir.join(format!("job-{n}"))),
-            budget: self.cfg.log_bytes,
+            dir: Arc::new(self.settings.log_dir.join(format!("job-{n}"))),
+            budget: self.settings.log_bytes,
         };
         let reader = spec.reader.unwrap_or("shell_output");
         let capture = Capture::new(
-            self.cfg.output_head_bytes,
-            self.cfg.output_tail_bytes,
+            self.settings.output_head_bytes,
+            self.settings.output_tail_bytes,
             reader,
         )
         .with_log(sink);
@@ -186,7 +186,7 @@ impl JobManager {
         self.jobs().insert(n, job.clone());
         // Revoked while it started: `end_all` may have passed before the
         // job was in the table.
-        if let Some(Err(refused)) = self.cfg.gate.as_ref().map(|g| g.check_revoked()) {
+        if let Some(Err(refused)) = self.settings.gate.as_ref().map(|g| g.check_revoked()) {
             job.kill_for(refused.to_string());
             return Err(refused.into());
         }
@@ -204,8 +204,8 @@ impl JobManager {
     /// inside the workspace, symbolic links resolved.
     fn job_cwd(&self, cwd: Option<&Path>) -> Result<PathBuf, JobError> {
         let cwd = match cwd {
-            Some(c) => crate::sandbox::paths::normalize(c, &self.cfg.workdir),
-            None => self.cfg.workdir.clone(),
+            Some(c) => crate::sandbox::paths::normalize(c, &self.settings.workdir),
+            None => self.settings.workdir.clone(),
         };
         let real = cwd.canonicalize().map_err(|_| {
             JobError::Invalid(format!(
@@ -213,14 +213,14 @@ impl JobManager {
                 cwd.display()
             ))
         })?;
-        if !real.is_dir() || !real.starts_with(&self.cfg.workdir) {
-            if !real.starts_with(&self.cfg.workdir) {
+        if !real.is_dir() || !real.starts_with(&self.settings.workdir) {
+            if !real.starts_with(&self.settings.workdir) {
                 crate::metrics::sandbox_refusal(crate::metrics::SandboxRefusal::Cwd);
             }
             return Err(JobError::Invalid(format!(
                 "cwd '{}' is not a directory inside the workspace {}; jobs start only there",
                 cwd.display(),
-                self.cfg.workdir.display()
+                self.settings.workdir.display()
             )));
         }
         Ok(real)
@@ -245,9 +245,9 @@ impl JobManager {
             args: &args,
             cwd,
             env: &job_env(spec),
-            sandbox: self.cfg.sandbox.as_deref(),
+            sandbox: self.settings.sandbox.as_deref(),
             inherit_env: false,
-            home: self.cfg.log_dir.join(format!("job-home-{n}")),
+            home: self.settings.log_dir.join(format!("job-home-{n}")),
             label: &format!("j{n}"),
             egress: spec.egress,
             extra_read: &spec.extra_read,
@@ -260,7 +260,7 @@ impl JobManager {
     pub async fn wait(&self, job: &Arc<Job>, wait: Duration) -> JobReport {
         let deadline = TokioInstant::now() + wait;
         let mut rx = job.changed.subscribe();
-        let grace = self.cfg.drain_grace;
+        let grace = self.settings.drain_grace;
         loop {
             rx.borrow_and_update();
             if job.done(grace) || TokioInstant::now() >= deadline {
@@ -432,19 +432,19 @@ impl JobManager {
     pub fn private_dir(&self, what: &str) -> PathBuf {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        self.cfg
+        self.settings
             .log_dir
             .join(format!("{what}-{n}-{}", std::process::id()))
     }
 
     /// Where jobs start: the workspace.
     pub fn workdir(&self) -> &std::path::Path {
-        &self.cfg.workdir
+        &self.settings.workdir
     }
 
     /// How package installers run.
     pub fn installer(&self) -> &crate::installer::InstallerSettings {
-        &self.cfg.installer
+        &self.settings.installer
     }
 
     /// The install job still running for `session`, if any, and the
@@ -464,7 +464,7 @@ impl JobManager {
 
     /// The job limits, for server_status.
     pub fn limits(&self) -> (usize, Duration) {
-        (self.cfg.max_running, self.cfg.keep_finished)
+        (self.settings.max_running, self.settings.keep_finished)
     }
 }
 

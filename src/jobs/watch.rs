@@ -18,7 +18,7 @@ const EVERY: Duration = Duration::from_millis(100);
 impl JobManager {
     /// Starts the watch; it ends with the manager.
     pub fn spawn_resource_watch(self: &Arc<Self>) {
-        let Some(sandbox) = self.cfg.sandbox.clone().filter(|s| s.enabled()) else {
+        let Some(sandbox) = self.settings.sandbox.clone().filter(|s| s.enabled()) else {
             return;
         };
         let (memory, processes) = (sandbox.memory_limit, sandbox.max_processes);

@@ -692,16 +692,16 @@ fn index_interceptor(
 /// An interpreter inside the workspace (a `.venv`) whose real binary lies in
 /// a place sessions may not read cannot start in the sandbox; nothing is
 /// widened for it (the agent can rewrite it), but the operator is told how.
-fn warn_unreadable_interpreter(cfg: &sandbox::SandboxConfig, python: &Path) {
-    if !python.starts_with(&cfg.workspace) {
+fn warn_unreadable_interpreter(sandbox_cfg: &sandbox::SandboxConfig, python: &Path) {
+    if !python.starts_with(&sandbox_cfg.workspace) {
         return;
     }
     let Ok(real) = python.canonicalize() else {
         return;
     };
-    let readable = real.starts_with(&cfg.workspace)
-        || cfg.read.iter().any(|r| real.starts_with(r))
-        || cfg.view.shows(&real);
+    let readable = real.starts_with(&sandbox_cfg.workspace)
+        || sandbox_cfg.read.iter().any(|r| real.starts_with(r))
+        || sandbox_cfg.view.shows(&real);
     if !readable {
         tracing::warn!(
             "the interpreter {} is {}, which is not in the sandbox's view; start ferrepl with --allow-python {} or --python PATH",

@@ -137,14 +137,15 @@ pub fn r_dirs(settings: &Settings, writable: &Writable) -> Vec<PathBuf> {
 /// The paths a process's view binds besides its own temporary directory:
 /// the system part, the operator's read and write paths, installers' CA
 /// bundle, the workspace.
-pub fn bound_paths(cfg: &sandbox::SandboxConfig) -> Vec<PathBuf> {
-    cfg.view
+pub fn bound_paths(sandbox_cfg: &sandbox::SandboxConfig) -> Vec<PathBuf> {
+    sandbox_cfg
+        .view
         .binds
         .iter()
-        .chain(&cfg.read)
-        .chain(&cfg.write)
-        .chain(&cfg.installer_read)
-        .chain(std::iter::once(&cfg.workspace))
+        .chain(&sandbox_cfg.read)
+        .chain(&sandbox_cfg.write)
+        .chain(&sandbox_cfg.installer_read)
+        .chain(std::iter::once(&sandbox_cfg.workspace))
         .cloned()
         .collect()
 }

@@ -39,13 +39,13 @@ pub(super) struct Head {
 /// head, or None when the client closed before completing a head.
 pub(super) async fn read_head<S>(
     client: &mut S,
-    cfg: &EgressConfig,
+    rules: &EgressConfig,
 ) -> Result<Option<(Vec<u8>, Head)>, Refusal>
 where
     S: AsyncRead + Unpin,
 {
-    let deadline = deadline_after(cfg.head_timeout);
-    let mut buf: Vec<u8> = Vec::with_capacity(cfg.max_head_bytes.min(8192));
+    let deadline = deadline_after(rules.head_timeout);
+    let mut buf: Vec<u8> = Vec::with_capacity(rules.max_head_bytes.min(8192));
     let mut chunk = [0u8; 4096];
     loop {
         if !buf.is_empty()
@@ -53,13 +53,13 @@ where
         {
             return Ok(Some((buf, head)));
         }
-        let room = cfg.max_head_bytes.saturating_sub(buf.len());
+        let room = rules.max_head_bytes.saturating_sub(buf.len());
         if room == 0 {
             return Err(Refusal::new(
                 431,
                 format!(
                     "ferrepl: the request head exceeds {} bytes",
-                    cfg.max_head_bytes
+                    rules.max_head_bytes
                 ),
             ));
         }
@@ -70,7 +70,7 @@ where
                     408,
                     format!(
                         "ferrepl: the request head did not arrive within {} ms",
-                        cfg.head_timeout.as_millis()
+                        rules.head_timeout.as_millis()
                     ),
                 ));
             }

@@ -10,17 +10,17 @@ use super::refusal::Refusal;
 use crate::egress::{EgressConfig, Host, forbidden_ip};
 use crate::metrics::EgressRefusal;
 
-pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
-    let (kind, message) = if !cfg.allows(host) {
-        let allowed = cfg.hosts_list();
+pub(super) fn authorize(rules: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
+    let (kind, message) = if !rules.allows(host) {
+        let allowed = rules.hosts_list();
         (
             EgressRefusal::Host,
             format!(
                 "ferrepl: egress to {host} is not allowed; allowed: {allowed}; the operator can add hosts with --allow-host-egress"
             ),
         )
-    } else if !cfg.allows_port(port) {
-        let allowed = cfg.ports_list();
+    } else if !rules.allows_port(port) {
+        let allowed = rules.ports_list();
         (
             EgressRefusal::Port,
             format!(
@@ -37,11 +37,11 @@ pub(super) fn authorize(cfg: &EgressConfig, host: &Host, port: u16) -> Result<()
 /// config allows that), and connects to the checked addresses in order
 /// within `connect_timeout` overall.
 pub(super) async fn connect(
-    cfg: &EgressConfig,
+    rules: &EgressConfig,
     host: &Host,
     port: u16,
 ) -> Result<TcpStream, Refusal> {
-    let deadline = deadline_after(cfg.connect_timeout);
+    let deadline = deadline_after(rules.connect_timeout);
     let addrs: Vec<SocketAddr> = match host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Host::Name(name) => {
@@ -68,7 +68,7 @@ pub(super) async fn connect(
             format!("ferrepl: cannot resolve {host}: no addresses"),
         ));
     }
-    if !cfg.allow_private
+    if !rules.allow_private
         && let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip()))
     {
         return Err(Refusal::forbidden(
