@@ -326,6 +326,62 @@ mod tests {
         assert!(up.within(&resolve(&real, dir.path())));
     }
 
+    /// Review (attack): a link whose target does not exist yet is
+    /// reached where it points once that target is made. An --allow-read
+    /// path that is a dangling link into the workspace lies in the
+    /// workspace: the agent makes the target (or a link there to any
+    /// directory) and the next launch binds it. Both the old rules
+    /// (canonicalize or the path itself) and `reached` stop at the
+    /// dangling link; FAILS today.
+    #[test]
+    fn a_dangling_link_into_a_writable_place_lies_in_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let ws = root.join("ws");
+        std::fs::create_dir(&ws).expect("mkdir");
+        let link = root.join("data");
+        std::os::unix::fs::symlink(ws.join("later"), &link).expect("symlink");
+        let mut places = Places::new(&ws);
+        places.add_readable("--allow-read", &link);
+        let read = &places.readable_places()[0];
+        assert!(
+            read.at.within(&places.workspace),
+            "{:?} reaches into the workspace once `later` is made",
+            read.at
+        );
+        assert!(
+            places.steered_bind(std::slice::from_ref(&link)).is_some(),
+            "a bind through a dangling link into the workspace is steerable"
+        );
+    }
+
+    /// Review: the named form (nothing folded) only matters where `..`
+    /// follows a name sessions could swap; the workspace itself is
+    /// canonical and sessions cannot replace it, so `ws/../x` is `x`. The
+    /// sandbox binds --allow-read/--allow-write as folded (`normalize`),
+    /// so an allowed path `<ws>/../data` (or `../data`, relative to the
+    /// workspace) is outside it; the old check_workspace (`normalize(p)
+    /// .starts_with(workdir)`) accepted it. FAILS today: refused as
+    /// "inside the workspace" with its folded path in the message.
+    #[test]
+    fn a_path_leaving_the_workspace_root_by_dotdot_is_outside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let ws = root.join("ws");
+        std::fs::create_dir_all(root.join("data")).expect("mkdir");
+        std::fs::create_dir(&ws).expect("mkdir");
+        let places = Places::new(&ws);
+        for named in [ws.join("../data"), PathBuf::from("../data")] {
+            let at = resolve(&named, &ws);
+            assert_eq!(at.given, root.join("data"));
+            assert!(
+                !at.within(&places.workspace),
+                "{named:?} is {:?}, outside the workspace",
+                at.given
+            );
+        }
+    }
+
     #[test]
     fn the_map_answers_for_every_kind_of_place() {
         let dir = tempfile::tempdir().expect("tempdir");

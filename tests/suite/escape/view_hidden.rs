@@ -370,3 +370,37 @@ async fn operator_files_inside_the_workspace_are_refused_at_start() {
         }
     }
 }
+
+/// Review (attack): an --allow-read or --allow-write path that is a link
+/// whose target, in the workspace, does not exist yet. Start-up resolves
+/// it only as far as it exists (the link itself), so it is neither "inside
+/// the workspace" nor a bind sessions could steer, and the server starts;
+/// then a job makes the target a link to any directory (`ln -s /srv/x
+/// later`) and every later launch binds that directory at the allowed
+/// path (open_tree and Landlock follow links): read as the sessions' uid,
+/// or written with --allow-write. Must be refused at start like a link
+/// whose target exists. FAILS today (and failed before the map of places:
+/// both rules canonicalized or kept the path as given).
+#[tokio::test]
+async fn an_allowed_path_that_is_a_dangling_link_into_the_workspace_is_refused() {
+    let ws = tempfile::tempdir().expect("workspace");
+    let outside = tempfile::tempdir().expect("outside");
+    let wsp = path_str(ws.path()).to_string();
+    let link = outside.path().join("data");
+    std::os::unix::fs::symlink(ws.path().join("later"), &link).expect("symlink");
+    for flag in ["--allow-read", "--allow-write"] {
+        let stderr = refused_start(&[
+            "--http",
+            "127.0.0.1:0",
+            "--workdir",
+            &wsp,
+            flag,
+            path_str(&link),
+        ])
+        .await;
+        assert!(
+            stderr.contains("workspace") && stderr.contains(path_str(&link)),
+            "{flag} through a dangling link into the workspace: {stderr}"
+        );
+    }
+}
