@@ -13,7 +13,7 @@
 //! file outside is one a session can replace, and a place reached through
 //! a link is the same place.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use super::paths::{Writable, normalize};
 use super::protected::Protected;
@@ -44,30 +44,70 @@ pub fn resolve(path: &Path, base: &Path) -> Resolved {
     Resolved { named, given, real }
 }
 
+/// Links a dangling chain may have before it is taken as it stands (the
+/// kernel's own limit on following links).
+const MAX_LINKS: usize = 40;
+
 /// `path` with its links resolved as far as it exists, the rest appended.
+/// A dangling link is followed too: whoever writes where it points can
+/// create its target later, and the kernel will follow it then.
 fn reached(path: &Path) -> PathBuf {
-    let mut missing = Vec::new();
+    let mut path = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        match existing_prefix(&path) {
+            Step::Done(real) => return real,
+            Step::Dangling(next) => path = next,
+        }
+    }
+    path
+}
+
+/// One step of `reached`.
+enum Step {
+    /// Resolved: the existing prefix canonical, the missing rest appended.
+    Done(PathBuf),
+    /// The path runs through a dangling link: the path with it replaced by
+    /// its target.
+    Dangling(PathBuf),
+}
+
+fn existing_prefix(path: &Path) -> Step {
+    let mut missing: Vec<std::ffi::OsString> = Vec::new();
     let mut at = path;
     loop {
         if let Ok(real) = at.canonicalize() {
-            return missing.iter().rev().fold(real, |p, name| p.join(name));
+            return Step::Done(missing.iter().rev().fold(real, |p, name| p.join(name)));
+        }
+        // A name that exists but does not resolve is a dangling link (or a
+        // loop): go on from where it points.
+        if let Ok(target) = std::fs::read_link(at) {
+            let base = at.parent().unwrap_or(Path::new("/"));
+            let next = normalize(&target, base);
+            return Step::Dangling(missing.iter().rev().fold(next, |p, name| p.join(name)));
         }
         match (at.parent(), at.file_name()) {
             (Some(parent), Some(name)) => {
                 missing.push(name.to_os_string());
                 at = parent;
             }
-            _ => return path.to_path_buf(),
+            _ => return Step::Done(path.to_path_buf()),
         }
     }
 }
 
 impl Resolved {
-    /// It lies in `place` (or is it), under any of their names.
+    /// It lies in `place` (or is it), under any of their names. As named,
+    /// only when it goes on inside the place: `w/sub/../x` passes through
+    /// `w/sub`, which whoever writes `w` can swap; `w/../x` leaves `w` by
+    /// the one name no session can change.
     pub fn within(&self, place: &Resolved) -> bool {
+        let inside = |p: &PathBuf, base: &PathBuf| {
+            p.strip_prefix(base)
+                .is_ok_and(|rest| !matches!(rest.components().next(), Some(Component::ParentDir)))
+        };
         [&self.named, &self.given, &self.real]
             .into_iter()
-            .any(|p| p.starts_with(&place.given) || p.starts_with(&place.real))
+            .any(|p| inside(p, &place.given) || inside(p, &place.real))
     }
 
     /// It is `place`, under any of their names.

@@ -383,7 +383,7 @@ fn prepare(server: Server<'_>, state: &RuntimeDir, items: &mut Vec<Item>) -> Opt
     let mut settings = server.settings.clone();
     let dir = &server.settings.workdir;
     // Doctor creates nothing: a --venv not made yet is made by the server
-    // at start, from the Python checked here instead.
+    // at start, from the Python checked here instead (`Instance::peek`).
     let absent = |v: &PathBuf| {
         !crate::sandbox::paths::normalize(v, dir)
             .join("bin/python")
@@ -396,7 +396,6 @@ fn prepare(server: Server<'_>, state: &RuntimeDir, items: &mut Vec<Item>) -> Opt
             venv.display()
         );
         items.push(item("venv", Warn, note));
-        settings.interpreters.venv = None;
     }
     // The stores' directory as the server would take it, checked without
     // creating it (a missing one is made at start).

@@ -128,7 +128,14 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         python.clone()
     };
     if let Some(dir) = settings.interpreters.venv.as_ref().map(abs) {
-        python = worker::python::ensure_venv(&dir, &base_python, &writable)?;
+        let made = dir.join("bin/python");
+        python = match peek {
+            // Doctor makes nothing: a venv not made yet would be made from
+            // the base interpreter, which is what it checks then.
+            true if made.is_file() => made,
+            true => base_python.clone(),
+            false => worker::python::ensure_venv(&dir, &base_python, &writable)?,
+        };
         source = worker::python::PythonSource::VenvFlag;
     }
     let plain = matches!(

@@ -46,14 +46,16 @@ pub fn add_own_and_hidden(
     runtime: &state::RuntimeDir,
     stores: Option<&Path>,
 ) {
+    // Read from the server's current directory, as named.
+    let read_at = |p: &std::path::PathBuf| std::path::absolute(p).unwrap_or_else(|_| p.clone());
     if let Some(tokens) = &settings.own_files.auth_token_file {
-        places.add_own("--auth-token-file", tokens);
+        places.add_own("--auth-token-file", &read_at(tokens));
     }
     if let Some(servers) = &settings.own_files.mcp_servers {
-        places.add_own("--mcp-servers", servers);
+        places.add_own("--mcp-servers", &read_at(servers));
     }
     if let Some(views) = &settings.own_files.viewer_tokens {
-        places.add_own("--viewer-tokens", views);
+        places.add_own("--viewer-tokens", &read_at(views));
     }
     places.add_own(
         "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)",
