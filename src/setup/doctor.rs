@@ -199,8 +199,19 @@ fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
                 settings: &settings,
                 tenants,
             };
-            report.sandbox = rt.block_on(sessions(opts, server, r, &mut report.items));
-            if let Some(servers) = rt.block_on(super::doctor_upstreams::servers_item(&settings)) {
+            let found = rt.block_on(sessions(opts, server, r, &mut report.items));
+            // What sessions can write as start-up settled it (the .venv
+            // found upward, the kept venvs), else as the flags name it.
+            let places = match found {
+                Some((sandbox, places)) => {
+                    report.sandbox = Some(sandbox);
+                    places
+                }
+                None => crate::startup::places::named(&settings),
+            };
+            let writable = places.writable();
+            let servers = super::doctor_upstreams::servers_item(&settings, &writable);
+            if let Some(servers) = rt.block_on(servers) {
                 report.items.push(servers);
             }
         }
@@ -276,13 +287,13 @@ fn given_as(flag: &str, var: &str, value: &Path) -> String {
 }
 
 /// The sandbox probe, then Python and R run as sessions run them; returns
-/// the server's description of its sandbox.
+/// the server's description of its sandbox and its map of places.
 async fn sessions(
     opts: &DoctorOptions,
     server: Server<'_>,
     r: Option<PathBuf>,
     items: &mut Vec<Item>,
-) -> Option<String> {
+) -> Option<(String, crate::sandbox::places::Places)> {
     let workdir = &server.settings.workdir;
     let named = &server.settings.interpreters.python;
     let (mut found, source) = crate::worker::python::resolve(named.as_deref(), workdir);
@@ -346,7 +357,7 @@ async fn sessions(
     let sb = &prepared.sandbox;
     if !sb.enabled() {
         items.push(item("sandbox", Warn, sb.active.clone()));
-        return Some(prepared.sandbox.active);
+        return Some((prepared.sandbox.active, prepared.places));
     }
     let cgroups = sb.cgroups.as_ref().map(|c| (c.has_memory(), c.has_pids()));
     // The test hook: what a kernel without Landlock reports (module header).
@@ -355,7 +366,7 @@ async fn sessions(
         false => probe::landlock_abi(),
     };
     items.extend(sandbox_items(&sb.active, sb.namespaces, cgroups, abi));
-    Some(prepared.sandbox.active)
+    Some((prepared.sandbox.active, prepared.places))
 }
 
 /// R: found, and its version when it runs in the sandbox.

@@ -11,11 +11,14 @@ use crate::upstream::UpstreamConfig;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// None when no servers file is configured.
-pub(super) async fn servers_item(settings: &Settings) -> Option<Item> {
+pub(super) async fn servers_item(
+    settings: &Settings,
+    writable: &crate::sandbox::paths::Writable,
+) -> Option<Item> {
     let path = settings.own_files.mcp_servers.as_ref()?;
     // As the server runs them: never from what sessions write.
     let rules = crate::upstream::SpawnRules {
-        writable: crate::startup::places::named(settings).writable(),
+        writable: writable.clone(),
         base_dir: std::path::absolute(path)
             .ok()
             .and_then(|p| p.canonicalize().ok())
