@@ -24,7 +24,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let tokens = TokenTable::from_config(&flags)?;
     drop(flags);
     // Refusals from the flags alone come before anything is started.
-    startup::preflight::check(&settings, &settings.workdir, &tokens)?;
+    startup::preflight::check(&settings, &tokens)?;
     let viewer_tokens = crate::viewer::check(&settings, &tokens)?;
     // Every secret ferrepl hands out, redacted from what its holders say
     // (the upstream servers add theirs when their file is read).
@@ -49,7 +49,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
     let log_dir = state_dir.path().to_path_buf();
     // Checked where it lies, then opened and checked, before the uid table
     // or a kept venv writes there.
-    startup::preflight::state_dir_place(&settings, &settings.workdir)?;
+    startup::preflight::state_dir_place(&settings)?;
     let kept_in = tenants::store::dir(&settings.stores)?;
     // A root server's sessions run as uids of their own (the uid boundary),
     // from the host's table.
@@ -60,7 +60,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         kept_venvs,
         sandbox,
         installer,
-        writable,
+        places,
     } = startup::prepare(
         &settings,
         startup::Instance {
@@ -88,7 +88,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             .flat_map(|c| c.secrets().iter().cloned())
             .chain(installer.unusable.iter().cloned()),
     );
-    let upstreams = upstream_servers(&settings, writable, secrets.clone())?;
+    let upstreams = upstream_servers(&settings, places.writable(), secrets.clone())?;
     let base = tenants::Base {
         tenant_disk: settings.tenant_disk,
         tenant_memory: settings.tenant_memory,
@@ -167,8 +167,7 @@ fn upstream_servers(
     // A reload checks the file's place again, as the start did.
     let place_settings = settings.clone();
     let place_check: crate::upstream::PlaceCheck = Box::new(move || {
-        startup::preflight::mcp_servers_place(&place_settings, &place_settings.workdir)
-            .map_err(|e| e.to_string())
+        startup::preflight::mcp_servers_place(&place_settings).map_err(|e| e.to_string())
     });
     let upstreams = crate::upstream::Upstreams::new(
         settings.own_files.mcp_servers.clone(),

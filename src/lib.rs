@@ -27,6 +27,7 @@ pub mod startup;
 pub mod state;
 pub mod store;
 pub mod tenants;
+pub mod test_hooks;
 pub mod units;
 pub mod upstream;
 pub mod viewer;

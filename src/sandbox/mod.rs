@@ -11,6 +11,7 @@ pub mod launcher;
 #[cfg(target_os = "linux")]
 mod namespaces;
 pub mod paths;
+pub mod places;
 #[cfg(target_os = "linux")]
 mod privileges;
 mod probe;

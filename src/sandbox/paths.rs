@@ -83,18 +83,16 @@ pub struct Writable(pub Vec<PathBuf>);
 impl Writable {
     /// Whether the agent could have written `path`, or a symlink on its way:
     /// it (as given, or resolved) lies in a writable place, or is relative.
+    /// Judged by the map of places' one rule (`places::resolve`).
     pub fn contains(&self, path: &Path) -> bool {
         if !path.is_absolute() {
             return true;
         }
-        let real = path.canonicalize().ok();
-        self.0.iter().any(|w| {
-            let w_real = w.canonicalize().unwrap_or_else(|_| w.clone());
-            [Some(path), real.as_deref()]
-                .into_iter()
-                .flatten()
-                .any(|p| p.starts_with(w) || p.starts_with(&w_real))
-        })
+        let root = Path::new("/");
+        let at = super::places::resolve(path, root);
+        self.0
+            .iter()
+            .any(|w| at.within(&super::places::resolve(w, root)))
     }
 
     /// `name` on PATH, skipping relative entries and entries sessions can

@@ -10,10 +10,9 @@
 //! that would refuse to start) fails it with exit code 1; the rest are
 //! warnings. `--version`'s text (`long_version`) lives here too.
 //!
-//! Test hook: `FERREPL_DOCTOR_FAKE_PROBE=no-landlock` makes doctor report a
-//! kernel without Landlock, so that what a user of such a machine reads is
-//! tested anywhere. Only doctor reads it; it changes what doctor reports,
-//! never the server's sandbox.
+//! Test hook (debug builds, `test_hooks.rs`): doctor can report a kernel
+//! without Landlock, so that what a user of such a machine reads is tested
+//! anywhere; it changes what doctor reports, never the server's sandbox.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -33,8 +32,6 @@ use crate::state::RuntimeDir;
 use crate::worker::python::PythonSource;
 use Status::{Good, Missing, Warn};
 
-/// The test hook (see the module header).
-pub const FAKE_PROBE_ENV: &str = "FERREPL_DOCTOR_FAKE_PROBE";
 /// How long Python may take to print its version.
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(5);
 /// R's front end is a shell script starting R: slower on a cold cache.
@@ -169,8 +166,8 @@ fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
         .as_ref()
         .map_err(|e| anyhow::anyhow!("{e:#}"))
         .and_then(|tokens| {
-            crate::startup::preflight::check_serving(&settings, &workdir, tokens)?;
-            crate::startup::preflight::state_dir_place(&settings, &workdir)
+            crate::startup::preflight::check_serving(&settings, tokens)?;
+            crate::startup::preflight::state_dir_place(&settings)
         });
     if let Err(e) = refused {
         let why = format!("the server would refuse to start: {e:#}");
@@ -203,9 +200,7 @@ fn check(inputs: DoctorInputs, opts: &DoctorOptions) -> Report {
                 tenants,
             };
             report.sandbox = rt.block_on(sessions(opts, server, r, &mut report.items));
-            if let Some(servers) =
-                rt.block_on(super::doctor_upstreams::servers_item(&settings, &workdir))
-            {
+            if let Some(servers) = rt.block_on(super::doctor_upstreams::servers_item(&settings)) {
                 report.items.push(servers);
             }
         }
@@ -355,9 +350,9 @@ async fn sessions(
     }
     let cgroups = sb.cgroups.as_ref().map(|c| (c.has_memory(), c.has_pids()));
     // The test hook: what a kernel without Landlock reports (module header).
-    let abi = match std::env::var(FAKE_PROBE_ENV) {
-        Ok(fake) if fake == "no-landlock" => Err(libc::ENOSYS),
-        _ => probe::landlock_abi(),
+    let abi = match crate::test_hooks::doctor_without_landlock() {
+        true => Err(libc::ENOSYS),
+        false => probe::landlock_abi(),
     };
     items.extend(sandbox_items(&sb.active, sb.namespaces, cgroups, abi));
     Some(prepared.sandbox.active)

@@ -11,15 +11,11 @@ use crate::upstream::UpstreamConfig;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// None when no servers file is configured.
-pub(super) async fn servers_item(settings: &Settings, workdir: &std::path::Path) -> Option<Item> {
+pub(super) async fn servers_item(settings: &Settings) -> Option<Item> {
     let path = settings.own_files.mcp_servers.as_ref()?;
     // As the server runs them: never from what sessions write.
-    let abs = |p: &std::path::PathBuf| crate::sandbox::paths::normalize(p, workdir);
-    let mut writable = vec![workdir.to_path_buf()];
-    writable.extend(settings.sandbox.allow_write.iter().map(abs));
-    writable.extend(settings.interpreters.venv.iter().map(abs));
     let rules = crate::upstream::SpawnRules {
-        writable: crate::sandbox::paths::Writable(writable),
+        writable: crate::startup::places::named(settings).writable(),
         base_dir: std::path::absolute(path)
             .ok()
             .and_then(|p| p.canonicalize().ok())

@@ -12,6 +12,7 @@ use crate::config::{self, settings::Settings};
 use crate::{egress, installer, sandbox, state, worker};
 
 mod identity;
+pub mod places;
 pub use identity::uid_table;
 pub mod preflight;
 mod view;
@@ -26,9 +27,10 @@ pub struct Prepared {
     pub kept_venvs: Option<KeptVenvs>,
     pub sandbox: sandbox::SandboxConfig,
     pub installer: installer::InstallerSettings,
-    /// What sessions can write (the workspace, --allow-write, venvs, the
-    /// kept venvs): upstream MCP servers never run from there.
-    pub writable: sandbox::paths::Writable,
+    /// The map of places as start-up settled it: what sessions can write
+    /// (the workspace, --allow-write, venvs, the kept venvs; upstream MCP
+    /// servers never run from there), read, never see; ferrepl's own files.
+    pub places: sandbox::places::Places,
 }
 
 /// The venvs kept in the state directory (`<root>/venvs/...`).
@@ -65,8 +67,12 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         uids: _,
         peek,
     } = instance;
+    // The map of places: what the flags name, ferrepl's own files and the
+    // private places; start-up adds what it discovers below.
+    let mut places = places::named(settings);
+    places::add_own_and_hidden(&mut places, settings, state_dir, kept_in);
     if tenants {
-        check_shared_places(settings, workdir, kept_in)?;
+        check_shared_places(&places, kept_in)?;
     }
     let (mut python, mut source) =
         worker::python::resolve(settings.interpreters.python.as_deref(), workdir);
@@ -76,21 +82,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         .parent()
         .and_then(Path::parent)
         .map(Path::to_path_buf);
-    // What sessions can write: nothing there is trusted or run by the
-    // server outside the sandbox.
-    let mut writable = sandbox::paths::Writable(vec![workdir.to_path_buf()]);
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
-    writable
-        .0
-        .extend(settings.sandbox.allow_write.iter().map(abs));
-    writable.0.extend(
-        settings
-            .interpreters
-            .allow_python
-            .iter()
-            .map(abs)
-            .filter(|p| p.join("pyvenv.cfg").is_file()),
-    );
     // The user's venv: --venv, the .venv found upward, or the one --python
     // lies in. Sessions only read it (a .pth there would run on the host);
     // installs go to a venv kept over it. The first two stay among the
@@ -103,7 +95,15 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
     {
         venvs.push(dir.to_path_buf());
     }
-    writable.0.extend(venvs.iter().cloned());
+    if settings.interpreters.venv.is_none() {
+        // The .venv found upward (--venv is on the map already).
+        for venv in &venvs {
+            places.add_writable("the .venv found upward", venv);
+        }
+    }
+    // What sessions can write: nothing there is trusted or run by the
+    // server outside the sandbox.
+    let writable = places.writable();
     if venvs.is_empty()
         && named_a_venv
         && let Some(dir) = named_venv
@@ -163,9 +163,10 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
             owner,
         )
         .with_context(|| format!("the sessions' venv in {}", kept.root.display()))?;
-        kept_dirs.push(dir.clone());
-        writable.0.push(dir);
+        places.add_writable("the sessions' kept venv", &dir);
+        kept_dirs.push(dir);
     }
+    let writable = places.writable();
     if tenants && python.starts_with(workdir) {
         anyhow::bail!(
             "the interpreter {} is inside --workdir, which holds the tenants' workspaces and is not in their sessions' view; give --python outside it",
@@ -179,11 +180,11 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         instance,
         (&python, &base_python),
         (&venvs, &kept_dirs),
-        &writable,
+        &mut places,
     )?;
     let (installer, proxy) = installer_settings(settings, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
-        guard_own_files(settings, &sandbox_cfg, instance, &writable)?;
+        guard_own_files(&places, &sandbox_cfg)?;
     }
     // Every refusal is behind us: only now does anything start.
     if let Some(proxy) = proxy {
@@ -197,14 +198,15 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         tracing::warn!("sandbox: {}", sandbox_cfg.active);
     }
     if let Some(kept) = &kept_venvs {
-        writable.0.push(kept.root.clone());
+        places.add_writable("the kept venvs", &kept.root);
     }
+    places.protected = sandbox_cfg.protected.clone();
     Ok(Prepared {
         python,
         kept_venvs,
         sandbox: sandbox_cfg,
         installer,
-        writable,
+        places,
     })
 }
 
@@ -216,31 +218,30 @@ fn sandbox_settings(
     instance: Instance<'_>,
     pythons: (&Path, &Path),
     (venvs, kept): (&[PathBuf], &[PathBuf]),
-    writable: &sandbox::paths::Writable,
+    places: &mut sandbox::places::Places,
 ) -> anyhow::Result<(sandbox::SandboxConfig, String)> {
     let workdir = settings.workdir.as_path();
     let (state_dir, kept_in) = (instance.runtime, instance.stores);
     let (tenants, uids) = (instance.tenants, instance.uids);
     let abs = |p: &PathBuf| sandbox::paths::normalize(p, workdir);
+    let writable = &places.writable();
     let access = Access::granted(settings, workdir, pythons, (venvs, kept), writable);
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .filter(|h| h.is_absolute() && h != Path::new("/"));
     let sys_view = sandbox::view::View::of_system();
-    let mut hidden = sandbox::paths::hidden_places(home.as_deref(), state_dir.root());
     // Private places an --allow-read/--allow-write path may not hold (the
     // stores and this instance's runtime directory are checked with
     // ferrepl's own files, with their own message).
-    view::check_allow_paths(settings, workdir, &hidden)?;
+    view::check_allow_paths(places)?;
     // The stored sessions of every workspace (one inside the workspace is
     // refused with ferrepl's own files).
     if let Some(dir) = kept_in.and_then(|d| d.canonicalize().ok())
         && !dir.starts_with(workdir)
-        && !hidden.iter().any(|h| dir.starts_with(h))
+        && places.hidden_held_by(&dir).is_none()
+        && !places.hidden().iter().any(|h| dir.starts_with(h))
     {
-        hidden.push(dir);
+        places.add_hidden(&dir);
     }
-    check_workspace(settings, workdir, &hidden)?;
+    check_workspace(settings, places)?;
+    let hidden = places.hidden();
     let mut read = access.read;
     read.extend(view::path_entries(
         &std::env::var_os("PATH").unwrap_or_default(),
@@ -366,25 +367,16 @@ fn protected_places(
 /// anything sessions can write or read; and no bound path may lie inside
 /// another place sessions can write.
 fn guard_own_files(
-    settings: &Settings,
+    places: &sandbox::places::Places,
     sandbox_cfg: &sandbox::SandboxConfig,
-    instance: Instance<'_>,
-    writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<()> {
-    let files = view::own_files(settings, instance.runtime, instance.stores);
-    let allow_read: Vec<PathBuf> = settings
-        .sandbox
-        .allow_read
-        .iter()
-        .map(|p| sandbox::paths::normalize(p, &sandbox_cfg.workspace))
-        .collect();
-    view::check_own_files(&files, writable, &allow_read)?;
+    view::check_own_files(places)?;
     let mut nested = view::bound_paths(sandbox_cfg);
     nested.extend(sandbox_cfg.devices.iter().cloned());
-    view::check_nesting(&nested, writable)?;
+    view::check_nesting(places, &nested)?;
     // A cover would be a mount over one name, which a rename on the host
     // (a rotated tokens file, a Kubernetes Secret's new version) undoes.
-    view::refuse_bound(&files, &view::bound_paths(sandbox_cfg))
+    view::refuse_bound(places, &view::bound_paths(sandbox_cfg))
 }
 
 /// What sessions may read and write beyond the system and the workspace,
@@ -456,61 +448,53 @@ impl Access {
 /// could change what another runs or reads), and the stores must not lie
 /// in a tenant's workspace.
 fn check_shared_places(
-    settings: &Settings,
-    workdir: &Path,
+    places: &sandbox::places::Places,
     kept_in: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let shared_venv = settings.interpreters.allow_python.iter().any(|p| {
-        sandbox::paths::normalize(p, workdir)
-            .join("pyvenv.cfg")
-            .is_file()
-    });
-    if settings.interpreters.venv.is_some()
-        || !settings.sandbox.allow_write.is_empty()
-        || shared_venv
-    {
+    // Everything writable but the workspace (whose subdirectories are the
+    // tenants' own): --allow-write, --venv, venvs in --allow-python.
+    if places.writable_places().len() > 1 {
         anyhow::bail!(
             "--allow-write would be writable by every tenant (one could change what another runs), and --venv and venvs in --allow-python are not shared between tenants either; with tenants, each keeps its venvs in its own workspace (python_install, python_sessions create venv=...), and shared interpreters are given read-only with --python or --allow-python DIR"
         );
     }
-    if let Some(stores) = kept_in.and_then(|d| d.canonicalize().ok())
-        && stores.starts_with(workdir)
+    let workspace = &places.workspace;
+    if let Some(stores) = kept_in.map(|d| sandbox::places::resolve(d, d))
+        && stores.within(workspace)
     {
         // <workdir>/<name> would be tenant <name>'s workspace.
         anyhow::bail!(
             "--state-dir {} is inside --workdir {}, where a tenant's workspace could be it; put the stores outside the workspaces",
-            stores.display(),
-            workdir.display()
+            stores.real.display(),
+            workspace.given.display()
         );
     }
     Ok(())
 }
 
-/// Refuses a workspace that holds a hidden place, and --allow-read or
+/// Refuses a workspace that holds a private place, and --allow-read or
 /// --allow-write paths inside the workspace.
-fn check_workspace(settings: &Settings, workdir: &Path, hidden: &[PathBuf]) -> anyhow::Result<()> {
+fn check_workspace(settings: &Settings, places: &sandbox::places::Places) -> anyhow::Result<()> {
+    let workdir = &places.workspace.given;
     if settings.sandbox.mode != sandbox::SandboxMode::Off
-        && let Some(h) = hidden
-            .iter()
-            .find(|h| h.starts_with(workdir) && *h != workdir)
+        && let Some(h) = places.hidden_in_workspace()
     {
         anyhow::bail!(
             "the workspace {} contains {}, which sessions must not see (a home, a temporary or runtime directory, or ferrepl's own state); pick a narrower --workdir, or set XDG_RUNTIME_DIR/TMPDIR elsewhere",
             workdir.display(),
-            h.display()
+            h.real.display()
         );
     }
-    for p in settings
-        .sandbox
-        .allow_read
+    let named = places
+        .writable_places()
         .iter()
-        .chain(&settings.sandbox.allow_write)
-        .map(|p| sandbox::paths::normalize(p, workdir))
-    {
-        if p.starts_with(workdir) {
+        .chain(places.readable_places())
+        .filter(|p| matches!(p.what, "--allow-write" | "--allow-read"));
+    for place in named {
+        if place.at.within(&places.workspace) {
             anyhow::bail!(
                 "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",
-                p.display()
+                place.at.given.display()
             );
         }
     }

@@ -12,8 +12,8 @@ use crate::config::tokens::TokenTable;
 
 /// Every check of the flags that needs nothing but the flags, the tokens
 /// and the (canonical) workspace.
-pub fn check(settings: &Settings, workdir: &Path, tokens: &TokenTable) -> anyhow::Result<()> {
-    check_serving(settings, workdir, tokens)?;
+pub fn check(settings: &Settings, tokens: &TokenTable) -> anyhow::Result<()> {
+    check_serving(settings, tokens)?;
     if let Some(python) = &settings.interpreters.python {
         named_python(python)?;
     }
@@ -23,11 +23,8 @@ pub fn check(settings: &Settings, workdir: &Path, tokens: &TokenTable) -> anyhow
 /// The checks but the interpreter's (which `doctor` reports on its own):
 /// tenants need HTTP, HTTP off loopback needs a token, `--venv` must be a
 /// venv or a place to make one, the workspace is no home directory.
-pub fn check_serving(
-    settings: &Settings,
-    workdir: &Path,
-    tokens: &TokenTable,
-) -> anyhow::Result<()> {
+pub fn check_serving(settings: &Settings, tokens: &TokenTable) -> anyhow::Result<()> {
+    let workdir = settings.workdir.as_path();
     home_workspace(settings, workdir)?;
     if tokens.has_tenants() && settings.serving.http.is_none() {
         anyhow::bail!(
@@ -40,8 +37,8 @@ pub fn check_serving(
     if let Some(venv) = &settings.interpreters.venv {
         crate::worker::python::check_venv_dir(&crate::sandbox::paths::normalize(venv, workdir))?;
     }
-    mcp_servers_place(settings, workdir)?;
-    viewer_tokens_place(settings, workdir)?;
+    mcp_servers_place(settings)?;
+    viewer_tokens_place(settings)?;
     if let Some(file) = &settings.own_files.mcp_servers {
         crate::upstream::UpstreamConfig::read(file)
             .map_err(|e| anyhow::anyhow!("--mcp-servers {e}"))?;
@@ -124,11 +121,11 @@ pub fn passwd_homes(text: &str) -> Vec<PathBuf> {
 /// outside everything sessions write or read: the workspace (so also a
 /// workspace holding it, `--workdir ~`), `--allow-write`, `--allow-read`,
 /// `--venv`. Judged with links resolved, before anything is created there.
-pub fn state_dir_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+pub fn state_dir_place(settings: &Settings) -> anyhow::Result<()> {
     let Some(dir) = settings.stores.dir() else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(settings, workdir, dir, false) {
+    if let Some((what, place)) = reachable_by_sessions(settings, dir, false) {
         anyhow::bail!(
             "the state directory {} (the stores, --state-dir, default ~/.local/state/ferrepl) lies inside {what} {}, which sessions can reach; keep ferrepl's own files outside the workspace: pass --state-dir elsewhere (or --resume off), or choose another --workdir",
             dir.display(),
@@ -140,11 +137,11 @@ pub fn state_dir_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()
 
 /// The `--mcp-servers` file holds the upstreams' tokens: it must lie where
 /// no session can read it.
-pub fn mcp_servers_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+pub fn mcp_servers_place(settings: &Settings) -> anyhow::Result<()> {
     let Some(file) = &settings.own_files.mcp_servers else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(settings, workdir, file, true) {
+    if let Some((what, place)) = reachable_by_sessions(settings, file, true) {
         anyhow::bail!(
             "--mcp-servers {} lies inside {what} {}, which sessions can read, and it may hold the servers' tokens: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
             file.display(),
@@ -156,7 +153,7 @@ pub fn mcp_servers_place(settings: &Settings, workdir: &Path) -> anyhow::Result<
 
 /// The `--viewer-tokens` file logs a browser in to a tenant's sessions: no
 /// session may read it (another tenant's agent would read its way in).
-pub fn viewer_tokens_place(settings: &Settings, workdir: &Path) -> anyhow::Result<()> {
+pub fn viewer_tokens_place(settings: &Settings) -> anyhow::Result<()> {
     let Some(file) = settings
         .viewer
         .tokens
@@ -165,7 +162,7 @@ pub fn viewer_tokens_place(settings: &Settings, workdir: &Path) -> anyhow::Resul
     else {
         return Ok(());
     };
-    if let Some((what, place)) = reachable_by_sessions(settings, workdir, file, true) {
+    if let Some((what, place)) = reachable_by_sessions(settings, file, true) {
         anyhow::bail!(
             "--viewer-tokens {} lies inside {what} {}, which sessions can read: move it elsewhere (e.g. /etc/ferrepl or ~/.config/ferrepl)",
             file.display(),
@@ -175,71 +172,26 @@ pub fn viewer_tokens_place(settings: &Settings, workdir: &Path) -> anyhow::Resul
     Ok(())
 }
 
-/// The place sessions can see that holds `path` (links resolved): the
-/// workspace, the named extra places, and with `system` the system
-/// directories every session's view has.
+/// The place sessions can see that holds `path` (links resolved): one the
+/// map of places names (the workspace, --allow-write, --venv, venvs in
+/// --allow-python, --allow-read), and with `system` the system directories
+/// every session's view has.
 fn reachable_by_sessions(
     settings: &Settings,
-    workdir: &Path,
     path: &Path,
     system: bool,
 ) -> Option<(&'static str, std::path::PathBuf)> {
-    // As given and with its links resolved: a link in the workspace to a
-    // file outside is one a session can replace.
-    let given = crate::sandbox::paths::normalize(path, workdir);
-    let target = resolved(path);
-    let abs = |p: &std::path::PathBuf| resolved(&crate::sandbox::paths::normalize(p, workdir));
-    let mut places = vec![("the workspace (--workdir)", resolved(workdir))];
-    places.extend(
-        settings
-            .sandbox
-            .allow_write
-            .iter()
-            .map(|p| ("--allow-write", abs(p))),
-    );
-    places.extend(
-        settings
-            .sandbox
-            .allow_read
-            .iter()
-            .map(|p| ("--allow-read", abs(p))),
-    );
-    places.extend(
-        settings
-            .interpreters
-            .venv
-            .iter()
-            .map(|p| ("--venv", abs(p))),
-    );
-    if system {
-        places.extend(
-            crate::sandbox::view::SYSTEM_DIRS
-                .iter()
-                .map(|d| ("a system directory", resolved(Path::new(d)))),
-        );
+    let places = super::places::named(settings);
+    if let Some(place) = places.reachable_holding(path) {
+        return Some((place.what, place.at.real.clone()));
     }
-    places
-        .into_iter()
-        .find(|(_, place)| target.starts_with(place) || given.starts_with(place))
-}
-
-/// `path` with its links resolved as far as it exists, the rest appended.
-fn resolved(path: &Path) -> std::path::PathBuf {
-    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut missing = Vec::new();
-    let mut at = path.as_path();
-    loop {
-        if let Ok(real) = at.canonicalize() {
-            return missing.iter().rev().fold(real, |p, name| p.join(name));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_os_string());
-                at = parent;
-            }
-            _ => return path,
-        }
-    }
+    let at = crate::sandbox::places::resolve(path, &settings.workdir);
+    crate::sandbox::view::SYSTEM_DIRS
+        .iter()
+        .filter(|_| system)
+        .map(|d| crate::sandbox::places::resolve(Path::new(d), Path::new("/")))
+        .find(|dir| at.within(dir))
+        .map(|dir| ("a system directory", dir.real))
 }
 
 /// A non-loopback `--http` without a token would let anyone on the network

@@ -1,96 +1,29 @@
 //! Start-up decisions about the sandbox's view beyond the system
-//! allow-list: which PATH entries and R directories it shows, and where
-//! ferrepl's own files (tokens, runtime state, stores) stand against it:
-//! refused inside anything sessions can write or read, under any alias.
+//! allow-list: which PATH entries and R directories it shows, and the
+//! refusals of the map of places (`sandbox::places`) about it: ferrepl's
+//! own files (tokens, runtime state, stores) inside anything sessions can
+//! write or read, under any alias; allowed paths holding private places;
+//! binds sessions could steer.
 
 use std::path::{Path, PathBuf};
 
 use crate::config::settings::Settings;
 use crate::sandbox::paths::Writable;
+use crate::sandbox::places::Places;
 use crate::sandbox::view::View;
-use crate::{sandbox, state, worker};
-
-/// A file or directory ferrepl reads or writes for itself.
-#[derive(Debug, Clone)]
-pub struct OwnFile {
-    /// What names it, for messages.
-    pub flag: &'static str,
-    /// As given.
-    pub path: PathBuf,
-    /// Resolved.
-    pub real: PathBuf,
-}
-
-fn real(p: &Path) -> PathBuf {
-    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// The tokens files (the server's, the viewer's), the MCP servers file,
-/// the runtime state (logs, policies, homes, the egress socket) and the
-/// stores.
-pub fn own_files(
-    settings: &Settings,
-    state_dir: &state::RuntimeDir,
-    kept_in: Option<&Path>,
-) -> Vec<OwnFile> {
-    let mut files = Vec::new();
-    let mut add = |flag, path: &Path| {
-        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        files.push(OwnFile {
-            flag,
-            real: real(&path),
-            path,
-        })
-    };
-    if let Some(tokens) = &settings.own_files.auth_token_file {
-        add("--auth-token-file", tokens);
-    }
-    if let Some(servers) = &settings.own_files.mcp_servers {
-        add("--mcp-servers", servers);
-    }
-    if let Some(views) = settings
-        .viewer
-        .tokens
-        .as_ref()
-        .filter(|_| settings.viewer.addr.is_some())
-    {
-        add("--viewer-tokens", views);
-    }
-    add(
-        "ferrepl's runtime directory (in XDG_RUNTIME_DIR or TMPDIR)",
-        state_dir.root(),
-    );
-    if let Some(stores) = kept_in {
-        add(
-            "the stores (--state-dir, default ~/.local/state/ferrepl; --resume off keeps none)",
-            stores,
-        );
-    }
-    files
-}
+use crate::{sandbox, worker};
 
 /// Refuses a file of ferrepl's inside a place sessions can write (the
 /// workspace, --allow-write, venvs: they could also swap it for a symlink),
 /// as given or resolved, or inside an --allow-read path.
-pub fn check_own_files(
-    files: &[OwnFile],
-    writable: &Writable,
-    allow_read: &[PathBuf],
-) -> anyhow::Result<()> {
-    for file in files {
-        let place = writable
-            .0
-            .iter()
-            .chain(allow_read)
-            .find(|w| Writable(vec![w.to_path_buf()]).contains(&file.path));
-        if let Some(place) = place {
-            anyhow::bail!(
-                "{} {} lies inside {}, which sessions can read; keep ferrepl's own files outside the workspace and the --allow-read/--allow-write/--venv paths",
-                file.flag,
-                file.path.display(),
-                place.display()
-            );
-        }
+pub fn check_own_files(places: &Places) -> anyhow::Result<()> {
+    if let Some((file, place)) = places.own_file_reached() {
+        anyhow::bail!(
+            "{} {} lies inside {}, which sessions can read; keep ferrepl's own files outside the workspace and the --allow-read/--allow-write/--venv paths",
+            file.what,
+            file.at.given.display(),
+            place.at.given.display()
+        );
     }
     Ok(())
 }
@@ -98,27 +31,18 @@ pub fn check_own_files(
 /// Refuses an --allow-read/--allow-write path that holds a private place
 /// (a home, `/tmp`, `/run`: other programs' files and sockets, another
 /// ferrepl's runtime directory): name narrower paths.
-pub fn check_allow_paths(
-    settings: &Settings,
-    workdir: &Path,
-    private: &[PathBuf],
-) -> anyhow::Result<()> {
-    for p in settings
-        .sandbox
-        .allow_read
+pub fn check_allow_paths(places: &Places) -> anyhow::Result<()> {
+    let named = places
+        .writable_places()
         .iter()
-        .chain(&settings.sandbox.allow_write)
-    {
-        let p = sandbox::paths::normalize(p, workdir);
-        let p_real = real(&p);
-        if let Some(h) = private
-            .iter()
-            .find(|h| h.starts_with(&p) || h.starts_with(&p_real))
-        {
+        .chain(places.readable_places())
+        .filter(|p| matches!(p.what, "--allow-write" | "--allow-read"));
+    for place in named {
+        if let Some(h) = places.hidden_held_by(&place.at.given) {
             anyhow::bail!(
                 "--allow-read/--allow-write {} holds {}, a private place (a home, a temporary or runtime directory, ferrepl's state) sessions must not see; name narrower paths",
-                p.display(),
-                h.display()
+                place.at.given.display(),
+                h.real.display()
             );
         }
     }
@@ -129,58 +53,28 @@ pub fn check_allow_paths(
 /// another place they can write, or reached through a directory that
 /// resolves into one (they could swap it, or a symlink on its way, before
 /// the next process is launched: binds are resolved at every launch).
-pub fn check_nesting(binds: &[PathBuf], writable: &Writable) -> anyhow::Result<()> {
-    let places: Vec<(&PathBuf, PathBuf)> = writable.0.iter().map(|w| (w, real(w))).collect();
-    for bind in binds {
-        let steered = bind.ancestors().find_map(|a| {
-            let a_real = real(a);
-            places.iter().find_map(|(w, w_real)| {
-                let within = a.starts_with(w) || a_real.starts_with(w_real);
-                // The bind may be a writable place itself (a venv).
-                let itself = a == bind && (a == *w || a_real == *w_real);
-                (within && !itself).then_some(*w)
-            })
-        });
-        if let Some(w) = steered {
-            anyhow::bail!(
-                "{} lies in or is reached through {}, which sessions can write (and could swap for a symlink); give paths outside the workspace, --allow-write and venv paths",
-                bind.display(),
-                w.display()
-            );
-        }
+pub fn check_nesting(places: &Places, binds: &[PathBuf]) -> anyhow::Result<()> {
+    if let Some((bind, w)) = places.steered_bind(binds) {
+        anyhow::bail!(
+            "{} lies in or is reached through {}, which sessions can write (and could swap for a symlink); give paths outside the workspace, --allow-write and venv paths",
+            bind.display(),
+            w.at.given.display()
+        );
     }
     Ok(())
-}
-
-/// Where ferrepl's own files lie inside a bound path: under the path as
-/// bound and under its resolved form.
-fn inside_binds(file: &OwnFile, binds: &[PathBuf]) -> Option<PathBuf> {
-    binds.iter().find_map(|bind| {
-        let bind_real = real(bind);
-        [
-            (&bind_real, &file.real),
-            (bind, &file.real),
-            (bind, &file.path),
-        ]
-        .into_iter()
-        .any(|(base, of)| of.starts_with(base))
-        .then(|| bind.clone())
-    })
 }
 
 /// Refuses a file of ferrepl's inside any bound path (a cover could not
 /// keep it: Landlock cannot carve a hole, and a mount over one name is
 /// undone when the host renames a new file over it).
-pub fn refuse_bound(files: &[OwnFile], binds: &[PathBuf]) -> anyhow::Result<()> {
-    for file in files {
-        if let Some(place) = inside_binds(file, binds) {
-            anyhow::bail!(
-                "{} {} lies inside {}, which sessions can read; move it outside the paths sessions see (docs/security.md lists them)",
-                file.flag,
-                file.path.display(),
-                place.display()
-            );
-        }
+pub fn refuse_bound(places: &Places, binds: &[PathBuf]) -> anyhow::Result<()> {
+    if let Some((file, place)) = places.own_file_bound(binds) {
+        anyhow::bail!(
+            "{} {} lies inside {}, which sessions can read; move it outside the paths sessions see (docs/security.md lists them)",
+            file.what,
+            file.at.given.display(),
+            place.display()
+        );
     }
     Ok(())
 }
@@ -295,14 +189,6 @@ mod tests {
         assert_eq!(shown, vec![base.join("opt/tool"), lib_bin]);
     }
 
-    fn own(flag: &'static str, path: &Path) -> OwnFile {
-        OwnFile {
-            flag,
-            path: path.to_path_buf(),
-            real: real(path),
-        }
-    }
-
     #[test]
     fn own_files_are_refused_where_sessions_write_or_read_under_every_alias() {
         let root = tempfile::tempdir().expect("tempdir");
@@ -313,48 +199,40 @@ mod tests {
         std::fs::write(tools.join("etc/tokens"), "t x\n").expect("write");
         // A tokens file reached through a symlink in the workspace.
         std::os::unix::fs::symlink(tools.join("etc/tokens"), ws.join("tokens")).expect("ln");
-        let writable = Writable(vec![ws.clone()]);
-        let err = check_own_files(
-            &[own("--auth-token-file", &ws.join("tokens"))],
-            &writable,
-            &[],
-        )
-        .expect_err("a tokens file through the workspace");
+        let mut through_ws = Places::new(&ws);
+        through_ws.add_own("--auth-token-file", &ws.join("tokens"));
+        let err = check_own_files(&through_ws).expect_err("a tokens file through the workspace");
         assert!(err.to_string().contains("--auth-token-file"), "{err}");
-        let tokens = own("--auth-token-file", &tools.join("etc/tokens"));
-        check_own_files(std::slice::from_ref(&tokens), &writable, &[]).expect("outside");
-        assert!(
-            check_own_files(
-                std::slice::from_ref(&tokens),
-                &Writable(vec![]),
-                std::slice::from_ref(&tools)
-            )
-            .is_err()
-        );
+        let mut outside = Places::new(&ws);
+        outside.add_own("--auth-token-file", &tools.join("etc/tokens"));
+        check_own_files(&outside).expect("outside");
+        let mut read = outside.clone();
+        read.add_readable("--allow-read", &tools);
+        assert!(check_own_files(&read).is_err());
 
         let alias = base.join("alias");
         std::os::unix::fs::symlink(&tools, &alias).expect("ln");
         for bind in [&alias, &tools] {
-            let err = refuse_bound(std::slice::from_ref(&tokens), std::slice::from_ref(bind))
+            let err = refuse_bound(&outside, std::slice::from_ref(bind))
                 .expect_err("inside a bound path, under any alias");
             assert!(err.to_string().contains("which sessions can read"), "{err}");
         }
-        refuse_bound(std::slice::from_ref(&tokens), &[base.join("ws")]).expect("elsewhere");
+        refuse_bound(&outside, &[base.join("ws")]).expect("elsewhere");
     }
 
     #[test]
     fn a_bind_inside_a_writable_place_is_refused() {
         let root = tempfile::tempdir().expect("tempdir");
         let w = root.path().join("w");
-        let writable = Writable(vec![w.clone()]);
-        assert!(check_nesting(&[w.join("venv")], &writable).is_err());
-        check_nesting(&[w.clone(), root.path().join("other")], &writable)
+        let places = Places::new(&w);
+        assert!(check_nesting(&places, &[w.join("venv")]).is_err());
+        check_nesting(&places, &[w.clone(), root.path().join("other")])
             .expect("itself and outside");
         // Reached through a symlink that resolves into the writable place.
         std::fs::create_dir_all(w.join("d")).expect("mkdir");
         let link = root.path().join("link");
         std::os::unix::fs::symlink(w.join("d"), &link).expect("ln");
-        assert!(check_nesting(&[link.join("sub")], &writable).is_err());
-        assert!(check_nesting(std::slice::from_ref(&link), &writable).is_err());
+        assert!(check_nesting(&places, &[link.join("sub")]).is_err());
+        assert!(check_nesting(&places, std::slice::from_ref(&link)).is_err());
     }
 }

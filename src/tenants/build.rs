@@ -100,13 +100,8 @@ impl Base {
                 &format!("this tenant's own uid {}", id.uid),
             );
         }
-        // Tests only (debug builds): a path in every tenant's view, to show
-        // that uids still keep tenants apart where a view would not.
-        #[cfg(debug_assertions)]
-        if let (Tenant::Named(_), Some(extra)) =
-            (tenant, std::env::var_os("FERREPL_TEST_TENANT_EXTRA_READ"))
-        {
-            sandbox.read.push(PathBuf::from(extra));
+        if let (Tenant::Named(_), Some(extra)) = (tenant, crate::test_hooks::tenant_extra_read()) {
+            sandbox.read.push(extra);
         }
         let mut cgroup = None;
         if let (Tenant::Named(name), Some(root)) = (tenant, &self.sandbox.cgroups) {

@@ -21,6 +21,7 @@
 
 mod support;
 
+mod architecture;
 mod arg_fuzz;
 mod branching;
 mod checkpoints;
