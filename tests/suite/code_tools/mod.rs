@@ -844,6 +844,10 @@ async fn the_next_call_after_a_crash_starts_the_upstream_again() {
 /// Runs `openssl` with `args` in `dir`; it must succeed.
 // HTTP and https upstreams; reloads and rebuilds.
 mod lifecycle;
+// An upstream tool's progress as the cell's.
+mod progress;
+// The same calls from R.
+mod r;
 mod transports;
 
 /// A tool the server does not have is a `CallRefused` naming the tools
