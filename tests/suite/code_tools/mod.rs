@@ -841,7 +841,6 @@ async fn the_next_call_after_a_crash_starts_the_upstream_again() {
     assert_eq!(up.count("started"), 2, "{}", log_text(&up.log()));
 }
 
-/// Runs `openssl` with `args` in `dir`; it must succeed.
 // HTTP and https upstreams; reloads and rebuilds.
 mod lifecycle;
 // An upstream tool's progress as the cell's.
