@@ -147,9 +147,9 @@ fn policy_refusals_are_told_from_mistakes() {
 #[test]
 fn disk_usage_counts_only_a_vanished_entry_as_nothing() {
     use nix::errno::Errno;
-    assert!(super::linux::gone(Errno::ENOENT) && super::linux::gone(Errno::ENOTDIR));
+    assert!(super::linux::dirs::gone(Errno::ENOENT) && super::linux::dirs::gone(Errno::ENOTDIR));
     // A directory made unreadable must not hide what it holds.
-    assert!(!super::linux::gone(Errno::EACCES) && !super::linux::gone(Errno::EMFILE));
+    assert!(!super::linux::dirs::gone(Errno::EACCES) && !super::linux::dirs::gone(Errno::EMFILE));
 }
 
 /// A workspace whose built-in protected places are refused, and its root.

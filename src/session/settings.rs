@@ -99,7 +99,7 @@ pub(super) fn wait_window(requested: Option<f64>, default: Duration, max: Durati
 }
 
 #[cfg(test)]
-mod wait_window_tests {
+mod tests {
     use super::*;
 
     #[test]

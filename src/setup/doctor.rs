@@ -26,7 +26,9 @@ use crate::config::commands::DoctorInputs;
 use crate::config::settings::Settings;
 use crate::config::tokens::TokenTable;
 use crate::sandbox::SandboxConfig;
-use crate::setup::{approval, clients, install, probe};
+use crate::setup::doctor_clients::configured_clients;
+use crate::setup::doctor_sandbox::sandbox_items;
+use crate::setup::probe;
 use crate::startup::Prepared;
 use crate::state::RuntimeDir;
 use crate::worker::python::PythonSource;
@@ -40,11 +42,7 @@ const R_TIMEOUT: Duration = Duration::from_secs(10);
 const REACH_TIMEOUT: Duration = Duration::from_secs(3);
 /// The oldest Python the driver supports.
 const MIN_PYTHON: (u32, u32) = (3, 9);
-const NO_LANDLOCK: &str = "this kernel has no Landlock (Linux < 5.13 or lsm= without landlock): files outside the workspace are protected only by namespaces and permissions";
-const LANDLOCK_OFF: &str = "Landlock is built in but not enabled (add landlock to the lsm= boot parameter): files outside the workspace are protected only by namespaces and permissions";
-const CGROUPS_WATCH: &str = "no writable cgroup v1 memory or pids hierarchy (v2 is not used): limits are enforced by ferrepl's watch of process trees, not by the kernel";
 const NO_R: &str = "not found (optional: apt-get install r-base-core / brew install r)";
-const NO_CLIENT: &str = "none — run `ferrepl install --client claude-code` (or codex, cursor, vscode, gemini, claude-desktop)";
 
 /// The version text clap prints after the program's name: `0.1.0 (git
 /// 67c198b1, linux: landlock seccomp namespaces cgroups)`: which build, and
@@ -514,167 +512,6 @@ pub(super) async fn run_confined(
     process.remove_home().await;
     crate::process::release(process.take_cgroup()).await;
     result
-}
-
-/// One item per protection, read from the parts of the probe's description
-/// `active` (`sandbox::probe` joins them with "; "), whether it found
-/// namespaces, the writable cgroup v1 hierarchies (memory, pids), and the
-/// kernel's Landlock ABI (or the errno of asking for it).
-fn sandbox_items(
-    active: &str,
-    namespaces: bool,
-    cgroups: Option<(bool, bool)>,
-    abi: Result<i64, i32>,
-) -> Vec<Item> {
-    let parts: Vec<&str> = active.split("; ").collect();
-    let part = |prefix: &str| parts.iter().copied().find(|s| s.starts_with(prefix));
-    let unknown = || (Warn, format!("not reported by the probe: {active}"));
-    let landlock = landlock_status(&parts, abi).unwrap_or_else(unknown);
-    let seccomp = match part("seccomp") {
-        Some("seccomp filter on") => (Good, "system-call filter on".to_string()),
-        Some(s) => (
-            Missing,
-            format!("{s}: any system call the kernel allows is open"),
-        ),
-        None => unknown(),
-    };
-    let namespaces = if namespaces {
-        (Good, part("private mount").unwrap_or("on").to_string())
-    } else {
-        // The launcher's error may itself hold "; ": cut at the sentence's end.
-        let end = "are not isolated";
-        let why = match (active.find("NO private namespaces"), active.find(end)) {
-            (Some(a), Some(b)) if a < b => &active[a..b + end.len()],
-            _ => part("no private namespaces").unwrap_or("no private namespaces"),
-        };
-        (Missing, why.to_string())
-    };
-    let cgroups = match cgroups {
-        Some((true, true)) => (
-            Good,
-            "v1 memory and pids: limits enforced by the kernel".into(),
-        ),
-        Some((memory, _)) => (
-            Warn,
-            CGROUPS_WATCH.replace("memory or pids", ["memory", "pids"][memory as usize]),
-        ),
-        None => (Warn, CGROUPS_WATCH.to_string()),
-    };
-    let privileges = match (part("all capabilities dropped"), part("no_new_privs on")) {
-        (Some(a), Some(b)) => (Good, format!("{a}, {b}")),
-        _ => {
-            let said = [part("capabilities"), part("no_new_privs")].map(Option::unwrap_or_default);
-            (Warn, said.join(", "))
-        }
-    };
-    let network = match part("network") {
-        Some(s) if s.starts_with("network off (") => {
-            let proxy = part("package installers")
-                .map(|i| format!("; {i}"))
-                .unwrap_or_default();
-            (Good, format!("cells and jobs reach no network{proxy}"))
-        }
-        Some("network on") => (Warn, "sessions reach every host (--network on)".into()),
-        Some(s) => (Missing, format!("{s}: sessions reach the network")),
-        None => unknown(),
-    };
-    let uid = match (part("sessions run as"), part("uid boundary")) {
-        (Some(s), _) => (Good, s.to_string()),
-        (None, Some(s)) => (Warn, s.to_string()),
-        (None, None) => unknown(),
-    };
-    let all = [
-        ("landlock", landlock),
-        ("seccomp", seccomp),
-        ("namespaces", namespaces),
-        ("cgroups", cgroups),
-        ("privileges", privileges),
-        ("network-isolation", network),
-        ("uid", uid),
-    ];
-    all.map(|(name, (status, detail))| item(name, status, detail))
-        .to_vec()
-}
-
-/// Landlock as the probe reported it (None: not reported), with the ABI.
-fn landlock_status(parts: &[&str], abi: Result<i64, i32>) -> Option<(Status, String)> {
-    let abi_n = abi.map_or("unknown".to_string(), |n| n.to_string());
-    let landlock = parts
-        .iter()
-        .find_map(|s| s.split_once("Landlock filesystem ").map(|p| p.1));
-    Some(match (landlock, abi) {
-        // No Landlock at all (the fake probe's case too): that alone is the reason.
-        (_, Err(libc::ENOSYS)) => (Missing, NO_LANDLOCK.to_string()),
-        (_, Err(libc::EOPNOTSUPP)) => (Missing, LANDLOCK_OFF.to_string()),
-        (Some(s), _) if s.starts_with("fully") => (Good, format!("{s} (kernel ABI {abi_n})")),
-        (Some(s), _) if s.starts_with("partially") => (Warn, format!("{s}: kernel ABI {abi_n}")),
-        (Some(s), _) => (Missing, format!("{s} (kernel ABI {abi_n})")),
-        (None, _) => return None,
-    })
-}
-
-/// Which agent clients name ferrepl in their configuration (user level,
-/// and project level in the workspace): the files `ferrepl install` writes,
-/// and whether the client will start it there: a project's Claude Code
-/// server approved, Gemini CLI's trust of the workspace, Codex's of the
-/// project (approval.rs). Any step left makes it a warning.
-fn configured_clients(workdir: &Path) -> Item {
-    let platform = match clients::Platform::current() {
-        Ok(p) => p,
-        Err(e) => return item("clients", Warn, format!("cannot tell: {e}")),
-    };
-    let (mut found, mut seen, mut waiting) = (Vec::new(), Vec::<PathBuf>::new(), false);
-    for client in clients::Client::ALL {
-        for scope in [clients::Scope::User, clients::Scope::Project] {
-            let Ok(target) = clients::target(client, scope, &platform, workdir) else {
-                continue;
-            };
-            if seen.contains(&target.path) {
-                continue;
-            }
-            let text = approval::read_capped(&target.path);
-            let named = match text.as_ref().map(|t| t.as_deref()) {
-                Ok(None) => false,
-                Ok(Some(t)) => match install::has_entry(t, target.format) {
-                    Ok(named) => named,
-                    // Said only when it may hold ferrepl's entry.
-                    Err(why) if t.contains(install::NAME) => {
-                        let shown = target.path.display();
-                        found.push(format!("{} ({shown}): {why}", client.name()));
-                        waiting = true;
-                        false
-                    }
-                    Err(_) => false,
-                },
-                Err(e) => {
-                    found.push(format!("{}: {e}", client.name()));
-                    waiting = true;
-                    false
-                }
-            };
-            if named {
-                let mut line = format!("{} ({}", client.name(), target.path.display());
-                match approval::check(client, scope, &platform, workdir) {
-                    Some(f) if f.blocking() => {
-                        waiting = true;
-                        line.push_str(&format!("): ferrepl is set up but {}", f.what));
-                        if let Some(step) = &f.step {
-                            line.push_str(&format!(": {step}"));
-                        }
-                    }
-                    Some(f) => line.push_str(&format!(", {})", f.what)),
-                    None => line.push(')'),
-                }
-                found.push(line);
-            }
-            seen.push(target.path);
-        }
-    }
-    match (found.is_empty(), waiting) {
-        (true, _) => item("clients", Warn, NO_CLIENT),
-        (false, false) => item("clients", Good, found.join("; ")),
-        (false, true) => item("clients", Warn, found.join("; ")),
-    }
 }
 
 /// The report as text: one line per item, the status coloured on a terminal.

@@ -5,8 +5,10 @@
 mod approval;
 pub mod clients;
 pub mod doctor;
+mod doctor_clients;
 mod doctor_host;
 mod doctor_install;
+mod doctor_sandbox;
 mod doctor_upstreams;
 pub mod install;
 pub mod launch;

@@ -68,7 +68,7 @@ pub(super) fn reach(
 }
 
 #[cfg(test)]
-mod reach_tests {
+mod tests {
     #[test]
     fn an_ipv6_host_from_a_url_is_looked_up_without_brackets() {
         assert_eq!(super::unbracketed("[::1]"), "::1");

@@ -35,6 +35,7 @@ const DRIVER_SOURCE: &str = driver_source!(
     "ferrepl_driver/introspect.py",
     "ferrepl_driver/control.py",
     "ferrepl_driver/checkpoint.py",
+    "ferrepl_driver/signatures.py",
     "ferrepl_driver/tools.py",
     "ferrepl_driver/state.py",
     "ferrepl_driver/_vendor/__init__.py",

@@ -1,5 +1,6 @@
 //! Unit tests of doctor.rs.
 use super::*;
+use crate::setup::doctor_sandbox::NO_LANDLOCK;
 
 const FULL: &str = "workspace-write: Landlock filesystem fully enforced; private mount, PID, IPC, UTS and network namespaces (a root of only the allow-listed system, read-only, with its own /dev and /proc); all capabilities dropped; seccomp filter on; network off (only Unix sockets); no_new_privs on; no memory limit; sessions run as uid 20000, the workspace's owner";
 

@@ -841,9 +841,12 @@ async fn the_next_call_after_a_crash_starts_the_upstream_again() {
     assert_eq!(up.count("started"), 2, "{}", log_text(&up.log()));
 }
 
-/// Runs `openssl` with `args` in `dir`; it must succeed.
 // HTTP and https upstreams; reloads and rebuilds.
 mod lifecycle;
+// An upstream tool's progress as the cell's.
+mod progress;
+// The same calls from R.
+mod r;
 mod transports;
 
 /// A tool the server does not have is a `CallRefused` naming the tools

@@ -110,6 +110,7 @@ async fn http_upstreams_with_and_without_required_headers() {
     );
 }
 
+/// Runs `openssl` with `args` in `dir`; it must succeed.
 fn openssl(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("openssl")
         .args(args)

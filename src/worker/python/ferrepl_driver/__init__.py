@@ -20,13 +20,15 @@ Modules (each imports what it uses from the others explicitly):
                 live interpreter; the anchor process that stays behind
     tools       the `ferrepl` module sessions import: code calls the
                 operator's upstream MCP servers through the server
+    signatures  an upstream tool's Python signature and help text, made
+                from its input schema (for `ferrepl.tool()`)
     state       the session's variables saved (pickled, sent to the server)
                 and loaded into a fresh interpreter
     _vendor     third-party code shipped unchanged with its licence
                 (cloudpickle), compiled on first use
 
 How it is loaded: the package is embedded in the ferrepl binary
-(include_str! in src/worker/mod.rs; a new module must be listed there) and
+(include_str! in src/worker/start.rs; a new module must be listed there) and
 never read from disk: the sandbox hides the server's install location from
 sessions. The server starts `python -c BOOTSTRAP`, which reads one
 length-prefixed text from fd 3: ../boot.py, then each module's path and

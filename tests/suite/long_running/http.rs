@@ -1,10 +1,8 @@
 //! Long-running cells over streamable HTTP: the wait window and python_wait,
 //! input(), interrupts and progress notifications, with the same scenarios
-//! as over stdio (the scenarios of `long_running`).
+//! as over stdio (the scenarios of `long_running/mod.rs`).
 
-use crate::long_running::{
-    scenario_input, scenario_interrupt, scenario_progress, scenario_wait_window,
-};
+use super::{scenario_input, scenario_interrupt, scenario_progress, scenario_wait_window};
 use crate::support::LongRunningServer;
 
 #[tokio::test]

@@ -4,7 +4,10 @@
 //! sessions while one is waited on.
 //!
 //! The scenarios at the end run over both transports: here over stdio, and
-//! over streamable HTTP in `long_running_http`.
+//! over streamable HTTP in `http`.
+
+// The scenarios below, over streamable HTTP.
+mod http;
 
 use crate::support::{
     EVENT_TIMEOUT, LongRunningServer, assert_refused, assert_status, finish, py_path,
@@ -442,7 +445,7 @@ async fn waiting_on_one_session_does_not_delay_another() {
 
 // ------------------------------------------------------------------ scenarios
 // Each one runs against a fresh server, over either transport (the HTTP runs
-// are in `long_running_http`).
+// are in `http`).
 
 /// A cell outliving its wait window returns `running` with the output so far;
 /// python_wait then returns the rest, and only the rest.
