@@ -59,6 +59,7 @@ cargo clippy --all-targets --quiet -- -D warnings
 # The layers docs/architecture.md states: no circle between top-level
 # modules, no use a layer rule forbids.
 python3 scripts/module-graph.py >/dev/null || python3 scripts/module-graph.py
+python3 scripts/module-graph.py session >/dev/null || python3 scripts/module-graph.py session
 # The release workflow cannot run here: actionlint (test-env.sh says which)
 # checks it (syntax, the actions' inputs, expressions, and its scripts, the
 # latter with shellcheck's rules).
