@@ -891,6 +891,9 @@ pub struct Flags {
     pub max_image_bytes: u64,
 
     /// Log filter for stderr (error, warn, info, debug, trace, or a tracing filter).
+    ///
+    /// Below debug, the MCP library's own lines (rmcp) are kept to errors unless the filter
+    /// names it (e.g. info,rmcp=info).
     #[arg(help_heading = "Logging")]
     #[arg(
         long = "log-level",
@@ -905,6 +908,48 @@ pub struct Flags {
     #[arg(help_heading = "Logging", hide_short_help = true)]
     #[arg(long, env = "FERREPL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// The tracing filter for `--log-level`: as given, with the MCP library's
+/// own lines (which dump whole messages at INFO and WARN, e.g. every error
+/// answer) kept to errors unless the operator names it or asks for debug or
+/// trace, so that the default log is ferrepl's own words.
+pub fn log_directives(level: &str) -> String {
+    let level = level.trim();
+    let verbose = level
+        .split(',')
+        .map(str::trim)
+        .any(|d| d.eq_ignore_ascii_case("debug") || d.eq_ignore_ascii_case("trace"));
+    if level.contains("rmcp") || verbose {
+        return level.to_string();
+    }
+    match level {
+        "" => "rmcp=error".to_string(),
+        _ => format!("{level},rmcp=error"),
+    }
+}
+
+#[cfg(test)]
+mod log_directives_tests {
+    use super::log_directives;
+
+    #[test]
+    fn the_mcp_library_is_quiet_unless_named_or_debugging() {
+        assert_eq!(log_directives("info"), "info,rmcp=error");
+        assert_eq!(
+            log_directives("warn,ferrepl=debug"),
+            "warn,ferrepl=debug,rmcp=error"
+        );
+        assert_eq!(log_directives("info,rmcp=info"), "info,rmcp=info");
+        assert_eq!(log_directives("debug"), "debug");
+        for directives in ["info", "warn,ferrepl=debug", "error", "ferrepl=trace"] {
+            let filter = log_directives(directives);
+            assert!(
+                tracing_subscriber::EnvFilter::try_new(&filter).is_ok(),
+                "{filter}"
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
