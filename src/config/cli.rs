@@ -336,8 +336,9 @@ pub struct Flags {
     #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 
-    /// HTTP mode: on SIGTERM, seconds running cells get to finish and their results to be
-    /// collected before the exit (a second SIGTERM exits at once).
+    /// HTTP mode: on SIGTERM, seconds running cells get to finish and the calls waiting for
+    /// them to be answered before the exit; a result no call waits for holds nothing (a second
+    /// SIGTERM exits at once).
     #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
