@@ -805,6 +805,12 @@ async fn python_exec_description_names_the_servers_sessions_may_call() {
         description.contains("import ferrepl") && description.contains("ferrepl.call"),
         "{description}"
     );
+    // A call's result reaches the model as the cell's value too, not only
+    // printed: the words say so.
+    assert!(
+        description.contains("only what it prints and its last expression return"),
+        "{description}"
+    );
     for name in ["own", "clock"] {
         assert!(
             description.contains(name),

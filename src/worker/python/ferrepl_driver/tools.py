@@ -1,6 +1,7 @@
 """The `ferrepl` module a session imports (`import ferrepl`, nothing to
 install): its code calls the operator's upstream MCP servers through the
-server, and only what it prints reaches the model.
+server, and only what it prints and its last expression's value reach the
+model.
 
 main.main() registers `module()` as sys.modules["ferrepl"] (which wins over
 a workspace file `ferrepl.py`). Each request is an `upstream` event on the
