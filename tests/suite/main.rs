@@ -29,6 +29,7 @@ mod code_tools;
 mod code_tools_progress;
 mod code_tools_r;
 mod docs_numbers;
+mod docs_words;
 mod doctor;
 mod durable;
 // Attacks on the Linux sandbox (namespaces, Landlock, seccomp, cgroups).
