@@ -415,6 +415,9 @@ impl TenantUpstreams {
                     if let Some(out) = &t.output_schema {
                         v["outputSchema"] = Value::Object((**out).clone());
                     }
+                    if let Some(why) = conn.unavailable(&t.name) {
+                        v["unavailable"] = json!(why);
+                    }
                     v
                 })
                 .collect(),

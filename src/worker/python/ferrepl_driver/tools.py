@@ -371,7 +371,8 @@ def servers():
 
 def tools(server):
     """The tools of `server` this session may call: a list of dicts with
-    name, description and inputSchema (the JSON Schema of its arguments)."""
+    name, description and inputSchema (the JSON Schema of its arguments);
+    "unavailable" says why one cannot be called (it runs only as a task)."""
     result = _request(_start("tools", {"server": _name(server, "server")}))
     return list(result) if isinstance(result, list) else []
 
