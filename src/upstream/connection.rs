@@ -147,9 +147,9 @@ pub struct Connection {
     freed: Option<Arc<tokio::sync::Notify>>,
     /// Tools that run only as MCP tasks (`execution.taskSupport:
     /// "required"`), which calls from code cannot follow. rmcp's `Tool`
-    /// drops `execution`, so they are learnt from the server's refusal of
-    /// a plain call; refused here from then on.
-    task_only: StdMutex<std::collections::BTreeSet<String>>,
+    /// drops `execution`: a stdio server's are read from its tools/list
+    /// (sniff.rs), any server's learnt from its refusal of a plain call.
+    task_only: super::sniff::TaskOnly,
 }
 
 impl Connection {
@@ -321,6 +321,11 @@ impl Connection {
                     &self.rules,
                     &self.secrets,
                 )?;
+                let stdout = super::sniff::Sniffer::new(
+                    stdout,
+                    self.max_response_bytes,
+                    self.task_only.clone(),
+                );
                 let served = self.relay.clone().serve((stdout, stdin)).await;
                 let service = match served {
                     Ok(service) => service,

@@ -11,6 +11,7 @@ pub mod config;
 mod connection;
 pub mod contain;
 pub mod result;
+mod sniff;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -303,8 +303,9 @@ print(json.dumps({"said": said, "total": total, "kinds": [type(b).__name__ for b
 }
 
 /// A tool that runs only as an MCP task (server-everything's
-/// simulate-research-query, `taskSupport: "required"`) is refused with the
-/// reason, not the server's protocol error, and listed as unavailable.
+/// simulate-research-query, `taskSupport: "required"`) is listed as
+/// unavailable, with the reason, and a call of it refused with it (not the
+/// server's protocol error).
 #[tokio::test]
 async fn a_tool_that_runs_only_as_a_task_is_refused_and_listed_unavailable() {
     let up = Upstreams::new();
@@ -313,9 +314,9 @@ async fn a_tool_that_runs_only_as_a_task_is_refused_and_listed_unavailable() {
     let out = run(
         &server,
         r#"tool = "simulate-research-query"
+listed = [t for t in ferrepl.tools("everything") if t["name"] == tool]
 first = caught(ferrepl.call, "everything", tool, topic="x")
 again = caught(ferrepl.call, "everything", tool, topic="x")
-listed = [t for t in ferrepl.tools("everything") if t["name"] == tool]
 print(json.dumps({"first": first, "again": again, "listed": listed}))"#,
     )
     .await;
