@@ -265,7 +265,7 @@ const STDIO_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// SIGINT ends the server at once. SIGTERM too over stdio; over HTTP it
 /// drains first (`drain`: readiness off, new work refused, running cells
-/// given time to finish and be collected), and a second SIGTERM ends the
+/// given time to finish and the calls waiting for them answered), and a second SIGTERM ends the
 /// drain at once. SIGHUP reloads the token files.
 /// SIGTERM, SIGINT and SIGHUP, each recorded from the moment it is
 /// watched (None: they cannot be, and the defaults apply).
@@ -339,9 +339,9 @@ fn spawn_signal_watch(
             tokio::select! {
                 left = &mut drained => {
                     if left == 0 {
-                        tracing::info!("drained: every cell finished and its result was collected");
+                        tracing::info!("drained: no cell is running and every call was answered");
                     } else {
-                        tracing::warn!("drain time is up: {left} cells were unfinished or uncollected");
+                        tracing::warn!("drain time is up: {left} cells were still running");
                     }
                     break;
                 }

@@ -41,8 +41,11 @@ fn main() -> ExitCode {
     }
     let token_on_command_line =
         matches.value_source("auth_token") == Some(clap::parser::ValueSource::CommandLine);
-    let filter = tracing_subscriber::EnvFilter::try_new(&flags.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(ferrepl::config::log_directives(&flags.log_level))
+            .unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(ferrepl::config::log_directives("info"))
+            });
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -8,15 +8,19 @@ use clap::Parser;
 /// What `ferrepl SUBCOMMAND` does instead of serving MCP.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// Add ferrepl to agent clients' MCP configuration (claude-code, claude-desktop, codex,
-    /// cursor, vscode, gemini, all), keeping everything else in their files.
+    /// Add ferrepl to agent clients' MCP configuration (--client NAME).
+    ///
+    /// Clients: claude-code, claude-desktop, codex, cursor, vscode, gemini, all; everything else
+    /// in their files is kept.
     Install(super::commands::InstallArgs),
-    /// Remove ferrepl from agent clients' MCP configuration (and a file, or a project's client
-    /// directory, that held nothing else).
+    /// Remove ferrepl from agent clients' MCP configuration.
+    ///
+    /// A file, or a project's client directory, that held nothing else goes too.
     Uninstall(super::commands::UninstallArgs),
-    /// Check this machine before connecting an agent: interpreters, sandbox layers, package
-    /// index reachability, configured clients, for the server flags given before it
-    /// (`ferrepl --python X doctor`). Exit code 1 when something required is missing.
+    /// Check this machine before connecting an agent (`ferrepl --python X doctor`).
+    ///
+    /// Interpreters, sandbox layers, package index reachability, configured clients, for the
+    /// server flags given before it. Exit code 1 when something required is missing.
     Doctor(super::commands::DoctorOptions),
 }
 
@@ -25,6 +29,8 @@ pub enum Command {
     name = "ferrepl",
     version,
     about = "Persistent, fast, safe Python sessions for AI agents over MCP.",
+    after_help = "Rarer flags (tenants, state, limits, output...): --help.",
+    after_long_help = "Every flag can also be set by its FERREPL_* environment variable.",
     long_about = "ferrepl serves the Model Context Protocol (MCP). By default it speaks MCP on stdin/stdout, \
 which is how agent clients (Claude Code, Codex, Cursor...) launch it; with --http it serves streamable HTTP at /mcp. \
 Each named session is its own long-lived Python interpreter process. Logs go to stderr."
@@ -34,139 +40,23 @@ pub struct Flags {
     #[command(subcommand)]
     pub command: Option<Command>,
 
-    /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8000; a port alone means 127.0.0.1) at path /mcp instead of stdio.
-    #[arg(long, env = "FERREPL_HTTP", value_name = "ADDR", value_parser = listen_addr)]
-    pub http: Option<SocketAddr>,
+    /// Working directory of the sessions (default: ferrepl's own).
+    #[arg(long, env = "FERREPL_WORKDIR", value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
 
-    /// Require "Authorization: Bearer TOKEN" on every HTTP request. Required when --http binds a
-    /// non-loopback address.
-    #[arg(
-        long,
-        env = "FERREPL_AUTH_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub auth_token: Option<String>,
-
-    /// Read bearer tokens from FILE instead of the command line, where every local process can
-    /// see them: one bare token, or lines "TOKEN TENANT" giving each tenant its own sessions,
-    /// jobs and workspace (<workdir>/<tenant>). Reloaded on SIGHUP.
-    #[arg(long, env = "FERREPL_AUTH_TOKEN_FILE", value_name = "FILE")]
-    pub auth_token_file: Option<PathBuf>,
-
-    /// Serve /healthz, /readyz and /metrics on ADDR too, without auth or Host checks (for
-    /// probes and Prometheus).
-    #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
-    pub metrics_addr: Option<SocketAddr>,
-
-    /// Serve a live, read-only view of the sessions for a person's browser on ADDR (e.g.
-    /// 127.0.0.1:8765; port 0 picks one), its own listener. The URL is printed on stderr.
-    #[arg(long, env = "FERREPL_VIEWER", value_name = "ADDR")]
-    pub viewer: Option<SocketAddr>,
-
-    /// The viewer's tokens (the format of --auth-token-file: one bare token, or "TOKEN TENANT"
-    /// lines, each token at least 16 characters); each tenant's viewer sees only its own
-    /// sessions. Needed off loopback and with tenants. Reloaded on SIGHUP.
-    #[arg(long, env = "FERREPL_VIEWER_TOKENS", value_name = "FILE")]
-    pub viewer_tokens: Option<PathBuf>,
-
-    /// More Host names the viewer answers to (comma separated, NAME or NAME:PORT), e.g. the
-    /// name of a proxy in front of it; https://NAME means the browser reaches it over TLS (its
-    /// login cookie is then Secure). The first is the URL printed.
-    #[arg(
-        long = "viewer-allow-host",
-        env = "FERREPL_VIEWER_ALLOW_HOSTS",
-        value_delimiter = ',',
-        value_name = "HOST"
-    )]
-    pub viewer_allow_hosts: Vec<String>,
-
-    /// Browsers the viewer serves live updates to at once.
-    #[arg(
-        long,
-        env = "FERREPL_VIEWER_MAX_CLIENTS",
-        value_name = "N",
-        default_value_t = 16
-    )]
-    pub viewer_max_clients: usize,
-
-    /// HTTP mode: on SIGTERM, seconds running cells get to finish and their results to be
-    /// collected before the exit (a second SIGTERM exits at once).
-    #[arg(
-        long,
-        env = "FERREPL_DRAIN_SECONDS",
-        default_value_t = 30.0,
-        value_name = "SECONDS"
-    )]
-    pub drain_seconds: f64,
-
-    /// Most sessions of one tenant (default: half of --max-sessions, at least 1).
-    #[arg(long, env = "FERREPL_TENANT_MAX_SESSIONS", value_name = "N")]
-    pub tenant_max_sessions: Option<usize>,
-
-    /// Jobs (shell and install) one tenant may run at once (default: half of --max-jobs, at
-    /// least 1, so one tenant cannot take every slot).
-    #[arg(long, env = "FERREPL_TENANT_MAX_JOBS", value_name = "N")]
-    pub tenant_max_jobs: Option<usize>,
-
-    /// Warm-pool interpreters one tenant may hold (default: half of --warm-pool, at least 1
-    /// when it is not 0); with tenants, --warm-pool counts over all of them.
-    #[arg(long, env = "FERREPL_TENANT_WARM_POOL", value_name = "N")]
-    pub tenant_warm_pool: Option<usize>,
-
-    /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
-    #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]
-    pub tenant_memory: Option<String>,
-
-    /// CPU weight of each tenant against the others (1-10000, cgroup), default 100.
-    #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
-    pub tenant_cpu_weight: u64,
-
-    /// Uids (and gids) a root server runs sessions as: one for each tenant of each instance on
-    /// the host, kept in --uid-table.
-    #[arg(long, env = "FERREPL_TENANT_UIDS", default_value = "20000-59999", value_parser = crate::sandbox::uids::parse_range, value_name = "START-END")]
-    pub tenant_uids: (u32, u32),
-
-    /// The host's table of session uids a root server keeps: each (state directory, workspace,
-    /// tenant) gets a uid of --tenant-uids that no other instance on the host has, kept whatever
-    /// --resume says. It and its directory must be root's and writable by nobody else; the
-    /// directory is made (0700) if missing. Ignored by an unprivileged server, which keeps none.
-    #[arg(
-        long,
-        env = "FERREPL_UID_TABLE",
-        default_value = crate::sandbox::uids::DEFAULT_TABLE,
-        value_name = "FILE"
-    )]
-    pub uid_table: PathBuf,
-
-    /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
-    /// until files are deleted (checked every few seconds).
-    #[arg(long, env = "FERREPL_TENANT_DISK", value_name = "BYTES")]
-    pub tenant_disk: Option<String>,
-
-    /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
-    #[arg(
-        long = "allow-host",
-        env = "FERREPL_ALLOW_HOSTS",
-        value_delimiter = ',',
-        value_name = "HOST"
-    )]
-    pub allow_hosts: Vec<String>,
-
-    /// Extra browser Origins to accept (comma separated, with scheme, e.g. https://app.example:443),
-    /// beyond http://localhost, http://127.0.0.1 and http://[::1] on any port.
-    #[arg(
-        long = "allow-origin",
-        env = "FERREPL_ALLOW_ORIGINS",
-        value_delimiter = ',',
-        value_name = "ORIGIN"
-    )]
-    pub allow_origins: Vec<String>,
-
-    /// Python interpreter for sessions. Default: the nearest .venv/bin/python from the working
-    /// directory upward, else python3 on PATH.
+    /// Python interpreter for sessions.
+    ///
+    /// Default: the nearest .venv/bin/python from the working directory upward, else python3 on
+    /// PATH.
     #[arg(long, env = "FERREPL_PYTHON", value_name = "PATH")]
     pub python: Option<PathBuf>,
+
+    /// Your virtual environment for sessions (made if missing).
+    ///
+    /// Made with uv when available, else python -m venv. Read-only to sessions: they run, and python_install
+    /// installs into, a venv ferrepl keeps over it in its state directory.
+    #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
+    pub venv: Option<PathBuf>,
 
     /// Languages whose tools are exposed, comma separated: python, r.
     #[arg(
@@ -178,320 +68,15 @@ pub struct Flags {
     )]
     pub languages: Vec<String>,
 
-    /// R for R sessions (its `R` front end). Default: $R_HOME/bin/R, else R on PATH.
+    /// R for R sessions (its `R` front end).
+    ///
+    /// Default: $R_HOME/bin/R, else R on PATH.
     #[arg(long = "r", env = "FERREPL_R", value_name = "PATH")]
     pub r: Option<PathBuf>,
 
-    /// The CRAN mirror r_install uses; its host joins the installers' allow-list.
-    #[arg(
-        long,
-        env = "FERREPL_CRAN",
-        default_value = "https://cloud.r-project.org",
-        value_name = "URL"
-    )]
-    pub cran: String,
-
-    /// The user's virtual environment for sessions (created if it does not exist; uv when
-    /// available, else python -m venv). Read-only to sessions: they run, and python_install
-    /// installs into, a venv ferrepl keeps over it in its state directory.
-    #[arg(long, env = "FERREPL_VENV", value_name = "DIR")]
-    pub venv: Option<PathBuf>,
-
-    /// Interpreters or virtual environments (comma separated) that python_sessions may name
-    /// besides those inside the workspace; their installations become readable (venvs too,
-    /// read-only).
-    #[arg(
-        long = "allow-python",
-        env = "FERREPL_ALLOW_PYTHON",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
-    pub allow_python: Vec<PathBuf>,
-
-    /// Environment variables of the server passed on to sessions and jobs (comma separated),
-    /// beyond PATH, LANG, LC_*, TERM, TZ and a few other harmless ones. Nothing else is inherited.
-    #[arg(
-        long = "pass-env",
-        env = "FERREPL_PASS_ENV",
-        value_delimiter = ',',
-        value_name = "NAME"
-    )]
-    pub pass_env: Vec<String>,
-
-    /// Extra paths sessions and jobs may read (comma separated), e.g. a dataset outside the
-    /// workspace or inside the (otherwise hidden) home directory.
-    #[arg(
-        long = "allow-read",
-        env = "FERREPL_ALLOW_READ",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
-    pub allow_read: Vec<PathBuf>,
-
-    /// Extra paths sessions and jobs may write (comma separated).
-    #[arg(
-        long = "allow-write",
-        env = "FERREPL_ALLOW_WRITE",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
-    pub allow_write: Vec<PathBuf>,
-
-    /// Also protect this place from every sandboxed write, existing or not (repeatable): a bare
-    /// name at any depth of the workspace, a relative path at that place, or an absolute path.
-    /// Built in: .git, agent clients' and editors' settings, R's start-up files, .venv...
-    #[arg(
-        long = "protect",
-        env = "FERREPL_PROTECT",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
-    pub protect: Vec<String>,
-
-    /// Let sessions write a protected name after all (repeatable), e.g. .git for an agent meant
-    /// to commit; 'all' frees every one.
-    #[arg(
-        long = "allow-write-protected",
-        env = "FERREPL_ALLOW_WRITE_PROTECTED",
-        value_delimiter = ',',
-        value_name = "NAME"
-    )]
-    pub allow_write_protected: Vec<String>,
-
-    /// Host devices added to the sessions' private /dev (comma separated), e.g. /dev/nvidia0.
-    #[arg(
-        long = "allow-device",
-        env = "FERREPL_ALLOW_DEVICE",
-        value_delimiter = ',',
-        value_name = "PATH"
-    )]
-    pub allow_device: Vec<PathBuf>,
-
-    /// OS confinement of sessions and shell jobs: workspace-write (write only the workspace
-    /// and a per-session temporary directory), read-only (only the temporary directory), or off.
-    #[arg(
-        long,
-        env = "FERREPL_SANDBOX",
-        value_enum,
-        default_value = "workspace-write"
-    )]
-    pub sandbox: crate::sandbox::SandboxMode,
-
-    /// Network access: packages (package installers reach only the package indexes, through
-    /// ferrepl's allow-listing proxy; cells and shell jobs reach nothing), off (nothing reaches
-    /// anything) or on (everything reaches everything). Unix sockets always work.
-    #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "packages")]
-    pub network: Network,
-
-    /// Extra hosts package installers may reach (comma separated), e.g. a private index;
-    /// PyPI and the index URLs of your PIP_INDEX_URL, UV_INDEX_URL, pip.conf and uv.toml are
-    /// allowed already.
-    #[arg(
-        long = "allow-host-egress",
-        env = "FERREPL_ALLOW_HOST_EGRESS",
-        value_delimiter = ',',
-        value_name = "HOST"
-    )]
-    pub allow_host_egress: Vec<String>,
-
-    /// Let installers reach allowed hosts whose names resolve to private or
-    /// loopback addresses (an internal package mirror); refused by default.
-    #[arg(long, env = "FERREPL_EGRESS_ALLOW_PRIVATE")]
-    pub egress_allow_private: bool,
-
-    /// Let installs build source distributions (their build scripts run with the installer's
-    /// network access); by default installs take wheels only.
-    #[arg(long, env = "FERREPL_ALLOW_SOURCE_BUILDS")]
-    pub allow_source_builds: bool,
-
-    /// Do not use private namespaces (mount, PID, network...) even where the kernel allows them;
-    /// Landlock, seccomp and the rest still apply. For debugging, or hosts where they misbehave.
-    #[arg(long, env = "FERREPL_NO_NAMESPACES")]
-    pub no_namespaces: bool,
-
-    /// Refuse to start unless every requested protection is available on this kernel.
-    #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
-    pub sandbox_require: bool,
-
-    /// With tenants, start even where isolation between them is degraded, which is refused
-    /// otherwise: without private namespaces (--no-namespaces, or a kernel that refuses them)
-    /// tenants' sessions share the host's /dev/shm and /proc (each other's processes and command
-    /// lines), IPC and Unix sockets; without a uid of each tenant's own (an unprivileged server,
-    /// root without namespaces) they may all run as one uid. One tenant alone only gets the
-    /// status line's warning.
-    #[arg(long, env = "FERREPL_ALLOW_DEGRADED_ISOLATION")]
-    pub allow_degraded_isolation: bool,
-
-    /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none (a cgroup where one can be made, else a watch of its process tree's RSS).
-    #[arg(
-        long,
-        env = "FERREPL_MEMORY_LIMIT",
-        default_value = "4G",
-        value_name = "SIZE"
-    )]
-    pub memory_limit: String,
-
-    /// Most processes in one session's or job's process tree (a fork bomb is stopped there), and
-    /// the RLIMIT_NPROC of its uid, which counts threads too: under host root that bound is per
-    /// tenant (all its sessions and jobs run as its uid; alone in a user's workspace, everything
-    /// that user runs), where sessions get a user namespace of their own (an unprivileged server,
-    /// root of a pod's namespace) per session.
-    #[arg(
-        long,
-        env = "FERREPL_MAX_PROCESSES",
-        default_value_t = 512,
-        value_name = "N"
-    )]
-    pub max_processes: u64,
-
-    /// Largest file a session or job may write (RLIMIT_FSIZE), e.g. 10G; "off" for none.
-    #[arg(
-        long,
-        env = "FERREPL_MAX_FILE_SIZE",
-        default_value = "16G",
-        value_name = "SIZE"
-    )]
-    pub max_file_size: String,
-
-    /// Most open files per process (RLIMIT_NOFILE).
-    #[arg(
-        long,
-        env = "FERREPL_MAX_OPEN_FILES",
-        default_value_t = 4096,
-        value_name = "N"
-    )]
-    pub max_open_files: u64,
-
-    /// Working directory of the sessions (default: ferrepl's own).
-    #[arg(long, env = "FERREPL_WORKDIR", value_name = "DIR")]
-    pub workdir: Option<PathBuf>,
-
-    /// Seconds a python_exec / python_wait call waits for a cell when wait_s is not given.
-    #[arg(
-        long,
-        env = "FERREPL_DEFAULT_WAIT",
-        default_value_t = 30.0,
-        value_name = "SECONDS"
-    )]
-    pub default_wait: f64,
-
-    /// Upper bound on any wait_s an agent asks for. Below the 60 s request
-    /// timeout of the TypeScript SDK (Claude Code, Cursor, VS Code), which
-    /// cancels the call; raise it only for clients with longer timeouts.
-    #[arg(
-        long,
-        env = "FERREPL_MAX_WAIT",
-        default_value_t = 50.0,
-        value_name = "SECONDS"
-    )]
-    pub max_wait: f64,
-
-    /// Seconds a new interpreter may take to start before the call fails.
-    #[arg(
-        long,
-        env = "FERREPL_START_TIMEOUT",
-        default_value_t = 30.0,
-        value_name = "SECONDS"
-    )]
-    pub start_timeout: f64,
-
-    /// Seconds a session may stay idle before it is ended (0: never).
-    #[arg(
-        long,
-        env = "FERREPL_SESSION_TTL",
-        default_value_t = 7200.0,
-        value_name = "SECONDS"
-    )]
-    pub session_ttl: f64,
-
-    /// Python interpreters kept started and sandboxed ahead of need, so a new session or a
-    /// reset takes one at once (each holds an idle interpreter's memory); 0 starts each on
-    /// demand. At most 64.
-    #[arg(
-        long,
-        env = "FERREPL_WARM_POOL",
-        default_value_t = 1,
-        value_name = "N",
-        value_parser = clap::value_parser!(u16).range(0..=64)
-    )]
-    pub warm_pool: u16,
-
-    /// Where sessions are kept across restarts (one SQLite file per workspace; private to
-    /// the user). Default: $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
-    #[arg(long, env = "FERREPL_STATE_DIR", value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
-
-    /// Frozen copies (fork checkpoints) of earlier states kept per Python session, so that
-    /// going back to one (python_exec parent) re-runs nothing; 0 turns them off.
-    #[arg(
-        long,
-        env = "FERREPL_CHECKPOINTS",
-        default_value_t = 4,
-        value_name = "N"
-    )]
-    pub checkpoints: usize,
-
-    /// Only cells that ran at least this long get a checkpoint (quicker ones are re-run).
-    #[arg(
-        long,
-        env = "FERREPL_CHECKPOINT_MIN_MS",
-        default_value_t = 100.0,
-        value_name = "MS"
-    )]
-    pub checkpoint_min_ms: f64,
-
-    /// Keep sessions across restarts, dormant until an agent confirms a rebuild that re-runs their cells (on), or not (off).
-    #[arg(long, env = "FERREPL_RESUME", default_value = "on", value_parser = ["on", "off"])]
-    pub resume: String,
-
-    /// Most cells one rebuild of a session re-runs.
-    #[arg(
-        long,
-        env = "FERREPL_RESUME_MAX_CELLS",
-        default_value_t = 200,
-        value_name = "N"
-    )]
-    pub resume_max_cells: usize,
-
-    /// Longest time one rebuild of a session may take.
-    #[arg(
-        long,
-        env = "FERREPL_RESUME_MAX_SECONDS",
-        default_value_t = 120.0,
-        value_name = "SECONDS"
-    )]
-    pub resume_max_seconds: f64,
-
-    /// Cells kept per stored session (the oldest beyond are dropped).
-    #[arg(
-        long,
-        env = "FERREPL_STATE_MAX_CELLS",
-        default_value_t = 1000,
-        value_name = "N"
-    )]
-    pub state_max_cells: usize,
-
-    /// Size bound of a workspace's session store, in MiB: the least recently used
-    /// sessions are removed first.
-    #[arg(
-        long,
-        env = "FERREPL_STATE_MAX_MB",
-        default_value_t = 512,
-        value_name = "MIB"
-    )]
-    pub state_max_mb: u64,
-
-    /// Days a stored session that is not used is kept.
-    #[arg(
-        long,
-        env = "FERREPL_STATE_KEEP_DAYS",
-        default_value_t = 30.0,
-        value_name = "DAYS"
-    )]
-    pub state_keep_days: f64,
-
-    /// Tool groups to expose, comma separated: python, packages, more,
-    /// shell, files, or all. The default suits agents that have their own
+    /// Tool groups to expose, comma separated: python, packages, more, shell, files, or all.
+    ///
+    /// The default suits agents that have their own
     /// shell and file tools (Claude Code, Codex, Cursor).
     #[arg(
         long,
@@ -502,15 +87,271 @@ pub struct Flags {
     )]
     pub tools: Vec<String>,
 
+    /// Serve streamable HTTP at /mcp on ADDR instead of stdio (a port alone means 127.0.0.1).
+    #[arg(long, env = "FERREPL_HTTP", value_name = "ADDR", value_parser = listen_addr)]
+    pub http: Option<SocketAddr>,
+
+    /// The CRAN mirror r_install uses; its host joins the installers' allow-list.
+    #[arg(hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_CRAN",
+        default_value = "https://cloud.r-project.org",
+        value_name = "URL"
+    )]
+    pub cran: String,
+
+    /// Interpreters or virtual environments (comma separated) that python_sessions may name
+    /// besides those inside the workspace; their installations become readable (venvs too,
+    /// read-only).
+    #[arg(hide_short_help = true)]
+    #[arg(
+        long = "allow-python",
+        env = "FERREPL_ALLOW_PYTHON",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_python: Vec<PathBuf>,
+
     /// Add structuredContent to results and outputSchema to tools, for
     /// programs that read results as JSON. Off by default: Claude Code and
     /// VS Code then show the model only the JSON, not the text and images.
+    #[arg(hide_short_help = true)]
     #[arg(long, env = "FERREPL_STRUCTURED_CONTENT")]
     pub structured_content: bool,
+
+    /// OS confinement of sessions and shell jobs.
+    ///
+    /// workspace-write (write only the workspace and a per-session temporary directory), read-only (only the temporary directory), or off.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long,
+        env = "FERREPL_SANDBOX",
+        value_enum,
+        default_value = "workspace-write"
+    )]
+    pub sandbox: crate::sandbox::SandboxMode,
+
+    /// Network access of sessions, shell jobs and installers.
+    ///
+    /// packages (package installers reach only the package indexes, through
+    /// ferrepl's allow-listing proxy; cells and shell jobs reach nothing), off (nothing reaches
+    /// anything) or on (everything reaches everything). Unix sockets always work.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "packages")]
+    pub network: Network,
+
+    /// Extra paths sessions and jobs may read (comma separated).
+    ///
+    /// E.g. a dataset outside the workspace or inside the (otherwise hidden) home directory.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long = "allow-read",
+        env = "FERREPL_ALLOW_READ",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_read: Vec<PathBuf>,
+
+    /// Extra paths sessions and jobs may write (comma separated).
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long = "allow-write",
+        env = "FERREPL_ALLOW_WRITE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_write: Vec<PathBuf>,
+
+    /// Extra hosts package installers may reach (comma separated), e.g. a private index.
+    ///
+    /// PyPI and the index URLs of your PIP_INDEX_URL, UV_INDEX_URL, pip.conf and uv.toml are
+    /// allowed already.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long = "allow-host-egress",
+        env = "FERREPL_ALLOW_HOST_EGRESS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub allow_host_egress: Vec<String>,
+
+    /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none.
+    ///
+    /// A cgroup where one can be made, else a watch of its process tree's RSS.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long,
+        env = "FERREPL_MEMORY_LIMIT",
+        default_value = "4G",
+        value_name = "SIZE"
+    )]
+    pub memory_limit: String,
+
+    /// Also protect this place from every sandboxed write, existing or not (repeatable): a bare
+    /// name at any depth of the workspace, a relative path at that place, or an absolute path.
+    /// Built in: .git, agent clients' and editors' settings, R's start-up files, .venv...
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long = "protect",
+        env = "FERREPL_PROTECT",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub protect: Vec<String>,
+
+    /// Let sessions write a protected name after all (repeatable), e.g. .git for an agent meant
+    /// to commit; 'all' frees every one.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long = "allow-write-protected",
+        env = "FERREPL_ALLOW_WRITE_PROTECTED",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub allow_write_protected: Vec<String>,
+
+    /// Host devices added to the sessions' private /dev (comma separated), e.g. /dev/nvidia0.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long = "allow-device",
+        env = "FERREPL_ALLOW_DEVICE",
+        value_delimiter = ',',
+        value_name = "PATH"
+    )]
+    pub allow_device: Vec<PathBuf>,
+
+    /// Environment variables of the server passed on to sessions and jobs (comma separated),
+    /// beyond PATH, LANG, LC_*, TERM, TZ and a few other harmless ones. Nothing else is inherited.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long = "pass-env",
+        env = "FERREPL_PASS_ENV",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
+    pub pass_env: Vec<String>,
+
+    /// Let installers reach allowed hosts whose names resolve to private or
+    /// loopback addresses (an internal package mirror); refused by default.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_EGRESS_ALLOW_PRIVATE")]
+    pub egress_allow_private: bool,
+
+    /// Let installs build source distributions (their build scripts run with the installer's
+    /// network access); by default installs take wheels only.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_ALLOW_SOURCE_BUILDS")]
+    pub allow_source_builds: bool,
+
+    /// Do not use private namespaces (mount, PID, network...) even where the kernel allows them;
+    /// Landlock, seccomp and the rest still apply. For debugging, or hosts where they misbehave.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_NO_NAMESPACES")]
+    pub no_namespaces: bool,
+
+    /// Refuse to start unless every requested protection is available on this kernel.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_SANDBOX_REQUIRE")]
+    pub sandbox_require: bool,
+
+    /// Most processes in one session's or job's process tree (a fork bomb is stopped there), and
+    /// the RLIMIT_NPROC of its uid, which counts threads too: under host root that bound is per
+    /// tenant (all its sessions and jobs run as its uid; alone in a user's workspace, everything
+    /// that user runs), where sessions get a user namespace of their own (an unprivileged server,
+    /// root of a pod's namespace) per session.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_PROCESSES",
+        default_value_t = 512,
+        value_name = "N"
+    )]
+    pub max_processes: u64,
+
+    /// Largest file a session or job may write (RLIMIT_FSIZE), e.g. 10G; "off" for none.
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_FILE_SIZE",
+        default_value = "16G",
+        value_name = "SIZE"
+    )]
+    pub max_file_size: String,
+
+    /// Most open files per process (RLIMIT_NOFILE).
+    #[arg(help_heading = "Sandbox", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_OPEN_FILES",
+        default_value_t = 4096,
+        value_name = "N"
+    )]
+    pub max_open_files: u64,
+
+    /// Bearer tokens for HTTP: one bare token, or "TOKEN TENANT" lines (tenants).
+    ///
+    /// Read from FILE instead of the command line, where every local process can see them; each
+    /// tenant gets its own sessions, jobs and workspace (<workdir>/<tenant>). Reloaded on
+    /// SIGHUP.
+    #[arg(help_heading = "Serving (HTTP)")]
+    #[arg(long, env = "FERREPL_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Require "Authorization: Bearer TOKEN" on every HTTP request. Required when --http binds a
+    /// non-loopback address.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub auth_token: Option<String>,
+
+    /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
+    #[arg(
+        long = "allow-host",
+        env = "FERREPL_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub allow_hosts: Vec<String>,
+
+    /// Extra browser Origins to accept (comma separated, with scheme, e.g. https://app.example:443),
+    /// beyond http://localhost, http://127.0.0.1 and http://[::1] on any port.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
+    #[arg(
+        long = "allow-origin",
+        env = "FERREPL_ALLOW_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
+    pub allow_origins: Vec<String>,
+
+    /// Serve /healthz, /readyz and /metrics on ADDR too, without auth or Host checks (for
+    /// probes and Prometheus).
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// HTTP mode: on SIGTERM, seconds running cells get to finish and the calls waiting for
+    /// them to be answered before the exit; a result no call waits for holds nothing (a second
+    /// SIGTERM exits at once).
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_DRAIN_SECONDS",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
+    pub drain_seconds: f64,
 
     /// Over HTTP, what an omitted `session` means: `shared` (one "default"
     /// session for every client of the server) or `per-client` (each MCP
     /// connection gets its own default session).
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_DEFAULT_SESSION",
@@ -522,6 +363,7 @@ pub struct Flags {
     /// With `--default-session per-client`: seconds a client's sessions outlive it. They end
     /// once their last result is collected, or when this runs out (a running cell is stopped);
     /// a new session needing room ends the oldest first.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_CLIENT_GRACE",
@@ -532,6 +374,7 @@ pub struct Flags {
 
     /// Seconds an HTTP MCP connection (an Mcp-Session-Id) may go without a request before it
     /// ends; a client then starts a new one.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_HTTP_SESSION_IDLE",
@@ -540,160 +383,9 @@ pub struct Flags {
     )]
     pub http_session_idle: u64,
 
-    /// Shell and install jobs that may run at once, over all tenants (each
-    /// tenant may run as many).
-    #[arg(long, env = "FERREPL_MAX_JOBS", default_value_t = 16, value_name = "N")]
-    pub max_jobs: usize,
-
-    /// Seconds a finished shell job (and its output) is kept (at most 100 are kept).
-    #[arg(
-        long,
-        env = "FERREPL_JOB_TTL",
-        default_value_t = 3600.0,
-        value_name = "SECONDS"
-    )]
-    pub job_ttl: f64,
-
-    /// Most sessions that may exist at once (over all tenants).
-    #[arg(
-        long,
-        env = "FERREPL_MAX_SESSIONS",
-        default_value_t = 32,
-        value_name = "N"
-    )]
-    pub max_sessions: usize,
-
-    /// Upstream MCP servers sessions' code may call (`import ferrepl`): a JSON file in the
-    /// mcpServers format, with optional allowTools, timeoutSeconds and tenants per server.
-    /// Read at start and on SIGHUP; never visible to sessions.
-    #[arg(long, env = "FERREPL_MCP_SERVERS", value_name = "FILE")]
-    pub mcp_servers: Option<PathBuf>,
-
-    /// Seconds a tool call from code may take, unless its server sets timeoutSeconds.
-    #[arg(
-        long,
-        env = "FERREPL_MCP_CALL_TIMEOUT",
-        default_value_t = 60.0,
-        value_name = "SECONDS"
-    )]
-    pub mcp_call_timeout: f64,
-
-    /// Bytes of one tool result passed to a session's code (a larger one is cut, with a marker).
-    #[arg(
-        long,
-        env = "FERREPL_MCP_MAX_RESULT_BYTES",
-        default_value_t = 1_000_000,
-        value_name = "BYTES"
-    )]
-    pub mcp_max_result_bytes: usize,
-
-    /// Tool calls one session may have in flight at once; more wait for a slot.
-    #[arg(
-        long,
-        env = "FERREPL_MCP_MAX_IN_FLIGHT",
-        default_value_t = 16,
-        value_name = "N"
-    )]
-    pub mcp_max_in_flight: usize,
-
-    /// Tool calls one cell may make; more are refused.
-    #[arg(
-        long,
-        env = "FERREPL_MCP_MAX_CELL_CALLS",
-        default_value_t = 1000,
-        value_name = "N"
-    )]
-    pub mcp_max_cell_calls: u64,
-
-    /// Upstream servers (processes or HTTP connections) each tenant may keep; a call to one
-    /// more waits for one with no call in flight.
-    #[arg(
-        long,
-        env = "FERREPL_MCP_MAX_SERVERS",
-        default_value_t = 8,
-        value_name = "N"
-    )]
-    pub mcp_max_servers: usize,
-
-    /// Seconds an unused upstream server is kept before it is ended.
-    #[arg(
-        long,
-        env = "FERREPL_MCP_IDLE",
-        default_value_t = 600.0,
-        value_name = "SECONDS"
-    )]
-    pub mcp_idle: f64,
-
-    /// Bytes of a result's output kept from its start (the middle of larger output is omitted).
-    #[arg(
-        long,
-        env = "FERREPL_OUTPUT_HEAD_BYTES",
-        default_value_t = 10_000,
-        value_name = "BYTES"
-    )]
-    pub output_head_bytes: usize,
-
-    /// Bytes of a result's output kept from its end.
-    #[arg(
-        long,
-        env = "FERREPL_OUTPUT_TAIL_BYTES",
-        default_value_t = 10_000,
-        value_name = "BYTES"
-    )]
-    pub output_tail_bytes: usize,
-
-    /// Full output kept per cell for python_output (beyond 64 KiB it spills to a file in the
-    /// temporary directory); bytes past this are counted but not kept.
-    #[arg(long, env = "FERREPL_OUTPUT_LOG_BYTES", default_value_t = 64 * 1024 * 1024, value_name = "BYTES")]
-    pub output_log_bytes: u64,
-
-    /// How many recent cells per session keep their full output for python_output.
-    #[arg(
-        long,
-        env = "FERREPL_OUTPUT_KEEP_CELLS",
-        default_value_t = 50,
-        value_name = "N"
-    )]
-    pub output_keep_cells: usize,
-
-    /// Longest repr of a cell's value, in characters.
-    #[arg(
-        long,
-        env = "FERREPL_MAX_VALUE_CHARS",
-        default_value_t = 20_000,
-        value_name = "CHARS"
-    )]
-    pub max_value_chars: usize,
-
-    /// Images returned in one result; more are listed but not attached.
-    #[arg(
-        long,
-        env = "FERREPL_MAX_IMAGES",
-        default_value_t = 8,
-        value_name = "N"
-    )]
-    pub max_images: usize,
-
-    /// Largest image attached to a result, in bytes.
-    #[arg(long, env = "FERREPL_MAX_IMAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
-    pub max_image_bytes: u64,
-
-    /// Seconds each interrupt step waits before escalating (second SIGINT, then kill).
-    #[arg(
-        long,
-        env = "FERREPL_INTERRUPT_GRACE",
-        default_value_t = 2.0,
-        value_name = "SECONDS"
-    )]
-    pub interrupt_grace: f64,
-
-    /// Time limit of one cell in seconds: past it the cell is interrupted (then killed if it
-    /// ignores interrupts). Off by default.
-    #[arg(long, env = "FERREPL_MAX_CELL_SECONDS", value_name = "SECONDS")]
-    pub max_cell_seconds: Option<f64>,
-
     /// MCP connections (transport sessions) one tenant may hold open over
     /// HTTP; an idle one ends 5 minutes after its last request.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_MAX_CONNECTIONS",
@@ -704,6 +396,7 @@ pub struct Flags {
 
     /// HTTP: seconds a connection gets to send each request head (and 6 times as long for its
     /// body); then it is closed. Counted from its first byte, or from its opening.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_HTTP_HEADER_TIMEOUT",
@@ -715,6 +408,7 @@ pub struct Flags {
     /// HTTP: seconds a keep-alive connection may sit with no request in flight before it is
     /// closed (a stream or a call in progress is never cut, unless the client stops reading
     /// it for as long).
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_HTTP_IDLE_TIMEOUT",
@@ -725,6 +419,7 @@ pub struct Flags {
 
     /// HTTP: TCP connections open at once, authenticated or not; past it new ones are closed
     /// (not --max-connections, which counts MCP sessions).
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_HTTP_MAX_CONNECTIONS",
@@ -736,12 +431,14 @@ pub struct Flags {
     /// HTTP: TCP connections one peer address may hold (default an eighth of
     /// --http-max-connections; 0: no cap). Peers named by --http-trusted-proxy are not capped:
     /// the addresses they forward are, request by request.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(long, env = "FERREPL_HTTP_MAX_CONNECTIONS_PER_PEER", value_name = "N")]
     pub http_max_connections_per_peer: Option<usize>,
 
     /// HTTP: proxies (CIDR or address, comma separated) whose X-Forwarded-For / Forwarded
     /// header names the client; the client's address is then the peer each share counts.
     /// Headers from any other peer are ignored.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(
         long,
         env = "FERREPL_HTTP_TRUSTED_PROXY",
@@ -750,22 +447,455 @@ pub struct Flags {
     )]
     pub http_trusted_proxy: Vec<String>,
 
-    /// HTTP: TCP connections one tenant may hold once authenticated (default half of
-    /// --http-max-connections); past it its requests get 429.
-    #[arg(long, env = "FERREPL_TENANT_MAX_HTTP_CONNECTIONS", value_name = "N")]
-    pub tenant_max_http_connections: Option<usize>,
-
     /// HTTP: request body bytes buffered at once over all connections (default 32 times
     /// --max-request-bytes); one principal (a tenant, or a peer without a token) may hold a
     /// quarter of it. Past it a request gets 503 with Retry-After.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(long, env = "FERREPL_HTTP_MAX_BUFFERED_BYTES", value_name = "BYTES")]
     pub http_max_buffered_bytes: Option<usize>,
 
     /// Largest request accepted, in bytes: an HTTP body or one stdio line.
+    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
     #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
     pub max_request_bytes: usize,
 
+    /// Most sessions of one tenant (default: half of --max-sessions, at least 1).
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_MAX_SESSIONS", value_name = "N")]
+    pub tenant_max_sessions: Option<usize>,
+
+    /// Jobs (shell and install) one tenant may run at once (default: half of --max-jobs, at
+    /// least 1, so one tenant cannot take every slot).
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_MAX_JOBS", value_name = "N")]
+    pub tenant_max_jobs: Option<usize>,
+
+    /// Warm-pool interpreters one tenant may hold (default: half of --warm-pool, at least 1
+    /// when it is not 0); with tenants, --warm-pool counts over all of them.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_WARM_POOL", value_name = "N")]
+    pub tenant_warm_pool: Option<usize>,
+
+    /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]
+    pub tenant_memory: Option<String>,
+
+    /// CPU weight of each tenant against the others (1-10000, cgroup), default 100.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
+    pub tenant_cpu_weight: u64,
+
+    /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
+    /// until files are deleted (checked every few seconds).
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_DISK", value_name = "BYTES")]
+    pub tenant_disk: Option<String>,
+
+    /// HTTP: TCP connections one tenant may hold once authenticated (default half of
+    /// --http-max-connections); past it its requests get 429.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_MAX_HTTP_CONNECTIONS", value_name = "N")]
+    pub tenant_max_http_connections: Option<usize>,
+
+    /// Uids (and gids) a root server runs sessions as: one for each tenant of each instance on
+    /// the host, kept in --uid-table.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_TENANT_UIDS", default_value = "20000-59999", value_parser = crate::sandbox::uids::parse_range, value_name = "START-END")]
+    pub tenant_uids: (u32, u32),
+
+    /// The host's table of session uids a root server keeps: each (state directory, workspace,
+    /// tenant) gets a uid of --tenant-uids that no other instance on the host has, kept whatever
+    /// --resume says. It and its directory must be root's and writable by nobody else; the
+    /// directory is made (0700) if missing. Ignored by an unprivileged server, which keeps none.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_UID_TABLE",
+        default_value = crate::sandbox::uids::DEFAULT_TABLE,
+        value_name = "FILE"
+    )]
+    pub uid_table: PathBuf,
+
+    /// With tenants, start even where isolation between them is degraded, which is refused
+    /// otherwise: without private namespaces (--no-namespaces, or a kernel that refuses them)
+    /// tenants' sessions share the host's /dev/shm and /proc (each other's processes and command
+    /// lines), IPC and Unix sockets; without a uid of each tenant's own (an unprivileged server,
+    /// root without namespaces) they may all run as one uid. One tenant alone only gets the
+    /// status line's warning.
+    #[arg(help_heading = "Tenants", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_ALLOW_DEGRADED_ISOLATION")]
+    pub allow_degraded_isolation: bool,
+
+    /// Serve a live, read-only view of the sessions to a browser on ADDR (port 0 picks one).
+    ///
+    /// E.g. 127.0.0.1:8765, its own listener. The URL is printed on stderr.
+    #[arg(help_heading = "Viewer")]
+    #[arg(long, env = "FERREPL_VIEWER", value_name = "ADDR")]
+    pub viewer: Option<SocketAddr>,
+
+    /// The viewer's tokens (the format of --auth-token-file: one bare token, or "TOKEN TENANT"
+    /// lines, each token at least 16 characters); each tenant's viewer sees only its own
+    /// sessions. Needed off loopback and with tenants. Reloaded on SIGHUP.
+    #[arg(help_heading = "Viewer", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_VIEWER_TOKENS", value_name = "FILE")]
+    pub viewer_tokens: Option<PathBuf>,
+
+    /// More Host names the viewer answers to (comma separated, NAME or NAME:PORT), e.g. the
+    /// name of a proxy in front of it; https://NAME means the browser reaches it over TLS (its
+    /// login cookie is then Secure). The first is the URL printed.
+    #[arg(help_heading = "Viewer", hide_short_help = true)]
+    #[arg(
+        long = "viewer-allow-host",
+        env = "FERREPL_VIEWER_ALLOW_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub viewer_allow_hosts: Vec<String>,
+
+    /// Browsers the viewer serves live updates to at once.
+    #[arg(help_heading = "Viewer", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_VIEWER_MAX_CLIENTS",
+        value_name = "N",
+        default_value_t = 16
+    )]
+    pub viewer_max_clients: usize,
+
+    /// Upstream MCP servers sessions' code may call (`import ferrepl`), from a JSON file.
+    ///
+    /// The mcpServers format, with optional allowTools, timeoutSeconds and tenants per server.
+    /// Read at start and on SIGHUP; never visible to sessions.
+    #[arg(help_heading = "Code tools (upstream MCP servers)")]
+    #[arg(long, env = "FERREPL_MCP_SERVERS", value_name = "FILE")]
+    pub mcp_servers: Option<PathBuf>,
+
+    /// Seconds a tool call from code may take, unless its server sets timeoutSeconds.
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_CALL_TIMEOUT",
+        default_value_t = 60.0,
+        value_name = "SECONDS"
+    )]
+    pub mcp_call_timeout: f64,
+
+    /// Bytes of one tool result passed to a session's code (a larger one is cut, with a marker).
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_RESULT_BYTES",
+        default_value_t = 1_000_000,
+        value_name = "BYTES"
+    )]
+    pub mcp_max_result_bytes: usize,
+
+    /// Tool calls one session may have in flight at once; more wait for a slot.
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_IN_FLIGHT",
+        default_value_t = 16,
+        value_name = "N"
+    )]
+    pub mcp_max_in_flight: usize,
+
+    /// Tool calls one cell may make; more are refused.
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_CELL_CALLS",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
+    pub mcp_max_cell_calls: u64,
+
+    /// Upstream servers (processes or HTTP connections) each tenant may keep; a call to one
+    /// more waits for one with no call in flight.
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_MAX_SERVERS",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub mcp_max_servers: usize,
+
+    /// Seconds an unused upstream server is kept before it is ended.
+    #[arg(
+        help_heading = "Code tools (upstream MCP servers)",
+        hide_short_help = true
+    )]
+    #[arg(
+        long,
+        env = "FERREPL_MCP_IDLE",
+        default_value_t = 600.0,
+        value_name = "SECONDS"
+    )]
+    pub mcp_idle: f64,
+
+    /// Where sessions are kept across restarts (one SQLite file per workspace; private to
+    /// the user). Default: $XDG_STATE_HOME/ferrepl, else ~/.local/state/ferrepl.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_STATE_DIR", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Python interpreters kept started and sandboxed ahead of need, so a new session or a
+    /// reset takes one at once (each holds an idle interpreter's memory); 0 starts each on
+    /// demand. At most 64.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_WARM_POOL",
+        default_value_t = 1,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(0..=64)
+    )]
+    pub warm_pool: u16,
+
+    /// Seconds a session may stay idle before it is ended (0: never).
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_SESSION_TTL",
+        default_value_t = 7200.0,
+        value_name = "SECONDS"
+    )]
+    pub session_ttl: f64,
+
+    /// Seconds a new interpreter may take to start before the call fails.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_START_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
+    pub start_timeout: f64,
+
+    /// Keep sessions across restarts, dormant until an agent confirms a rebuild that re-runs their cells (on), or not (off).
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_RESUME", default_value = "on", value_parser = ["on", "off"])]
+    pub resume: String,
+
+    /// Most cells one rebuild of a session re-runs.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_RESUME_MAX_CELLS",
+        default_value_t = 200,
+        value_name = "N"
+    )]
+    pub resume_max_cells: usize,
+
+    /// Longest time one rebuild of a session may take.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_RESUME_MAX_SECONDS",
+        default_value_t = 120.0,
+        value_name = "SECONDS"
+    )]
+    pub resume_max_seconds: f64,
+
+    /// Cells kept per stored session (the oldest beyond are dropped).
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_STATE_MAX_CELLS",
+        default_value_t = 1000,
+        value_name = "N"
+    )]
+    pub state_max_cells: usize,
+
+    /// Size bound of a workspace's session store, in MiB: the least recently used
+    /// sessions are removed first.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_STATE_MAX_MB",
+        default_value_t = 512,
+        value_name = "MIB"
+    )]
+    pub state_max_mb: u64,
+
+    /// Days a stored session that is not used is kept.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_STATE_KEEP_DAYS",
+        default_value_t = 30.0,
+        value_name = "DAYS"
+    )]
+    pub state_keep_days: f64,
+
+    /// Frozen copies (fork checkpoints) of earlier states kept per Python session, so that
+    /// going back to one (python_exec parent) re-runs nothing; 0 turns them off.
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_CHECKPOINTS",
+        default_value_t = 4,
+        value_name = "N"
+    )]
+    pub checkpoints: usize,
+
+    /// Only cells that ran at least this long get a checkpoint (quicker ones are re-run).
+    #[arg(help_heading = "Sessions and saved state", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_CHECKPOINT_MIN_MS",
+        default_value_t = 100.0,
+        value_name = "MS"
+    )]
+    pub checkpoint_min_ms: f64,
+
+    /// Most sessions that may exist at once (over all tenants).
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_SESSIONS",
+        default_value_t = 32,
+        value_name = "N"
+    )]
+    pub max_sessions: usize,
+
+    /// Shell and install jobs that may run at once, over all tenants (each
+    /// tenant may run as many).
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_MAX_JOBS", default_value_t = 16, value_name = "N")]
+    pub max_jobs: usize,
+
+    /// Seconds a finished shell job (and its output) is kept (at most 100 are kept).
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_JOB_TTL",
+        default_value_t = 3600.0,
+        value_name = "SECONDS"
+    )]
+    pub job_ttl: f64,
+
+    /// Seconds a python_exec / python_wait call waits for a cell when wait_s is not given.
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_DEFAULT_WAIT",
+        default_value_t = 30.0,
+        value_name = "SECONDS"
+    )]
+    pub default_wait: f64,
+
+    /// Upper bound on any wait_s an agent asks for. Below the 60 s request
+    /// timeout of the TypeScript SDK (Claude Code, Cursor, VS Code), which
+    /// cancels the call; raise it only for clients with longer timeouts.
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_WAIT",
+        default_value_t = 50.0,
+        value_name = "SECONDS"
+    )]
+    pub max_wait: f64,
+
+    /// Time limit of one cell in seconds: past it the cell is interrupted (then killed if it
+    /// ignores interrupts). Off by default.
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_MAX_CELL_SECONDS", value_name = "SECONDS")]
+    pub max_cell_seconds: Option<f64>,
+
+    /// Seconds each interrupt step waits before escalating (second SIGINT, then kill).
+    #[arg(help_heading = "Limits", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_INTERRUPT_GRACE",
+        default_value_t = 2.0,
+        value_name = "SECONDS"
+    )]
+    pub interrupt_grace: f64,
+
+    /// Bytes of a result's output kept from its start (the middle of larger output is omitted).
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_HEAD_BYTES",
+        default_value_t = 10_000,
+        value_name = "BYTES"
+    )]
+    pub output_head_bytes: usize,
+
+    /// Bytes of a result's output kept from its end.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_TAIL_BYTES",
+        default_value_t = 10_000,
+        value_name = "BYTES"
+    )]
+    pub output_tail_bytes: usize,
+
+    /// Full output kept per cell for python_output (beyond 64 KiB it spills to a file in the
+    /// temporary directory); bytes past this are counted but not kept.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_OUTPUT_LOG_BYTES", default_value_t = 64 * 1024 * 1024, value_name = "BYTES")]
+    pub output_log_bytes: u64,
+
+    /// How many recent cells per session keep their full output for python_output.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_OUTPUT_KEEP_CELLS",
+        default_value_t = 50,
+        value_name = "N"
+    )]
+    pub output_keep_cells: usize,
+
+    /// Longest repr of a cell's value, in characters.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_VALUE_CHARS",
+        default_value_t = 20_000,
+        value_name = "CHARS"
+    )]
+    pub max_value_chars: usize,
+
+    /// Images returned in one result; more are listed but not attached.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_MAX_IMAGES",
+        default_value_t = 8,
+        value_name = "N"
+    )]
+    pub max_images: usize,
+
+    /// Largest image attached to a result, in bytes.
+    #[arg(help_heading = "Output", hide_short_help = true)]
+    #[arg(long, env = "FERREPL_MAX_IMAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
+    pub max_image_bytes: u64,
+
     /// Log filter for stderr (error, warn, info, debug, trace, or a tracing filter).
+    ///
+    /// Below debug, the MCP library's own lines (rmcp) are kept to errors unless the filter
+    /// names it (e.g. info,rmcp=info).
+    #[arg(help_heading = "Logging")]
     #[arg(
         long = "log-level",
         alias = "log",
@@ -776,8 +906,51 @@ pub struct Flags {
     pub log_level: String,
 
     /// Log line format on stderr: text, or json for log collectors.
+    #[arg(help_heading = "Logging", hide_short_help = true)]
     #[arg(long, env = "FERREPL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// The tracing filter for `--log-level`: as given, with the MCP library's
+/// own lines (which dump whole messages at INFO and WARN, e.g. every error
+/// answer) kept to errors unless the operator names it or asks for debug or
+/// trace, so that the default log is ferrepl's own words.
+pub fn log_directives(level: &str) -> String {
+    let level = level.trim();
+    let verbose = level
+        .split(',')
+        .map(str::trim)
+        .any(|d| d.eq_ignore_ascii_case("debug") || d.eq_ignore_ascii_case("trace"));
+    if level.contains("rmcp") || verbose {
+        return level.to_string();
+    }
+    match level {
+        "" => "rmcp=error".to_string(),
+        _ => format!("{level},rmcp=error"),
+    }
+}
+
+#[cfg(test)]
+mod log_directives_tests {
+    use super::log_directives;
+
+    #[test]
+    fn the_mcp_library_is_quiet_unless_named_or_debugging() {
+        assert_eq!(log_directives("info"), "info,rmcp=error");
+        assert_eq!(
+            log_directives("warn,ferrepl=debug"),
+            "warn,ferrepl=debug,rmcp=error"
+        );
+        assert_eq!(log_directives("info,rmcp=info"), "info,rmcp=info");
+        assert_eq!(log_directives("debug"), "debug");
+        for directives in ["info", "warn,ferrepl=debug", "error", "ferrepl=trace"] {
+            let filter = log_directives(directives);
+            assert!(
+                tracing_subscriber::EnvFilter::try_new(&filter).is_ok(),
+                "{filter}"
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -149,9 +149,14 @@ impl Settings {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().context("cannot read the current directory")?,
         };
-        let workdir = workdir
-            .canonicalize()
-            .with_context(|| format!("--workdir {} does not exist", workdir.display()))?;
+        let workdir = workdir.canonicalize().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                "--workdir {} does not exist: create it, or give an existing directory with \
+                 --workdir DIR",
+                workdir.display()
+            ),
+            _ => anyhow::anyhow!("--workdir {}: {e}", workdir.display()),
+        })?;
         let optional = |value: Option<f64>, flag: &str| match value {
             Some(s) if s > 0.0 => seconds(s, flag).map(Some),
             _ => Ok(None),

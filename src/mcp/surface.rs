@@ -89,7 +89,7 @@ const DOCS: &[(&str, &str, &[Hint], &str)] = &[
 
 /// Added to python_exec's and r_exec's descriptions when the operator
 /// configured upstream MCP servers (`{servers}`: their names).
-pub const PYTHON_CODE_TOOLS: &str = "Code can call MCP tools of {servers}: import ferrepl; ferrepl.tools(server), ferrepl.call(server, tool, **args); only what it prints returns.";
+pub const PYTHON_CODE_TOOLS: &str = "Code can call MCP tools of {servers}: import ferrepl; ferrepl.tools(server), ferrepl.call(server, tool, **args); only what it prints and its last expression return.";
 pub const R_CODE_TOOLS: &str =
     "Code can call MCP tools of {servers}: ferrepl_tools(server), ferrepl_call(server, tool, ...).";
 

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
@@ -71,15 +70,11 @@ pub struct Listeners {
 
 impl Listeners {
     pub async fn bind(addr: SocketAddr, settings: &Settings) -> anyhow::Result<Self> {
-        let main = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("--http: cannot listen on {addr}"))?;
+        let main = super::bind::listen("--http", addr, "--http PORT").await?;
         let metrics = match settings.serving.metrics_addr {
-            Some(at) => Some(
-                tokio::net::TcpListener::bind(at)
-                    .await
-                    .with_context(|| format!("--metrics-addr: cannot listen on {at}"))?,
-            ),
+            Some(at) => {
+                Some(super::bind::listen("--metrics-addr", at, "--metrics-addr ADDR").await?)
+            }
             None => None,
         };
         Ok(Self { main, metrics })

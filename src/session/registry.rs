@@ -208,18 +208,18 @@ impl SessionManager {
         }
     }
 
-    /// Cells still running and results no call has collected yet: what a
-    /// drain waits for.
-    pub fn unfinished(&self) -> usize {
+    /// Cells still running (a rebuild counts as one): what a drain waits
+    /// for. A finished result no call has collected does not count: a
+    /// client still after it has its call in flight (which the drain waits
+    /// for too), and one that is gone would hold the drain to its end.
+    pub fn running(&self) -> usize {
         let sessions: Vec<Arc<Session>> = self.sessions().values().cloned().collect();
         sessions
             .iter()
             .filter(|sess| {
                 let mut st = sess.lock();
                 self.refresh(sess, &mut st);
-                st.inbox.running.is_some()
-                    || st.inbox.completed.is_some()
-                    || st.lifecycle.is_rebuilding()
+                st.inbox.running.is_some() || st.lifecycle.is_rebuilding()
             })
             .count()
     }

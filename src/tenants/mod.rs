@@ -192,24 +192,25 @@ impl Instance {
     }
 
     /// Refuses new sessions, cells and jobs, then waits up to `grace` for
-    /// running cells to finish, their results to be collected and every
-    /// call in flight to be answered. Returns what was still unfinished.
+    /// running cells to finish and every call in flight (a python_wait
+    /// collecting one) to be answered. Results no call is collecting do not
+    /// hold it: their cells stay in the saved history. Returns the cells still running.
     pub async fn drain(&self, grace: Duration) -> usize {
         self.base.gate.start_draining();
         let deadline = tokio::time::Instant::now() + grace;
         loop {
-            // Calls first: a call answered between the two reads has left
-            // its cell (if it started one) among the unfinished.
+            // Calls first: a call that starts a cell between the two reads
+            // has its cell among the running.
             let calls = self.base.gate.calls_in_flight();
-            // A revoked tenant's results can be collected by no one.
-            let unfinished: usize = self
+            // A revoked tenant's cells answer no one.
+            let running: usize = self
                 .live()
                 .iter()
                 .filter(|t| !t.is_revoked())
-                .map(|t| t.manager.unfinished())
+                .map(|t| t.manager.running())
                 .sum();
-            if unfinished + calls == 0 || tokio::time::Instant::now() >= deadline {
-                return unfinished;
+            if running + calls == 0 || tokio::time::Instant::now() >= deadline {
+                return running;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -145,6 +145,11 @@ pub struct Connection {
     secrets: Secrets,
     /// Woken when its last call in flight ends.
     freed: Option<Arc<tokio::sync::Notify>>,
+    /// Tools that run only as MCP tasks (`execution.taskSupport:
+    /// "required"`), which calls from code cannot follow. rmcp's `Tool`
+    /// drops `execution`: a stdio server's are read from its tools/list
+    /// (sniff.rs), any server's learnt from its refusal of a plain call.
+    task_only: super::sniff::TaskOnly,
 }
 
 impl Connection {
@@ -167,7 +172,29 @@ impl Connection {
             rules,
             secrets,
             freed,
+            task_only: Default::default(),
         }
+    }
+
+    /// Records that `tool` runs only as a task: its refusal.
+    fn learn_task_only(&self, tool: &str) -> Failure {
+        self.task_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(tool.to_string());
+        Failure::Refused(self.unavailable(tool).unwrap_or_default())
+    }
+
+    /// Why `tool` is unavailable to sessions, if it is.
+    pub fn unavailable(&self, tool: &str) -> Option<String> {
+        let known = self.task_only.lock().unwrap_or_else(|e| e.into_inner());
+        known.contains(tool).then(|| {
+            format!(
+                "tool '{tool}' of MCP server '{}' runs only as an MCP task (taskSupport: required), \
+                 which calls from code do not follow: it is unavailable to sessions",
+                self.spec.name
+            )
+        })
     }
 
     /// An rmcp error as messages quote it: secrets redacted, and also the
@@ -294,6 +321,11 @@ impl Connection {
                     &self.rules,
                     &self.secrets,
                 )?;
+                let stdout = super::sniff::Sniffer::new(
+                    stdout,
+                    self.max_response_bytes,
+                    self.task_only.clone(),
+                );
                 let served = self.relay.clone().serve((stdout, stdin)).await;
                 let service = match served {
                     Ok(service) => service,
@@ -402,6 +434,9 @@ impl Connection {
         timeout: Duration,
         progress: Option<ProgressSink>,
     ) -> Result<rmcp::model::CallToolResult, Failure> {
+        if let Some(why) = self.unavailable(tool) {
+            return Err(Failure::Refused(why));
+        }
         let peer = self.peer().await?;
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -425,11 +460,26 @@ impl Connection {
         }
         drop(guard);
         match answer {
+            // Servers answer a plain call of a task-only tool with a
+            // protocol error, or (the TypeScript SDK) with that error as the
+            // tool's.
+            Ok(Ok(ServerResult::CallToolResult(result)))
+                if result.is_error == Some(true)
+                    && result
+                        .content
+                        .iter()
+                        .any(|c| c.as_text().is_some_and(|t| needs_a_task(&t.text))) =>
+            {
+                Err(self.learn_task_only(tool))
+            }
             Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
             Ok(Ok(_)) => Err(Failure::Failed(format!(
                 "MCP server '{}' answered {tool} with something other than a tool result",
                 self.spec.name
             ))),
+            Ok(Err(rmcp::ServiceError::McpError(e))) if needs_a_task(&e.message) => {
+                Err(self.learn_task_only(tool))
+            }
             Ok(Err(e)) => Err(self.failed(&peer, e)),
             Err(_) => Err(Failure::Failed(format!(
                 "MCP server '{}' did not answer {tool} within {} s (timeoutSeconds, else --mcp-call-timeout); the call was cancelled",
@@ -517,4 +567,11 @@ fn without_url(text: &str, url: &str, shown: &str) -> String {
         }
     }
     out
+}
+
+/// A server's refusal of a plain call to a tool that runs only as a task
+/// (the TypeScript SDK: "Tool X requires task augmentation (taskSupport:
+/// 'required')").
+fn needs_a_task(message: &str) -> bool {
+    message.contains("task augmentation") || message.contains("taskSupport")
 }

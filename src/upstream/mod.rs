@@ -11,6 +11,7 @@ pub mod config;
 mod connection;
 pub mod contain;
 pub mod result;
+mod sniff;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -414,6 +415,9 @@ impl TenantUpstreams {
                     }
                     if let Some(out) = &t.output_schema {
                         v["outputSchema"] = Value::Object((**out).clone());
+                    }
+                    if let Some(why) = conn.unavailable(&t.name) {
+                        v["unavailable"] = json!(why);
                     }
                     v
                 })

@@ -116,9 +116,9 @@ pub async fn bind(
     let Some(addr) = settings.viewer.addr else {
         return Ok(None);
     };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--viewer: cannot listen on {addr}"))?;
+    let listener =
+        crate::serve::bind::listen("--viewer", addr, "--viewer ADDR (port 0 picks a free one)")
+            .await?;
     let local = listener.local_addr()?;
     let rules = hosts::Rules::new(local, &settings.viewer.allow_hosts)
         .map_err(|e| anyhow::anyhow!("--viewer-allow-host {e}"))?;

@@ -66,3 +66,73 @@ async fn workdir_flag_wins_over_the_environment() {
     .await;
     assert_eq!(session_cwd(&server).await, canonical(server.workdir.path()));
 }
+
+/// `ferrepl ARG`'s standard output, with no FERREPL_* variable of the test's
+/// own environment showing in its `[env: X=value]`.
+fn help_text(arg: &str) -> String {
+    let mut cmd = std::process::Command::new(crate::support::server_binary());
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("FERREPL_") {
+            cmd.env_remove(key);
+        }
+    }
+    let out = cmd.arg(arg).output().expect("run ferrepl");
+    assert!(out.status.success(), "ferrepl {arg} failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The long flags a help text lists, in its order.
+fn listed_flags(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|line| {
+            let trimmed = line.trim_start();
+            let rest = trimmed
+                .strip_prefix("--")
+                .or_else(|| trimmed.split_once(", --").map(|x| x.1))?;
+            Some(
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn short_help_is_one_screen_and_starts_with_the_workspace_and_python() {
+    let help = help_text("-h");
+    assert!(
+        help.lines().count() <= 50,
+        "-h is {} lines:\n{help}",
+        help.lines().count()
+    );
+    let flags = listed_flags(&help);
+    assert_eq!(
+        flags.get(..2),
+        Some(&["workdir".to_string(), "python".to_string()][..]),
+        "{help}"
+    );
+    assert!(
+        help.contains("--help"),
+        "-h does not point to --help:\n{help}"
+    );
+}
+
+#[test]
+fn long_help_lists_every_flag() {
+    let help = help_text("--help");
+    let listed = listed_flags(&help);
+    let command = <ferrepl::config::Flags as clap::CommandFactory>::command();
+    let missing: Vec<_> = command
+        .get_arguments()
+        .filter(|arg| !arg.is_hide_set())
+        .filter_map(|arg| arg.get_long())
+        .filter(|long| !listed.iter().any(|l| l == long))
+        .collect();
+    assert!(missing.is_empty(), "--help misses {missing:?}:\n{help}");
+    assert_eq!(
+        listed.first().map(String::as_str),
+        Some("workdir"),
+        "{help}"
+    );
+}

@@ -28,6 +28,7 @@ mod checkpoints;
 mod cli;
 mod code_tools;
 mod docs_numbers;
+mod docs_words;
 mod doctor;
 mod durable;
 // Attacks on the Linux sandbox (namespaces, Landlock, seccomp, cgroups).

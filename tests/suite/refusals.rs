@@ -164,8 +164,11 @@ async fn an_http_address_in_use_is_refused_before_any_session_starts() {
     let addr = taken.local_addr().expect("addr").to_string();
     let place = Place::new();
     let stderr = place.refused(&["--http", &addr], &[]).await;
+    // The refusal names the fix, not only the socket's error.
     assert!(
-        stderr.contains(&format!("--http: cannot listen on {addr}")),
+        stderr.contains(&format!(
+            "--http: {addr} is in use: stop the other server or pick another port with --http PORT"
+        )),
         "{stderr}"
     );
     for started in [
@@ -175,6 +178,39 @@ async fn an_http_address_in_use_is_refused_before_any_session_starts() {
     ] {
         assert!(!stderr.contains(started), "{started}: {stderr}");
     }
+    let stderr = place.refused(&["--viewer", &addr], &[]).await;
+    assert!(
+        stderr.contains(&format!("--viewer: {addr} is in use: stop the other server or pick another port with --viewer ADDR")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("session interpreter started"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_missing_workdir_is_refused_with_the_fix() {
+    let place = Place::new();
+    let missing = place.workdir.path().join("not-made");
+    let mut cmd = server_command_plain();
+    cmd.arg("--workdir")
+        .arg(&missing)
+        .arg("--state-dir")
+        .arg(place.state_dir())
+        .env("XDG_RUNTIME_DIR", place.runtime.path())
+        .stdin(Stdio::piped());
+    let out = tokio::time::timeout(REFUSAL_TIMEOUT, cmd.output())
+        .await
+        .expect("refused in time")
+        .expect("run ferrepl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--workdir {} does not exist: create it, or give an existing directory with --workdir DIR",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    place.assert_nothing_started(&stderr);
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ const MAX_REQUEST_BYTES: usize = 4096;
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
 
 /// A ferrepl server on stdio, spoken to byte by byte.
 struct RawServer {
@@ -474,6 +475,31 @@ async fn after_every_kind_of_bad_line_a_cell_still_runs_and_stdout_is_all_json()
         lines.len() >= 20,
         "expected a response for each request, got {} lines",
         lines.len()
+    );
+}
+
+/// The log at the default level is ferrepl's own words: the MCP library's
+/// lines, which dump whole messages (each error answer, the client's
+/// initialize), do not appear.
+#[tokio::test]
+async fn the_default_log_has_no_lines_of_the_mcp_library() {
+    let mut srv = protocol_server().await;
+    unknown_method_gets_method_not_found(&mut srv).await;
+    malformed_message_with_an_id_gets_invalid_request(&mut srv).await;
+    srv.send_line(
+        br#"{"jsonrpc":"2.0","id":60,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}"#,
+    )
+    .await;
+    srv.error_response(60, INVALID_PARAMS, "no_such_tool").await;
+    let stderr = srv.stderr.clone();
+    srv.close_and_drain().await;
+    stderr.wait_closed(GONE_TIMEOUT).await;
+    let log = stderr.text();
+    assert!(log.contains("ferrepl stopped"), "the log is whole:\n{log}");
+    let foreign: Vec<&str> = log.lines().filter(|l| l.contains("rmcp")).collect();
+    assert!(
+        foreign.is_empty(),
+        "the MCP library's lines at the default level: {foreign:#?}"
     );
 }
 

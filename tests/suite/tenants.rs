@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    Client, HttpServer, Launch, Reaper, ToolOutput, call, http_exchange, path_str,
-    processes_with_arg, py_path, raw_http, wait_process_gone,
+    Client, HttpServer, Launch, Reaper, Recorder, ToolOutput, call, finish, http_exchange,
+    path_str, processes_with_arg, py_path, raw_http, session_row, start_call, wait_process_gone,
 };
 
 const ALPHA: &str = "alpha-token-0123456789abcdef";
@@ -786,7 +786,8 @@ async fn a_workspace_over_its_quota_refuses_new_cells() {
 }
 
 /// SIGTERM: not ready at once, new sessions refused (retryable), the
-/// running cell finishes and its result is collected, then the exit.
+/// running cell finishes and the call waiting for it gets its result, then
+/// the exit.
 #[tokio::test]
 async fn sigterm_drains_then_exits() {
     let dir = tempfile::tempdir().unwrap();
@@ -799,7 +800,11 @@ async fn sigterm_drains_then_exits() {
     let metrics_port = server
         .metrics_port
         .expect("the metrics listener's port in the log");
-    let alpha = server.connect_at("/mcp", ALPHA).await;
+    let recorder = Recorder::default();
+    let alpha = server
+        .try_connect_at("/mcp", recorder.clone(), Some(ALPHA))
+        .await
+        .expect("connect as alpha");
     let gate = server.workdir.path().join("alpha/gate");
     let code = format!(
         "import os, time\nwhile not os.path.exists({}):\n    time.sleep(0.02)\n'finished'",
@@ -856,13 +861,62 @@ async fn sigterm_drains_then_exits() {
     .await;
     assert_eq!(get(server.port, "/healthz", &as_beta).await.0, 401);
 
-    // The cell is let finish and its result collected.
+    // The cell is let finish and the call waiting for it (in flight: its
+    // first progress report arrived) gets its result.
+    let waiting = start_call(alpha.peer(), "python_wait", json!({ "wait_s": 60 })).await;
+    let token = waiting.progress_token.clone();
+    recorder.wait_progress(&token, |_| true).await;
     std::fs::write(&gate, "").unwrap();
-    let out = call(alpha.peer(), "python_wait", json!({ "wait_s": 60 })).await;
+    let out = finish(waiting).await;
     assert!(out.text.contains("finished"), "{out:#?}");
     let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
         .await
         .expect("the drained server exits by itself")
+        .expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        server.stderr_log().contains("drained"),
+        "{}",
+        server.stderr_log()
+    );
+}
+
+/// A result no call is collecting does not hold the drain: with no cell
+/// running, SIGTERM exits at once (the result stays in the store).
+#[tokio::test]
+async fn an_uncollected_result_does_not_hold_the_drain() {
+    let (_dir, mut server) = serve(&format!("{ALPHA} alpha\n"), &["--drain-seconds", "60"]).await;
+    let alpha = server.connect_at("/mcp", ALPHA).await;
+    let out = call(
+        alpha.peer(),
+        "python_exec",
+        json!({ "code": "import time; time.sleep(0.5); 'done'", "wait_s": 0 }),
+    )
+    .await;
+    assert!(out.text.contains("running"), "{out:#?}");
+    // It finishes with no call collecting it (the state changes with no
+    // notification, so this polls the listing, which collects nothing).
+    let finished = async {
+        loop {
+            if session_row(alpha.peer(), "default").await["state"] == "idle" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), finished)
+        .await
+        .expect("the cell finishes");
+    signal_logged(
+        &server,
+        nix::sys::signal::Signal::SIGTERM,
+        "SIGTERM: draining",
+    )
+    .await;
+    // Far inside the 60 s drain.
+    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+        .await
+        .expect("a drain holding only an uncollected result ends at once")
         .expect("wait");
     assert!(status.success(), "{status}");
     assert!(

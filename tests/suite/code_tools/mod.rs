@@ -302,6 +302,41 @@ print(json.dumps({"said": said, "total": total, "kinds": [type(b).__name__ for b
     );
 }
 
+/// A tool that runs only as an MCP task (server-everything's
+/// simulate-research-query, `taskSupport: "required"`) is listed as
+/// unavailable, with the reason, and a call of it refused with it (not the
+/// server's protocol error).
+#[tokio::test]
+async fn a_tool_that_runs_only_as_a_task_is_refused_and_listed_unavailable() {
+    let up = Upstreams::new();
+    let file = up.write(json!({ "everything": everything_stdio() }));
+    let server = start(&file, &[]).await;
+    let out = run(
+        &server,
+        r#"tool = "simulate-research-query"
+listed = [t for t in ferrepl.tools("everything") if t["name"] == tool]
+first = caught(ferrepl.call, "everything", tool, topic="x")
+again = caught(ferrepl.call, "everything", tool, topic="x")
+print(json.dumps({"first": first, "again": again, "listed": listed}))"#,
+    )
+    .await;
+    let got = printed(&out);
+    for call in ["first", "again"] {
+        assert_caught(
+            &got[call],
+            "CallRefused",
+            &["runs only as an MCP task", "unavailable to sessions"],
+        );
+    }
+    let listed = &got["listed"][0];
+    assert!(
+        listed["unavailable"]
+            .as_str()
+            .is_some_and(|why| why.contains("runs only as an MCP task")),
+        "{got:#}"
+    );
+}
+
 #[tokio::test]
 async fn server_everything_over_stdio_through_tool_objects() {
     let up = Upstreams::new();
@@ -803,6 +838,12 @@ async fn python_exec_description_names_the_servers_sessions_may_call() {
     let description = description_of(&server, "python_exec").await;
     assert!(
         description.contains("import ferrepl") && description.contains("ferrepl.call"),
+        "{description}"
+    );
+    // A call's result reaches the model as the cell's value too, not only
+    // printed: the words say so.
+    assert!(
+        description.contains("only what it prints and its last expression return"),
         "{description}"
     );
     for name in ["own", "clock"] {

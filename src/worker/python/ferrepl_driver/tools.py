@@ -1,6 +1,7 @@
 """The `ferrepl` module a session imports (`import ferrepl`, nothing to
 install): its code calls the operator's upstream MCP servers through the
-server, and only what it prints reaches the model.
+server, and only what it prints and its last expression's value reach the
+model.
 
 main.main() registers `module()` as sys.modules["ferrepl"] (which wins over
 a workspace file `ferrepl.py`). Each request is an `upstream` event on the
@@ -370,7 +371,8 @@ def servers():
 
 def tools(server):
     """The tools of `server` this session may call: a list of dicts with
-    name, description and inputSchema (the JSON Schema of its arguments)."""
+    name, description and inputSchema (the JSON Schema of its arguments);
+    "unavailable" says why one cannot be called (it runs only as a task)."""
     result = _request(_start("tools", {"server": _name(server, "server")}))
     return list(result) if isinstance(result, list) else []
 
