@@ -27,6 +27,7 @@
 //! Everything is re-exported here: `use crate::support::{...}`.
 
 pub mod encoding;
+#[cfg(target_os = "linux")]
 pub mod host;
 pub mod http;
 pub mod launch;
@@ -40,6 +41,7 @@ pub mod upstreams;
 pub mod wheels;
 
 pub use encoding::*;
+#[cfg(target_os = "linux")]
 pub use host::*;
 pub use http::*;
 pub use launch::*;
