@@ -118,6 +118,10 @@ impl Resolved {
     }
 }
 
+/// What names the places the operator allows by flag (`Place::what`).
+pub const ALLOW_WRITE: &str = "--allow-write";
+pub const ALLOW_READ: &str = "--allow-read";
+
 /// A place sessions reach, and what named it (a flag, for messages).
 #[derive(Debug, Clone)]
 pub struct Place {
@@ -276,6 +280,15 @@ impl Places {
     /// The places named for sessions to read.
     pub fn readable_places(&self) -> &[Place] {
         &self.readable
+    }
+
+    /// The places the operator allowed by flag (--allow-write,
+    /// --allow-read): what a refusal about an allowed path looks at.
+    pub fn allowed(&self) -> impl Iterator<Item = &Place> {
+        self.writable
+            .iter()
+            .chain(&self.readable)
+            .filter(|p| p.what == ALLOW_WRITE || p.what == ALLOW_READ)
     }
 
     /// The private places, as reached.

@@ -508,12 +508,7 @@ fn check_workspace(settings: &Settings, places: &sandbox::places::Places) -> any
             h.real.display()
         );
     }
-    let named = places
-        .writable_places()
-        .iter()
-        .chain(places.readable_places())
-        .filter(|p| matches!(p.what, "--allow-write" | "--allow-read"));
-    for place in named {
+    for place in places.allowed() {
         if place.at.within(&places.workspace) {
             anyhow::bail!(
                 "--allow-read/--allow-write {} is inside the workspace, which sessions can already use (and could swap for a symlink); give paths outside it",

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::config::settings::Settings;
-use crate::sandbox::places::Places;
+use crate::sandbox::places::{ALLOW_READ, ALLOW_WRITE, Places};
 use crate::state;
 
 /// What the flags name, from the settings alone (preflight's refusals,
@@ -17,7 +17,7 @@ pub fn named(settings: &Settings) -> Places {
     let workdir = &settings.workdir;
     let mut places = Places::new(workdir);
     for path in &settings.sandbox.allow_write {
-        places.add_writable("--allow-write", path);
+        places.add_writable(ALLOW_WRITE, path);
     }
     if let Some(venv) = &settings.interpreters.venv {
         // Read, never written, by sessions; but made by them before (or
@@ -31,7 +31,7 @@ pub fn named(settings: &Settings) -> Places {
         }
     }
     for path in &settings.sandbox.allow_read {
-        places.add_readable("--allow-read", path);
+        places.add_readable(ALLOW_READ, path);
     }
     places
 }

@@ -32,12 +32,7 @@ pub fn check_own_files(places: &Places) -> anyhow::Result<()> {
 /// (a home, `/tmp`, `/run`: other programs' files and sockets, another
 /// ferrepl's runtime directory): name narrower paths.
 pub fn check_allow_paths(places: &Places) -> anyhow::Result<()> {
-    let named = places
-        .writable_places()
-        .iter()
-        .chain(places.readable_places())
-        .filter(|p| matches!(p.what, "--allow-write" | "--allow-read"));
-    for place in named {
+    for place in places.allowed() {
         if let Some(h) = places.hidden_held_by(&place.at.given) {
             anyhow::bail!(
                 "--allow-read/--allow-write {} holds {}, a private place (a home, a temporary or runtime directory, ferrepl's state) sessions must not see; name narrower paths",

@@ -91,16 +91,7 @@ async fn sigterm_drains_then_exits() {
     std::fs::write(&gate, "").unwrap();
     let out = finish(waiting).await;
     assert!(out.text.contains("finished"), "{out:#?}");
-    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
-        .await
-        .expect("the drained server exits by itself")
-        .expect("wait");
-    assert!(status.success(), "{status}");
-    assert!(
-        server.stderr_log().contains("drained"),
-        "{}",
-        server.stderr_log()
-    );
+    exits_drained(&mut server, "the drained server exits by itself").await;
 }
 
 /// A result no call is collecting does not hold the drain: with no cell
@@ -136,16 +127,11 @@ async fn an_uncollected_result_does_not_hold_the_drain() {
     )
     .await;
     // Far inside the 60 s drain.
-    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
-        .await
-        .expect("a drain holding only an uncollected result ends at once")
-        .expect("wait");
-    assert!(status.success(), "{status}");
-    assert!(
-        server.stderr_log().contains("drained"),
-        "{}",
-        server.stderr_log()
-    );
+    exits_drained(
+        &mut server,
+        "a drain holding only an uncollected result ends at once",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -174,4 +160,19 @@ async fn a_second_sigterm_ends_the_drain_at_once() {
         .expect("wait");
     assert!(status.success(), "{status}");
     assert!(server.stderr_log().contains("second SIGTERM"));
+}
+
+/// The server exits by itself within 30 s (far inside the drains these
+/// tests give), successfully, saying it drained.
+async fn exits_drained(server: &mut crate::support::HttpServer, why: &str) {
+    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{why}"))
+        .expect("wait");
+    assert!(status.success(), "{status}");
+    assert!(
+        server.stderr_log().contains("drained"),
+        "{}",
+        server.stderr_log()
+    );
 }
