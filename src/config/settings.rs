@@ -177,10 +177,12 @@ impl Settings {
             cell_log_bytes: flags.output_log_bytes,
             max_cell: optional(flags.max_cell_seconds, "--max-cell-seconds")?,
             cells_offline: false,
+            client_sandbox: false,
         };
         let sandbox = SandboxChoices::from_flags(flags)?;
         let mut limits = limits;
         limits.cells_offline = sandbox.cells_offline();
+        limits.client_sandbox = sandbox.inherit;
         Ok(Self {
             workdir,
             limits,

@@ -105,6 +105,9 @@ pub struct JobSpec {
     /// Directories of the server's the job may read (an install's copies
     /// of local wheels).
     pub extra_read: Vec<PathBuf>,
+    /// The client's narrowing of the jobs' sandbox (--sandbox inherit);
+    /// None: the jobs' own.
+    pub sandbox: Option<Arc<crate::sandbox::SandboxConfig>>,
 }
 
 /// An install job and the packages it installs.
@@ -245,7 +248,7 @@ impl JobManager {
             args: &args,
             cwd,
             env: &job_env(spec),
-            sandbox: self.settings.sandbox.as_deref(),
+            sandbox: spec.sandbox.as_deref().or(self.settings.sandbox.as_deref()),
             inherit_env: false,
             home: self.settings.log_dir.join(format!("job-home-{n}")),
             label: &format!("j{n}"),
@@ -438,6 +441,11 @@ impl JobManager {
     }
 
     /// Where jobs start: the workspace.
+    /// The sandbox jobs run under (a client's policy narrows it).
+    pub fn sandbox(&self) -> Option<&crate::sandbox::SandboxConfig> {
+        self.settings.sandbox.as_deref()
+    }
+
     pub fn workdir(&self) -> &std::path::Path {
         &self.settings.workdir
     }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::mcp::args::{Seconds, secs};
 use crate::mcp::tasks::{TASK_WAIT, TaskLink};
+use crate::sandbox::client::{self, ClientPolicy};
 use crate::session::SessionManager;
 use crate::worker::Language;
 
@@ -26,6 +27,9 @@ pub(crate) struct Call {
     /// In a task: the work is followed to its end and progress becomes the
     /// task's status message.
     task: Option<TaskLink>,
+    /// The client's sandbox policy from `_meta` (--sandbox inherit), if the
+    /// call carried one; an error when it cannot be read.
+    client_policy: Option<Result<ClientPolicy, String>>,
 }
 
 impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
@@ -37,6 +41,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
             peer: request.peer.clone(),
             ct: request.ct.clone(),
             task: request.extensions.get::<TaskLink>().cloned(),
+            client_policy: ClientPolicy::from_meta(&request.meta),
         })
     }
 }
@@ -53,6 +58,23 @@ impl Call {
         let mut ticker = tokio::time::interval_at(start, PROGRESS_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker
+    }
+
+    /// The client's sandbox policy for a call that starts or runs code:
+    /// None when the server does not take it (an explicit --sandbox);
+    /// refused when it takes it and the call has none or a malformed one.
+    pub(crate) fn client_policy(
+        &self,
+        manager: &SessionManager,
+    ) -> Result<Option<&ClientPolicy>, String> {
+        if !manager.inherits_client_sandbox() {
+            return Ok(None);
+        }
+        match &self.client_policy {
+            None => Err(client::missing()),
+            Some(Err(e)) => Err(e.clone()),
+            Some(Ok(policy)) => Ok(Some(policy)),
+        }
     }
 
     pub(crate) fn wants_progress(&self) -> bool {

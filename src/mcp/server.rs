@@ -248,6 +248,85 @@ impl FerreplServer {
 }
 
 impl FerreplServer {
+    /// --sandbox inherit: puts `session` under the call's client policy
+    /// (restarting it when that changed) before code runs in it.
+    pub(crate) async fn under_client_policy(
+        &self,
+        call: &Call,
+        session: &str,
+        lang: Language,
+    ) -> Result<(), ToolError> {
+        let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
+            return Ok(());
+        };
+        let narrowed = self.manager.narrow(policy, lang)?;
+        self.manager
+            .apply_client_sandbox(session, lang, narrowed)
+            .await?;
+        Ok(())
+    }
+
+    /// --sandbox inherit: the jobs' sandbox narrowed by the call's client
+    /// policy (None: the jobs' own).
+    pub(crate) fn client_job_sandbox(
+        &self,
+        call: &Call,
+    ) -> Result<Option<Arc<crate::sandbox::SandboxConfig>>, ToolError> {
+        let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
+            return Ok(None);
+        };
+        let ceiling = self.jobs.sandbox().filter(|s| s.enabled()).ok_or_else(|| {
+            ToolError::new("--sandbox inherit needs the sandbox, which is off here")
+        })?;
+        policy
+            .check_cwd(&ceiling.workspace)
+            .map_err(ToolError::new)?;
+        let own = self.manager.own_places();
+        Ok(Some(Arc::new(
+            crate::sandbox::client::narrow(ceiling, policy, &own).config,
+        )))
+    }
+
+    /// --sandbox inherit: refuses an install the call's client policy
+    /// gives no network.
+    /// `into_workspace`: the install writes the workspace (R's library).
+    pub(crate) fn client_allows_install(
+        &self,
+        call: &Call,
+        into_workspace: bool,
+    ) -> Result<(), ToolError> {
+        let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
+            return Ok(());
+        };
+        if into_workspace && !policy.may_write(self.files.root()) {
+            return Err(ToolError::new(
+                "the client's sandbox policy does not let this call write the workspace, where R packages are installed; nothing was installed",
+            ));
+        }
+        if policy.network {
+            return Ok(());
+        }
+        Err(ToolError::new(
+            "the client's sandbox policy gives this call no network, and installs need it; nothing was installed. In Codex, set sandbox_workspace_write.network_access = true, or install before, e.g. with a session in a policy that has the network",
+        ))
+    }
+
+    /// The workspace as the file tools write it under the call's client
+    /// policy (--sandbox inherit): read-only unless the policy lets the
+    /// workspace be written, its read-only entries inside protected.
+    pub(crate) fn client_files(&self, call: &Call) -> Result<crate::files::Workspace, ToolError> {
+        let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
+            return Ok(self.files.clone());
+        };
+        let narrowed = self.manager.narrow(policy, self.manager.first_language())?;
+        let config = &narrowed.config;
+        Ok(self
+            .files
+            .clone()
+            .read_only(config.mode != crate::sandbox::SandboxMode::WorkspaceWrite)
+            .protected(config.protected.clone().map(Arc::new)))
+    }
+
     /// Starts a cell (python_exec, python_run_file, r_exec) in the language
     /// of the tool called and follows it; a client cancel interrupts it.
     pub(crate) async fn run_cell(
@@ -260,6 +339,7 @@ impl FerreplServer {
         let lang = call.language();
         let wait = call.window(&self.manager, wait_s);
         let session = self.session_in(session, lang)?;
+        self.under_client_policy(&call, &session, lang).await?;
         let fut = self.manager.exec(&session, lang, source, parent, wait);
         self.drive(&session, (call, true), fut).await
     }
@@ -443,15 +523,25 @@ impl ServerHandler for FerreplServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .enable_prompts()
-                .enable_tasks()
-                .build(),
-        )
-        .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))
-        .with_instructions(self.instructions())
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_prompts()
+            .enable_tasks()
+            .build();
+        if self.manager.inherits_client_sandbox() {
+            // Codex sends its sandbox policy with each call only to a
+            // server that asks for it so.
+            capabilities.experimental = Some(
+                [(
+                    crate::sandbox::client::META_KEY.to_string(),
+                    Default::default(),
+                )]
+                .into(),
+            );
+        }
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("ferrepl", env!("CARGO_PKG_VERSION")))
+            .with_instructions(self.instructions())
     }
 }

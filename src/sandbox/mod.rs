@@ -6,6 +6,7 @@
 //! process-count limits are enforced by the server watching process trees.
 
 pub mod cgroup;
+pub mod client;
 pub mod env;
 pub mod launcher;
 #[cfg(target_os = "linux")]
@@ -343,7 +344,7 @@ impl SandboxConfig {
             .namespaces
             .then(|| self.mount_plan(tmp, workspace_writable));
         let protected = match &self.protected {
-            Some(p) if workspace_writable => {
+            Some(p) if workspace_writable || !self.write.is_empty() => {
                 let mut p = p.clone();
                 p.unshared = write.iter().map(PathBuf::from).collect();
                 Some(p)

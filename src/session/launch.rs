@@ -114,8 +114,23 @@ impl SessionManager {
                 }
             }
         }
+        // Under the client's policy (--sandbox inherit) when it narrows
+        // the server's.
+        let under_client = self.client_spec(sess);
+        let under = sess
+            .lock()
+            .client
+            .as_ref()
+            .map(|c| c.key.clone())
+            .or_else(|| {
+                let spec = sess.spec.as_deref().or(self.spec_for(sess.language))?;
+                spec.sandbox.as_deref().map(crate::sandbox::client::key_of)
+            });
         let worker = self
-            .acquire_worker(sess.spec.as_deref(), sess.language)
+            .acquire_worker(
+                under_client.as_ref().or(sess.spec.as_deref()),
+                sess.language,
+            )
             .await
             .map_err(|e| match e {
                 SessionError::Worker { source, .. } => SessionError::Worker {
@@ -130,6 +145,7 @@ impl SessionManager {
         {
             let mut st = sess.lock();
             st.worker = Some(worker.clone());
+            st.worker_under = under;
             // Copies belonged to the interpreter before.
             st.checkpoints.clear();
         }

@@ -18,6 +18,7 @@
 mod branch;
 mod cells;
 mod checkpoints;
+mod client_sandbox;
 pub mod clients;
 mod control;
 mod durable;

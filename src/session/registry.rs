@@ -229,6 +229,7 @@ impl SessionManager {
         self: &Arc<Self>,
         name: &str,
         opts: SessionOptions,
+        client: Option<Arc<crate::sandbox::client::Narrowed>>,
     ) -> Result<Arc<Session>, SessionError> {
         if self.sessions().contains_key(name) {
             return Err(SessionError::Invalid(format!(
@@ -237,6 +238,7 @@ impl SessionManager {
         }
         let spec = self.spec_from_options(&opts)?;
         let sess = self.get_or_create_with(name, opts.language, spec, Some(opts))?;
+        sess.lock().client = client;
         self.ensure_worker(&sess).await?;
         Ok(sess)
     }

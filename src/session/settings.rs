@@ -36,6 +36,9 @@ pub struct Limits {
     /// Cells reach no network (sandboxed, --network packages or off): a
     /// cell that fails to reach a host is told why.
     pub cells_offline: bool,
+    /// --sandbox inherit: each call that runs code brings the client's
+    /// sandbox policy, which narrows the launch settings' sandbox.
+    pub client_sandbox: bool,
 }
 
 /// How sessions survive: the store (None with --resume off, or when another

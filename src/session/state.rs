@@ -29,6 +29,11 @@ pub(super) struct SessionState {
     /// The frozen copies the live interpreter holds.
     pub(super) checkpoints: Checkpoints,
     pub(super) lifecycle: Lifecycle,
+    /// --sandbox inherit: the client's policy the session runs under (set
+    /// by the last call that ran code), and the one its worker was
+    /// launched under.
+    pub(super) client: Option<Arc<crate::sandbox::client::Narrowed>>,
+    pub(super) worker_under: Option<String>,
 }
 
 impl SessionState {
@@ -42,6 +47,8 @@ impl SessionState {
             lineage: Lineage::default(),
             checkpoints: Checkpoints::default(),
             lifecycle: Lifecycle::default(),
+            client: None,
+            worker_under: None,
         }
     }
 

@@ -36,6 +36,12 @@ const WEAKENING: &[Weakening] = &[
         does: "runs sessions with no sandbox: they read and write everything the user can, protected places included, and reach the network",
     },
     Weakening {
+        flag: "--sandbox",
+        var: "FERREPL_SANDBOX",
+        value: Some("danger-full-access"),
+        does: "runs sessions with no sandbox: they read and write everything the user can, protected places included, and reach the network",
+    },
+    Weakening {
         flag: "--network",
         var: "FERREPL_NETWORK",
         value: Some("on"),

@@ -136,6 +136,7 @@ fn install_all(req: &Request) -> Result<bool, String> {
                 continue;
             }
         };
+        let entry = entry.as_ref().map(|e| with_sandbox(e, client));
         let change = match install::apply(&target, entry.as_ref(), req.dry_run) {
             Ok(change) => change,
             Err(e) => {
@@ -159,6 +160,27 @@ fn install_all(req: &Request) -> Result<bool, String> {
         }
     }
     Ok(ok)
+}
+
+/// The entry with its sandbox mode named: Codex's policy for Codex (it
+/// sends it with every call), workspace-write for the others; a --sandbox
+/// among the server arguments after `--` is kept as given.
+fn with_sandbox(entry: &Entry, client: Client) -> Entry {
+    let named = entry
+        .args
+        .iter()
+        .any(|a| a == "--sandbox" || a.starts_with("--sandbox="));
+    let mut entry = entry.clone();
+    if !named {
+        let mode = match client {
+            Client::Codex => "inherit",
+            _ => "workspace-write",
+        };
+        entry
+            .args
+            .extend(["--sandbox".to_string(), mode.to_string()]);
+    }
+    entry
 }
 
 /// The directory holding `file` when it is a client's directory in

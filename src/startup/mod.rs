@@ -340,7 +340,14 @@ fn protected_places(
     sandbox_cfg: &sandbox::SandboxConfig,
     venvs: &[PathBuf],
 ) -> anyhow::Result<Option<sandbox::protected::Protected>> {
-    if sandbox_cfg.mode != sandbox::SandboxMode::WorkspaceWrite {
+    // Read-only sessions still write the --allow-write paths: those are
+    // protected like a writable workspace.
+    let writes_shared = match sandbox_cfg.mode {
+        sandbox::SandboxMode::Off => false,
+        sandbox::SandboxMode::ReadOnly => !sandbox_cfg.write.is_empty(),
+        sandbox::SandboxMode::WorkspaceWrite => true,
+    };
+    if !writes_shared {
         return Ok(None);
     }
     // Each root as given (its place in a namespace's view) and resolved

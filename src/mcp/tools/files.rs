@@ -10,6 +10,7 @@ use rmcp::{tool, tool_router};
 
 use crate::files::{FileData, Listing, Workspace, mime_for};
 use crate::mcp::args::Parameters;
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render;
 use crate::mcp::server::FerreplServer;
@@ -46,7 +47,7 @@ impl FerreplServer {
     }
 
     #[tool(output_schema = schema_for_output::<ChangeOutput>())]
-    async fn file_write(&self, Parameters(p): Parameters<WriteParams>) -> ToolResult {
+    async fn file_write(&self, Parameters(p): Parameters<WriteParams>, call: Call) -> ToolResult {
         let data = match (&p.text, &p.base64) {
             (Some(t), None) => t.clone().into_bytes(),
             (None, Some(b)) => match base64::engine::general_purpose::STANDARD.decode(b.trim()) {
@@ -56,7 +57,7 @@ impl FerreplServer {
             _ => return Err(ToolError::new("give exactly one of 'text' or 'base64'")),
         };
         let append = p.append.unwrap_or(false);
-        let files = self.files.clone();
+        let files = self.client_files(&call)?;
         blocking("file_write", move || {
             let shown = files.write(&p.path, &data, append)?;
             let message = format!(
@@ -75,9 +76,9 @@ impl FerreplServer {
     }
 
     #[tool(output_schema = schema_for_output::<ChangeOutput>())]
-    async fn file_delete(&self, Parameters(p): Parameters<DeleteParams>) -> ToolResult {
+    async fn file_delete(&self, Parameters(p): Parameters<DeleteParams>, call: Call) -> ToolResult {
         // A symlink is removed itself, never what it points to.
-        let files = self.files.clone();
+        let files = self.client_files(&call)?;
         blocking("file_delete", move || {
             let recursive = p.recursive.unwrap_or(false);
             let shown = files.delete(&p.path, recursive)?;

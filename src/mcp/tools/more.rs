@@ -76,10 +76,14 @@ impl FerreplServer {
     }
 
     #[tool(output_schema = schema_for_output::<ExportOutput>())]
-    async fn python_export(&self, Parameters(p): Parameters<ExportParams>) -> ToolResult {
+    async fn python_export(
+        &self,
+        Parameters(p): Parameters<ExportParams>,
+        call: Call,
+    ) -> ToolResult {
         let session = self.session_name(&p.session);
+        let files = self.client_files(&call)?;
         let export = self.manager.export(&session, p.cell, p.format)?;
-        let files = self.files.clone();
         let path = p.path.as_str().to_string();
         let bytes = export.text.into_bytes();
         // Never onto a protected place, never left executable.

@@ -56,6 +56,7 @@ except OSError as e:
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn python_install(&self, args: Parameters<InstallParams>, call: Call) -> ToolResult {
+        self.client_allows_install(&call, false)?;
         let p = args.0;
         let session = self.session_in(&p.session, crate::worker::Language::Python)?;
         let wait = call.window(&self.manager, p.wait_s);

@@ -21,6 +21,7 @@ const R_INSTALL_HINT: &str = "call r_install again for this session to keep wait
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn r_install(&self, Parameters(p): Parameters<RInstallParams>, call: Call) -> ToolResult {
+        self.client_allows_install(&call, true)?;
         let session = self.session_in(&p.session, Language::R)?;
         let wait = call.window(&self.manager, p.wait_s);
         // Installs are keyed by session; R's and Python's never share a name.

@@ -7,6 +7,7 @@ use rmcp::{tool, tool_router};
 use serde_json::Value;
 
 use crate::mcp::args::Parameters;
+use crate::mcp::call::Call;
 use crate::mcp::error::{ToolError, ToolResult};
 use crate::mcp::render;
 use crate::mcp::server::FerreplServer;
@@ -17,9 +18,25 @@ use crate::session::{SessionInfo, SessionOptions};
 #[tool_router(router = sessions_router, vis = "pub(crate)")]
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<SessionsOutput>())]
-    async fn python_sessions(&self, Parameters(p): Parameters<SessionsParams>) -> ToolResult {
+    async fn python_sessions(
+        &self,
+        Parameters(p): Parameters<SessionsParams>,
+        call: Call,
+    ) -> ToolResult {
         let action = p.action.unwrap_or(SessionAction::List);
         let named = p.session.as_deref().filter(|s| !s.is_empty());
+        // Actions that start an interpreter take the client's policy
+        // (--sandbox inherit).
+        let starts = match action {
+            SessionAction::Create | SessionAction::Reset | SessionAction::Resume => true,
+            SessionAction::Rebuild => p.confirm.unwrap_or(false),
+            _ => false,
+        };
+        let lang = p.language.unwrap_or(self.manager.first_language());
+        let narrowed = match call.client_policy(&self.manager).map_err(ToolError::new)? {
+            Some(policy) if starts => Some(self.manager.narrow(policy, lang)?),
+            _ => None,
+        };
         let message = match action {
             SessionAction::List => None,
             SessionAction::Status => return Ok(self.server_status()),
@@ -34,15 +51,16 @@ impl FerreplServer {
                     venv: p.venv,
                     workdir: p.workdir,
                     env: p.env.unwrap_or_default(),
-                    language: p.language.unwrap_or(self.manager.first_language()),
+                    language: lang,
                 };
-                self.manager.create(name, opts).await?;
+                self.manager.create(name, opts, narrowed).await?;
                 Some(format!(
                     "Session '{name}' created and its interpreter is ready."
                 ))
             }
             SessionAction::Reset => {
                 let name = self.session_name(&p.session);
+                self.manager.set_client_sandbox(&name, narrowed);
                 Some(self.manager.reset(&name).await?)
             }
             SessionAction::Delete => {
@@ -55,10 +73,12 @@ impl FerreplServer {
             }
             SessionAction::Resume => {
                 let name = self.session_name(&p.session);
+                self.manager.set_client_sandbox(&name, narrowed);
                 Some(self.manager.resume(&name).await?)
             }
             SessionAction::Rebuild => {
                 let name = self.session_name(&p.session);
+                self.manager.set_client_sandbox(&name, narrowed);
                 Some(
                     self.manager
                         .rebuild(&name, p.confirm.unwrap_or(false))

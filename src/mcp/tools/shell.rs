@@ -73,6 +73,7 @@ impl FerreplServer {
         // `python` on the job's PATH is the kept venv's once it is made; a
         // failure here shows when a session starts, not in the job.
         let _ = self.manager.ready_venv("default").await;
+        let sandbox = self.client_job_sandbox(&call)?;
         let spec = JobSpec {
             command: p.command,
             cwd: p.cwd.map(Into::into),
@@ -83,6 +84,7 @@ impl FerreplServer {
             egress: false,
             reader: None,
             extra_read: Vec::new(),
+            sandbox,
         };
         let job = self.jobs.start(spec)?;
         let wait = call.window(&self.manager, p.wait_s);
