@@ -87,6 +87,27 @@ impl SessionManager {
                 // The rebuild's task owns its interpreter, dead or alive.
                 return Ok(w.clone());
             }
+            // Launched under another client policy than the session's now
+            // (--sandbox inherit; a call changed it while this one started):
+            // not used. A change between cells was handled already, its
+            // state saved first (client_sandbox.rs); this one ran nothing.
+            let stale = st
+                .client
+                .as_ref()
+                .is_some_and(|c| st.worker_under.as_deref() != Some(c.key.as_str()));
+            if stale && st.inbox.running.is_none() {
+                if let Some(old) = st.worker.take() {
+                    old.kill_in_background();
+                }
+                st.checkpoints.clear();
+                if !st.lineage.path().is_empty() {
+                    st.clear_path();
+                    st.notes.push(format!(
+                        "The client's sandbox policy changed: session '{}' restarted under it; its variables are gone.",
+                        sess.name
+                    ));
+                }
+            }
             if let Some(w) = &st.worker {
                 match w.exit_info() {
                     None => return Ok(w.clone()),
