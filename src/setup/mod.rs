@@ -112,7 +112,6 @@ fn install_all(req: &Request) -> Result<bool, String> {
             if let Some(dir) = &workdir {
                 args.extend(["--workdir".to_string(), dir.display().to_string()]);
             }
-            args.extend(extra.iter().cloned());
             Some(Entry {
                 command: launch.command,
                 tool_timeout_sec: max_wait(extra).ceil() as u64 + 30,
@@ -136,7 +135,8 @@ fn install_all(req: &Request) -> Result<bool, String> {
                 continue;
             }
         };
-        let entry = entry.as_ref().map(|e| with_sandbox(e, client));
+        let extra = req.server_args.unwrap_or_default();
+        let entry = entry.as_ref().map(|e| with_sandbox(e, client, extra));
         let change = match install::apply(&target, entry.as_ref(), req.dry_run) {
             Ok(change) => change,
             Err(e) => {
@@ -162,12 +162,12 @@ fn install_all(req: &Request) -> Result<bool, String> {
     Ok(ok)
 }
 
-/// The entry with its sandbox mode named: Codex's policy for Codex (it
-/// sends it with every call), workspace-write for the others; a --sandbox
-/// among the server arguments after `--` is kept as given.
-fn with_sandbox(entry: &Entry, client: Client) -> Entry {
-    let named = entry
-        .args
+/// The entry with its sandbox mode named, then the server arguments given
+/// after `--`: Codex's policy for Codex (it sends it with every call),
+/// workspace-write for the others; a --sandbox among the arguments is kept
+/// as given.
+fn with_sandbox(entry: &Entry, client: Client, extra: &[String]) -> Entry {
+    let named = extra
         .iter()
         .any(|a| a == "--sandbox" || a.starts_with("--sandbox="));
     let mut entry = entry.clone();
@@ -180,6 +180,7 @@ fn with_sandbox(entry: &Entry, client: Client) -> Entry {
             .args
             .extend(["--sandbox".to_string(), mode.to_string()]);
     }
+    entry.args.extend(extra.iter().cloned());
     entry
 }
 

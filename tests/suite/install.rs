@@ -130,7 +130,7 @@ fn install_keeps_everything_else_and_is_idempotent() {
     assert_eq!(claude["mcpServers"]["ferrepl"]["command"], exe());
     assert_eq!(
         claude["mcpServers"]["ferrepl"]["args"],
-        serde_json::json!(["--languages", "python,r"])
+        serde_json::json!(["--sandbox", "workspace-write", "--languages", "python,r"])
     );
     assert!(
         home.read(".claude.json")
@@ -710,13 +710,21 @@ fn under_uvx_the_entry_names_uvx_and_where_it_came_from() {
             claude_entry(&home),
             (
                 uvx.clone(),
-                vec!["--from".into(), wheel.clone(), "ferrepl".into()]
+                vec![
+                    "--from".into(),
+                    wheel.clone(),
+                    "ferrepl".into(),
+                    "--sandbox".into(),
+                    "workspace-write".into()
+                ]
             )
         );
         let codex = home.read(".codex/config.toml");
         assert!(
             codex.contains(&format!("command = \"{uvx}\""))
-                && codex.contains(&format!("args = [\"--from\", \"{wheel}\", \"ferrepl\"]")),
+                && codex.contains(&format!(
+                    "args = [\"--from\", \"{wheel}\", \"ferrepl\", \"--sandbox\", \"inherit\"]"
+                )),
             "{codex}"
         );
     }
@@ -726,7 +734,12 @@ fn under_uvx_the_entry_names_uvx_and_where_it_came_from() {
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         claude_entry(&home),
-        (uvx.clone(), vec!["ferrepl".to_string()])
+        (
+            uvx.clone(),
+            ["ferrepl", "--sandbox", "workspace-write"]
+                .map(String::from)
+                .to_vec()
+        )
     );
 
     let temp = tempfile::tempdir().expect("tempdir");
