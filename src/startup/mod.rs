@@ -201,6 +201,12 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
     if let Some(proxy) = proxy {
         proxy.start()?;
     }
+    if settings.sandbox.inherit {
+        // The status line and doctor say who decides.
+        sandbox_cfg.active.push_str(
+            "; inherit: each call runs under the client's sandbox policy (Codex's), narrowing this setting, never widening it",
+        );
+    }
     if sandbox_cfg.enabled() {
         // The whole description is long (doctor shows it item by item).
         tracing::info!("sandbox: {summary} (details: ferrepl doctor)");
