@@ -320,10 +320,15 @@ impl FerreplServer {
         };
         let narrowed = self.manager.narrow(policy, self.manager.first_language())?;
         let config = &narrowed.config;
+        if config.mode != crate::sandbox::SandboxMode::WorkspaceWrite {
+            return Err(ToolError::new(format!(
+                "the client's sandbox policy ({}) does not let this call write the workspace; nothing was written",
+                narrowed.summary
+            )));
+        }
         Ok(self
             .files
             .clone()
-            .read_only(config.mode != crate::sandbox::SandboxMode::WorkspaceWrite)
             .protected(config.protected.clone().map(Arc::new)))
     }
 

@@ -377,6 +377,10 @@ pub fn narrow(ceiling: &SandboxConfig, policy: &ClientPolicy, own: &[PathBuf]) -
         config.mode = SandboxMode::ReadOnly;
         config.write.retain(|p| own.contains(p));
         config.protected = None;
+        // Still readable, as with an explicit --sandbox read-only.
+        config
+            .read
+            .extend(ceiling.write.iter().filter(|p| !own.contains(p)).cloned());
     } else if let Files::Entries(entries) = &policy.files {
         let mut places: Vec<PathBuf> = Vec::new();
         if ceiling.mode == SandboxMode::WorkspaceWrite {
@@ -415,6 +419,9 @@ pub fn narrow(ceiling: &SandboxConfig, policy: &ClientPolicy, own: &[PathBuf]) -
             .filter(|p| kept.contains(p))
             .cloned()
             .collect();
+        config
+            .read
+            .extend(ceiling.write.iter().filter(|p| !kept.contains(p)).cloned());
         if !protect.is_empty() {
             // The operator may have freed every protected name; the
             // client's read-only places are protected all the same.

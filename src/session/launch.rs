@@ -91,10 +91,11 @@ impl SessionManager {
             // (--sandbox inherit; a call changed it while this one started):
             // not used. A change between cells was handled already, its
             // state saved first (client_sandbox.rs); this one ran nothing.
-            let stale = st
-                .client
-                .as_ref()
-                .is_some_and(|c| st.worker_under.as_deref() != Some(c.key.as_str()));
+            let stale = st.worker.is_some()
+                && st
+                    .client
+                    .as_ref()
+                    .is_some_and(|c| st.worker_under.as_deref() != Some(c.key.as_str()));
             if stale && st.inbox.running.is_none() {
                 if let Some(old) = st.worker.take() {
                     old.kill_in_background();

@@ -208,6 +208,18 @@ fn assert_write_worked(out: &ToolOutput, what: &str) {
     );
 }
 
+/// Like `assert_write_denied`, also taking a place out of the session's
+/// view (FileNotFoundError, ENOENT) as a refusal.
+fn assert_write_refused_or_hidden(out: &ToolOutput, what: &str) {
+    out.assert_ok();
+    let got = outcome(out, "write");
+    let hidden = got == format!("FileNotFoundError errno={}", libc::ENOENT);
+    assert!(
+        is_denial(&got) || hidden,
+        "{what}: the write should have been refused (or the place hidden), got '{got}'; result: {out:#?}"
+    );
+}
+
 /// Panics unless `out` is a refused call (isError, an "error: ..." text,
 /// not a cell result) naming every one of `needles`.
 fn assert_refused(out: &ToolOutput, needles: &[&str]) {
@@ -387,8 +399,6 @@ async fn calls_without_a_readable_policy_are_refused_and_run_nothing() {
         ("python_inspect", json!({})),
         ("file_list", json!({})),
         ("file_read", json!({ "path": "script.py" })),
-        ("python_sessions", json!({})),
-        ("python_sessions", json!({ "action": "status" })),
     ] {
         let out = meta_call(&server, tool, args.clone(), None).await;
         assert!(
@@ -396,6 +406,32 @@ async fn calls_without_a_readable_policy_are_refused_and_run_nothing() {
             "{tool} {args} needs no policy, but failed: {out:#?}"
         );
     }
+    server.assert_alive();
+    server.stop().await;
+}
+
+/// python_sessions list and status only read: they need no policy, like
+/// python_wait and python_output (the harness's own `sessions()` and
+/// every client listing sessions call them so).
+#[tokio::test]
+async fn listing_sessions_and_status_need_no_policy() {
+    let mut server = StdioServer::start(&["--sandbox", "inherit"]).await;
+    let w = ws(&server);
+    exec_under(&server, "1", read_only(&w)).await.assert_ok();
+    for args in [
+        json!({}),
+        json!({ "action": "list" }),
+        json!({ "action": "status" }),
+    ] {
+        let out = meta_call(&server, "python_sessions", args.clone(), None).await;
+        assert!(
+            !out.is_error,
+            "python_sessions {args} needs no policy, but failed: {out:#?}"
+        );
+    }
+    // With a policy they work too.
+    let out = meta_call(&server, "python_sessions", json!({}), Some(read_only(&w))).await;
+    assert!(!out.is_error, "{out:#?}");
     server.assert_alive();
     server.stop().await;
 }
@@ -548,7 +584,7 @@ async fn a_policy_change_waits_for_the_running_cell() {
     done.assert_ok();
     assert_eq!(done.value(), Some("'yes'"), "{done:#?}");
 
-    let after = exec_under(&server, "answer", workspace_write(&w)).await;
+    let after = exec_under(&server, "1", workspace_write(&w)).await;
     after.assert_ok();
     assert!(
         after.notes_text().contains("sandbox policy changed"),
@@ -829,7 +865,8 @@ async fn full_access_from_the_client_keeps_the_operators_ceiling() {
 
 /// The operator's --allow-write place: written under full access, not
 /// under read-only, and not under a workspace-write policy that does not
-/// name it.
+/// name it (there it may be read-only or out of the view altogether); a
+/// workspace-write policy naming it writable lets it be written.
 #[tokio::test]
 async fn allow_write_places_follow_the_policy() {
     let extra = visible_outside_dir();
@@ -849,7 +886,7 @@ async fn allow_write_places_follow_the_policy() {
     std::fs::remove_file(&target).expect("remove extra.txt");
 
     let ro = exec_under(&server, &write_cell(&target, "ro", false), read_only(&w)).await;
-    assert_write_denied(&ro, "--allow-write under read-only");
+    assert_write_refused_or_hidden(&ro, "--allow-write under read-only");
     assert!(!target.exists());
 
     let rw = exec_under(
@@ -858,7 +895,7 @@ async fn allow_write_places_follow_the_policy() {
         workspace_write(&w),
     )
     .await;
-    assert_write_denied(
+    assert_write_refused_or_hidden(
         &rw,
         "--allow-write under a workspace-write that does not name it",
     );
@@ -871,6 +908,51 @@ async fn allow_write_places_follow_the_policy() {
         .push(json!({"path": {"type": "path", "path": extra_arg}, "access": "write"}));
     let both = exec_under(&server, &write_cell(&target, "named", false), named).await;
     assert_write_worked(&both, "--allow-write named writable by the policy");
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("extra.txt"),
+        "named"
+    );
+    server.assert_alive();
+    server.stop().await;
+}
+
+/// "Reads are not narrowed" (src/sandbox/client.rs): a file in the
+/// operator's --allow-write place stays readable under a read-only policy.
+#[tokio::test]
+async fn allow_write_places_stay_readable_under_read_only() {
+    let extra = visible_outside_dir();
+    let extra_arg = s(extra.path());
+    let existing = extra.path().join("existing.txt");
+    std::fs::write(&existing, "there").expect("write existing.txt");
+    let code = format!(
+        "{ATTEMPT}\nattempt('read', lambda: open({}).read())",
+        py_path(&existing)
+    );
+    // The operator's own read-only mode shows the place (read-only).
+    let explicit =
+        StdioServer::start(&["--sandbox", "read-only", "--allow-write", &extra_arg]).await;
+    let out = explicit.exec(&code).await;
+    out.assert_ok();
+    assert_eq!(
+        outcome(&out, "read"),
+        "OK 'there'",
+        "--sandbox read-only shows the --allow-write place: {out:#?}"
+    );
+    explicit.stop().await;
+
+    let mut server =
+        StdioServer::start(&["--sandbox", "inherit", "--allow-write", &extra_arg]).await;
+    let w = ws(&server);
+    let full = exec_under(&server, &code, full_access(&w)).await;
+    full.assert_ok();
+    assert_eq!(outcome(&full, "read"), "OK 'there'", "{full:#?}");
+    let ro = exec_under(&server, &code, read_only(&w)).await;
+    ro.assert_ok();
+    assert_eq!(
+        outcome(&ro, "read"),
+        "OK 'there'",
+        "the --allow-write place should stay readable under a read-only policy: {ro:#?}"
+    );
     server.assert_alive();
     server.stop().await;
 }
@@ -897,6 +979,23 @@ async fn the_old_mode_names_are_still_accepted() {
     let refused = meta_call(&codex, "python_exec", json!({ "code": "1" }), None).await;
     assert_refused(&refused, &["--sandbox inherit"]);
     exec_under(&codex, "1", read_only(&w)).await.assert_ok();
+    // The status line says who decides (a policy sent: listing and status
+    // without one are another test's subject).
+    let status = meta_call(
+        &codex,
+        "python_sessions",
+        json!({ "action": "status" }),
+        Some(read_only(&w)),
+    )
+    .await;
+    assert!(!status.is_error, "{status:#?}");
+    let sandbox = status.structured["server"]["sandbox"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no server.sandbox: {status:#?}"));
+    assert!(
+        sandbox.contains("inherit") && sandbox.contains("client's sandbox policy"),
+        "--sandbox inherit-codex: {sandbox:?}"
+    );
     codex.assert_alive();
     codex.stop().await;
 }
@@ -999,4 +1098,211 @@ fn install_names_the_sandbox_mode_per_client() {
         toml.contains("--sandbox=read-only") && !toml.contains("inherit"),
         "{toml}"
     );
+}
+
+// ------------------------------------------------------------------ more
+
+/// python_sessions create and reset start the interpreter under the call's
+/// policy: a session created under read-only cannot write the workspace,
+/// and the next call under the same policy does not restart it.
+#[tokio::test]
+async fn sessions_created_and_reset_take_the_calls_policy() {
+    let mut server = StdioServer::start(&["--sandbox", "inherit"]).await;
+    let w = ws(&server);
+    let created = meta_call(
+        &server,
+        "python_sessions",
+        json!({ "action": "create", "session": "ro" }),
+        Some(read_only(&w)),
+    )
+    .await;
+    assert!(!created.is_error, "create under read-only: {created:#?}");
+    let refused = meta_call(
+        &server,
+        "python_sessions",
+        json!({ "action": "create", "session": "nopolicy" }),
+        None,
+    )
+    .await;
+    assert_refused(&refused, &["--sandbox inherit"]);
+
+    let path = w.join("from_ro.txt");
+    let out = meta_call(
+        &server,
+        "python_exec",
+        json!({ "session": "ro", "code": format!("x = 1\n{}", write_cell(&path, "x", false)), "wait_s": 30 }),
+        Some(read_only(&w)),
+    )
+    .await;
+    assert_write_denied(&out, "a session created under read-only");
+    assert!(
+        !out.notes_text().contains("sandbox policy changed"),
+        "the session was created under this policy: no restart expected: {out:#?}"
+    );
+    assert!(!path.exists());
+
+    // Reset under workspace-write: the fresh interpreter can write.
+    let reset = meta_call(
+        &server,
+        "python_sessions",
+        json!({ "action": "reset", "session": "ro" }),
+        Some(workspace_write(&w)),
+    )
+    .await;
+    assert!(!reset.is_error, "reset under workspace-write: {reset:#?}");
+    let out = meta_call(
+        &server,
+        "python_exec",
+        json!({ "session": "ro", "code": write_cell(&path, "y", false), "wait_s": 30 }),
+        Some(workspace_write(&w)),
+    )
+    .await;
+    assert_write_worked(&out, "after a reset under workspace-write");
+    assert!(
+        !out.notes_text().contains("sandbox policy changed"),
+        "the reset started the interpreter under this policy: {out:#?}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).expect("from_ro.txt"), "y");
+    server.assert_alive();
+    server.stop().await;
+}
+
+/// python_export writes the workspace: refused under read-only (the
+/// file absent), done under workspace-write.
+#[tokio::test]
+async fn python_export_follows_the_policy() {
+    let mut server = StdioServer::start(&["--sandbox", "inherit"]).await;
+    let w = ws(&server);
+    exec_under(&server, "a = 1", workspace_write(&w))
+        .await
+        .assert_ok();
+    let args = json!({ "path": "out.py", "format": "py" });
+    let ro = meta_call(&server, "python_export", args.clone(), Some(read_only(&w))).await;
+    assert!(ro.is_error && ro.text.starts_with("error: "), "{ro:#?}");
+    assert!(
+        !w.join("out.py").exists(),
+        "python_export wrote under read-only"
+    );
+    let none = meta_call(&server, "python_export", args.clone(), None).await;
+    assert_refused(&none, &["--sandbox inherit"]);
+    let rw = meta_call(&server, "python_export", args, Some(workspace_write(&w))).await;
+    assert!(!rw.is_error, "python_export under workspace-write: {rw:#?}");
+    assert!(
+        std::fs::read_to_string(w.join("out.py"))
+            .expect("out.py")
+            .contains("a = 1")
+    );
+    server.assert_alive();
+    server.stop().await;
+}
+
+/// A cell's TCP connection to the test's own listener.
+fn tcp_cell(port: u16) -> String {
+    format!(
+        r#"{ATTEMPT}
+import socket
+def tcp():
+    s = socket.create_connection(("127.0.0.1", {port}), timeout=10)
+    s.close()
+    return "connected"
+attempt("tcp", tcp)
+"#
+    )
+}
+
+/// The network is the operator's, off when the policy says restricted:
+/// with --network on, a restricted policy has no network and an enabled
+/// one has; with the default --network off, an enabled policy has none.
+#[tokio::test]
+async fn the_network_is_narrowed_never_widened() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+
+    let mut on = StdioServer::start(&["--sandbox", "inherit", "--network", "on"]).await;
+    let w = ws(&on);
+    let restricted = exec_under(&on, &tcp_cell(port), workspace_write(&w)).await;
+    restricted.assert_ok();
+    assert!(
+        !outcome(&restricted, "tcp").starts_with("OK"),
+        "a policy with the network restricted reached the test's listener: {restricted:#?}"
+    );
+    let mut enabled_policy = workspace_write(&w);
+    enabled_policy["permissionProfile"]["network"] = json!("enabled");
+    let enabled = exec_under(&on, &tcp_cell(port), enabled_policy.clone()).await;
+    enabled.assert_ok();
+    assert_eq!(
+        outcome(&enabled, "tcp"),
+        "OK 'connected'",
+        "with --network on and the policy's network enabled the cell should connect: {enabled:#?}"
+    );
+    assert!(
+        enabled
+            .notes_text()
+            .contains("changed to workspace-write, network on"),
+        "{enabled:#?}"
+    );
+    on.assert_alive();
+    on.stop().await;
+
+    let mut off = StdioServer::start(&["--sandbox", "inherit"]).await;
+    let w = ws(&off);
+    let mut enabled_policy = workspace_write(&w);
+    enabled_policy["permissionProfile"]["network"] = json!("enabled");
+    let out = exec_under(&off, &tcp_cell(port), enabled_policy).await;
+    out.assert_ok();
+    assert!(
+        !outcome(&out, "tcp").starts_with("OK"),
+        "the policy's network widened the operator's --network off: {out:#?}"
+    );
+    off.assert_alive();
+    off.stop().await;
+}
+
+/// A session saved at shutdown comes back in the next server under
+/// inherit as it does under an explicit mode: its first call (with the
+/// same policy) loads its saved state, running no cell.
+#[tokio::test]
+async fn a_saved_session_comes_back_after_a_restart_under_inherit() {
+    for mode in ["workspace-write", "inherit"] {
+        let place = crate::durable::Place::new();
+        let w = place.workspace.path().canonicalize().expect("workspace");
+        let policy = workspace_write(&w);
+        let first = place.server(&["--sandbox", mode]).await;
+        let out = meta_call(
+            &first,
+            "python_exec",
+            json!({ "session": "data", "code": "kept = 41", "wait_s": 30 }),
+            Some(policy.clone()),
+        )
+        .await;
+        out.assert_ok();
+        let status = first
+            .close_and_wait_at_most(std::time::Duration::from_secs(60))
+            .await;
+        assert!(
+            status.success(),
+            "--sandbox {mode}: the first server exited with {status:?}"
+        );
+
+        let mut second = place.server(&["--sandbox", mode]).await;
+        let out = meta_call(
+            &second,
+            "python_exec",
+            json!({ "session": "data", "code": format!("{ATTEMPT}\nattempt('kept', lambda: kept)"), "wait_s": 30 }),
+            Some(policy.clone()),
+        )
+        .await;
+        out.assert_ok();
+        assert!(
+            out.notes_text().contains("Session 'data' was resumed"),
+            "--sandbox {mode}: the saved state should be loaded: {out:#?}"
+        );
+        assert_eq!(
+            outcome(&out, "kept"),
+            "OK 41",
+            "--sandbox {mode}: the variable should be back: {out:#?}"
+        );
+        second.assert_alive();
+        second.stop().await;
+    }
 }

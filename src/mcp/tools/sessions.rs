@@ -33,9 +33,13 @@ impl FerreplServer {
             _ => false,
         };
         let lang = p.language.unwrap_or(self.manager.first_language());
-        let narrowed = match call.client_policy(&self.manager).map_err(ToolError::new)? {
-            Some(policy) if starts => Some(self.manager.narrow(policy, lang)?),
-            _ => None,
+        let policy = match starts {
+            true => call.client_policy(&self.manager).map_err(ToolError::new)?,
+            false => None,
+        };
+        let narrowed = match policy {
+            Some(policy) => Some(self.manager.narrow(policy, lang)?),
+            None => None,
         };
         let message = match action {
             SessionAction::List => None,
