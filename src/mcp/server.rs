@@ -267,10 +267,28 @@ impl FerreplServer {
     }
 
     /// --sandbox inherit: the jobs' sandbox narrowed by the call's client
-    /// policy (None: the jobs' own).
+    /// policy (None: the jobs' own). The kept venv is writable to shell
+    /// jobs only as the policy makes every place writable: code planted
+    /// there (a `.pth`) runs in every later interpreter.
     pub(crate) fn client_job_sandbox(
         &self,
         call: &Call,
+    ) -> Result<Option<Arc<crate::sandbox::SandboxConfig>>, ToolError> {
+        self.narrowed_jobs(call, &[])
+    }
+
+    /// The same for an install job, which writes the kept venv.
+    pub(crate) fn client_install_sandbox(
+        &self,
+        call: &Call,
+    ) -> Result<Option<Arc<crate::sandbox::SandboxConfig>>, ToolError> {
+        self.narrowed_jobs(call, &self.manager.own_places())
+    }
+
+    fn narrowed_jobs(
+        &self,
+        call: &Call,
+        own: &[std::path::PathBuf],
     ) -> Result<Option<Arc<crate::sandbox::SandboxConfig>>, ToolError> {
         let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
             return Ok(None);
@@ -281,26 +299,22 @@ impl FerreplServer {
         policy
             .check_cwd(&ceiling.workspace)
             .map_err(ToolError::new)?;
-        let own = self.manager.own_places();
         Ok(Some(Arc::new(
-            crate::sandbox::client::narrow(ceiling, policy, &own).config,
+            crate::sandbox::client::narrow(ceiling, policy, own).config,
         )))
     }
 
     /// --sandbox inherit: refuses an install the call's client policy
-    /// gives no network.
-    /// `into_workspace`: the install writes the workspace (R's library).
-    pub(crate) fn client_allows_install(
-        &self,
-        call: &Call,
-        into_workspace: bool,
-    ) -> Result<(), ToolError> {
+    /// gives no network, or lets write nothing: an install puts code in
+    /// the venv every later interpreter starts (R's library is in the
+    /// workspace itself).
+    pub(crate) fn client_allows_install(&self, call: &Call) -> Result<(), ToolError> {
         let Some(policy) = call.client_policy(&self.manager).map_err(ToolError::new)? else {
             return Ok(());
         };
-        if into_workspace && !policy.may_write(self.files.root()) {
+        if !policy.may_write(self.files.root()) {
             return Err(ToolError::new(
-                "the client's sandbox policy does not let this call write the workspace, where R packages are installed; nothing was installed",
+                "the client's sandbox policy does not let this call write the workspace, and an install writes the session's packages; nothing was installed",
             ));
         }
         if policy.network {

@@ -166,7 +166,9 @@ fn cwd_of(s: &str) -> Result<PathBuf, String> {
         }
         None => s.to_string(),
     };
-    absolute(&path).ok_or_else(|| format!("sandboxCwd {s:?} is not an absolute path"))
+    let cwd = absolute(&path).ok_or_else(|| format!("sandboxCwd {s:?} is not an absolute path"))?;
+    // Compared with the places as the kernel reaches them.
+    Ok(cwd.canonicalize().unwrap_or(cwd))
 }
 
 fn percent_decode(s: &str) -> Result<String, String> {
@@ -285,7 +287,8 @@ fn entry(e: &Value, cwd: &Path) -> Result<Option<(PathBuf, Access)>, String> {
                                 "project_roots subpath {sub:?} leaves the project"
                             ));
                         }
-                        Some(cwd.join(rel))
+                        let joined = cwd.join(rel);
+                        Some(joined.canonicalize().unwrap_or(joined))
                     }
                 },
                 // Each session has a temporary directory of its own.

@@ -21,6 +21,37 @@ impl SessionManager {
         self.limits.client_sandbox
     }
 
+    /// Under --sandbox inherit no interpreter starts but under a policy a
+    /// call brought: a session no such call named yet (one brought back
+    /// at start, a default one) is not started by a call that only reads.
+    pub(super) fn check_client_policy(&self, sess: &Session) -> Result<(), SessionError> {
+        if !self.limits.client_sandbox || sess.lock().client.is_some() {
+            return Ok(());
+        }
+        Err(SessionError::Invalid(format!(
+            "session '{}' has no interpreter yet, and under --sandbox inherit one starts only on a call that brings the client's sandbox policy: run a cell in it first (python_exec)",
+            sess.name
+        )))
+    }
+
+    /// Makes the venv ferrepl keeps, under the server's own sandbox (its
+    /// making runs no code of the session's), before an interpreter starts
+    /// under a policy that leaves it read-only.
+    pub(super) async fn make_venv_first(&self, spec: &LaunchSpec) -> Result<(), SessionError> {
+        let Some(venv) = &spec.venv else {
+            return Ok(());
+        };
+        let base = match spec.language {
+            Language::Python => &self.spec,
+            Language::R => return Ok(()),
+        };
+        venv.ensure(base, std::time::Duration::from_secs(60))
+            .await
+            .map_err(|e| {
+                SessionError::Invalid(format!("the sessions' venv could not be made: {e}"))
+            })
+    }
+
     /// The confinement `policy` leaves of the server's, for `lang`'s
     /// sessions; refused when the client works outside the workspace.
     pub fn narrow(
@@ -41,11 +72,9 @@ impl SessionManager {
         policy
             .check_cwd(&ceiling.workspace)
             .map_err(SessionError::Invalid)?;
-        Ok(Arc::new(client::narrow(
-            ceiling,
-            policy,
-            &self.own_places(),
-        )))
+        // The kept venv stays read-only to cells under a narrowed policy:
+        // a `.pth` planted there runs in every later interpreter.
+        Ok(Arc::new(client::narrow(ceiling, policy, &[])))
     }
 
     /// ferrepl's own places for sessions (the venv it keeps), writable
@@ -54,10 +83,14 @@ impl SessionManager {
         self.spec.venv.iter().map(|v| v.dir.clone()).collect()
     }
 
-    /// The launch settings of `sess` under its client's policy; None when
-    /// that is the server's own (a pooled interpreter will do).
-    pub(super) fn client_spec(&self, sess: &Session) -> Option<LaunchSpec> {
-        let narrowed = sess.lock().client.clone()?;
+    /// The launch settings of `sess` under its client's policy `narrowed`;
+    /// None when that is the server's own (a pooled interpreter will do).
+    pub(super) fn client_spec(
+        &self,
+        sess: &Session,
+        narrowed: Option<&Narrowed>,
+    ) -> Option<LaunchSpec> {
+        let narrowed = narrowed?;
         let base = match sess.spec.as_deref() {
             Some(spec) => spec,
             None => self.spec_for(sess.language)?,
@@ -75,7 +108,12 @@ impl SessionManager {
     /// for calls that start one anyway (reset, resume, rebuild).
     pub fn set_client_sandbox(&self, name: &str, narrowed: Option<Arc<Narrowed>>) {
         let Some(narrowed) = narrowed else { return };
-        if let Some(sess) = self.sessions().get(name) {
+        // A default name (`default`, `default-3`) is made by the call.
+        let sess = match super::default_language(name) {
+            Some(lang) => self.get_or_create(name, lang).ok(),
+            None => self.sessions().get(name).cloned(),
+        };
+        if let Some(sess) = sess {
             sess.lock().client = Some(narrowed);
         }
     }

@@ -57,6 +57,9 @@ impl SessionManager {
 
     /// Refills this tenant's pool if it is short and warmed up already.
     pub(super) fn top_up_pool(self: &Arc<Self>) {
+        if self.limits.client_sandbox {
+            return;
+        }
         if !self.warming.load(Ordering::SeqCst) && self.pool.len() < self.pool.target() {
             self.refill_pool();
         }
@@ -137,17 +140,18 @@ impl SessionManager {
             }
         }
         // Under the client's policy (--sandbox inherit) when it narrows
-        // the server's.
-        let under_client = self.client_spec(sess);
-        let under = sess
-            .lock()
-            .client
-            .as_ref()
-            .map(|c| c.key.clone())
-            .or_else(|| {
-                let spec = sess.spec.as_deref().or(self.spec_for(sess.language))?;
-                spec.sandbox.as_deref().map(crate::sandbox::client::key_of)
-            });
+        // the server's: the launch settings and the key it is recorded
+        // under, from one look at the session.
+        self.check_client_policy(sess)?;
+        let client = sess.lock().client.clone();
+        let under_client = self.client_spec(sess, client.as_deref());
+        let under = client.as_ref().map(|c| c.key.clone()).or_else(|| {
+            let spec = sess.spec.as_deref().or(self.spec_for(sess.language))?;
+            spec.sandbox.as_deref().map(crate::sandbox::client::key_of)
+        });
+        if let Some(spec) = &under_client {
+            self.make_venv_first(spec).await?;
+        }
         let worker = self
             .acquire_worker(
                 under_client.as_ref().or(sess.spec.as_deref()),

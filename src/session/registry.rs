@@ -67,6 +67,9 @@ impl SessionManager {
             (DEFAULT_R_SESSION, Language::R),
             (DEFAULT_SESSION, Language::Python),
         ];
+        // Under --sandbox inherit nothing starts before a call brings the
+        // client's policy: no default session, no pool.
+        let start_defaults = start_defaults && !self.limits.client_sandbox;
         let defaults = defaults.into_iter().filter(move |_| start_defaults);
         self.warming.store(true, Ordering::SeqCst);
         let this = self.clone();
@@ -88,7 +91,7 @@ impl SessionManager {
                 });
             futures::future::join_all(starts).await;
             this.warming.store(false, Ordering::SeqCst);
-            if this.python_on {
+            if this.python_on && !this.limits.client_sandbox {
                 this.refill_pool();
             }
         });

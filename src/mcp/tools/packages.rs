@@ -56,7 +56,7 @@ except OSError as e:
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn python_install(&self, args: Parameters<InstallParams>, call: Call) -> ToolResult {
-        self.client_allows_install(&call, false)?;
+        self.client_allows_install(&call)?;
         let p = args.0;
         let session = self.session_in(&p.session, crate::worker::Language::Python)?;
         let wait = call.window(&self.manager, p.wait_s);
@@ -88,6 +88,7 @@ Install {} once it has finished.",
         }
         let upgrade = p.upgrade.unwrap_or(false);
         let mut spec = self.install_job(&session, &packages, &p.packages, upgrade);
+        spec.sandbox = self.client_install_sandbox(&call)?;
         spec.extra_read.extend(copies.clone());
         let job = match self.jobs.start(spec) {
             Ok(job) => job,

@@ -21,7 +21,7 @@ const R_INSTALL_HINT: &str = "call r_install again for this session to keep wait
 impl FerreplServer {
     #[tool(output_schema = schema_for_output::<JobOutput>())]
     async fn r_install(&self, Parameters(p): Parameters<RInstallParams>, call: Call) -> ToolResult {
-        self.client_allows_install(&call, true)?;
+        self.client_allows_install(&call)?;
         let session = self.session_in(&p.session, Language::R)?;
         let wait = call.window(&self.manager, p.wait_s);
         // Installs are keyed by session; R's and Python's never share a name.
@@ -30,7 +30,8 @@ impl FerreplServer {
             return Ok(job_result(&report, R_INSTALL_HINT));
         }
         let (names, files) = split_packages(&p.packages, self.jobs.installer().source_builds)?;
-        let spec = self.r_install_job(&names, &files);
+        let mut spec = self.r_install_job(&names, &files);
+        spec.sandbox = self.client_install_sandbox(&call)?;
         let job = self.jobs.start(spec)?;
         self.jobs
             .set_install(&session, job.clone(), p.packages.clone());

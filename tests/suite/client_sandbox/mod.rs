@@ -262,6 +262,7 @@ pub(super) fn advertises(server: &StdioServer) -> Option<serde_json::Map<String,
         .and_then(|e| e.get(KEY).cloned())
 }
 
+mod attacks;
 mod metadata;
 mod names;
 mod narrowing;
