@@ -82,6 +82,9 @@ pub struct LaunchSpec {
     pub venv: Option<Arc<session_venv::SessionVenv>>,
     /// The upstream MCP servers its code may call (the tenant's view).
     pub upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
+    /// Modules a Python driver imports before it says it is ready
+    /// (--preimport: dotted names, checked by config::ready).
+    pub preimport: Vec<String>,
 }
 
 fn random_hex() -> String {
@@ -237,6 +240,9 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
     }
     if spec.checkpoints && spec.language == Language::Python {
         env.push(("FERREPL_CHECKPOINTS".into(), "1".into()));
+    }
+    if !spec.preimport.is_empty() && spec.language == Language::Python {
+        env.push(("FERREPL_PREIMPORT".into(), spec.preimport.join(",")));
     }
     env.extend(spec.env.iter().cloned());
     env
