@@ -281,6 +281,14 @@ mod tests {
     }
 
     #[test]
+    fn the_bound_docs_state_is_the_codes() {
+        let security = include_str!("../../docs/security.md");
+        assert_eq!(MAX_REQUIREMENTS_BYTES, 256 * 1024);
+        let prose = security.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(prose.contains("a regular file of at most 256 KiB"));
+    }
+
+    #[test]
     fn module_names_are_dotted_identifiers() {
         for good in ["pandas", "numpy.linalg", "_private", "a1.b_2"] {
             assert!(is_module_name(good), "{good}");

@@ -51,6 +51,11 @@ pub struct SessionManager {
     pub(super) left_stored: Mutex<BTreeSet<String>>,
     /// Per-client default sessions whose client is gone.
     pub(super) gone: GoneClients,
+    /// Code queued behind --preinstall, by session (`preinstall_wait.rs`).
+    pub(super) behind_preinstall:
+        Mutex<std::collections::HashMap<String, super::preinstall_wait::Queued>>,
+    /// Whether a failed preinstall has been told in a result.
+    pub(super) preinstall_noted: AtomicBool,
 }
 
 impl SessionManager {

@@ -147,6 +147,14 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
                     venv.base.display()
                 )))
             })?;
+        if let Some(preinstall) = &venv.preinstall {
+            // Its packages go in before the first interpreter imports
+            // anything; a failed or stuck preinstall only delays it (its
+            // own bound), and calls answer within their window meanwhile.
+            preinstall
+                .settled(super::preinstall::MAX_PREINSTALL_TIME)
+                .await;
+        }
     }
     // The sandbox launcher would report a missing program only as an early
     // exit: say it plainly, with how to get one.
