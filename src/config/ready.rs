@@ -37,7 +37,11 @@ impl ReadyMade {
             if spec.is_empty() {
                 continue;
             }
-            preinstall.push(requirement(spec).map_err(|e| anyhow::anyhow!("--preinstall {e}"))?);
+            preinstall.push(requirement(spec).map_err(|e| {
+                anyhow::anyhow!(
+                    "--preinstall {e} (commas separate packages here: a version range with a comma goes in --requirements)"
+                )
+            })?);
         }
         if let Some(file) = &flags.requirements {
             preinstall.extend(read_requirements(file)?);

@@ -157,7 +157,7 @@ impl SessionManager {
         let wait = sess.language.wait_tool();
         let note = format!(
             "{}. Cell {} (this code) runs once it is in: {wait} follows it.",
-            preinstall.progress(None),
+            preinstall.progress(),
             queued.number
         );
         CellReport {
@@ -183,7 +183,7 @@ impl SessionManager {
         {
             sess.lock()
                 .notes
-                .push(format!("{}.", preinstall.progress(None)));
+                .push(format!("{}.", preinstall.progress()));
         }
     }
 }

@@ -62,7 +62,7 @@ impl Preinstall {
 
     /// One line for an agent waiting on it: what, for how long, where the
     /// installer's log is.
-    pub fn progress(&self, latest: Option<&str>) -> String {
+    pub fn progress(&self) -> String {
         let names = self.names();
         match self.state() {
             PreinstallState::Running { since, job } => {
@@ -70,9 +70,6 @@ impl Preinstall {
                     "ferrepl is preinstalling {names} (--preinstall) into the sessions' venv, {:.0} s so far",
                     since.elapsed().as_secs_f64()
                 );
-                if let Some(latest) = latest.filter(|l| !l.trim().is_empty()) {
-                    line.push_str(&format!(" (latest: {})", latest.trim()));
-                }
                 if let Some(job) = job {
                     line.push_str(&format!("; python_output {{job: \"{job}\"}} shows its log"));
                 }
@@ -193,9 +190,6 @@ mod tests {
         let waiting = tokio::spawn(async move { q.settled(Duration::from_secs(30)).await });
         p.set(PreinstallState::Done);
         assert!(waiting.await.expect("join"));
-        assert!(
-            p.progress(None)
-                .contains("six (--preinstall) are installed")
-        );
+        assert!(p.progress().contains("six (--preinstall) are installed"));
     }
 }

@@ -18,7 +18,8 @@ use serde_json::json;
 
 use crate::index_credentials::{PKG, PKG_VALUE, TestIndex};
 use crate::support::{
-    CALL_TIMEOUT, Launch, StdioServer, ToolOutput, path_str, server_command_plain, system_python,
+    CALL_TIMEOUT, HttpServer, Launch, StdioServer, ToolOutput, call, path_str, real_python3,
+    server_command_plain, system_python,
 };
 
 /// Bound on a preinstall from the local index (a few seconds here).
@@ -176,6 +177,32 @@ async fn the_first_cell_imports_the_preinstalled_package_and_a_restart_installs_
         "the install reached the index: {}",
         index.diagnostics()
     );
+    // The stamp lies beside the kept venv, out of the sessions' reach: a
+    // cell can neither forge nor remove it.
+    let forged = server
+        .exec(
+            "import os, sys\n\
+             stamp = sys.prefix.rstrip('/') + '.preinstalled'\n\
+             try:\n    open(stamp, 'w').write('forged')\n    r = 'written'\n\
+             except OSError as e:\n    r = type(e).__name__\n\
+             try:\n    os.unlink(stamp)\n    r += ' removed'\n\
+             except OSError as e:\n    r += ' ' + type(e).__name__\n\
+             r",
+        )
+        .await;
+    let shown = forged.value().unwrap_or_default().to_string();
+    assert!(
+        !shown.is_empty() && !shown.contains("written") && !shown.contains("removed"),
+        "a cell reached the stamp: {forged:#?}"
+    );
+    let stamps: Vec<PathBuf> = std::fs::read_dir(place.state.path().join("venvs"))
+        .expect("the kept venvs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".preinstalled"))
+        .collect();
+    assert_eq!(stamps.len(), 1, "{stamps:?}");
+    let stamp = std::fs::read_to_string(&stamps[0]).expect("the stamp");
+    assert!(stamp.contains(PKG) && !stamp.contains("forged"), "{stamp}");
     server.stop().await;
 
     let after = place.doctor(&index, &["--preinstall", PKG]).await;
@@ -369,5 +396,78 @@ async fn preimported_modules_are_loaded_before_the_first_cell() {
             .count(),
         1,
         "a module that does not import is reported once: {log}"
+    );
+}
+
+#[tokio::test]
+async fn each_tenant_gets_the_packages_in_its_own_kept_venv() {
+    let index = TestIndex::start().await;
+    let place = Place::new();
+    let tokens = place.state.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "alpha-token-0123456789abcdef alpha\nbeta-token-0123456789abcdef0 beta\n",
+    )
+    .expect("tokens");
+    let state = place.state.path().join("state");
+    let python = real_python3();
+    let envs = Place::envs(&index);
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = HttpServer::start(
+        &[
+            "--auth-token-file",
+            path_str(&tokens),
+            "--warm-pool",
+            "0",
+            "--state-dir",
+            path_str(&state),
+            "--python",
+            path_str(&python),
+            "--egress-allow-private",
+            "--preinstall",
+            PKG,
+        ],
+        &envs,
+    )
+    .await;
+    for token in [
+        "alpha-token-0123456789abcdef",
+        "beta-token-0123456789abcdef0",
+    ] {
+        let client = server.connect_at("/mcp", token).await;
+        let mut last = call(
+            client.peer(),
+            "python_exec",
+            json!({"code": IMPORT, "wait_s": 45}),
+        )
+        .await;
+        for _ in 0..WAIT_ROUNDS {
+            if last.structured["status"] != "running" {
+                break;
+            }
+            last = call(client.peer(), "python_wait", json!({"wait_s": WAIT_S})).await;
+        }
+        assert_eq!(
+            last.value(),
+            Some(PKG_VALUE.to_string().as_str()),
+            "each tenant's first cell imports the package: {last:#?}\nserver stderr:\n{}\n{}",
+            server.stderr_log(),
+            index.diagnostics()
+        );
+    }
+    // One install, and one stamp, per tenant's venv.
+    let log = server.stderr_log();
+    assert_eq!(log.matches("preinstall done").count(), 2, "{log}");
+    let stamps: Vec<String> = std::fs::read_dir(state.join("venvs"))
+        .expect("the kept venvs")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".preinstalled"))
+        .collect();
+    assert_eq!(stamps.len(), 2, "{stamps:?}");
+    assert!(
+        stamps.iter().any(|s| s.ends_with("-alpha.preinstalled"))
+            && stamps.iter().any(|s| s.ends_with("-beta.preinstalled")),
+        "{stamps:?}"
     );
 }
