@@ -270,6 +270,18 @@ async fn the_server_answers_while_the_preinstall_runs_and_a_cell_waits_for_it() 
         "a second cell is refused while one is queued: {busy:#?}"
     );
 
+    let install = server
+        .call("python_install", json!({"packages": ["six"]}))
+        .await;
+    assert!(
+        install.is_error
+            && install.text.contains(&format!("preinstalling {PKG}"))
+            && install
+                .text
+                .contains("call python_install again once it has ended"),
+        "no second installer runs in the venv meanwhile: {install:#?}"
+    );
+
     std::fs::write(&gate, "").expect("open the gate");
     let mut last = first;
     for _ in 0..WAIT_ROUNDS {
