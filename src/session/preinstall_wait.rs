@@ -67,10 +67,7 @@ impl SessionManager {
             return Ok(Behind::Go(wait));
         };
         if let Some(queued) = self.queued().get(&sess.name) {
-            return Err(SessionError::Invalid(format!(
-                "session '{}' has cell {} queued behind the preinstall already; python_wait follows it",
-                sess.name, queued.number
-            )));
+            return Err(queued_already(&sess.name, queued.number));
         }
         let started = Instant::now();
         if preinstall.settled(wait).await {
@@ -92,7 +89,13 @@ impl SessionManager {
             task,
         };
         let report = self.queued_report(sess, &preinstall, &queued);
-        self.queued().insert(sess.name.clone(), queued);
+        let mut all = self.queued();
+        if let Some(first) = all.get(&sess.name) {
+            // Another call queued its code while this one waited.
+            queued.task.abort();
+            return Err(queued_already(&sess.name, first.number));
+        }
+        all.insert(sess.name.clone(), queued);
         Ok(Behind::Answer(Box::new(report)))
     }
 
@@ -186,4 +189,11 @@ impl SessionManager {
                 .push(format!("{}.", preinstall.progress()));
         }
     }
+}
+
+/// The refusal of a second cell while one waits behind the preinstall.
+fn queued_already(session: &str, number: u64) -> SessionError {
+    SessionError::Invalid(format!(
+        "session '{session}' has cell {number} queued behind the preinstall already; python_wait follows it"
+    ))
 }
