@@ -903,8 +903,9 @@ pub struct Flags {
     )]
     pub preinstall: Vec<String>,
 
-    /// A requirements file whose packages are preinstalled like --preinstall's (requirement
-    /// lines, comments and blank lines only; installer options are refused).
+    /// A requirements file (relative to --workdir) whose packages are preinstalled like
+    /// --preinstall's: requirement lines, comments and blank lines only; installer options
+    /// are refused.
     #[arg(help_heading = "Ready-made environments")]
     #[arg(long, env = "FERREPL_REQUIREMENTS", value_name = "FILE")]
     pub requirements: Option<PathBuf>,

@@ -31,7 +31,9 @@ pub struct ReadyMade {
 }
 
 impl ReadyMade {
-    pub fn from_flags(flags: &Flags) -> anyhow::Result<Self> {
+    /// From the flags; a relative `--requirements` is read from `workdir`
+    /// (the project's, whatever directory the client started ferrepl in).
+    pub fn from_flags(flags: &Flags, workdir: &Path) -> anyhow::Result<Self> {
         let mut preinstall = Vec::new();
         for spec in flags.preinstall.iter().map(|s| s.trim()) {
             if spec.is_empty() {
@@ -44,7 +46,7 @@ impl ReadyMade {
             })?);
         }
         if let Some(file) = &flags.requirements {
-            preinstall.extend(read_requirements(file)?);
+            preinstall.extend(read_requirements(&workdir.join(file))?);
         }
         let mut seen = std::collections::HashSet::new();
         preinstall.retain(|s| seen.insert(s.clone()));

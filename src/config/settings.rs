@@ -181,6 +181,7 @@ impl Settings {
             cells_offline: false,
         };
         let sandbox = SandboxChoices::from_flags(flags)?;
+        let ready_made = super::ready::ReadyMade::from_flags(flags, &workdir)?;
         let mut limits = limits;
         limits.cells_offline = sandbox.cells_offline();
         Ok(Self {
@@ -229,7 +230,7 @@ impl Settings {
             own_files: OwnFiles::from_flags(flags),
             serving: Serving::from_flags(flags),
             viewer: ViewerChoices::from_flags(flags),
-            ready_made: super::ready::ReadyMade::from_flags(flags)?,
+            ready_made,
             upstream: crate::upstream::Limits {
                 call_timeout: seconds(flags.mcp_call_timeout, "--mcp-call-timeout")?,
                 max_result_bytes: flags.mcp_max_result_bytes.max(1),

@@ -327,10 +327,14 @@ async fn a_failed_preinstall_leaves_the_server_serving_with_one_note() {
     );
 }
 
-/// Starts `ferrepl args`, which must exit at once with a failure: its
-/// stderr.
+/// [`refused_launch`] of `ferrepl args` with a fresh `--workdir`.
 async fn refused(args: &[&str]) -> String {
-    let mut spawned = Launch::new(args).spawn_stdio();
+    refused_launch(Launch::new(args)).await
+}
+
+/// Starts `launch`, which must exit at once with a failure: its stderr.
+async fn refused_launch(launch: Launch) -> String {
+    let mut spawned = launch.spawn_stdio();
     let status = tokio::time::timeout(Duration::from_secs(30), spawned.child.wait())
         .await
         .expect("the server refuses at once")
@@ -350,7 +354,18 @@ async fn option_lines_urls_and_code_for_module_names_are_refused_at_start() {
         "# ok\nsix\n\n--extra-index-url https://evil.example/simple\n",
     )
     .expect("write");
-    let err = refused(&["--requirements", path_str(&file)]).await;
+    // Relative to --workdir: the project's file, wherever the client
+    // started the server.
+    let err = refused_launch(
+        Launch::new(&[
+            "--workdir",
+            path_str(dir.path()),
+            "--requirements",
+            "requirements.txt",
+        ])
+        .without_workdir_flag(),
+    )
+    .await;
     assert!(
         err.contains("line 4: --extra-index-url is an installer option"),
         "the refusal names the line and the option: {err}"
