@@ -18,6 +18,8 @@ pub const MAX_REQUIREMENTS_BYTES: u64 = 256 * 1024;
 pub const MAX_PREINSTALL: usize = 500;
 /// Most modules preimported.
 pub const MAX_PREIMPORT: usize = 64;
+/// Most characters of a refused requirement quoted back.
+const MAX_SHOWN_CHARS: usize = 80;
 /// Longest module name preimported.
 const MAX_MODULE_CHARS: usize = 200;
 
@@ -99,16 +101,34 @@ pub fn is_module_name(name: &str) -> bool {
 /// `spec` checked: a PEP 508 requirement from the index (its canonical
 /// text), or why not.
 fn requirement(spec: &str) -> Result<String, String> {
+    // Quoted in refusals: a line of a file that is no requirements file
+    // (a wrong path) is shown only in part.
+    let shown: String = spec.chars().take(MAX_SHOWN_CHARS).collect();
+    let shown = if shown.len() < spec.len() {
+        format!("{shown}...")
+    } else {
+        shown
+    };
     if spec.starts_with('-') {
         return Err(format!(
-            "{spec:?} is an installer option; name packages only (the index comes from the operator's pip or uv configuration)"
+            "{shown:?} is an installer option; name packages only (the index comes from the operator's pip or uv configuration)"
         ));
     }
-    let req = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(spec)
-        .map_err(|e| format!("{spec:?} is not a requirement ({e}); write name[extras]>=version"))?;
+    let req = pep508_rs::Requirement::<pep508_rs::VerbatimUrl>::from_str(spec).map_err(|e| {
+        // The parser's first line says why; the next ones echo the input.
+        let why: String = e
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(MAX_SHOWN_CHARS * 2)
+            .collect();
+        format!("{shown:?} is not a requirement ({why}); write name[extras]>=version")
+    })?;
     if let Some(pep508_rs::VersionOrUrl::Url(_)) = req.version_or_url {
         return Err(format!(
-            "{spec:?} names a URL; preinstalls come from the index by name (install a wheel by URL or path with python_install)"
+            "{shown:?} names a URL; preinstalls come from the index by name (install a wheel by URL or path with python_install)"
         ));
     }
     Ok(spec.to_string())
@@ -270,6 +290,9 @@ mod tests {
             assert!(requirement(bad).is_err(), "{bad} should be refused");
         }
         assert!(requirement("six>=1,<2").is_ok());
+        let long = format!("root:{}:x", "$6$".repeat(100));
+        let refused = requirement(&long).expect_err("not a requirement");
+        assert!(refused.len() < 400 && refused.contains("..."), "{refused}");
     }
 
     #[test]
