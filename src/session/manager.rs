@@ -52,8 +52,7 @@ pub struct SessionManager {
     /// Per-client default sessions whose client is gone.
     pub(super) gone: GoneClients,
     /// Code queued behind --preinstall, by session (`preinstall_wait.rs`).
-    pub(super) behind_preinstall:
-        Mutex<std::collections::HashMap<String, super::preinstall_wait::Queued>>,
+    pub(super) behind_preinstall: super::preinstall_queue::PreinstallQueue,
     /// Whether a failed preinstall has been told in a result.
     pub(super) preinstall_noted: AtomicBool,
 }

@@ -34,6 +34,7 @@ mod limits;
 mod lineage;
 mod manager;
 mod pool;
+mod preinstall_queue;
 mod preinstall_wait;
 mod rebuild;
 mod registry;

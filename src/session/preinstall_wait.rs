@@ -11,23 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-
 use super::error::SessionError;
 use super::manager::SessionManager;
+use super::preinstall_queue::Queued;
 use super::report::{CellReport, CellStatus, Images};
 use super::source::{CellSource, StoredSource};
 use super::state::Session;
 use crate::worker::Language;
 use crate::worker::preinstall::{MAX_PREINSTALL_TIME, Preinstall, PreinstallState};
-
-/// A call's code queued behind the preinstall: the task that sends it once
-/// the install has ended.
-pub(super) struct Queued {
-    number: u64,
-    since: Instant,
-    task: JoinHandle<Result<CellReport, SessionError>>,
-}
 
 /// What a call does about the preinstall.
 pub(super) enum Behind {
