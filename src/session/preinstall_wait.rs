@@ -57,8 +57,15 @@ impl SessionManager {
         let Some(preinstall) = self.preinstall_of(sess) else {
             return Ok(Behind::Go(wait));
         };
-        if let Some(queued) = self.queued().get(&sess.name) {
-            return Err(queued_already(&sess.name, queued.number));
+        {
+            let mut all = self.queued();
+            match all.get(&sess.name) {
+                // Sent already: its result is the session's, carried into
+                // this call's like any result not collected.
+                Some(queued) if queued.task.is_finished() => drop(all.remove(&sess.name)),
+                Some(queued) => return Err(queued_already(&sess.name, queued.number)),
+                None => {}
+            }
         }
         let started = Instant::now();
         if preinstall.settled(wait).await {
