@@ -71,6 +71,11 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
             peek: false,
         },
     )?;
+    if kept_venvs.is_none() && !settings.ready_made.preinstall.is_empty() {
+        anyhow::bail!(
+            "--preinstall/--requirements install into the venv ferrepl keeps for the workspace, and there is none here: sessions are not kept (--resume off), or the interpreter is one sessions can write; drop --resume off, or give --python an interpreter outside the workspace"
+        );
+    }
     // Bound before any session starts: an address in use is a refusal too.
     let listeners = match settings.serving.http {
         Some(addr) => Some(crate::serve::http::Listeners::bind(addr, &settings).await?),

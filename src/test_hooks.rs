@@ -23,3 +23,14 @@ pub fn doctor_without_landlock() -> bool {
     cfg!(debug_assertions)
         && std::env::var(DOCTOR_FAKE_PROBE).is_ok_and(|fake| fake == "no-landlock")
 }
+
+/// `FERREPL_TEST_PREINSTALL_GATE`: a file the preinstall waits for before
+/// it installs anything, so a test sees the server answer and a cell
+/// queue while it is under way (tests/suite/preinstall.rs).
+pub fn preinstall_gate() -> Option<std::path::PathBuf> {
+    if cfg!(debug_assertions) {
+        std::env::var_os("FERREPL_TEST_PREINSTALL_GATE").map(std::path::PathBuf::from)
+    } else {
+        None
+    }
+}

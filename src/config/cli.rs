@@ -891,6 +891,36 @@ pub struct Flags {
     #[arg(long, env = "FERREPL_MAX_IMAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
     pub max_image_bytes: u64,
 
+    /// Python packages installed once per workspace (and tenant) into the venv ferrepl keeps
+    /// for it, in the background from the start, through the same proxy and wheels-only
+    /// rules as python_install; the first session waits for them.
+    #[arg(help_heading = "Ready-made environments")]
+    #[arg(
+        long,
+        env = "FERREPL_PREINSTALL",
+        value_delimiter = ',',
+        value_name = "SPEC"
+    )]
+    pub preinstall: Vec<String>,
+
+    /// A requirements file (relative to --workdir) whose packages are preinstalled like
+    /// --preinstall's: requirement lines, comments and blank lines only; installer options
+    /// are refused.
+    #[arg(help_heading = "Ready-made environments")]
+    #[arg(long, env = "FERREPL_REQUIREMENTS", value_name = "FILE")]
+    pub requirements: Option<PathBuf>,
+
+    /// Python modules imported in every interpreter before its first cell (warm-pool ones
+    /// ahead of need), so the first import in a session costs nothing.
+    #[arg(help_heading = "Ready-made environments")]
+    #[arg(
+        long,
+        env = "FERREPL_PREIMPORT",
+        value_delimiter = ',',
+        value_name = "MODULE"
+    )]
+    pub preimport: Vec<String>,
+
     /// Log filter for stderr (error, warn, info, debug, trace, or a tracing filter).
     ///
     /// Below debug, the MCP library's own lines (rmcp) are kept to errors unless the filter

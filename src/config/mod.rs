@@ -7,6 +7,7 @@
 pub mod choices;
 mod cli;
 pub mod commands;
+pub mod ready;
 pub mod settings;
 pub mod stores;
 pub mod tokens;

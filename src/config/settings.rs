@@ -123,6 +123,8 @@ pub struct Settings {
     pub viewer: ViewerChoices,
     /// The bounds on calls to the operator's upstream MCP servers.
     pub upstream: crate::upstream::Limits,
+    /// What every new environment gets: --preinstall, --requirements, --preimport.
+    pub ready_made: super::ready::ReadyMade,
 }
 
 impl Shares {
@@ -180,6 +182,7 @@ impl Settings {
             client_sandbox: false,
         };
         let sandbox = SandboxChoices::from_flags(flags)?;
+        let ready_made = super::ready::ReadyMade::from_flags(flags, &workdir)?;
         let mut limits = limits;
         limits.cells_offline = sandbox.cells_offline();
         limits.client_sandbox = sandbox.inherit;
@@ -229,6 +232,7 @@ impl Settings {
             own_files: OwnFiles::from_flags(flags),
             serving: Serving::from_flags(flags),
             viewer: ViewerChoices::from_flags(flags),
+            ready_made,
             upstream: crate::upstream::Limits {
                 call_timeout: seconds(flags.mcp_call_timeout, "--mcp-call-timeout")?,
                 max_result_bytes: flags.mcp_max_result_bytes.max(1),
@@ -305,6 +309,7 @@ impl Settings {
             checkpoints: self.checkpoints > 0,
             venv: None,
             upstream: None,
+            preimport: self.ready_made.preimport.clone(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! each in its own process group, with bounded output that is kept in full
 //! for shell_output, and the same wait semantics as Python cells.
 
+pub mod install;
 mod job;
 mod report;
 mod watch;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::error::SessionError;
 use super::lifecycle::uncollected;
 use super::manager::SessionManager;
+use super::preinstall_wait::Behind;
 use super::report::CellReport;
 use super::resume::Ready;
 use super::source::{CellSource, StoredSource};
@@ -29,6 +30,22 @@ impl SessionManager {
     ) -> Result<CellReport, SessionError> {
         self.gate.admit_work()?;
         let sess = self.get_or_create(name, lang)?;
+        let wait = match self.behind_preinstall(&sess, &source, parent, wait).await? {
+            Behind::Go(left) => left,
+            Behind::Answer(report) => return Ok(*report),
+        };
+        self.exec_now(&sess, source, parent, wait).await
+    }
+
+    /// exec once nothing holds the interpreter back.
+    pub(super) async fn exec_now(
+        self: &Arc<Self>,
+        sess: &Arc<Session>,
+        source: CellSource<'_>,
+        parent: Option<u64>,
+        wait: Duration,
+    ) -> Result<CellReport, SessionError> {
+        let sess = sess.clone();
         if let Some(target) = parent {
             self.branch_to(&sess, target).await?;
         }
@@ -70,6 +87,10 @@ impl SessionManager {
         name: &str,
         wait: Duration,
     ) -> Result<CellReport, SessionError> {
+        let wait = match self.follow_preinstall(name, wait).await? {
+            Behind::Go(left) => left,
+            Behind::Answer(report) => return Ok(*report),
+        };
         self.follow(name, wait, |sess, st| {
             if st.lifecycle.is_rebuilding() {
                 // The rebuild's task hands over to the queued cell.
@@ -171,6 +192,11 @@ impl SessionManager {
     /// During a rebuild: stops it, and the queued cell does not run.
     pub async fn interrupt(self: &Arc<Self>, name: &str) -> Result<CellReport, SessionError> {
         let sess = self.existing(name)?;
+        if self.drop_queued(name) {
+            return Err(SessionError::Invalid(format!(
+                "the code queued in session '{name}' behind the preinstall was dropped and will not run; run it again once you want it"
+            )));
+        }
         if let Some(stopped) = self.interrupt_rebuild(&sess).await {
             return stopped;
         }

@@ -149,6 +149,15 @@ impl SessionManager {
         let python = self.session_python(name);
         match &self.spec.venv {
             Some(venv) if venv.python() == python => {
+                if let Some(preinstall) = &venv.preinstall
+                    && !preinstall.settled(std::time::Duration::ZERO).await
+                {
+                    // Two installers in one venv at once would corrupt it.
+                    return Err(format!(
+                        "{}; call python_install again once it has ended",
+                        preinstall.progress()
+                    ));
+                }
                 venv.ensure(&self.spec, self.limits.start_timeout).await
             }
             _ => Ok(()),

@@ -51,6 +51,10 @@ pub struct SessionManager {
     pub(super) left_stored: Mutex<BTreeSet<String>>,
     /// Per-client default sessions whose client is gone.
     pub(super) gone: GoneClients,
+    /// Code queued behind --preinstall, by session (`preinstall_wait.rs`).
+    pub(super) behind_preinstall: super::preinstall_queue::PreinstallQueue,
+    /// Whether a failed preinstall has been told in a result.
+    pub(super) preinstall_noted: AtomicBool,
 }
 
 impl SessionManager {

@@ -35,6 +35,8 @@ mod limits;
 mod lineage;
 mod manager;
 mod pool;
+mod preinstall_queue;
+mod preinstall_wait;
 mod rebuild;
 mod registry;
 pub mod report;

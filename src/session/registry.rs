@@ -48,6 +48,8 @@ impl SessionManager {
             gate,
             left_stored: Mutex::new(Default::default()),
             gone: Default::default(),
+            behind_preinstall: Default::default(),
+            preinstall_noted: AtomicBool::new(false),
         };
         let manager = Arc::new(manager);
         let stored = manager.read_stored();

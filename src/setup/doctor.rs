@@ -350,6 +350,10 @@ async fn sessions(
     } else {
         item("install", Missing, "no Python to install into (see python)")
     });
+    items.extend(super::doctor_install::preinstall_item(
+        server.settings,
+        ready.as_ref().map(|(_, p)| p),
+    ));
     items.push(r_item(r, ready.as_ref().map(|(state, p)| (state, &p.sandbox))).await);
     let (_, prepared) = ready?;
     let sb = &prepared.sandbox;

@@ -88,3 +88,72 @@ pub(super) async fn install_item(
         ),
     }
 }
+
+/// doctor's `preinstall` item (with --preinstall, --requirements or
+/// --preimport): what every new environment gets, and whether the venv
+/// kept for the workspace has the packages already (its stamp; with
+/// tenants, each tenant's venv is checked at its start).
+pub(super) fn preinstall_item(settings: &Settings, prepared: Option<&Prepared>) -> Option<Item> {
+    let ready = &settings.ready_made;
+    if ready.preinstall.is_empty() && ready.preimport.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if !ready.preimport.is_empty() {
+        parts.push(format!(
+            "imports {} in every interpreter before its first cell",
+            ready.preimport.join(", ")
+        ));
+    }
+    if ready.preinstall.is_empty() {
+        return Some(item("preinstall", Status::Good, parts.join("; ")));
+    }
+    let specs = ready.preinstall.join(" ");
+    let kept = prepared.and_then(|p| p.kept_venvs.as_ref());
+    let status = match (prepared, kept) {
+        (None, _) => {
+            parts.insert(
+                0,
+                format!("would install {specs}; the kept venv not checked: no sandbox"),
+            );
+            Status::Warn
+        }
+        (Some(_), None) => {
+            parts.insert(
+                0,
+                format!(
+                    "{specs}: no venv is kept for the workspace (--resume off, or an interpreter sessions can write), so the server refuses to start; drop --resume off"
+                ),
+            );
+            Status::Missing
+        }
+        (Some(_), Some(kept)) => {
+            let dir = kept
+                .root
+                .join("venvs")
+                .join(crate::worker::session_venv::dir_name(
+                    &settings.workdir,
+                    "local",
+                    kept.layer.as_deref(),
+                ));
+            let has = dir.join("bin/python").is_file()
+                && crate::worker::preinstall::is_stamped(&dir, &kept.base, &ready.preinstall);
+            parts.insert(
+                0,
+                if has {
+                    format!(
+                        "{specs}: already in the kept venv {} (installed at an earlier start; not installed again)",
+                        dir.display()
+                    )
+                } else {
+                    format!(
+                        "would install {specs} into the kept venv {} in the background at start (the first session waits for it)",
+                        dir.display()
+                    )
+                },
+            );
+            Status::Good
+        }
+    };
+    Some(item("preinstall", status, parts.join("; ")))
+}

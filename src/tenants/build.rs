@@ -152,9 +152,21 @@ impl Base {
             &log_dir,
             sandbox.clone(),
         );
-        if let Some(venv) = venv {
+        if let Some(mut venv) = venv {
+            if !self.settings.ready_made.preinstall.is_empty() {
+                venv.preinstall = Some(Arc::new(worker::preinstall::Preinstall::new(
+                    self.settings.ready_made.preinstall.clone(),
+                )));
+            }
             spec.program = venv.python();
-            spec.venv = Some(Arc::new(venv));
+            let venv = Arc::new(venv);
+            spec.venv = Some(venv.clone());
+            super::preinstall::spawn(
+                venv,
+                jobs.clone(),
+                spec.clone(),
+                settings.limits.start_timeout,
+            );
         }
         let upstream = self.upstreams.tenant(tenant.name());
         let upstream_servers = upstream.servers();

@@ -4,6 +4,7 @@
 //! one, the sole tenant, which is the workspace itself.
 
 pub mod build;
+mod preinstall;
 pub mod store;
 pub use std::collections::HashMap;
 use std::path::PathBuf;

@@ -19,7 +19,9 @@ impl Worker {
                 pid,
                 version,
                 executable,
+                preimport_failed,
             } => {
+                report_preimport_failures(&preimport_failed);
                 // Shown and signalled from outside: the host's pid, not the
                 // one inside the sandbox's PID namespace.
                 let root = self.process.pid();
@@ -72,4 +74,18 @@ impl Worker {
         drop(st);
         self.bump();
     }
+}
+
+/// Logs the `--preimport` modules that failed to import, once per server:
+/// every interpreter would say the same, and it is not fatal (the cell that
+/// imports it raises as it would have).
+fn report_preimport_failures(failed: &[String]) {
+    static REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if failed.is_empty() || REPORTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    tracing::warn!(
+        "--preimport: {} did not import (sessions start without it; fix or drop it from --preimport)",
+        failed.join("; ")
+    );
 }

@@ -9,6 +9,7 @@
 mod channel;
 mod events;
 mod language;
+pub mod preinstall;
 pub mod protocol;
 pub mod python;
 pub mod r;

@@ -43,6 +43,9 @@ pub enum Event {
         #[serde(alias = "python")]
         version: String,
         executable: String,
+        /// `--preimport` modules that failed ("module: error"), Python's.
+        #[serde(default)]
+        preimport_failed: Vec<String>,
     },
     /// The answer to a control request (inspect, complete, namespace).
     Reply {

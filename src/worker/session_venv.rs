@@ -36,6 +36,8 @@ pub struct SessionVenv {
     /// Held while it is made: the pool and a session starting at once make
     /// it once.
     making: tokio::sync::Mutex<()>,
+    /// The packages of --preinstall: interpreters start once they are in.
+    pub preinstall: Option<std::sync::Arc<super::preinstall::Preinstall>>,
 }
 
 impl SessionVenv {
@@ -45,6 +47,7 @@ impl SessionVenv {
             base,
             layer: None,
             making: tokio::sync::Mutex::new(()),
+            preinstall: None,
         }
     }
 

@@ -82,6 +82,9 @@ pub struct LaunchSpec {
     pub venv: Option<Arc<session_venv::SessionVenv>>,
     /// The upstream MCP servers its code may call (the tenant's view).
     pub upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
+    /// Modules a Python driver imports before it says it is ready
+    /// (--preimport: dotted names, checked by config::ready).
+    pub preimport: Vec<String>,
 }
 
 fn random_hex() -> String {
@@ -144,6 +147,14 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
                     venv.base.display()
                 )))
             })?;
+        if let Some(preinstall) = &venv.preinstall {
+            // Its packages go in before the first interpreter imports
+            // anything; a failed or stuck preinstall only delays it (its
+            // own bound), and calls answer within their window meanwhile.
+            preinstall
+                .settled(super::preinstall::MAX_PREINSTALL_TIME)
+                .await;
+        }
     }
     // The sandbox launcher would report a missing program only as an early
     // exit: say it plainly, with how to get one.
@@ -237,6 +248,9 @@ fn driver_env(spec: &LaunchSpec, nonce: &str) -> Vec<(String, String)> {
     }
     if spec.checkpoints && spec.language == Language::Python {
         env.push(("FERREPL_CHECKPOINTS".into(), "1".into()));
+    }
+    if !spec.preimport.is_empty() && spec.language == Language::Python {
+        env.push(("FERREPL_PREIMPORT".into(), spec.preimport.join(",")));
     }
     env.extend(spec.env.iter().cloned());
     env

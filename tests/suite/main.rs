@@ -48,6 +48,7 @@ mod large_output;
 mod long_running;
 mod packages_egress;
 mod per_client;
+mod preinstall;
 mod r_sessions;
 mod r_setup;
 mod refusals;

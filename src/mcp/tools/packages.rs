@@ -25,32 +25,7 @@ pub(super) fn prepend(result: &mut CallToolResult, line: &str) {
 /// How to go on with an install still running.
 const INSTALL_HINT: &str = "call python_install again for this session to keep waiting for it.";
 
-pub(super) fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Run first in the install job, inside the sandbox like the install itself
-/// (the interpreter may be any file the agent wrote): refuses interpreters
-/// that are not a virtual environment, and venvs sessions only read (the
-/// user's, an operator's `--allow-python` one: a `.pth` written there would
-/// run on the host), each saying what to do instead. Whether the venv can be
-/// written is tried, not judged: a file made and removed in site-packages.
-const VENV_CHECK: &str = r#"import sys, os, errno, sysconfig, tempfile
-own = "run python3 -m venv env in the workspace and python_sessions {action: create, session: ..., venv: env}"
-if sys.prefix == sys.base_prefix:
-    managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
-    sys.exit("ferrepl: " + sys.executable + (" is externally managed (PEP 668)" if managed else " is not a virtual environment")
-             + "; ferrepl installs only into venvs: " + own + " (or restart ferrepl without --resume off: it then keeps a venv for the workspace)")
-try:
-    fd, probe = tempfile.mkstemp(dir=sysconfig.get_path("purelib"))
-    os.close(fd)
-    os.unlink(probe)
-except OSError as e:
-    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        sys.exit("ferrepl: " + sys.prefix + " is read-only to sessions (" + e.strerror + "): a user's venv is never written from the sandbox, "
-                 + "since a .pth there would run on the host; python_install installs into the venv ferrepl keeps over it, which needs sessions kept "
-                 + "(ferrepl started without --resume off); or " + own)
-"#;
+pub(super) use crate::jobs::install::shell_quote;
 
 #[tool_router(router = packages_router, vis = "pub(crate)")]
 impl FerreplServer {
@@ -216,8 +191,7 @@ Name a package (its wheel comes from the index), a .whl file in the workspace or
         });
     }
 
-    /// The install as a job: the venv check, then uv (when on PATH) or pip
-    /// with the installer's flags and environment.
+    /// The install as a job into the interpreter `session` runs.
     /// `shown`: the packages as the agent named them (a local wheel's copy
     /// is what the installer gets).
     fn install_job(
@@ -227,50 +201,13 @@ Name a package (its wheel comes from the index), a .whl file in the workspace or
         shown: &[String],
         upgrade: bool,
     ) -> JobSpec {
-        let settings = self.jobs.installer();
-        let python = shell_quote(&self.manager.session_python(session).display().to_string());
-        let upgrade = if upgrade { " --upgrade" } else { "" };
-        let packages = packages
-            .iter()
-            .map(|s| shell_quote(s))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let quoted = |flags: Vec<String>| {
-            flags
-                .iter()
-                .map(|f| shell_quote(f))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let (head, flags) = match crate::worker::python::uv() {
-            Some(uv) => (
-                format!(
-                    "{} pip install --python {python}{upgrade}",
-                    shell_quote(&uv.display().to_string())
-                ),
-                quoted(settings.uv_flags()),
-            ),
-            None => (
-                format!("{python} -m pip install{upgrade}"),
-                quoted(settings.pip_flags()),
-            ),
-        };
-        let check = format!("{python} -I -c {} && ", shell_quote(VENV_CHECK));
-        JobSpec {
-            shown: Some(format!(
-                "{head} {}",
-                shown
-                    .iter()
-                    .map(|s| shell_quote(s))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            )),
-            command: format!("{check}{head} {flags} {packages}"),
-            env: settings.env().into_iter().collect(),
-            egress: true,
-            reader: Some("python_output {job}"),
-            ..JobSpec::default()
-        }
+        crate::jobs::install::install_spec(
+            self.jobs.installer(),
+            &self.manager.session_python(session),
+            packages,
+            shown,
+            upgrade,
+        )
     }
 
     /// Whenever the install ends well, the running session sees the new

@@ -39,8 +39,8 @@ use crate::support::{
 const USER: &str = "alice";
 const TOKEN: &str = "S3cr3tT0ken-xyz";
 /// The package the index serves: module `credpkg`, `VALUE = 4242`.
-const PKG: &str = "credpkg";
-const PKG_VALUE: i64 = 4242;
+pub(crate) const PKG: &str = "credpkg";
+pub(crate) const PKG_VALUE: i64 = 4242;
 const WHEEL: &str = "credpkg-1.0-py3-none-any.whl";
 
 /// Upper bound for the index to print its port, and for a refused start.
@@ -242,12 +242,12 @@ print("index ok")
 
 /// The test's own index. The Python process is killed when this is dropped
 /// (and exits by itself when the test process goes, its stdin closing).
-struct TestIndex {
+pub(crate) struct TestIndex {
     child: tokio::process::Child,
     dir: tempfile::TempDir,
     port: u16,
     /// The CA that signed the index's certificate (the operator's PIP_CERT).
-    ca: PathBuf,
+    pub(crate) ca: PathBuf,
     log: PathBuf,
     /// `METHOD path header-names` of each request.
     headers_log: PathBuf,
@@ -285,7 +285,7 @@ enum Connections {
 impl TestIndex {
     /// A CA, a `localhost` certificate it signed, the wheel, and the index
     /// listening on a port of its choosing.
-    async fn start() -> TestIndex {
+    pub(crate) async fn start() -> TestIndex {
         TestIndex::start_with(Connections::KeepAlive).await
     }
 
@@ -420,7 +420,7 @@ impl TestIndex {
     }
 
     /// The operator's PIP_INDEX_URL: with the credentials.
-    fn url_with_credentials(&self) -> String {
+    pub(crate) fn url_with_credentials(&self) -> String {
         format!("https://{USER}:{TOKEN}@localhost:{}/simple", self.port)
     }
 
@@ -450,7 +450,7 @@ impl TestIndex {
     }
 
     /// Every line the index logged so far.
-    fn requests(&self) -> Vec<String> {
+    pub(crate) fn requests(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -459,7 +459,7 @@ impl TestIndex {
     }
 
     /// The log and the index's stderr, for failure messages.
-    fn diagnostics(&self) -> String {
+    pub(crate) fn diagnostics(&self) -> String {
         format!(
             "index log:\n{}\nindex stderr:\n{}",
             self.requests().join("\n"),

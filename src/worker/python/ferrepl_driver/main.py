@@ -3,7 +3,10 @@ reader thread (fd 4), then cells and checkpoints one after another on the
 main thread, read by it from fd 3 between cells."""
 
 import builtins
+import contextlib
 import getpass
+import importlib
+import io
 import json
 import os
 import signal
@@ -102,6 +105,23 @@ def _configure_streams():
     sys.stderr = OrderedStream(real["stderr"], "stderr", real)
 
 
+def _preimport():
+    """Imports the modules of --preimport (FERREPL_PREIMPORT, dotted names the
+    server checked) before the first cell, so its first import costs nothing;
+    what they print is dropped (no cell owns it). Returns "module: error" for
+    each that failed: reported, never fatal."""
+    names = [n for n in os.environ.pop("FERREPL_PREIMPORT", "").split(",") if n]
+    failed = []
+    for name in names:
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                importlib.import_module(name)
+        except BaseException as e:  # a module may raise anything, SystemExit too
+            failed.append("%s: %s: %s" % (name, type(e).__name__, str(e)[:200]))
+    return failed
+
+
 def main(ctl):
     """Runs the worker until the server goes away; ctl is (socket, reader) on fd 3."""
     sock, reader = ctl
@@ -121,12 +141,14 @@ def main(ctl):
     signal.signal(signal.SIGINT, _on_sigint)
     _cells["reader"] = CellRequests(sock, drain(reader, sock))
     _serve(side, b"")
+    failed = _preimport()
     send(
         {
             "ev": "ready",
             "pid": os.getpid(),
             "python": "%d.%d.%d" % sys.version_info[:3],
             "executable": sys.executable,
+            "preimport_failed": failed,
         }
     )
     while True:
