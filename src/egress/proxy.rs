@@ -48,26 +48,33 @@ pub async fn serve_tcp(
 trait Listener {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
-    /// The next client, and how the log names it.
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)>;
+    /// The next client, how the log names it, and whose share of the
+    /// connections it takes.
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)>;
 }
 
 impl Listener for UnixListener {
     type Stream = tokio::net::UnixStream;
 
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)> {
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)> {
         let (stream, _) = self.accept().await?;
-        Ok((stream, "relay".to_string()))
+        // Every sandboxed process tree has a relay of its own (its PID 1),
+        // so the relay's pid tells one session or job from another.
+        let client = match stream.peer_cred().ok().and_then(|c| c.pid()) {
+            Some(pid) => format!("relay {pid}"),
+            None => "relay".to_string(),
+        };
+        Ok((stream, client.clone(), client))
     }
 }
 
 impl Listener for TcpListener {
     type Stream = TcpStream;
 
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)> {
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)> {
         let (stream, peer) = self.accept().await?;
         let _ = stream.set_nodelay(true);
-        Ok((stream, peer.to_string()))
+        Ok((stream, peer.to_string(), peer.ip().to_string()))
     }
 }
 
@@ -83,7 +90,7 @@ async fn accept_loop<L: Listener>(
             r = listener.next_client() => r,
         };
         match accepted {
-            Ok((stream, peer)) => gate.dispatch(stream, peer, &rules, &shutdown),
+            Ok((stream, peer, client)) => gate.dispatch(stream, peer, client, &rules, &shutdown),
             Err(e) => accept_failed(e, &shutdown).await,
         }
     }
@@ -97,12 +104,52 @@ async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
     }
 }
 
-/// Connection limits: `active` bounds the connections served; `rejecting`
-/// bounds the short-lived tasks that answer 503 beyond that (past both,
-/// a connection is simply closed).
+/// Connection limits: `active` bounds the connections served, `shares`
+/// those of one client (with `max_per_client`); `rejecting` bounds the
+/// short-lived tasks that answer 503 beyond that (past both, a connection
+/// is simply closed).
 struct Gate {
     active: Arc<Semaphore>,
     rejecting: Arc<Semaphore>,
+    shares: Arc<Shares>,
+}
+
+/// Connections each client holds; an entry lives while it holds one, so
+/// there are never more entries than connections served.
+#[derive(Default)]
+struct Shares(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+/// One connection of a client's share, given back on drop.
+struct Share {
+    shares: Arc<Shares>,
+    client: String,
+}
+
+impl Shares {
+    fn take(self: &Arc<Self>, client: &str, limit: Option<usize>) -> Option<Share> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(client.to_string()).or_insert(0);
+        if limit.is_some_and(|limit| *n >= limit) {
+            return None;
+        }
+        *n += 1;
+        Some(Share {
+            shares: self.clone(),
+            client: client.to_string(),
+        })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut held = self.shares.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
 }
 
 impl Gate {
@@ -111,6 +158,7 @@ impl Gate {
         Gate {
             active: Arc::new(Semaphore::new(n)),
             rejecting: Arc::new(Semaphore::new(n.clamp(1, 1024))),
+            shares: Arc::default(),
         }
     }
 
@@ -118,32 +166,40 @@ impl Gate {
         &self,
         stream: S,
         peer: String,
+        client: String,
         rules: &Arc<EgressConfig>,
         shutdown: &CancellationToken,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let shutdown = shutdown.clone();
-        match self.active.clone().try_acquire_owned() {
-            Ok(permit) => {
+        let share = self.shares.take(&client, rules.max_per_client);
+        let permit = share
+            .as_ref()
+            .and_then(|_| self.active.clone().try_acquire_owned().ok());
+        match (share, permit) {
+            (Some(share), Some(permit)) => {
                 let rules = rules.clone();
                 tokio::spawn(async move {
-                    let _permit = permit;
+                    let _held = (permit, share);
                     tokio::select! {
                         _ = shutdown.cancelled() => {}
                         _ = handle(stream, &rules, &peer) => {}
                     }
                 });
             }
-            Err(_) => {
-                let refusal = Refusal::new(
-                    503,
-                    format!(
+            (share, _) => {
+                let message = match (share, rules.max_per_client) {
+                    (None, Some(limit)) => format!(
+                        "ferrepl: this session or job already holds {limit} egress connections at once; close some, or try again later"
+                    ),
+                    _ => format!(
                         "ferrepl: too many egress connections at once ({}); try again later",
                         rules.max_connections
                     ),
-                );
-                refusal.log(None, &peer);
+                };
+                let refusal = Refusal::new(503, message);
+                refusal.log(rules.audience(), None, &peer);
                 match self.rejecting.clone().try_acquire_owned() {
                     Ok(permit) => {
                         tokio::spawn(async move {
@@ -169,7 +225,7 @@ where
     let mut host = None;
     let result = serve_one(&mut client, rules, peer, &mut host).await;
     if let Err(refusal) = result {
-        refusal.log(host.as_ref(), peer);
+        refusal.log(rules.audience(), host.as_ref(), peer);
         refusal.send(client).await;
     }
 }

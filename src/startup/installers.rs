@@ -15,8 +15,8 @@ use crate::{egress, installer, sandbox, state, worker};
 /// The egress proxy installers reach the indexes through, to be started
 /// once every start-up check has passed.
 pub(super) struct EgressProxy {
-    socket: PathBuf,
-    config: egress::EgressConfig,
+    pub(super) socket: PathBuf,
+    pub(super) config: egress::EgressConfig,
 }
 
 impl EgressProxy {
@@ -24,7 +24,15 @@ impl EgressProxy {
         let listener = tokio::net::UnixListener::bind(&self.socket)
             .with_context(|| format!("cannot listen on {}", self.socket.display()))?;
         let proxy = std::sync::Arc::new(self.config);
-        tracing::info!("package installers may reach: {}", proxy.describe());
+        match proxy.audience() {
+            crate::metrics::EgressAudience::Installers => {
+                tracing::info!("package installers may reach: {}", proxy.describe());
+            }
+            crate::metrics::EgressAudience::Cells => tracing::info!(
+                "cells and shell jobs may reach: {} (no port: 80 and 443)",
+                proxy.describe()
+            ),
+        }
         tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
         Ok(())
     }
@@ -39,6 +47,11 @@ pub(super) fn settle(
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<(installer::InstallerSettings, Option<EgressProxy>)> {
     let mut mode = settings.sandbox.network;
+    if mode == config::Network::Domains {
+        // Installers keep their own proxy and allow-list: the cells'
+        // --allow-domain hosts are not theirs, nor the indexes the cells'.
+        mode = config::Network::Packages;
+    }
     if mode == config::Network::Packages && !sandbox_cfg.enabled() {
         // Without a sandbox nothing is confined: installers reach the network as
         // everything else does.

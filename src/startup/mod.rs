@@ -10,6 +10,7 @@ use anyhow::Context;
 use crate::config::{self, settings::Settings};
 use crate::{installer, sandbox, state, worker};
 
+mod cell_egress;
 mod identity;
 mod installers;
 pub mod places;
@@ -194,11 +195,15 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         &mut places,
     )?;
     let (installer, proxy) = installers::settle(settings, &mut sandbox_cfg, state_dir, &writable)?;
+    let cell_proxy = cell_egress::settle(settings, &mut sandbox_cfg, state_dir)?;
     if sandbox_cfg.enabled() {
         guard_own_files(&places, &sandbox_cfg)?;
     }
     // Every refusal is behind us: only now does anything start.
     if let Some(proxy) = proxy {
+        proxy.start()?;
+    }
+    if let Some(proxy) = cell_proxy {
         proxy.start()?;
     }
     if sandbox_cfg.enabled() {
@@ -269,6 +274,7 @@ fn sandbox_settings(
         network: settings.sandbox.network == config::Network::On,
         egress: None,
         egress_hosts: Vec::new(),
+        cell_egress: None,
         require: settings.sandbox.require,
         memory_limit: settings.sandbox.memory_limit,
         max_processes: settings.sandbox.max_processes,

@@ -496,3 +496,88 @@ async fn unix_listener_serves_too_and_shutdown_stops_it() {
     })
     .await;
 }
+
+/// The cells' proxy (`--network domains`) admitting `patterns`.
+async fn cells_proxy(patterns: &[&str]) -> Proxy {
+    let patterns = patterns
+        .iter()
+        .map(|p| crate::egress::DomainPattern::parse(p).unwrap())
+        .collect();
+    let mut cfg = EgressConfig::for_cells(patterns);
+    cfg.allow_private = true;
+    start_proxy(cfg).await
+}
+
+#[tokio::test]
+async fn cells_proxy_admits_its_patterns_with_their_ports_and_names_the_flag() {
+    let echo = start_echo().await;
+    let proxy = cells_proxy(&[&format!("localhost:{echo}"), "**.example.org"]).await;
+    let mut s = bounded(tunnel(&proxy, &format!("localhost:{echo}"))).await;
+    s.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    bounded(s.read_exact(&mut buf)).await.unwrap();
+    assert_eq!(&buf, b"ping");
+
+    let other = refused(&proxy, "CONNECT api.other.example:443", 403, "").await;
+    assert!(
+        other.contains("api.other.example is not in --allow-domain (localhost:")
+            && other.contains("the operator can add it"),
+        "the refusal names the host and the flag, in the reason phrase too: {other}"
+    );
+    assert!(!other.contains("--allow-host-egress"), "{other}");
+    let port = refused(&proxy, "CONNECT localhost:443", 403, "").await;
+    assert!(
+        port.contains("localhost port 443 is not in --allow-domain")
+            && port.contains("add it as localhost:443"),
+        "{port}"
+    );
+    // An IP literal needs an entry of its own, whatever names resolve to it.
+    refused(
+        &proxy,
+        &format!("CONNECT 127.0.0.1:{echo}"),
+        403,
+        "127.0.0.1 is not in --allow-domain",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn one_client_cannot_take_all_of_the_cells_proxy() {
+    let echo = start_echo().await;
+    let proxy = cells_proxy(&[&format!("localhost:{echo}")]).await;
+    let share = crate::egress::CELL_CONNECTIONS_PER_CLIENT;
+    let mut held = Vec::new();
+    for _ in 0..share {
+        held.push(bounded(tunnel(&proxy, &format!("localhost:{echo}"))).await);
+    }
+    // Every test client is 127.0.0.1, one client: its next one is refused
+    // although the proxy as a whole has room.
+    assert!(share < crate::egress::CELL_CONNECTIONS);
+    let over = bounded(exchange(
+        &proxy,
+        format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n").as_bytes(),
+    ))
+    .await;
+    assert_eq!(status(&over), 503, "{over}");
+    assert!(
+        body(&over).contains(&format!("already holds {share} egress connections")),
+        "{over}"
+    );
+    // Closing one gives its place back.
+    drop(held.pop());
+    let again = bounded(async {
+        loop {
+            let mut s = TcpStream::connect(proxy.addr).await.unwrap();
+            let request = format!("CONNECT localhost:{echo} HTTP/1.1\r\n\r\n");
+            s.write_all(request.as_bytes()).await.unwrap();
+            let head = read_response_head(&mut s).await;
+            if status(&head) == 200 {
+                return head;
+            }
+            // The proxy sees the close when its relay does: ask again.
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(status(&again), 200);
+}
