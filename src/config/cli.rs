@@ -168,7 +168,7 @@ pub struct Flags {
     /// Extra hosts package installers may reach (comma separated), e.g. a private index.
     ///
     /// PyPI and the index URLs of your PIP_INDEX_URL, UV_INDEX_URL, pip.conf and uv.toml are
-    /// allowed already.
+    /// allowed already. Cells and shell jobs never get these hosts; theirs are --allow-domain's.
     #[arg(help_heading = "Sandbox")]
     #[arg(
         long = "allow-host-egress",

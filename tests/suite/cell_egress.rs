@@ -354,6 +354,8 @@ async fn cells_reach_the_named_hosts_and_nothing_else_and_refusals_are_counted()
 
 // ------------------------------------------------------------------ 2
 
+/// Also a warm pool's interpreter: started before any session asked for
+/// it, it has the same relay and variables.
 #[tokio::test]
 async fn a_named_loopback_host_is_refused_without_egress_allow_private() {
     let sites = TestSites::start().await;
@@ -366,14 +368,20 @@ async fn a_named_loopback_host_is_refused_without_egress_allow_private() {
         "domains",
         "--allow-domain",
         &allow,
+        "--warm-pool",
+        "1",
     ])
     .await;
+    crate::warm_pool::wait_pool_full(&server, 1).await;
     let cert = give_cert(&sites, server.workdir.path());
     let out = server
-        .exec(&format!(
-            "{}\nprint('RESULT', json.dumps(out))",
-            probe_program(&sites, &cert)
-        ))
+        .exec_in(
+            "pooled",
+            &format!(
+                "{}\nprint('RESULT', json.dumps(out))",
+                probe_program(&sites, &cert)
+            ),
+        )
         .await;
     assert!(!out.is_error, "the probe cell ran: {out:#?}");
     let got = probe_result(&out);
