@@ -62,7 +62,7 @@ mod intercept;
 mod proxy;
 
 pub use credentials::{IndexCredential, split_credentials};
-pub use domains::{DEFAULT_PORTS, DomainPattern};
+pub use domains::DomainPattern;
 #[cfg(target_os = "linux")]
 pub use intercept::Interceptor;
 

@@ -194,8 +194,10 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         },
         &mut places,
     )?;
-    let (installer, proxy) = installers::settle(settings, &mut sandbox_cfg, state_dir, &writable)?;
+    // The cells' first: its refusal (no namespaces) comes before the
+    // installers' warning about the same.
     let cell_proxy = cell_egress::settle(settings, &mut sandbox_cfg, state_dir)?;
+    let (installer, proxy) = installers::settle(settings, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
         guard_own_files(&places, &sandbox_cfg)?;
     }

@@ -519,6 +519,17 @@ async fn bad_allow_domain_flags_are_refused_at_start_saying_what_to_do() {
             &["needs the sandbox"],
         ),
         (
+            &[
+                "--no-namespaces",
+                "--allow-degraded-isolation",
+                "--network",
+                "domains",
+                "--allow-domain",
+                "api.example.com",
+            ],
+            &["--network domains needs private network namespaces"],
+        ),
+        (
             &["--network", "domains", "--allow-domain", "*"],
             &["--allow-domain \"*\"", "alone"],
         ),
