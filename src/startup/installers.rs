@@ -12,8 +12,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, settings::Settings};
 use crate::{egress, installer, sandbox, state, worker};
 
-/// The egress proxy installers reach the indexes through, to be started
-/// once every start-up check has passed.
+/// An egress proxy, the installers' (to the indexes) or with `--network
+/// domains` the cells' (to the `--allow-domain` hosts), to be started once
+/// every start-up check has passed.
 pub(super) struct EgressProxy {
     pub(super) socket: PathBuf,
     pub(super) config: egress::EgressConfig,
