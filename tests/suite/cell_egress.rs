@@ -5,7 +5,8 @@
 //! refusal naming the host and the flag, and counted in `/metrics`; direct
 //! connections reach nothing; loopback targets need
 //! `--egress-allow-private` even when named; the installers' proxy and the
-//! cells' keep their own lists; and bad flags are refused at start.
+//! cells' keep their own lists; one session cannot hold more than its
+//! share of the cells' proxy; and bad flags are refused at start.
 //!
 //! The destinations are servers of the test's own on loopback (`TestSites`:
 //! Python's `http.server`, one plain and one with TLS, a certificate for
@@ -51,11 +52,16 @@ def handler(scheme):
             pass
     return H
 
-plain = ThreadingHTTPServer(("127.0.0.1", 0), handler("http"))
-tls = ThreadingHTTPServer(("127.0.0.1", 0), handler("https"))
+class Server(ThreadingHTTPServer):
+    # Tests hold dozens of connections open at once.
+    request_queue_size = 128
+
+plain = Server(("127.0.0.1", 0), handler("http"))
+tls = Server(("127.0.0.1", 0), handler("https"))
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
-tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+# The handshake in each connection's own thread, not in the accept loop.
+tls.socket = ctx.wrap_socket(tls.socket, server_side=True, do_handshake_on_connect=False)
 for s in (plain, tls):
     threading.Thread(target=s.serve_forever, daemon=True).start()
 print("PORTS", plain.server_address[1], tls.server_address[1], flush=True)
@@ -470,6 +476,85 @@ async fn installers_and_cells_keep_their_own_lists() {
 
 // ------------------------------------------------------------------ 4
 
+/// A cell that opens `n` CONNECT tunnels to `target` through the relay and
+/// keeps them open (in `held`); the status line of each answer, one a line.
+fn tunnels_cell(n: usize, target: &str) -> String {
+    format!(
+        r#"
+import socket
+held = globals().setdefault("held", [])
+lines = []
+for _ in range({n}):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    held.append(s)
+    lines.append(head.decode(errors="replace").split("\r\n")[0])
+print("\n".join(lines))
+"#
+    )
+}
+
+/// The status lines a [`tunnels_cell`] printed.
+fn status_lines(out: &ToolOutput) -> Vec<String> {
+    assert!(!out.is_error, "the tunnels cell ran: {out:#?}");
+    out.text
+        .lines()
+        .filter(|l| l.starts_with("HTTP/1.1 "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn one_session_cannot_take_every_connection_of_the_cells_proxy() {
+    let share = ferrepl::egress::CELL_CONNECTIONS_PER_CLIENT;
+    let sites = TestSites::start().await;
+    let python = system_python();
+    let allow = sites.allow_localhost();
+    let server = StdioServer::start(&[
+        "--python",
+        path_str(&python),
+        "--network",
+        "domains",
+        "--allow-domain",
+        &allow,
+        "--egress-allow-private",
+    ])
+    .await;
+    // The plain site: a tunnel to it needs no TLS handshake to stay open.
+    let target = format!("localhost:{}", sites.http);
+    let greedy = status_lines(
+        &server
+            .exec_in("greedy", &tunnels_cell(share + 1, &target))
+            .await,
+    );
+    assert_eq!(greedy.len(), share + 1, "{greedy:#?}");
+    assert!(
+        greedy[..share]
+            .iter()
+            .all(|l| l.starts_with("HTTP/1.1 200")),
+        "a session's first {share} tunnels open: {greedy:#?}"
+    );
+    assert!(
+        greedy[share].starts_with("HTTP/1.1 503")
+            && greedy[share].contains(&format!("already holds {share} egress connections")),
+        "its next one is refused, saying why: {greedy:#?}"
+    );
+    // Another session, meanwhile, still gets its own.
+    let other = status_lines(&server.exec_in("other", &tunnels_cell(2, &target)).await);
+    assert!(
+        other.len() == 2 && other.iter().all(|l| l.starts_with("HTTP/1.1 200")),
+        "another session is not starved: {other:#?}"
+    );
+}
+
+// ------------------------------------------------------------------ 5
+
 /// Runs ferrepl with `args` until it exits: it must refuse to start. Its stderr.
 async fn refused(args: &[&str]) -> String {
     let workdir = tempfile::tempdir().expect("workdir");
@@ -597,7 +682,7 @@ async fn bad_allow_domain_flags_are_refused_at_start_saying_what_to_do() {
     }
 }
 
-// ------------------------------------------------------------------ 5
+// ------------------------------------------------------------------ 6
 
 /// docs/security.md states the cells' proxy's bounds: they are the code's.
 #[test]
