@@ -417,6 +417,7 @@ fn connect_through(socket: &Path, target: &str) -> String {
     answer
 }
 
+/// Also: R cells reach the named hosts the same way.
 #[tokio::test]
 async fn installers_and_cells_keep_their_own_lists() {
     let sites = TestSites::start().await;
@@ -428,6 +429,8 @@ async fn installers_and_cells_keep_their_own_lists() {
         &[
             "--python",
             path_str(&python),
+            "--languages",
+            "python,r",
             "--network",
             "domains",
             "--allow-domain",
@@ -469,6 +472,25 @@ async fn installers_and_cells_keep_their_own_lists() {
     assert!(
         connect_through(&cells, &site).starts_with("HTTP/1.1 200"),
         "the cells' proxy admits their host"
+    );
+
+    // R cells have the same variables (libcurl reads the lowercase ones).
+    let r = server
+        .call(
+            "r_exec",
+            json!({
+                "code": format!(
+                    "Sys.unsetenv(c('no_proxy', 'NO_PROXY'))\n\
+                     readLines(url('http://localhost:{}/r'), warn = FALSE)",
+                    sites.http
+                ),
+                "wait_s": 30,
+            }),
+        )
+        .await;
+    assert!(
+        !r.is_error && r.text.contains("hello http /r"),
+        "an R cell reaches the named host through the proxy: {r:#?}"
     );
     drop(server);
     drop(tmp);
