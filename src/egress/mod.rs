@@ -67,10 +67,10 @@ pub use domains::DomainPattern;
 pub use intercept::Interceptor;
 
 use std::fmt;
-
-use crate::metrics::EgressAudience;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
+
+use crate::metrics::EgressAudience;
 
 #[allow(unused_imports)] // wired in by the installer work (issue 11)
 pub use proxy::{serve, serve_tcp};

@@ -128,11 +128,11 @@ struct Share {
 impl Shares {
     fn take(self: &Arc<Self>, client: &str, limit: Option<usize>) -> Option<Share> {
         let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(client.to_string()).or_insert(0);
-        if limit.is_some_and(|limit| *n >= limit) {
+        let n = held.get(client).copied().unwrap_or(0);
+        if limit.is_some_and(|limit| n >= limit) {
             return None;
         }
-        *n += 1;
+        held.insert(client.to_string(), n + 1);
         Some(Share {
             shares: self.clone(),
             client: client.to_string(),
