@@ -33,7 +33,7 @@
 //! | 431 | the head exceeds `max_head_bytes` (or has more than 100 header lines) |
 //! | 501 | a `Transfer-Encoding` request body on plain HTTP |
 //! | 502 | the name does not resolve or the connection fails (with the reason) |
-//! | 503 | `max_connections` connections are already open, or the client's share (`max_per_client`) |
+//! | 503 | `max_connections` connections are already open, or the client's or the tenant's share (`max_per_client`, `max_per_principal`) |
 //!
 //! Host names match case-insensitively and without a trailing dot; an entry
 //! `*.example.com` admits every subdomain of `example.com` (not the name
@@ -73,7 +73,7 @@ use std::time::Duration;
 use crate::metrics::EgressAudience;
 
 #[allow(unused_imports)] // wired in by the installer work (issue 11)
-pub use proxy::{serve, serve_tcp};
+pub use proxy::{SharedProxy, serve, serve_tcp};
 
 /// The operator's egress policy, fixed at start.
 #[derive(Debug, Clone)]
@@ -106,6 +106,9 @@ pub struct EgressConfig {
     /// hold at once, so that one session cannot take all of
     /// `max_connections` (None: no share).
     pub max_per_client: Option<usize>,
+    /// Connections one principal (a tenant: the listener it came in on)
+    /// may hold at once (None: no share).
+    pub max_per_principal: Option<usize>,
 }
 
 #[allow(dead_code)] // wired in by the installer work (issue 11)
@@ -133,6 +136,7 @@ impl EgressConfig {
             intercept: None,
             domains: None,
             max_per_client: None,
+            max_per_principal: None,
         }
     }
 
@@ -144,6 +148,7 @@ impl EgressConfig {
         config.domains = Some(patterns);
         config.max_connections = CELL_CONNECTIONS;
         config.max_per_client = Some(CELL_CONNECTIONS_PER_CLIENT);
+        config.max_per_principal = Some(CELL_CONNECTIONS_PER_TENANT);
         config
     }
 
@@ -206,6 +211,9 @@ pub const CELL_CONNECTIONS: usize = 256;
 /// Connections one sandboxed process (a session's worker, a shell job) may
 /// hold through the cells' proxy at once.
 pub const CELL_CONNECTIONS_PER_CLIENT: usize = 32;
+/// Connections one tenant's sessions and jobs may hold through the cells'
+/// proxy at once: half, as with the tenants' other shares.
+pub const CELL_CONNECTIONS_PER_TENANT: usize = CELL_CONNECTIONS / 2;
 
 /// `--allow-domain` patterns for logs and the status line:
 /// `api.example.com, **.example.org:8443` (no port: 80 and 443).

@@ -4,6 +4,7 @@
 //! ([`relay`]); refusals are answered by [`refusal`]. See the module
 //! documentation in `mod.rs` for what is accepted and refused.
 
+mod gate;
 mod refusal;
 mod relay;
 mod request;
@@ -15,11 +16,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
-use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::{EgressConfig, Host};
+use gate::{Client, Gate};
 use refusal::Refusal;
 use request::Plan;
 
@@ -31,7 +32,43 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Cancelling `shutdown` also closes the connections still open.
 #[allow(dead_code)] // wired in by the installer work (issue 11)
 pub async fn serve(listener: UnixListener, rules: Arc<EgressConfig>, shutdown: CancellationToken) {
-    accept_loop(listener, rules, shutdown).await;
+    let gate = Arc::new(Gate::new(&rules));
+    accept_loop(listener, rules, gate, None, shutdown).await;
+}
+
+/// One proxy, its rules and its limits, serving several Unix listeners:
+/// one for the server's own sessions and one per tenant, whose share of the
+/// connections (`max_per_principal`) is counted by its listener.
+pub struct SharedProxy {
+    rules: Arc<EgressConfig>,
+    gate: Arc<Gate>,
+}
+
+impl SharedProxy {
+    pub fn new(rules: EgressConfig) -> Self {
+        let gate = Arc::new(Gate::new(&rules));
+        SharedProxy {
+            rules: Arc::new(rules),
+            gate,
+        }
+    }
+
+    /// Serves `listener` until `shutdown` is cancelled; with a `principal`
+    /// (a tenant's name), its connections count against that share.
+    pub fn spawn(
+        &self,
+        listener: UnixListener,
+        principal: Option<String>,
+        shutdown: CancellationToken,
+    ) {
+        tokio::spawn(accept_loop(
+            listener,
+            self.rules.clone(),
+            self.gate.clone(),
+            principal,
+            shutdown,
+        ));
+    }
 }
 
 /// Also a TCP flavour for tests and tools: same handling on a TcpListener.
@@ -41,7 +78,8 @@ pub async fn serve_tcp(
     rules: Arc<EgressConfig>,
     shutdown: CancellationToken,
 ) {
-    accept_loop(listener, rules, shutdown).await;
+    let gate = Arc::new(Gate::new(&rules));
+    accept_loop(listener, rules, gate, None, shutdown).await;
 }
 
 /// A listener the proxy takes its clients from.
@@ -81,16 +119,24 @@ impl Listener for TcpListener {
 async fn accept_loop<L: Listener>(
     listener: L,
     rules: Arc<EgressConfig>,
+    gate: Arc<Gate>,
+    principal: Option<String>,
     shutdown: CancellationToken,
 ) {
-    let gate = Gate::new(&rules);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             r = listener.next_client() => r,
         };
         match accepted {
-            Ok((stream, peer, client)) => gate.dispatch(stream, peer, client, &rules, &shutdown),
+            Ok((stream, peer, client)) => {
+                let client = Client {
+                    peer,
+                    principal: principal.as_deref(),
+                    key: client,
+                };
+                gate.dispatch(stream, client, &rules, &shutdown);
+            }
             Err(e) => accept_failed(e, &shutdown).await,
         }
     }
@@ -101,119 +147,6 @@ async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = sleep(ACCEPT_BACKOFF) => {}
-    }
-}
-
-/// Connection limits: `active` bounds the connections served, `shares`
-/// those of one client (with `max_per_client`); `rejecting` bounds the
-/// short-lived tasks that answer 503 beyond that (past both, a connection
-/// is simply closed).
-struct Gate {
-    active: Arc<Semaphore>,
-    rejecting: Arc<Semaphore>,
-    shares: Arc<Shares>,
-}
-
-/// Connections each client holds; an entry lives while it holds one, so
-/// there are never more entries than connections served.
-#[derive(Default)]
-struct Shares(std::sync::Mutex<std::collections::HashMap<String, usize>>);
-
-/// One connection of a client's share, given back on drop.
-struct Share {
-    shares: Arc<Shares>,
-    client: String,
-}
-
-impl Shares {
-    fn take(self: &Arc<Self>, client: &str, limit: Option<usize>) -> Option<Share> {
-        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.get(client).copied().unwrap_or(0);
-        if limit.is_some_and(|limit| n >= limit) {
-            return None;
-        }
-        held.insert(client.to_string(), n + 1);
-        Some(Share {
-            shares: self.clone(),
-            client: client.to_string(),
-        })
-    }
-}
-
-impl Drop for Share {
-    fn drop(&mut self) {
-        let mut held = self.shares.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = held.get_mut(&self.client) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                held.remove(&self.client);
-            }
-        }
-    }
-}
-
-impl Gate {
-    fn new(rules: &EgressConfig) -> Self {
-        let n = rules.max_connections.min(Semaphore::MAX_PERMITS);
-        Gate {
-            active: Arc::new(Semaphore::new(n)),
-            rejecting: Arc::new(Semaphore::new(n.clamp(1, 1024))),
-            shares: Arc::default(),
-        }
-    }
-
-    fn dispatch<S>(
-        &self,
-        stream: S,
-        peer: String,
-        client: String,
-        rules: &Arc<EgressConfig>,
-        shutdown: &CancellationToken,
-    ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let shutdown = shutdown.clone();
-        let share = self.shares.take(&client, rules.max_per_client);
-        let permit = share
-            .as_ref()
-            .and_then(|_| self.active.clone().try_acquire_owned().ok());
-        match (share, permit) {
-            (Some(share), Some(permit)) => {
-                let rules = rules.clone();
-                tokio::spawn(async move {
-                    let _held = (permit, share);
-                    tokio::select! {
-                        _ = shutdown.cancelled() => {}
-                        _ = handle(stream, &rules, &peer) => {}
-                    }
-                });
-            }
-            (share, _) => {
-                let message = match (share, rules.max_per_client) {
-                    (None, Some(limit)) => format!(
-                        "ferrepl: this session or job already holds {limit} egress connections at once; close some, or try again later"
-                    ),
-                    _ => format!(
-                        "ferrepl: too many egress connections at once ({}); try again later",
-                        rules.max_connections
-                    ),
-                };
-                let refusal = Refusal::new(503, message);
-                refusal.log(rules.audience(), None, &peer);
-                match self.rejecting.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        tokio::spawn(async move {
-                            let _permit = permit;
-                            tokio::select! {
-                                _ = shutdown.cancelled() => {}
-                                _ = refusal.send(stream) => {}
-                            }
-                        });
-                    }
-                    Err(_) => drop(stream),
-                }
-            }
-        }
     }
 }
 

@@ -12,12 +12,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{self, settings::Settings};
 use crate::{egress, installer, sandbox, state, worker};
 
-/// An egress proxy, the installers' (to the indexes) or with `--network
-/// domains` the cells' (to the `--allow-domain` hosts), to be started once
-/// every start-up check has passed.
+/// The egress proxy installers reach the indexes through, to be started
+/// once every start-up check has passed.
 pub(super) struct EgressProxy {
-    pub(super) socket: PathBuf,
-    pub(super) config: egress::EgressConfig,
+    socket: PathBuf,
+    config: egress::EgressConfig,
 }
 
 impl EgressProxy {
@@ -25,15 +24,7 @@ impl EgressProxy {
         let listener = tokio::net::UnixListener::bind(&self.socket)
             .with_context(|| format!("cannot listen on {}", self.socket.display()))?;
         let proxy = std::sync::Arc::new(self.config);
-        match proxy.audience() {
-            crate::metrics::EgressAudience::Installers => {
-                tracing::info!("package installers may reach: {}", proxy.describe());
-            }
-            crate::metrics::EgressAudience::Cells => tracing::info!(
-                "cells and shell jobs may reach: {} (no port: 80 and 443)",
-                proxy.describe()
-            ),
-        }
+        tracing::info!("package installers may reach: {}", proxy.describe());
         tokio::spawn(egress::serve(listener, proxy, CancellationToken::new()));
         Ok(())
     }

@@ -11,6 +11,7 @@ use crate::config::{self, settings::Settings};
 use crate::{installer, sandbox, state, worker};
 
 mod cell_egress;
+pub use cell_egress::{CellEgress, TenantEgress};
 mod identity;
 mod installers;
 pub mod places;
@@ -32,6 +33,9 @@ pub struct Prepared {
     /// (the workspace, --allow-write, venvs, the kept venvs; upstream MCP
     /// servers never run from there), read, never see; ferrepl's own files.
     pub places: sandbox::places::Places,
+    /// With `--network domains`, the cells' proxy (tenants get listeners
+    /// of their own on it).
+    pub cell_egress: Option<std::sync::Arc<CellEgress>>,
 }
 
 /// The venvs kept in the state directory (`<root>/venvs/...`).
@@ -205,9 +209,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
     if let Some(proxy) = proxy {
         proxy.start()?;
     }
-    if let Some(proxy) = cell_proxy {
-        proxy.start()?;
-    }
+    let cell_egress = cell_proxy.map(cell_egress::CellProxy::start).transpose()?;
     if sandbox_cfg.enabled() {
         // The whole description is long (doctor shows it item by item).
         tracing::info!("sandbox: {summary} (details: ferrepl doctor)");
@@ -225,6 +227,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         sandbox: sandbox_cfg,
         installer,
         places,
+        cell_egress,
     })
 }
 

@@ -5,8 +5,9 @@
 //! refusal naming the host and the flag, and counted in `/metrics`; direct
 //! connections reach nothing; loopback targets need
 //! `--egress-allow-private` even when named; the installers' proxy and the
-//! cells' keep their own lists; one session cannot hold more than its
-//! share of the cells' proxy; and bad flags are refused at start.
+//! cells' keep their own lists; one session, or one tenant, cannot hold
+//! more than its share of the cells' proxy; and bad flags are refused at
+//! start.
 //!
 //! The destinations are servers of the test's own on loopback (`TestSites`:
 //! Python's `http.server`, one plain and one with TLS, a certificate for
@@ -575,6 +576,72 @@ async fn one_session_cannot_take_every_connection_of_the_cells_proxy() {
     );
 }
 
+/// With tenants each has a listener of its own on the cells' proxy, by
+/// which the proxy counts the tenant's share: one tenant's sessions holding
+/// all of theirs leave the other tenant room.
+#[tokio::test]
+async fn one_tenant_cannot_take_every_connection_of_the_cells_proxy() {
+    let per_session = ferrepl::egress::CELL_CONNECTIONS_PER_CLIENT;
+    let per_tenant = ferrepl::egress::CELL_CONNECTIONS_PER_TENANT;
+    let sessions = per_tenant / per_session;
+    let sites = TestSites::start().await;
+    let python = system_python();
+    let allow = sites.allow_localhost();
+    let max_sessions = (2 * (sessions + 2)).to_string();
+    let (_dir, _server, alpha, beta) = crate::tenants::two_tenants(&[
+        "--python",
+        path_str(&python),
+        "--network",
+        "domains",
+        "--allow-domain",
+        &allow,
+        "--egress-allow-private",
+        "--max-sessions",
+        &max_sessions,
+    ])
+    .await;
+    let target = format!("localhost:{}", sites.http);
+    for i in 0..sessions {
+        let out = tool(
+            &alpha,
+            "python_exec",
+            json!({ "code": tunnels_cell(per_session, &target), "session": format!("s{i}") }),
+        )
+        .await;
+        let lines = status_lines(&out);
+        assert!(
+            lines.len() == per_session && lines.iter().all(|l| l.starts_with("HTTP/1.1 200")),
+            "alpha's session s{i} opens its share: {lines:#?}"
+        );
+    }
+    let over = tool(
+        &alpha,
+        "python_exec",
+        json!({ "code": tunnels_cell(1, &target), "session": "over" }),
+    )
+    .await;
+    let over = status_lines(&over);
+    assert!(
+        over.len() == 1
+            && over[0].starts_with("HTTP/1.1 503")
+            && over[0].contains(&format!(
+                "this tenant's sessions and jobs already hold {per_tenant}"
+            )),
+        "alpha is at its share: {over:#?}"
+    );
+    let other = tool(
+        &beta,
+        "python_exec",
+        json!({ "code": tunnels_cell(2, &target) }),
+    )
+    .await;
+    let other = status_lines(&other);
+    assert!(
+        other.len() == 2 && other.iter().all(|l| l.starts_with("HTTP/1.1 200")),
+        "beta still connects: {other:#?}"
+    );
+}
+
 // ------------------------------------------------------------------ 5
 
 /// Runs ferrepl with `args` until it exits: it must refuse to start. Its stderr.
@@ -718,4 +785,9 @@ fn the_documented_connection_bounds_are_the_codes() {
         ferrepl::egress::CELL_CONNECTIONS_PER_CLIENT
     );
     assert!(text.contains(&stated), "docs/security.md says: {stated:?}");
+    let tenant = format!(
+        "and {} from one tenant's",
+        ferrepl::egress::CELL_CONNECTIONS_PER_TENANT
+    );
+    assert!(text.contains(&tenant), "docs/security.md says: {tenant:?}");
 }
