@@ -44,8 +44,8 @@ pub enum Network {
     Off,
     /// Package installers reach the indexes through the proxy; nothing else.
     Packages,
-    /// As `Packages`, and cells and shell jobs reach the `--allow-domain`
-    /// hosts through a proxy of their own.
+    /// As packages, and cells and shell jobs reach the --allow-domain hosts
+    /// through a proxy of their own.
     Domains,
     On,
 }
