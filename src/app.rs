@@ -61,6 +61,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         sandbox,
         installer,
         places,
+        cell_egress,
     } = startup::prepare(
         &settings,
         startup::Instance {
@@ -106,6 +107,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         uids,
         upstreams: upstreams.clone(),
         viewer_url: viewer.as_ref().map(|v| v.url.clone()),
+        cell_egress,
     };
     crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
     let instance = tenants::Instance::new(base, tokens, settings.own_files.auth_token_file.clone());

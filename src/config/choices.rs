@@ -37,6 +37,8 @@ pub struct SandboxChoices {
     pub allow_degraded_isolation: bool,
     pub network: Network,
     pub allow_host_egress: Vec<String>,
+    /// --allow-domain, parsed (only with --network domains).
+    pub allow_domain: Vec<crate::egress::DomainPattern>,
     pub egress_allow_private: bool,
     pub allow_source_builds: bool,
     pub allow_read: Vec<PathBuf>,
@@ -121,6 +123,7 @@ impl SandboxChoices {
             allow_degraded_isolation: flags.allow_degraded_isolation,
             network: flags.network,
             allow_host_egress: flags.allow_host_egress.clone(),
+            allow_domain: allow_domain(flags)?,
             egress_allow_private: flags.egress_allow_private,
             allow_source_builds: flags.allow_source_builds,
             allow_read: flags.allow_read.clone(),
@@ -142,10 +145,54 @@ impl SandboxChoices {
         })
     }
 
-    /// Cells reach no network (the hints say so when one fails).
+    /// Cells reach no network (the hints say so when one fails); with
+    /// --network domains they reach some hosts, and a refusal names itself.
     pub fn cells_offline(&self) -> bool {
-        self.network != Network::On && self.mode != SandboxMode::Off
+        !matches!(self.network, Network::On | Network::Domains) && self.mode != SandboxMode::Off
     }
+}
+
+/// `--allow-domain`, checked against `--network` and `--sandbox`: the
+/// patterns cells may reach, refused at start when malformed or when
+/// nothing would enforce them.
+fn allow_domain(flags: &Flags) -> anyhow::Result<Vec<crate::egress::DomainPattern>> {
+    let named: Vec<&String> = flags
+        .allow_domain
+        .iter()
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+    if flags.network != Network::Domains {
+        if !named.is_empty() {
+            anyhow::bail!(
+                "--allow-domain is for --network domains (cells reach the hosts it names through ferrepl's proxy); add --network domains, or drop --allow-domain"
+            );
+        }
+        return Ok(Vec::new());
+    }
+    if flags.sandbox == SandboxFlag::DangerFullAccess {
+        anyhow::bail!(
+            "--network domains needs the sandbox (with --sandbox danger-full-access nothing stops cells from reaching any host); use --sandbox workspace-write, read-only or inherit, or --network on"
+        );
+    }
+    if named.is_empty() {
+        anyhow::bail!(
+            "--network domains needs the hosts cells may reach: add --allow-domain, e.g. --allow-domain api.example.com,**.example.org"
+        );
+    }
+    let mut patterns = Vec::with_capacity(named.len());
+    for raw in flags.allow_domain.iter() {
+        // Empty entries of a comma-separated list (a trailing comma) are
+        // refused too: "a,,b" is more likely a typo than intent.
+        let pattern = crate::egress::DomainPattern::parse(raw).map_err(|why| {
+            anyhow::anyhow!(
+                "--allow-domain {raw:?}: {why}; write example.com, *.example.com (subdomains only) or **.example.com (the domain and its subdomains), optionally ending in :PORT"
+            )
+        })?;
+        if !patterns.contains(&pattern) {
+            patterns.push(pattern);
+        }
+    }
+    Ok(patterns)
 }
 
 impl OwnFiles {

@@ -135,8 +135,10 @@ pub struct Flags {
     /// Network access of sessions, shell jobs and installers.
     ///
     /// packages (package installers reach only the package indexes, through
-    /// ferrepl's allow-listing proxy; cells and shell jobs reach nothing), off (nothing reaches
-    /// anything) or on (everything reaches everything). Unix sockets always work.
+    /// ferrepl's allow-listing proxy; cells and shell jobs reach nothing), domains (as packages,
+    /// and cells and shell jobs reach the --allow-domain hosts over HTTP(S) through a proxy of
+    /// their own), off (nothing reaches anything) or on (everything reaches everything). Unix
+    /// sockets always work.
     #[arg(help_heading = "Sandbox")]
     #[arg(long, env = "FERREPL_NETWORK", value_enum, default_value = "packages")]
     pub network: Network,
@@ -166,7 +168,7 @@ pub struct Flags {
     /// Extra hosts package installers may reach (comma separated), e.g. a private index.
     ///
     /// PyPI and the index URLs of your PIP_INDEX_URL, UV_INDEX_URL, pip.conf and uv.toml are
-    /// allowed already.
+    /// allowed already. Cells and shell jobs never get these hosts; theirs are --allow-domain's.
     #[arg(help_heading = "Sandbox")]
     #[arg(
         long = "allow-host-egress",
@@ -175,6 +177,22 @@ pub struct Flags {
         value_name = "HOST"
     )]
     pub allow_host_egress: Vec<String>,
+
+    /// Hosts cells and shell jobs may reach with --network domains (repeatable, comma separated):
+    /// example.com, *.example.com (subdomains only), **.example.com (the domain and its
+    /// subdomains), an IP exactly; :PORT for a port other than 80 and 443.
+    ///
+    /// Over HTTP(S) through ferrepl's proxy (sessions get HTTP_PROXY and HTTPS_PROXY); direct
+    /// connections stay refused. Unlike --allow-host-egress, which adds hosts for package
+    /// installers only, these are for code the agent runs; installers do not get them.
+    #[arg(help_heading = "Sandbox")]
+    #[arg(
+        long = "allow-domain",
+        env = "FERREPL_ALLOW_DOMAIN",
+        value_delimiter = ',',
+        value_name = "PATTERN"
+    )]
+    pub allow_domain: Vec<String>,
 
     /// Memory limit of each session and shell job, e.g. 2G, 512M; "off" for none.
     ///
@@ -232,8 +250,8 @@ pub struct Flags {
     )]
     pub pass_env: Vec<String>,
 
-    /// Let installers reach allowed hosts whose names resolve to private or
-    /// loopback addresses (an internal package mirror); refused by default.
+    /// Let installers (and with --network domains, cells) reach allowed hosts whose names
+    /// resolve to private or loopback addresses (an internal package mirror); refused by default.
     #[arg(help_heading = "Sandbox", hide_short_help = true)]
     #[arg(long, env = "FERREPL_EGRESS_ALLOW_PRIVATE")]
     pub egress_allow_private: bool,

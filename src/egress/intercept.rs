@@ -343,7 +343,10 @@ impl Forward<'_, '_> {
 
     async fn send(&self, req: Request<Incoming>) -> Result<Response<Body>, (StatusCode, String)> {
         if req.method() != Method::GET && req.method() != Method::HEAD {
-            crate::metrics::egress_refusal(crate::metrics::EgressRefusal::Method);
+            crate::metrics::egress_refusal(
+                crate::metrics::EgressAudience::Installers,
+                crate::metrics::EgressRefusal::Method,
+            );
             return Err((
                 StatusCode::METHOD_NOT_ALLOWED,
                 format!(

@@ -1,11 +1,16 @@
-//! Allow-listed egress for package installers (issue 11).
+//! Allow-listed egress for package installers (issue 11), and with
+//! `--network domains` for cells and shell jobs (issue 46 §2).
 //!
 //! Under `--network packages` a package installer (`python_install`'s pip or
 //! uv) runs in an empty network namespace. A relay inside that namespace
 //! forwards the installer's TCP connections to `127.0.0.1:PORT` onto a Unix
 //! socket where [`serve`] listens. This module is that listener: a small
 //! forward proxy that admits only the host names the operator allowed at
-//! start and nothing else.
+//! start and nothing else. Under `--network domains` a second instance, on
+//! a socket of its own, serves every other sandboxed process the same way,
+//! admitting the `--allow-domain` patterns ([`DomainPattern`], each with its
+//! ports) instead of the indexes, and bounding each client's (each relay's)
+//! share of its connections.
 //!
 //! What it accepts, one request per client connection:
 //!
@@ -28,7 +33,7 @@
 //! | 431 | the head exceeds `max_head_bytes` (or has more than 100 header lines) |
 //! | 501 | a `Transfer-Encoding` request body on plain HTTP |
 //! | 502 | the name does not resolve or the connection fails (with the reason) |
-//! | 503 | `max_connections` connections are already open |
+//! | 503 | `max_connections` connections are already open, or the client's or the tenant's share (`max_per_client`, `max_per_principal`) |
 //!
 //! Host names match case-insensitively and without a trailing dot; an entry
 //! `*.example.com` admits every subdomain of `example.com` (not the name
@@ -51,11 +56,13 @@
 //! which front ends are reachable, not which tenants behind them.
 
 mod credentials;
+mod domains;
 #[cfg(target_os = "linux")]
 mod intercept;
 mod proxy;
 
 pub use credentials::{IndexCredential, split_credentials};
+pub use domains::DomainPattern;
 #[cfg(target_os = "linux")]
 pub use intercept::Interceptor;
 
@@ -63,8 +70,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use crate::metrics::EgressAudience;
+
 #[allow(unused_imports)] // wired in by the installer work (issue 11)
-pub use proxy::{serve, serve_tcp};
+pub use proxy::{SharedProxy, serve, serve_tcp};
 
 /// The operator's egress policy, fixed at start.
 #[derive(Debug, Clone)]
@@ -90,6 +99,16 @@ pub struct EgressConfig {
     /// Ends tunnels to indexes with credentials and adds them (Linux).
     #[cfg(target_os = "linux")]
     pub intercept: Option<std::sync::Arc<Interceptor>>,
+    /// The cells' proxy (`--network domains`): these patterns, each with
+    /// its ports, decide instead of `allowed_hosts` and `ports`.
+    pub domains: Option<Vec<DomainPattern>>,
+    /// Connections one client (one sandboxed process tree's relay) may
+    /// hold at once, so that one session cannot take all of
+    /// `max_connections` (None: no share).
+    pub max_per_client: Option<usize>,
+    /// Connections one principal (a tenant: the listener it came in on)
+    /// may hold at once (None: no share).
+    pub max_per_principal: Option<usize>,
 }
 
 #[allow(dead_code)] // wired in by the installer work (issue 11)
@@ -115,12 +134,38 @@ impl EgressConfig {
             allow_private: false,
             #[cfg(target_os = "linux")]
             intercept: None,
+            domains: None,
+            max_per_client: None,
+            max_per_principal: None,
+        }
+    }
+
+    /// The cells' proxy: `patterns` decide, with room for more
+    /// connections than the installers' and a share per client.
+    pub fn for_cells(patterns: Vec<DomainPattern>) -> Self {
+        let mut config = EgressConfig::new(Vec::new());
+        config.ports = Vec::new();
+        config.domains = Some(patterns);
+        config.max_connections = CELL_CONNECTIONS;
+        config.max_per_client = Some(CELL_CONNECTIONS_PER_CLIENT);
+        config.max_per_principal = Some(CELL_CONNECTIONS_PER_TENANT);
+        config
+    }
+
+    /// Whom it serves (the metrics label of its refusals).
+    pub fn audience(&self) -> EgressAudience {
+        match self.domains {
+            Some(_) => EgressAudience::Cells,
+            None => EgressAudience::Installers,
         }
     }
 
     /// One line for logs and `server_status`:
     /// `pypi.org, files.pythonhosted.org (ports 443, 80)`.
     pub fn describe(&self) -> String {
+        if let Some(domains) = &self.domains {
+            return describe_domains(domains);
+        }
         format!("{} (ports {})", self.hosts_list(), self.ports_list())
     }
 
@@ -136,6 +181,9 @@ impl EgressConfig {
     }
 
     pub(crate) fn allows(&self, host: &Host) -> bool {
+        if let Some(domains) = &self.domains {
+            return domains.iter().any(|d| d.admits_host(host));
+        }
         self.allowed_hosts
             .iter()
             .any(|entry| entry_matches(entry, host))
@@ -156,6 +204,22 @@ impl EgressConfig {
         let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
         ports.join(", ")
     }
+}
+
+/// Connections the cells' proxy serves at once, for all sessions.
+pub const CELL_CONNECTIONS: usize = 256;
+/// Connections one sandboxed process (a session's worker, a shell job) may
+/// hold through the cells' proxy at once.
+pub const CELL_CONNECTIONS_PER_CLIENT: usize = 32;
+/// Connections one tenant's sessions and jobs may hold through the cells'
+/// proxy at once: half, as with the tenants' other shares.
+pub const CELL_CONNECTIONS_PER_TENANT: usize = CELL_CONNECTIONS / 2;
+
+/// `--allow-domain` patterns for logs and the status line:
+/// `api.example.com, **.example.org:8443` (no port: 80 and 443).
+pub fn describe_domains(domains: &[DomainPattern]) -> String {
+    let list: Vec<String> = domains.iter().map(DomainPattern::to_string).collect();
+    list.join(", ")
 }
 
 /// Host names of index URLs ("https://pypi.org/simple" -> "pypi.org"); None for garbage.

@@ -4,6 +4,7 @@
 //! ([`relay`]); refusals are answered by [`refusal`]. See the module
 //! documentation in `mod.rs` for what is accepted and refused.
 
+mod gate;
 mod refusal;
 mod relay;
 mod request;
@@ -15,11 +16,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
-use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::{EgressConfig, Host};
+use gate::{Client, Gate};
 use refusal::Refusal;
 use request::Plan;
 
@@ -31,7 +32,43 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Cancelling `shutdown` also closes the connections still open.
 #[allow(dead_code)] // wired in by the installer work (issue 11)
 pub async fn serve(listener: UnixListener, rules: Arc<EgressConfig>, shutdown: CancellationToken) {
-    accept_loop(listener, rules, shutdown).await;
+    let gate = Arc::new(Gate::new(&rules));
+    accept_loop(listener, rules, gate, None, shutdown).await;
+}
+
+/// One proxy, its rules and its limits, serving several Unix listeners:
+/// one for the server's own sessions and one per tenant, whose share of the
+/// connections (`max_per_principal`) is counted by its listener.
+pub struct SharedProxy {
+    rules: Arc<EgressConfig>,
+    gate: Arc<Gate>,
+}
+
+impl SharedProxy {
+    pub fn new(rules: EgressConfig) -> Self {
+        let gate = Arc::new(Gate::new(&rules));
+        SharedProxy {
+            rules: Arc::new(rules),
+            gate,
+        }
+    }
+
+    /// Serves `listener` until `shutdown` is cancelled; with a `principal`
+    /// (a tenant's name), its connections count against that share.
+    pub fn spawn(
+        &self,
+        listener: UnixListener,
+        principal: Option<String>,
+        shutdown: CancellationToken,
+    ) {
+        tokio::spawn(accept_loop(
+            listener,
+            self.rules.clone(),
+            self.gate.clone(),
+            principal,
+            shutdown,
+        ));
+    }
 }
 
 /// Also a TCP flavour for tests and tools: same handling on a TcpListener.
@@ -41,49 +78,65 @@ pub async fn serve_tcp(
     rules: Arc<EgressConfig>,
     shutdown: CancellationToken,
 ) {
-    accept_loop(listener, rules, shutdown).await;
+    let gate = Arc::new(Gate::new(&rules));
+    accept_loop(listener, rules, gate, None, shutdown).await;
 }
 
 /// A listener the proxy takes its clients from.
 trait Listener {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
-    /// The next client, and how the log names it.
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)>;
+    /// The next client, how the log names it, and whose share of the
+    /// connections it takes.
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)>;
 }
 
 impl Listener for UnixListener {
     type Stream = tokio::net::UnixStream;
 
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)> {
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)> {
         let (stream, _) = self.accept().await?;
-        Ok((stream, "relay".to_string()))
+        // Every sandboxed process tree has a relay of its own (its PID 1),
+        // so the relay's pid tells one session or job from another.
+        let client = match stream.peer_cred().ok().and_then(|c| c.pid()) {
+            Some(pid) => format!("relay {pid}"),
+            None => "relay".to_string(),
+        };
+        Ok((stream, client.clone(), client))
     }
 }
 
 impl Listener for TcpListener {
     type Stream = TcpStream;
 
-    async fn next_client(&self) -> io::Result<(Self::Stream, String)> {
+    async fn next_client(&self) -> io::Result<(Self::Stream, String, String)> {
         let (stream, peer) = self.accept().await?;
         let _ = stream.set_nodelay(true);
-        Ok((stream, peer.to_string()))
+        Ok((stream, peer.to_string(), peer.ip().to_string()))
     }
 }
 
 async fn accept_loop<L: Listener>(
     listener: L,
     rules: Arc<EgressConfig>,
+    gate: Arc<Gate>,
+    principal: Option<String>,
     shutdown: CancellationToken,
 ) {
-    let gate = Gate::new(&rules);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             r = listener.next_client() => r,
         };
         match accepted {
-            Ok((stream, peer)) => gate.dispatch(stream, peer, &rules, &shutdown),
+            Ok((stream, peer, client)) => {
+                let client = Client {
+                    peer,
+                    principal: principal.as_deref(),
+                    key: client,
+                };
+                gate.dispatch(stream, client, &rules, &shutdown);
+            }
             Err(e) => accept_failed(e, &shutdown).await,
         }
     }
@@ -97,70 +150,6 @@ async fn accept_failed(e: io::Error, shutdown: &CancellationToken) {
     }
 }
 
-/// Connection limits: `active` bounds the connections served; `rejecting`
-/// bounds the short-lived tasks that answer 503 beyond that (past both,
-/// a connection is simply closed).
-struct Gate {
-    active: Arc<Semaphore>,
-    rejecting: Arc<Semaphore>,
-}
-
-impl Gate {
-    fn new(rules: &EgressConfig) -> Self {
-        let n = rules.max_connections.min(Semaphore::MAX_PERMITS);
-        Gate {
-            active: Arc::new(Semaphore::new(n)),
-            rejecting: Arc::new(Semaphore::new(n.clamp(1, 1024))),
-        }
-    }
-
-    fn dispatch<S>(
-        &self,
-        stream: S,
-        peer: String,
-        rules: &Arc<EgressConfig>,
-        shutdown: &CancellationToken,
-    ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let shutdown = shutdown.clone();
-        match self.active.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let rules = rules.clone();
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    tokio::select! {
-                        _ = shutdown.cancelled() => {}
-                        _ = handle(stream, &rules, &peer) => {}
-                    }
-                });
-            }
-            Err(_) => {
-                let refusal = Refusal::new(
-                    503,
-                    format!(
-                        "ferrepl: too many egress connections at once ({}); try again later",
-                        rules.max_connections
-                    ),
-                );
-                refusal.log(None, &peer);
-                match self.rejecting.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        tokio::spawn(async move {
-                            let _permit = permit;
-                            tokio::select! {
-                                _ = shutdown.cancelled() => {}
-                                _ = refusal.send(stream) => {}
-                            }
-                        });
-                    }
-                    Err(_) => drop(stream),
-                }
-            }
-        }
-    }
-}
-
 /// Serves one client connection: one request, then its tunnel or response.
 async fn handle<S>(mut client: S, rules: &EgressConfig, peer: &str)
 where
@@ -169,7 +158,7 @@ where
     let mut host = None;
     let result = serve_one(&mut client, rules, peer, &mut host).await;
     if let Err(refusal) = result {
-        refusal.log(host.as_ref(), peer);
+        refusal.log(rules.audience(), host.as_ref(), peer);
         refusal.send(client).await;
     }
 }

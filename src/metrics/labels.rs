@@ -112,6 +112,25 @@ impl SandboxRefusal {
     }
 }
 
+/// Which egress proxy refused: the package installers' or the cells'
+/// (`--network domains`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressAudience {
+    Installers,
+    Cells,
+}
+
+impl EgressAudience {
+    pub const ALL: [EgressAudience; 2] = [EgressAudience::Installers, EgressAudience::Cells];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EgressAudience::Installers => "installers",
+            EgressAudience::Cells => "cells",
+        }
+    }
+}
+
 /// Why the egress proxy refused a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EgressRefusal {

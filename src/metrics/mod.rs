@@ -25,7 +25,8 @@ use prometheus_client::registry::{Registry, Unit};
 mod labels;
 
 pub use labels::{
-    CellOutcome, EgressRefusal, JobKind, LanguageLabel, Limit, SandboxRefusal, ToolOutcome,
+    CellOutcome, EgressAudience, EgressRefusal, JobKind, LanguageLabel, Limit, SandboxRefusal,
+    ToolOutcome,
 };
 use labels::{EGRESS_REFUSALS, FINAL_STATUSES, SANDBOX_REFUSALS};
 
@@ -64,7 +65,7 @@ struct Metrics {
     oom_kills: Counter,
     limit_kills: Family<Label, Counter>,
     sandbox_refusals: Family<Label, Counter>,
-    egress_refusals: Family<Label, Counter>,
+    egress_refusals: Family<Labels, Counter>,
     admission_refusals: Family<Label, Counter>,
     jobs_started: Family<Label, Counter>,
     http_refusals: Family<Label, Counter>,
@@ -134,6 +135,12 @@ impl Metrics {
             "Processes the kernel's memory cgroup killed in sessions and jobs",
             Counter::default(),
         );
+        let egress_refusals = register(
+            &mut r,
+            "egress_refusals",
+            "Connections an egress proxy refused, by proxy (installers: package installs; cells: --network domains) and reason",
+            Family::<Labels, Counter>::default(),
+        );
         let mut family = |name: &str, help: &str| register(&mut r, name, help, Family::default());
         let limit_kills = family(
             "limit_kills",
@@ -142,10 +149,6 @@ impl Metrics {
         let sandbox_refusals = family(
             "sandbox_refusals",
             "Requests refused on policy grounds (paths outside the workspace, interpreters, environment variables)",
-        );
-        let egress_refusals = family(
-            "egress_refusals",
-            "Connections the installers' egress proxy refused, by reason",
         );
         let admission_refusals = family(
             "admission_refusals",
@@ -216,11 +219,14 @@ impl Metrics {
             "kind",
             &SANDBOX_REFUSALS.map(SandboxRefusal::as_str),
         );
-        preset(
-            &self.egress_refusals,
-            "reason",
-            &EGRESS_REFUSALS.map(EgressRefusal::as_str),
-        );
+        for audience in EgressAudience::ALL {
+            for reason in EGRESS_REFUSALS {
+                self.egress_refusals.get_or_create_owned(&[
+                    ("proxy", audience.as_str()),
+                    ("reason", reason.as_str()),
+                ]);
+            }
+        }
         preset(
             &self.admission_refusals,
             "reason",
@@ -343,11 +349,12 @@ pub fn sandbox_refusal(kind: SandboxRefusal) {
         .inc();
 }
 
-/// The egress proxy refused a connection.
-pub fn egress_refusal(reason: EgressRefusal) {
+/// An egress proxy refused a connection. Never labelled by host: the
+/// agent chooses hosts, and each would become a series of its own.
+pub fn egress_refusal(audience: EgressAudience, reason: EgressRefusal) {
     metrics()
         .egress_refusals
-        .get_or_create(&[("reason", reason.as_str())])
+        .get_or_create(&[("proxy", audience.as_str()), ("reason", reason.as_str())])
         .inc();
 }
 

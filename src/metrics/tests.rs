@@ -112,7 +112,7 @@ fn unknown_tools_share_one_label() {
 #[test]
 fn other_counters_move() {
     // Other tests of the crate may record too: only "at least one more".
-    let cases: [(&str, fn()); 7] = [
+    let cases: [(&str, fn()); 8] = [
         (
             r#"ferrepl_cells_total{language="python",status="interrupted"}"#,
             || cell_finished(LanguageLabel::Python, CellOutcome::Interrupted),
@@ -129,8 +129,12 @@ fn other_counters_move() {
             sandbox_refusal(SandboxRefusal::Env)
         }),
         (
-            r#"ferrepl_egress_refusals_total{reason="private_address"}"#,
-            || egress_refusal(EgressRefusal::PrivateAddress),
+            r#"ferrepl_egress_refusals_total{proxy="installers",reason="private_address"}"#,
+            || egress_refusal(EgressAudience::Installers, EgressRefusal::PrivateAddress),
+        ),
+        (
+            r#"ferrepl_egress_refusals_total{proxy="cells",reason="host"}"#,
+            || egress_refusal(EgressAudience::Cells, EgressRefusal::Host),
         ),
         (r#"ferrepl_jobs_started_total{kind="install"}"#, || {
             job_started(JobKind::Install)

@@ -53,8 +53,9 @@ pub struct Launch<'a> {
     pub home: PathBuf,
     /// The name of its cgroups.
     pub label: &'a str,
-    /// A package installer: it reaches the egress proxy (with
-    /// `--network packages`), nothing else.
+    /// A package installer: it reaches the installers' egress proxy (with
+    /// `--network packages`), nothing else. Any other process reaches the
+    /// cells' proxy with `--network domains`.
     pub egress: bool,
     /// Paths of the server's it may read besides the policy's.
     pub extra_read: &'a [PathBuf],
@@ -152,6 +153,14 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         if let (Some(relay), true) = (&sandbox.egress, policy.mounts.is_some()) {
             policy.egress = Some(relay.clone());
         }
+    } else if let (Some(relay), true) = (&sandbox.cell_egress, policy.mounts.is_some()) {
+        // --network domains: sessions and shell jobs reach the cells'
+        // proxy, through a relay of the same kind; the variables point
+        // HTTP clients at it (over any the operator passed on).
+        policy.egress = Some(relay.clone());
+        policy
+            .env
+            .extend(crate::sandbox::env::proxy_vars(relay.port));
     }
     let cgroup = sandbox.cgroup_for(&mut policy, launch.label);
     let (program, args) = sandbox.wrap(&policy, launch.program, launch.args)?;

@@ -374,6 +374,8 @@ pub fn narrow(ceiling: &SandboxConfig, policy: &ClientPolicy, own: &[PathBuf]) -
     let mut config = ceiling.clone();
     if !policy.network {
         config.network = false;
+        // Nor the --allow-domain hosts through the cells' proxy.
+        config.cell_egress = None;
     }
     let mut protect = Vec::new();
     if policy.writes_nothing() {
@@ -453,9 +455,10 @@ pub fn narrow(ceiling: &SandboxConfig, policy: &ClientPolicy, own: &[PathBuf]) -
         (_, Files::Full) => "the server's own setting".to_string(),
         _ => "workspace-write".to_string(),
     };
-    summary.push_str(if config.network && ceiling.network {
+    let reaches = |c: &SandboxConfig| c.network || c.cell_egress.is_some();
+    summary.push_str(if reaches(&config) && reaches(ceiling) {
         ", network on"
-    } else if ceiling.network {
+    } else if reaches(ceiling) {
         ", network off"
     } else {
         ""
@@ -472,10 +475,11 @@ pub fn narrow(ceiling: &SandboxConfig, policy: &ClientPolicy, own: &[PathBuf]) -
 /// policy changes it.
 pub fn key_of(config: &SandboxConfig) -> String {
     format!(
-        "{:?}|{:?}|{}|{:?}",
+        "{:?}|{:?}|{}|{}|{:?}",
         config.mode,
         config.write,
         config.network,
+        config.cell_egress.is_some(),
         config.protected.as_ref().map(|p| &p.paths)
     )
 }

@@ -36,6 +36,26 @@ const LOADER: &[&str] = &[
     "TZDIR",
 ];
 
+/// The variables that send a sandboxed process's HTTP(S) through the relay
+/// on `port` of its network namespace (`--network domains`). Loopback
+/// names bypass it: in a cell they mean the cell's own namespace, never
+/// the server's host.
+pub fn proxy_vars(port: u16) -> Vec<(String, String)> {
+    let proxy = format!("http://127.0.0.1:{port}");
+    let mut vars: Vec<(String, String)> =
+        ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+            .iter()
+            .map(|v| (v.to_string(), proxy.clone()))
+            .collect();
+    for v in ["NO_PROXY", "no_proxy"] {
+        vars.push((v.to_string(), LOOPBACK_NAMES.to_string()));
+    }
+    vars
+}
+
+/// What `NO_PROXY` holds in cells with `--network domains`.
+pub const LOOPBACK_NAMES: &str = "localhost,127.0.0.1,::1";
+
 /// The server environment passed on: the allow-list, every `LC_*`, and the
 /// names in `extra` (--pass-env).
 pub fn inherited(extra: &[String]) -> BTreeMap<String, String> {

@@ -45,6 +45,9 @@ pub enum Network {
     Off,
     /// Package installers reach the indexes through the proxy; nothing else.
     Packages,
+    /// As packages, and cells and shell jobs reach the --allow-domain hosts
+    /// through a proxy of their own.
+    Domains,
     On,
 }
 
@@ -238,6 +241,9 @@ pub struct SandboxConfig {
     pub egress: Option<EgressRelay>,
     /// What installers may reach, for the status line.
     pub egress_hosts: Vec<String>,
+    /// The relay to the cells' egress proxy given to every other sandboxed
+    /// process, sessions and shell jobs (`--network domains`).
+    pub cell_egress: Option<EgressRelay>,
     /// Whether private namespaces work here (found by the probe).
     pub namespaces: bool,
     /// The environment every process starts from (allow-list + --pass-env).

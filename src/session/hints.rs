@@ -65,7 +65,7 @@ pub(super) fn for_cell(code: &str, report: &CellReport, offline: bool) -> Option
             || looks_offline(&report.output.combined))
     {
         return Some(
-            "Cells have no network by design; the operator's --network on would give it to them. Packages come in with python_install.".to_string(),
+            "Cells have no network by design; the operator can give them some hosts (--network domains with --allow-domain) or every host (--network on). Packages come in with python_install.".to_string(),
         );
     }
     None

@@ -66,7 +66,10 @@ pub(super) fn sandbox_items(
             let proxy = part("package installers")
                 .map(|i| format!("; {i}"))
                 .unwrap_or_default();
-            (Good, format!("cells and jobs reach no network{proxy}"))
+            // --network domains: the cells' own allow-list.
+            let cells = part("cells and shell jobs reach only")
+                .unwrap_or("cells and jobs reach no network");
+            (Good, format!("{cells}{proxy}"))
         }
         Some("network on") => (Warn, "sessions reach every host (--network on)".into()),
         Some(s) => (Missing, format!("{s}: sessions reach the network")),

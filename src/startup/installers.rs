@@ -39,6 +39,11 @@ pub(super) fn settle(
     writable: &sandbox::paths::Writable,
 ) -> anyhow::Result<(installer::InstallerSettings, Option<EgressProxy>)> {
     let mut mode = settings.sandbox.network;
+    if mode == config::Network::Domains {
+        // Installers keep their own proxy and allow-list: the cells'
+        // --allow-domain hosts are not theirs, nor the indexes the cells'.
+        mode = config::Network::Packages;
+    }
     if mode == config::Network::Packages && !sandbox_cfg.enabled() {
         // Without a sandbox nothing is confined: installers reach the network as
         // everything else does.

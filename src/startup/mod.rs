@@ -10,6 +10,8 @@ use anyhow::Context;
 use crate::config::{self, settings::Settings};
 use crate::{installer, sandbox, state, worker};
 
+mod cell_egress;
+pub use cell_egress::{CellEgress, TenantEgress};
 mod identity;
 mod installers;
 pub mod places;
@@ -31,6 +33,9 @@ pub struct Prepared {
     /// (the workspace, --allow-write, venvs, the kept venvs; upstream MCP
     /// servers never run from there), read, never see; ferrepl's own files.
     pub places: sandbox::places::Places,
+    /// With `--network domains`, the cells' proxy (tenants get listeners
+    /// of their own on it).
+    pub cell_egress: Option<std::sync::Arc<CellEgress>>,
 }
 
 /// The venvs kept in the state directory (`<root>/venvs/...`).
@@ -193,6 +198,9 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         },
         &mut places,
     )?;
+    // The cells' first: its refusal (no namespaces) comes before the
+    // installers' warning about the same.
+    let cell_proxy = cell_egress::settle(settings, &mut sandbox_cfg, state_dir)?;
     let (installer, proxy) = installers::settle(settings, &mut sandbox_cfg, state_dir, &writable)?;
     if sandbox_cfg.enabled() {
         guard_own_files(&places, &sandbox_cfg)?;
@@ -207,6 +215,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
             "; inherit: each call runs under the client's sandbox policy (Codex's), narrowing this setting, never widening it",
         );
     }
+    let cell_egress = cell_proxy.map(cell_egress::CellProxy::start).transpose()?;
     if sandbox_cfg.enabled() {
         // The whole description is long (doctor shows it item by item).
         tracing::info!("sandbox: {summary} (details: ferrepl doctor)");
@@ -224,6 +233,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         sandbox: sandbox_cfg,
         installer,
         places,
+        cell_egress,
     })
 }
 
@@ -275,6 +285,7 @@ fn sandbox_settings(
         network: settings.sandbox.network == config::Network::On,
         egress: None,
         egress_hosts: Vec::new(),
+        cell_egress: None,
         require: settings.sandbox.require,
         memory_limit: settings.sandbox.memory_limit,
         max_processes: settings.sandbox.max_processes,

@@ -35,6 +35,8 @@ pub struct Base {
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The viewer's address (--viewer), named in python_sessions status.
     pub viewer_url: Option<String>,
+    /// With `--network domains`, the cells' proxy.
+    pub cell_egress: Option<Arc<crate::startup::CellEgress>>,
 }
 
 /// One tenant's running parts.
@@ -46,6 +48,9 @@ pub struct TenantApp {
     gate: Arc<TenantGate>,
     /// Removed once the sessions are gone (the fields drop in order).
     _cgroup: Option<crate::sandbox::cgroup::TenantCgroup>,
+    /// A named tenant's listener on the cells' proxy, closed after its
+    /// sessions.
+    _cell_egress: Option<crate::startup::TenantEgress>,
 }
 
 impl Base {
@@ -94,6 +99,15 @@ impl Base {
                 "each tenant's own uid",
                 &format!("this tenant's own uid {}", id.uid),
             );
+        }
+        // A named tenant's cells reach the proxy through a listener of its
+        // own, which is how the proxy counts the tenant's share.
+        let cell_egress = match (tenant, &self.cell_egress) {
+            (Tenant::Named(name), Some(cells)) => Some(cells.for_tenant(name)?),
+            _ => None,
+        };
+        if let Some(own) = &cell_egress {
+            sandbox.cell_egress = Some(own.relay.clone());
         }
         if let (Tenant::Named(_), Some(extra)) = (tenant, crate::test_hooks::tenant_extra_read()) {
             sandbox.read.push(extra);
@@ -211,6 +225,7 @@ impl Base {
             jobs,
             gate: tenant_gate,
             _cgroup: cgroup,
+            _cell_egress: cell_egress,
         })
     }
 

@@ -24,6 +24,7 @@ mod support;
 mod architecture;
 mod arg_fuzz;
 mod branching;
+mod cell_egress;
 mod checkpoints;
 mod cli;
 mod client_sandbox;

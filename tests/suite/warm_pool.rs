@@ -31,7 +31,7 @@ async fn pool_ready(server: &StdioServer) -> Option<usize> {
 }
 
 /// Waits (bounded) until the pool holds `n` ready interpreters.
-async fn wait_pool_full(server: &StdioServer, n: usize) {
+pub(crate) async fn wait_pool_full(server: &StdioServer, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if pool_ready(server).await == Some(n) {

@@ -7,7 +7,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::timeout;
 
 use crate::egress::Host;
-use crate::metrics::EgressRefusal;
+use crate::metrics::{EgressAudience, EgressRefusal};
 
 /// Time allowed to write a refusal to the client.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -62,8 +62,8 @@ impl Refusal {
     }
 
     /// Logs and counts the refusal (every refusal is logged once).
-    pub(super) fn log(&self, host: Option<&Host>, peer: &str) {
-        crate::metrics::egress_refusal(self.reason);
+    pub(super) fn log(&self, audience: EgressAudience, host: Option<&Host>, peer: &str) {
+        crate::metrics::egress_refusal(audience, self.reason);
         let host = host.map_or_else(|| "-".to_string(), Host::to_string);
         tracing::warn!(
             host = %host,

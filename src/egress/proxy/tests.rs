@@ -496,3 +496,47 @@ async fn unix_listener_serves_too_and_shutdown_stops_it() {
     })
     .await;
 }
+
+/// The cells' proxy (`--network domains`) admitting `patterns`.
+async fn cells_proxy(patterns: &[&str]) -> Proxy {
+    let patterns = patterns
+        .iter()
+        .map(|p| crate::egress::DomainPattern::parse(p).unwrap())
+        .collect();
+    let mut cfg = EgressConfig::for_cells(patterns);
+    cfg.allow_private = true;
+    start_proxy(cfg).await
+}
+
+#[tokio::test]
+async fn cells_proxy_admits_its_patterns_with_their_ports_and_names_the_flag() {
+    let echo = start_echo().await;
+    let proxy = cells_proxy(&[&format!("localhost:{echo}"), "**.example.org"]).await;
+    let mut s = bounded(tunnel(&proxy, &format!("localhost:{echo}"))).await;
+    s.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    bounded(s.read_exact(&mut buf)).await.unwrap();
+    assert_eq!(&buf, b"ping");
+
+    let other = refused(&proxy, "CONNECT api.other.example:443", 403, "").await;
+    assert!(
+        other.contains("api.other.example is not in --allow-domain (localhost:")
+            && other.contains("the operator can add it"),
+        "the refusal names the host and the flag, in the reason phrase too: {other}"
+    );
+    assert!(!other.contains("--allow-host-egress"), "{other}");
+    let port = refused(&proxy, "CONNECT localhost:443", 403, "").await;
+    assert!(
+        port.contains("localhost port 443 is not in --allow-domain")
+            && port.contains("add it as localhost:443"),
+        "{port}"
+    );
+    // An IP literal needs an entry of its own, whatever names resolve to it.
+    refused(
+        &proxy,
+        &format!("CONNECT 127.0.0.1:{echo}"),
+        403,
+        "127.0.0.1 is not in --allow-domain",
+    )
+    .await;
+}

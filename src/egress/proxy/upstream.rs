@@ -7,10 +7,13 @@ use tokio::time::timeout_at;
 
 use super::deadline_after;
 use super::refusal::Refusal;
-use crate::egress::{EgressConfig, Host, forbidden_ip};
+use crate::egress::{DomainPattern, EgressConfig, Host, describe_domains, forbidden_ip};
 use crate::metrics::EgressRefusal;
 
 pub(super) fn authorize(rules: &EgressConfig, host: &Host, port: u16) -> Result<(), Refusal> {
+    if let Some(domains) = &rules.domains {
+        return authorize_cell(domains, host, port);
+    }
     let (kind, message) = if !rules.allows(host) {
         let allowed = rules.hosts_list();
         (
@@ -29,6 +32,32 @@ pub(super) fn authorize(rules: &EgressConfig, host: &Host, port: u16) -> Result<
         )
     } else {
         return Ok(());
+    };
+    Err(Refusal::forbidden(kind, message))
+}
+
+/// The cells' proxy: one of the `--allow-domain` patterns must admit the
+/// host and the port. The refusal names the flag: the agent cannot change
+/// it, the person who started ferrepl can.
+fn authorize_cell(domains: &[DomainPattern], host: &Host, port: u16) -> Result<(), Refusal> {
+    if domains.iter().any(|d| d.admits(host, port)) {
+        return Ok(());
+    }
+    let allowed = describe_domains(domains);
+    let (kind, message) = if domains.iter().any(|d| d.admits_host(host)) {
+        (
+            EgressRefusal::Port,
+            format!(
+                "ferrepl: {host} port {port} is not in --allow-domain ({allowed}; no port means 80 and 443); the operator can add it as {host}:{port}"
+            ),
+        )
+    } else {
+        (
+            EgressRefusal::Host,
+            format!(
+                "ferrepl: {host} is not in --allow-domain ({allowed}); the operator can add it"
+            ),
+        )
     };
     Err(Refusal::forbidden(kind, message))
 }
@@ -74,7 +103,7 @@ pub(super) async fn connect(
         return Err(Refusal::forbidden(
             EgressRefusal::PrivateAddress,
             format!(
-                "ferrepl: egress to {host} is not allowed: it resolves to a private or loopback address ({})",
+                "ferrepl: egress to {host} is not allowed: it resolves to a private or loopback address ({}); the operator can allow such addresses with --egress-allow-private",
                 bad.ip()
             ),
         ));

@@ -76,6 +76,7 @@ fn ceiling(ws: &Path, write: Vec<PathBuf>) -> SandboxConfig {
         devices: Vec::new(),
         allowed_python: Vec::new(),
         egress: None,
+        cell_egress: None,
         egress_hosts: Vec::new(),
         namespaces: true,
         env: BTreeMap::new(),

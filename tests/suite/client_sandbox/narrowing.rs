@@ -414,3 +414,36 @@ async fn the_network_is_narrowed_never_widened() {
     off.assert_alive();
     off.stop().await;
 }
+
+/// With `--network domains`, a policy whose network is restricted takes
+/// the `--allow-domain` hosts away from the call's cells too (no relay to
+/// the cells' proxy, no proxy variables); an enabled one keeps them.
+#[tokio::test]
+async fn a_restricted_policy_takes_the_allowed_domains_away() {
+    let sites = crate::cell_egress::TestSites::start().await;
+    let allow = sites.allow_localhost();
+    let server = StdioServer::start(&[
+        "--sandbox",
+        "inherit",
+        "--network",
+        "domains",
+        "--allow-domain",
+        &allow,
+        "--egress-allow-private",
+    ])
+    .await;
+    let w = ws(&server);
+    let code = format!(
+        "import os, urllib.request\ntry:\n    # NO_PROXY names localhost (the cell's own): the host's is asked for\n    # through the proxy, which must be there.\n    os.environ.pop('NO_PROXY', None); os.environ.pop('no_proxy', None)\n    os.environ['HTTP_PROXY']\n    r = 'ok ' + str(urllib.request.urlopen('http://localhost:{}/', timeout=20).status)\nexcept Exception as e:\n    r = 'failed ' + repr(e)\nr",
+        sites.http
+    );
+    let restricted = exec_under(&server, &code, workspace_write(&w)).await;
+    assert!(
+        restricted.text.contains("failed"),
+        "a restricted policy reached an allowed domain: {restricted:#?}"
+    );
+    let mut enabled = workspace_write(&w);
+    enabled["permissionProfile"]["network"] = json!("enabled");
+    let open = exec_under(&server, &code, enabled).await;
+    assert!(open.text.contains("ok 200"), "{open:#?}");
+}
