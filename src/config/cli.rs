@@ -178,10 +178,10 @@ pub struct Flags {
     )]
     pub allow_host_egress: Vec<String>,
 
-    /// Hosts cells and shell jobs may reach with --network domains (repeatable, comma separated):
-    /// example.com, *.example.com (subdomains only), **.example.com (the domain and its
-    /// subdomains), an IP exactly; :PORT for a port other than 80 and 443.
+    /// Hosts cells and shell jobs may reach with --network domains (comma separated).
     ///
+    /// example.com, *.example.com (subdomains only), **.example.com (the domain and its
+    /// subdomains), an IP exactly; :PORT for a port other than 80 and 443. Repeatable.
     /// Over HTTP(S) through ferrepl's proxy (sessions get HTTP_PROXY and HTTPS_PROXY); direct
     /// connections stay refused. Unlike --allow-host-egress, which adds hosts for package
     /// installers only, these are for code the agent runs; installers do not get them.
@@ -909,9 +909,11 @@ pub struct Flags {
     #[arg(long, env = "FERREPL_MAX_IMAGE_BYTES", default_value_t = 4 * 1024 * 1024, value_name = "BYTES")]
     pub max_image_bytes: u64,
 
-    /// Python packages installed once per workspace (and tenant) into the venv ferrepl keeps
-    /// for it, in the background from the start, through the same proxy and wheels-only
-    /// rules as python_install; the first session waits for them.
+    /// Python packages every session of the workspace has, installed once (comma separated).
+    ///
+    /// Installed per workspace (and tenant) into the venv ferrepl keeps for it, in the
+    /// background from the start, through the same proxy and wheels-only rules as
+    /// python_install; the first session waits for them.
     #[arg(help_heading = "Ready-made environments")]
     #[arg(
         long,
@@ -924,12 +926,14 @@ pub struct Flags {
     /// A requirements file (relative to --workdir) whose packages are preinstalled like
     /// --preinstall's: requirement lines, comments and blank lines only; installer options
     /// are refused.
+    #[arg(hide_short_help = true)]
     #[arg(help_heading = "Ready-made environments")]
     #[arg(long, env = "FERREPL_REQUIREMENTS", value_name = "FILE")]
     pub requirements: Option<PathBuf>,
 
     /// Python modules imported in every interpreter before its first cell (warm-pool ones
     /// ahead of need), so the first import in a session costs nothing.
+    #[arg(hide_short_help = true)]
     #[arg(help_heading = "Ready-made environments")]
     #[arg(
         long,
