@@ -61,6 +61,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         sandbox,
         installer,
         places,
+        kernels,
     } = startup::prepare(
         &settings,
         startup::Instance {
@@ -101,6 +102,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         uids,
         upstreams: upstreams.clone(),
         viewer_url: viewer.as_ref().map(|v| v.url.clone()),
+        kernels: kernels.into_iter().map(std::sync::Arc::new).collect(),
     };
     crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
     let instance = tenants::Instance::new(base, tokens, settings.own_files.auth_token_file.clone());

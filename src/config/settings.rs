@@ -305,6 +305,8 @@ impl Settings {
             checkpoints: self.checkpoints > 0,
             venv: None,
             upstream: None,
+            kernel: None,
+            kernels: Arc::from([]),
         }
     }
 

@@ -172,6 +172,11 @@ pub struct Policy {
     /// remove (enforced by the launcher's supervisor); None: none.
     #[serde(default)]
     pub protected: Option<protected::Protected>,
+    /// IPv4/IPv6 sockets inside its empty network namespace (a Jupyter
+    /// kernel binds loopback for pipes of its own); applied only with that
+    /// namespace, where there is nothing to reach.
+    #[serde(default)]
+    pub inet_in_netns: bool,
 }
 
 /// What the launcher could apply (reported by the startup probe).
@@ -377,6 +382,7 @@ impl SandboxConfig {
             egress: None,
             probe: false,
             protected,
+            inet_in_netns: false,
         }
     }
 

@@ -35,6 +35,8 @@ pub struct Base {
     pub upstreams: Arc<crate::upstream::Upstreams>,
     /// The viewer's address (--viewer), named in python_sessions status.
     pub viewer_url: Option<String>,
+    /// The Jupyter kernels sessions may run on (--kernels).
+    pub kernels: Arc<[Arc<worker::kernel::KernelSpec>]>,
 }
 
 /// One tenant's running parts.
@@ -159,6 +161,7 @@ impl Base {
         let upstream = self.upstreams.tenant(tenant.name());
         let upstream_servers = upstream.servers();
         spec.upstream = Some(upstream.clone());
+        spec.kernels = self.kernels.clone();
         let r_spec = self
             .settings
             .languages

@@ -8,6 +8,7 @@
 
 mod channel;
 mod events;
+pub mod kernel;
 mod language;
 pub mod protocol;
 pub mod python;

@@ -82,9 +82,14 @@ pub struct LaunchSpec {
     pub venv: Option<Arc<session_venv::SessionVenv>>,
     /// The upstream MCP servers its code may call (the tenant's view).
     pub upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
+    /// The installed Jupyter kernel it runs instead of the driver.
+    pub kernel: Option<Arc<kernel::KernelSpec>>,
+    /// The kernels sessions may be created on (--kernels); the server's
+    /// Python spec carries them.
+    pub kernels: Arc<[Arc<kernel::KernelSpec>]>,
 }
 
-fn random_hex() -> String {
+pub(super) fn random_hex() -> String {
     let state = std::hash::RandomState::new();
     let mut out = String::new();
     for i in 0..2u64 {
@@ -127,6 +132,9 @@ pub async fn launch_ready(
 
 /// Starts a worker process.
 pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
+    if let Some(kernel) = &spec.kernel {
+        return super::kernel::launch(spec, kernel).await;
+    }
     let spawn_err = |source| WorkerError::Spawn {
         lang: spec.language,
         program: spec.program.display().to_string(),
@@ -183,6 +191,8 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         label: &format!("w{launch_no}"),
         egress: false,
         extra_read: &[],
+        files: &[],
+        inet_in_netns: false,
         stdio: Stdio::Pipes {
             stdin: false,
             control: channel.child,

@@ -1,0 +1,659 @@
+//! The bridge: plays a kernel worker's driver inside the server. It takes
+//! the worker's requests (exec, input, control requests with ids), speaks
+//! the Jupyter protocol with the kernel over its ipc sockets, and writes
+//! what the driver would: output on the emulated stdout and stderr pipes,
+//! a fence marker on both before every cell event, the events as JSON
+//! lines (docs/protocol.md). Requests a kernel has no answer for get a
+//! reply saying so. Ends with the kernel (or the worker).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use jupyter_protocol::{
+    ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
+    JupyterMessageContent, KernelInfoRequest, Media, MediaType, ReplyStatus, Stdio,
+};
+use jupyter_zmq_client as zmq;
+use serde_json::{Value, json};
+use tokio::io::{AsyncWriteExt, DuplexStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::worker::Worker;
+use crate::worker::protocol::PyError;
+
+/// How often the kernel is asked for its info until its output channel
+/// (iopub) is seen to be subscribed: messages published before that are lost.
+const HANDSHAKE_EVERY: Duration = Duration::from_millis(200);
+/// Between attempts to reach sockets the kernel has not made yet.
+const CONNECT_EVERY: Duration = Duration::from_millis(20);
+/// Cells asked for while one runs (the session sends one at a time).
+const MAX_QUEUED: usize = 64;
+
+/// The worker's side of the bridge: the emulated pipes and event channel,
+/// with the driver's fence markers.
+pub(super) struct Pipes {
+    out: [DuplexStream; 2],
+    events: DuplexStream,
+    nonce: String,
+    fence: u64,
+    last: Option<usize>,
+}
+
+type Sent = std::io::Result<()>;
+
+impl Pipes {
+    pub(super) fn new(
+        stdout: DuplexStream,
+        stderr: DuplexStream,
+        events: DuplexStream,
+        nonce: &str,
+    ) -> Self {
+        Pipes {
+            out: [stdout, stderr],
+            events,
+            nonce: nonce.to_string(),
+            fence: 0,
+            last: None,
+        }
+    }
+
+    /// A numbered marker on both pipes: `\0FERREPL:<nonce>:<16 hex><kind>`.
+    async fn marker(&mut self, kind: u8) -> Sent {
+        self.fence += 1;
+        let mut marker = format!("\0FERREPL:{}:{:016x}", self.nonce, self.fence).into_bytes();
+        marker.push(kind);
+        for pipe in &mut self.out {
+            pipe.write_all(&marker).await?;
+        }
+        Ok(())
+    }
+
+    /// Output on stdout (0) or stderr (1), with a sync marker when it
+    /// switches streams, as the driver keeps them in order.
+    async fn write(&mut self, stream: usize, bytes: &[u8]) -> Sent {
+        if self.last.is_some_and(|l| l != stream) {
+            self.marker(1).await?;
+        }
+        self.last = Some(stream);
+        self.out[stream].write_all(bytes).await
+    }
+
+    async fn event(&mut self, event: Value) -> Sent {
+        let mut line = serde_json::to_vec(&event).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.events.write_all(&line).await
+    }
+
+    /// A cell event after the event marker that closes its output.
+    async fn fenced(&mut self, mut event: Value) -> Sent {
+        self.marker(0).await?;
+        event["fence"] = json!(self.fence);
+        event["fenced"] = json!(["stdout", "stderr"]);
+        self.event(event).await
+    }
+}
+
+/// A message from one of the kernel's sockets.
+enum Incoming {
+    Shell(JupyterMessage),
+    IoPub(JupyterMessage),
+    Stdin(JupyterMessage),
+}
+
+/// The cell the kernel runs.
+struct Running {
+    cell: u64,
+    msg_id: String,
+    started: Instant,
+    value: Option<String>,
+    error: Option<PyError>,
+    /// The kernel's prompt waiting for an answer.
+    prompt: Option<JupyterMessage>,
+}
+
+struct Queued {
+    cell: u64,
+    code: String,
+    path: bool,
+}
+
+pub(super) struct Bridge {
+    pub(super) worker: Weak<Worker>,
+    pub(super) changed: watch::Receiver<u64>,
+    pub(super) info: ConnectionInfo,
+    pub(super) program: String,
+    pub(super) connection_file: PathBuf,
+    pub(super) max_value_chars: usize,
+    pub(super) max_image_bytes: u64,
+    pub(super) pipes: Pipes,
+    pub(super) requests: mpsc::Receiver<Vec<u8>>,
+    pub(super) side: mpsc::Receiver<Vec<u8>>,
+    /// What the kernel printed itself, shown when it does not start.
+    pub(super) started_output: Arc<Mutex<Vec<u8>>>,
+}
+
+type ShellSend = zmq::DealerSendConnection;
+type StdinSend = zmq::DealerSendConnection;
+
+impl Bridge {
+    pub(super) async fn run(mut self) {
+        let mut readers = tokio::task::JoinSet::new();
+        let ready = self.serve(&mut readers).await;
+        if !ready {
+            // Its own words are the reason it did not start.
+            let text = std::mem::take(
+                &mut *self
+                    .started_output
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            let _ = self.pipes.write(1, &text).await;
+        }
+        // Dropping the pipes ends the worker's readers; the socket readers go too.
+        readers.abort_all();
+    }
+
+    fn gone(&self) -> bool {
+        self.worker
+            .upgrade()
+            .is_none_or(|w| w.exit_info().is_some())
+    }
+
+    /// Connects, waits for the kernel, then serves; true once it was ready.
+    async fn serve(&mut self, readers: &mut tokio::task::JoinSet<()>) -> bool {
+        let session = super::random_hex();
+        let (tx, mut rx) = mpsc::channel::<Incoming>(256);
+        let Some((mut shell, mut stdin)) = self.connect(&session, &tx, readers).await else {
+            return false;
+        };
+        let Some(version) = self.handshake(&mut shell, &mut rx).await else {
+            return false;
+        };
+        let pid = self.kernel_pid().await;
+        let ready =
+            json!({"ev": "ready", "pid": pid, "version": version, "executable": self.program});
+        if self.pipes.event(ready).await.is_err() {
+            return true;
+        }
+        let mut queue: VecDeque<Queued> = VecDeque::new();
+        let mut running: Option<Running> = None;
+        loop {
+            if running.is_none()
+                && let Some(next) = queue.pop_front()
+            {
+                match self.start(&mut shell, next).await {
+                    Ok(r) => running = r,
+                    Err(_) => return true,
+                }
+            }
+            let step = tokio::select! {
+                req = self.requests.recv() => match req {
+                    Some(line) => self.request(&line, &mut queue, &mut running, &mut stdin).await,
+                    None => return true,
+                },
+                req = self.side.recv() => match req {
+                    Some(line) => self.request(&line, &mut queue, &mut running, &mut stdin).await,
+                    None => return true,
+                },
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.message(msg, &mut running).await,
+                    None => return true,
+                },
+                changed = self.changed.changed() => {
+                    if changed.is_err() || self.gone() {
+                        return true;
+                    }
+                    Ok(())
+                }
+            };
+            if step.is_err() {
+                return true;
+            }
+        }
+    }
+
+    /// Reaches the kernel's shell, stdin and iopub sockets once it made
+    /// them; their messages go to `tx`.
+    async fn connect(
+        &mut self,
+        session: &str,
+        tx: &mpsc::Sender<Incoming>,
+        readers: &mut tokio::task::JoinSet<()>,
+    ) -> Option<(ShellSend, StdinSend)> {
+        let identity = zmq::peer_identity_for_session(session).ok()?;
+        let info = &self.info;
+        let shell = loop {
+            match zmq::create_client_shell_connection_with_identity(info, session, identity.clone())
+                .await
+            {
+                Ok(s) => break s,
+                Err(_) if !self.gone() => tokio::time::sleep(CONNECT_EVERY).await,
+                Err(_) => return None,
+            }
+        };
+        let stdin = zmq::create_client_stdin_connection_with_identity(info, session, identity)
+            .await
+            .ok()?;
+        let mut iopub = zmq::create_client_iopub_connection(info, "", session)
+            .await
+            .ok()?;
+        let (shell_send, mut shell_recv) = shell.split();
+        let (stdin_send, mut stdin_recv) = stdin.split();
+        let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = iopub.read().await
+                && t.send(Incoming::IoPub(msg)).await.is_ok()
+            {}
+            tracing::debug!(pid, "kernel iopub closed");
+        });
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = shell_recv.read().await
+                && t.send(Incoming::Shell(msg)).await.is_ok()
+            {}
+        });
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = stdin_recv.read().await
+                && t.send(Incoming::Stdin(msg)).await.is_ok()
+            {}
+        });
+        Some((shell_send, stdin_send))
+    }
+
+    /// Asks the kernel for its info until it answered and its output
+    /// channel carried a status for one of the requests: the language's
+    /// version, or None when it died first.
+    async fn handshake(
+        &mut self,
+        shell: &mut ShellSend,
+        rx: &mut mpsc::Receiver<Incoming>,
+    ) -> Option<String> {
+        let mut version = None;
+        let mut subscribed = false;
+        let mut tick = tokio::time::interval(HANDSHAKE_EVERY);
+        while version.is_none() || !subscribed {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if self.gone() {
+                        return None;
+                    }
+                    let ask: JupyterMessage = KernelInfoRequest {}.into();
+                    shell.send(ask).await.ok()?;
+                }
+                msg = rx.recv() => match msg? {
+                    Incoming::Shell(m) => {
+                        if let JupyterMessageContent::KernelInfoReply(reply) = m.content {
+                            version = Some(reply.language_info.version);
+                        }
+                    }
+                    Incoming::IoPub(m) => {
+                        subscribed |= m
+                            .parent_header
+                            .is_some_and(|p| p.msg_type == "kernel_info_request");
+                    }
+                    Incoming::Stdin(_) => {}
+                },
+                changed = self.changed.changed() => {
+                    if changed.is_err() || self.gone() {
+                        return None;
+                    }
+                }
+            }
+        }
+        version
+    }
+
+    /// The kernel's pid in its own PID namespace (the worker maps it to
+    /// the host's): the process whose command line names its connection file.
+    async fn kernel_pid(&self) -> u32 {
+        let root = self.worker.upgrade().map_or(0, |w| w.root_pid());
+        let file = self.connection_file.display().to_string();
+        tokio::task::spawn_blocking(move || {
+            let named = std::iter::once(root)
+                .chain(crate::sandbox::watch::descendants(root))
+                .rfind(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&file))
+                })
+                .unwrap_or(root);
+            std::fs::read_to_string(format!("/proc/{named}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("NSpid:"))
+                        .and_then(|v| v.split_whitespace().last()?.parse().ok())
+                })
+                .unwrap_or(named)
+        })
+        .await
+        .unwrap_or(root)
+    }
+
+    /// Sends cell `next` to the kernel (or refuses it at once).
+    async fn start(
+        &mut self,
+        shell: &mut ShellSend,
+        next: Queued,
+    ) -> std::io::Result<Option<Running>> {
+        if next.path {
+            let error = PyError {
+                kind: "NotAvailable".into(),
+                message: "python_run_file runs scripts in built-in sessions only".into(),
+                traceback: "In a kernel session, run the script with python_exec: %run PATH\n"
+                    .into(),
+            };
+            self.done(next.cell, "error", None, Some(error), 0.0)
+                .await?;
+            return Ok(None);
+        }
+        let request = ExecuteRequest {
+            code: next.code,
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: true,
+            stop_on_error: false,
+        };
+        let msg = JupyterMessage::new(JupyterMessageContent::ExecuteRequest(request), None);
+        let msg_id = msg.header.msg_id.clone();
+        shell.send(msg).await.map_err(std::io::Error::other)?;
+        Ok(Some(Running {
+            cell: next.cell,
+            msg_id,
+            started: Instant::now(),
+            value: None,
+            error: None,
+            prompt: None,
+        }))
+    }
+
+    async fn done(
+        &mut self,
+        cell: u64,
+        status: &str,
+        value: Option<String>,
+        error: Option<PyError>,
+        elapsed_ms: f64,
+    ) -> Sent {
+        self.pipes
+            .fenced(
+                json!({"ev": "done", "cell": cell, "status": status, "value": value,
+                "error": error, "elapsed_ms": elapsed_ms}),
+            )
+            .await
+    }
+
+    /// A request line from the worker.
+    async fn request(
+        &mut self,
+        line: &[u8],
+        queue: &mut VecDeque<Queued>,
+        running: &mut Option<Running>,
+        stdin: &mut StdinSend,
+    ) -> Sent {
+        let Ok(req) = serde_json::from_slice::<Value>(line) else {
+            return Ok(());
+        };
+        let op = req["op"].as_str().unwrap_or_default();
+        match op {
+            "exec" if queue.len() < MAX_QUEUED => {
+                queue.push_back(Queued {
+                    cell: req["cell"].as_u64().unwrap_or(0),
+                    code: req["code"].as_str().unwrap_or_default().to_string(),
+                    path: req.get("path").is_some_and(|p| !p.is_null()),
+                });
+                Ok(())
+            }
+            "input" => {
+                let Some(cell) = running.as_mut() else {
+                    return Ok(());
+                };
+                let Some(prompt) = cell
+                    .prompt
+                    .take_if(|_| req["cell"].as_u64() == Some(cell.cell))
+                else {
+                    return Ok(());
+                };
+                let text = req["text"].as_str().unwrap_or_default();
+                // Like a terminal (and the driver): the prompt and the
+                // answer, unless it was a password.
+                if let JupyterMessageContent::InputRequest(r) = &prompt.content
+                    && !r.password
+                {
+                    let echo = format!("{}{text}\n", r.prompt);
+                    self.pipes.write(0, echo.as_bytes()).await?;
+                }
+                let reply = InputReply {
+                    value: text.to_string(),
+                    status: ReplyStatus::Ok,
+                    error: None,
+                };
+                let msg =
+                    JupyterMessage::new(JupyterMessageContent::InputReply(reply), Some(&prompt))
+                        .with_zmq_identities(Vec::new());
+                stdin.send(msg).await.map_err(std::io::Error::other)
+            }
+            // Nothing to refresh: a kernel imports from its own paths.
+            "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
+            _ => {
+                let message = format!(
+                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in Python session for that (python_sessions create without kernel)"
+                );
+                self.reply(&req, json!({"ok": false, "message": message}))
+                    .await
+            }
+        }
+    }
+
+    async fn reply(&mut self, req: &Value, mut body: Value) -> Sent {
+        let Some(id) = req["id"].as_u64() else {
+            return Ok(());
+        };
+        body["ev"] = json!("reply");
+        body["id"] = json!(id);
+        self.pipes.event(body).await
+    }
+
+    /// A message from the kernel: the running cell's output, prompt or end.
+    async fn message(&mut self, msg: Incoming, running: &mut Option<Running>) -> Sent {
+        let (Incoming::IoPub(msg) | Incoming::Stdin(msg)) = msg else {
+            return Ok(());
+        };
+        let Some(cell) = running.as_mut() else {
+            return Ok(());
+        };
+        if msg.parent_header.as_ref().map(|p| p.msg_id.as_str()) != Some(cell.msg_id.as_str()) {
+            return Ok(());
+        }
+        match &msg.content {
+            JupyterMessageContent::StreamContent(s) => {
+                let idx = usize::from(matches!(s.name, Stdio::Stderr));
+                self.pipes.write(idx, s.text.as_bytes()).await?;
+            }
+            JupyterMessageContent::ExecuteResult(r) => {
+                cell.value = text_of(&r.data).map(|t| cap(t, self.max_value_chars));
+            }
+            JupyterMessageContent::DisplayData(d) => {
+                let number = cell.cell;
+                self.display(number, &d.data).await?;
+            }
+            JupyterMessageContent::UpdateDisplayData(d) => {
+                let number = cell.cell;
+                self.display(number, &d.data).await?;
+            }
+            JupyterMessageContent::ErrorOutput(e) => {
+                let traceback = e
+                    .traceback
+                    .iter()
+                    .map(|l| strip_ansi(l))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                cell.error = Some(PyError {
+                    kind: e.ename.clone(),
+                    message: e.evalue.clone(),
+                    traceback: format!("{traceback}\n"),
+                });
+            }
+            JupyterMessageContent::InputRequest(r) => {
+                let event = json!({"ev": "input_request", "cell": cell.cell,
+                    "prompt": r.prompt, "password": r.password});
+                cell.prompt = Some(msg.clone());
+                self.pipes.fenced(event).await?;
+            }
+            JupyterMessageContent::Status(s) if s.execution_state == ExecutionState::Idle => {
+                if let Some(cell) = running.take() {
+                    let status = match &cell.error {
+                        Some(e) if e.kind == "KeyboardInterrupt" => "interrupted",
+                        Some(_) => "error",
+                        None => "ok",
+                    };
+                    let elapsed = cell.started.elapsed().as_secs_f64() * 1000.0;
+                    self.done(cell.cell, status, cell.value, cell.error, elapsed)
+                        .await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A displayed object: an image as a display event, else its text.
+    async fn display(&mut self, cell: u64, data: &Media) -> Sent {
+        let image = data.content.iter().find_map(|m| match m {
+            MediaType::Png(b) => Some(("image/png", b)),
+            MediaType::Jpeg(b) => Some(("image/jpeg", b)),
+            _ => None,
+        });
+        if let Some((mime, b64)) = image {
+            let b64: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&b64) {
+                if bytes.len() as u64 > self.max_image_bytes {
+                    let note = format!(
+                        "[{mime} of {} bytes not shown: over --max-image-bytes]\n",
+                        bytes.len()
+                    );
+                    return self.pipes.write(0, note.as_bytes()).await;
+                }
+                let (width, height) = png_size(&bytes).unzip();
+                let sha = {
+                    use sha2::Digest;
+                    let digest = sha2::Sha256::digest(&bytes);
+                    digest
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                };
+                let event = json!({"ev": "display", "cell": cell, "mime": mime, "data": b64,
+                    "bytes": bytes.len(), "width": width, "height": height, "sha": sha});
+                return self.pipes.fenced(event).await;
+            }
+        }
+        match text_of(data) {
+            Some(text) => {
+                let text = format!("{}\n", cap(text, self.max_value_chars));
+                self.pipes.write(0, text.as_bytes()).await
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A bundle's text: plain, else markdown, else HTML, else LaTeX.
+fn text_of(data: &Media) -> Option<&str> {
+    let find = |want: fn(&MediaType) -> Option<&String>| data.content.iter().find_map(want);
+    find(|m| match m {
+        MediaType::Plain(t) => Some(t),
+        _ => None,
+    })
+    .or_else(|| {
+        find(|m| match m {
+            MediaType::Markdown(t) => Some(t),
+            _ => None,
+        })
+    })
+    .or_else(|| {
+        find(|m| match m {
+            MediaType::Html(t) => Some(t),
+            _ => None,
+        })
+    })
+    .or_else(|| {
+        find(|m| match m {
+            MediaType::Latex(t) => Some(t),
+            _ => None,
+        })
+    })
+    .map(String::as_str)
+}
+
+/// At most `max` characters, saying how many more there were.
+fn cap(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!(
+            "{}... [{} more characters]",
+            &text[..cut],
+            text[cut..].chars().count()
+        ),
+        None => text.to_string(),
+    }
+}
+
+/// `text` without ANSI escape sequences (IPython colours its tracebacks):
+/// CSI sequences up to their final byte, other escapes with their one
+/// following character.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.next() == Some('[') {
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A PNG's width and height, from its header.
+fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    if bytes.len() < 24 || !bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return None;
+    }
+    let be =
+        |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    Some((be(16), be(20)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tracebacks_lose_their_colours_and_values_their_excess() {
+        assert_eq!(
+            strip_ansi("\u{1b}[0;31mZeroDivisionError\u{1b}[0m: x"),
+            "ZeroDivisionError: x"
+        );
+        assert_eq!(cap("abcdef", 3), "abc... [3 more characters]");
+        assert_eq!(cap("abc", 3), "abc");
+    }
+
+    #[test]
+    fn a_png_says_its_size() {
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+        png.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 9]);
+        assert_eq!(png_size(&png), Some((7, 9)));
+        assert_eq!(png_size(b"GIF89a"), None);
+    }
+}
