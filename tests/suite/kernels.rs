@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    Launch, StdioServer, ToolOutput, assert_status, server_command_plain, upstreams::test_env_dir,
+    Launch, StdioServer, ToolOutput, assert_status, image_blocks, server_command_plain,
+    upstreams::test_env_dir,
 };
 
 /// The `nb` venv's Jupyter data directory (its kernels/python3).
@@ -133,9 +134,16 @@ async fn a_displayed_png_comes_back_as_an_image() {
         display(Image(data=png))\nprint('after')";
     let out = exec(&server, code).await;
     out.assert_ok();
-    let images = out.display();
+    let images = image_blocks(&out);
     assert_eq!(images.len(), 1, "{out:#?}");
-    assert_eq!(images[0]["mimeType"], "image/png", "{images:#?}");
+    assert_eq!(images[0].mime, "image/png");
+    assert!(images[0].data.starts_with(b"\x89PNG"), "{out:#?}");
+    let display = out.display();
+    assert_eq!(
+        (display[0]["bytes"].as_u64(), display[0]["width"].as_u64()),
+        (Some(70), Some(1)),
+        "{display:#?}"
+    );
     assert!(out.str_field("stdout").contains("after"), "{out:#?}");
 }
 
@@ -158,6 +166,51 @@ async fn checkpoints_and_run_file_say_what_a_kernel_session_lacks() {
             .text
             .contains("kernels: python3 (a session on a kernel has no checkpoints"),
         "{status:#?}"
+    );
+}
+
+#[tokio::test]
+async fn the_kernel_runs_in_the_sessions_sandbox() {
+    let server = kernel_server(&[]).await;
+    let other = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "k2", "kernel": "python3"}),
+        )
+        .await;
+    assert!(!other.is_error, "{other:#?}");
+    let other_home = server
+        .call(
+            "python_exec",
+            json!({"session": "k2", "code": "import os; os.environ['HOME']", "wait_s": 60}),
+        )
+        .await;
+    let other_home = other_home
+        .value()
+        .expect("HOME")
+        .trim_matches('\'')
+        .to_string();
+    // Outside the workspace it writes nothing, it reaches no network, and
+    // another session's private directory (its kernel's connection file,
+    // with the key, and its sockets) is not in its view.
+    let code = format!(
+        "import os, socket\n\
+        result = []\n\
+        try:\n    open('/etc/owned', 'w'); result.append('wrote /etc')\nexcept OSError: pass\n\
+        try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); result.append('network')\nexcept OSError: pass\n\
+        try:\n    open({other_home:?} + '/connection.json').read(); result.append('read the key')\nexcept OSError: pass\n\
+        s = socket.socket(socket.AF_UNIX)\n\
+        try:\n    s.connect({other_home:?} + '/k-1'); result.append('reached its shell')\nexcept OSError: pass\n\
+        result.append(sorted(os.listdir(os.environ['HOME'])))\n\
+        result"
+    );
+    let out = exec(&server, &code).await;
+    out.assert_ok();
+    let value = out.value().expect("a value");
+    assert!(value.starts_with("[["), "{value}");
+    assert!(
+        value.contains("connection.json"),
+        "its own connection file: {value}"
     );
 }
 
