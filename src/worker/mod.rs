@@ -85,6 +85,8 @@ pub enum WorkerError {
         program: String,
         secs: u64,
     },
+    #[error("could not start the Jupyter kernel '{kernel}': {reason}")]
+    Kernel { kernel: String, reason: String },
     #[error("the worker process has exited; its session must be restarted")]
     Gone,
     #[error("the worker did not answer within {0} s")]

@@ -214,6 +214,102 @@ async fn the_kernel_runs_in_the_sessions_sandbox() {
     );
 }
 
+#[tokio::test]
+async fn kernel_arguments_name_only_the_offered_kernels() {
+    let server = kernel_server(&[]).await;
+    let long = "p".repeat(10_000);
+    for name in ["../python3", "/bin/sh", "python3\u{0}", "", long.as_str()] {
+        let out = server
+            .call(
+                "python_sessions",
+                json!({"action": "create", "session": "bad", "kernel": name}),
+            )
+            .await;
+        assert!(out.is_error, "{name:?}: {out:#?}");
+        assert!(
+            out.text
+                .contains("the kernels offered (--kernels) are: python3"),
+            "{out:#?}"
+        );
+    }
+    // Its interpreter is the kernel's: no other one on top.
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "bad", "kernel": "python3", "python": "/bin/sh"}),
+        )
+        .await;
+    assert!(
+        out.is_error && out.text.contains("leave out python"),
+        "{out:#?}"
+    );
+
+    // A server without --kernels neither lists the argument nor takes it.
+    let plain = StdioServer::launch(Launch::new(&[])).await;
+    let tools = plain.peer().list_all_tools().await.expect("tools");
+    let sessions = tools
+        .iter()
+        .find(|t| t.name == "python_sessions")
+        .expect("python_sessions");
+    assert!(
+        sessions.input_schema["properties"].get("kernel").is_none(),
+        "{:?}",
+        sessions.input_schema
+    );
+    let out = plain
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "bad", "kernel": "python3"}),
+        )
+        .await;
+    assert!(out.is_error && out.text.contains("--kernels"), "{out:#?}");
+}
+
+#[tokio::test]
+async fn a_kernel_that_dies_at_start_says_why_and_reset_gives_a_fresh_one() {
+    let data = tempfile::tempdir().expect("jupyter dir");
+    let broken = data.path().join("kernels/broken");
+    std::fs::create_dir_all(&broken).expect("mkdir");
+    let python = test_env_dir().join("nb/bin/python");
+    let spec = json!({
+        "argv": [python, "-c", "import sys; print('no kernel here', file=sys.stderr); sys.exit(3)", "{connection_file}"],
+        "language": "python",
+    });
+    std::fs::write(broken.join("kernel.json"), spec.to_string()).expect("write");
+    let paths = std::env::join_paths([data.path().to_path_buf(), jupyter_path()]).expect("join");
+    let launch = Launch::new(&["--kernels", "python3,broken"]).env("JUPYTER_PATH", paths);
+    let server = StdioServer::launch(launch).await;
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "b", "kernel": "broken"}),
+        )
+        .await;
+    assert!(out.is_error, "{out:#?}");
+    assert!(
+        out.text.contains("exit code 3") && out.text.contains("no kernel here"),
+        "{out:#?}"
+    );
+
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "k", "kernel": "python3"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    exec(&server, "gone = 1").await.assert_ok();
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "reset", "session": "k"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    let out = exec(&server, "'gone' in globals()").await;
+    assert_eq!(out.value(), Some("False"), "{out:#?}");
+}
+
 /// Runs ferrepl with `args`, JUPYTER_PATH `jupyter` and the workspace
 /// `workdir`: it must exit non-zero; its stderr.
 async fn refused_start(workdir: &Path, args: &[&str], jupyter: &Path) -> String {

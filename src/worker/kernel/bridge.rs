@@ -18,8 +18,10 @@ use jupyter_protocol::{
 };
 use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
-use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::{mpsc, watch};
+
+use super::media::{cap, png_size, strip_ansi, text_of};
+use super::pipes::{Pipes, Sent};
 
 use crate::worker::Worker;
 use crate::worker::protocol::PyError;
@@ -29,72 +31,10 @@ use crate::worker::protocol::PyError;
 const HANDSHAKE_EVERY: Duration = Duration::from_millis(200);
 /// Between attempts to reach sockets the kernel has not made yet.
 const CONNECT_EVERY: Duration = Duration::from_millis(20);
+/// How long one socket of a kernel that made it may take to answer.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 /// Cells asked for while one runs (the session sends one at a time).
 const MAX_QUEUED: usize = 64;
-
-/// The worker's side of the bridge: the emulated pipes and event channel,
-/// with the driver's fence markers.
-pub(super) struct Pipes {
-    out: [DuplexStream; 2],
-    events: DuplexStream,
-    nonce: String,
-    fence: u64,
-    last: Option<usize>,
-}
-
-type Sent = std::io::Result<()>;
-
-impl Pipes {
-    pub(super) fn new(
-        stdout: DuplexStream,
-        stderr: DuplexStream,
-        events: DuplexStream,
-        nonce: &str,
-    ) -> Self {
-        Pipes {
-            out: [stdout, stderr],
-            events,
-            nonce: nonce.to_string(),
-            fence: 0,
-            last: None,
-        }
-    }
-
-    /// A numbered marker on both pipes: `\0FERREPL:<nonce>:<16 hex><kind>`.
-    async fn marker(&mut self, kind: u8) -> Sent {
-        self.fence += 1;
-        let mut marker = format!("\0FERREPL:{}:{:016x}", self.nonce, self.fence).into_bytes();
-        marker.push(kind);
-        for pipe in &mut self.out {
-            pipe.write_all(&marker).await?;
-        }
-        Ok(())
-    }
-
-    /// Output on stdout (0) or stderr (1), with a sync marker when it
-    /// switches streams, as the driver keeps them in order.
-    async fn write(&mut self, stream: usize, bytes: &[u8]) -> Sent {
-        if self.last.is_some_and(|l| l != stream) {
-            self.marker(1).await?;
-        }
-        self.last = Some(stream);
-        self.out[stream].write_all(bytes).await
-    }
-
-    async fn event(&mut self, event: Value) -> Sent {
-        let mut line = serde_json::to_vec(&event).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        self.events.write_all(&line).await
-    }
-
-    /// A cell event after the event marker that closes its output.
-    async fn fenced(&mut self, mut event: Value) -> Sent {
-        self.marker(0).await?;
-        event["fence"] = json!(self.fence);
-        event["fenced"] = json!(["stdout", "stderr"]);
-        self.event(event).await
-    }
-}
 
 /// A message from one of the kernel's sockets.
 enum Incoming {
@@ -224,22 +164,27 @@ impl Bridge {
         readers: &mut tokio::task::JoinSet<()>,
     ) -> Option<(ShellSend, StdinSend)> {
         let identity = zmq::peer_identity_for_session(session).ok()?;
-        let info = &self.info;
-        let shell = loop {
-            match zmq::create_client_shell_connection_with_identity(info, session, identity.clone())
-                .await
-            {
-                Ok(s) => break s,
-                Err(_) if !self.gone() => tokio::time::sleep(CONNECT_EVERY).await,
-                Err(_) => return None,
+        // Until the kernel has made its sockets (or died): a connection to
+        // an ipc path nobody listens on yet is not given up by the client.
+        let sockets = [1, 2, 3].map(|port| PathBuf::from(format!("{}-{port}", self.info.ip)));
+        while !sockets.iter().all(|s| s.exists()) {
+            if self.gone() {
+                return None;
             }
-        };
-        let stdin = zmq::create_client_stdin_connection_with_identity(info, session, identity)
-            .await
-            .ok()?;
-        let mut iopub = zmq::create_client_iopub_connection(info, "", session)
-            .await
-            .ok()?;
+            tokio::time::sleep(CONNECT_EVERY).await;
+        }
+        let info = &self.info;
+        let shell = reach(zmq::create_client_shell_connection_with_identity(
+            info,
+            session,
+            identity.clone(),
+        ))
+        .await?;
+        let stdin = reach(zmq::create_client_stdin_connection_with_identity(
+            info, session, identity,
+        ))
+        .await?;
+        let mut iopub = reach(zmq::create_client_iopub_connection(info, "", session)).await?;
         let (shell_send, mut shell_recv) = shell.split();
         let (stdin_send, mut stdin_recv) = stdin.split();
         let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
@@ -307,7 +252,17 @@ impl Bridge {
         }
         version
     }
+}
 
+/// A connection to a socket the kernel made, if it answers in time.
+async fn reach<T>(connecting: impl std::future::Future<Output = zmq::Result<T>>) -> Option<T> {
+    match tokio::time::timeout(CONNECT_WITHIN, connecting).await {
+        Ok(Ok(connection)) => Some(connection),
+        _ => None,
+    }
+}
+
+impl Bridge {
     /// The kernel's pid in its own PID namespace (the worker maps it to
     /// the host's): the process whose command line names its connection file.
     async fn kernel_pid(&self) -> u32 {
@@ -333,7 +288,9 @@ impl Bridge {
         .await
         .unwrap_or(root)
     }
+}
 
+impl Bridge {
     /// Sends cell `next` to the kernel (or refuses it at once).
     async fn start(
         &mut self,
@@ -560,100 +517,5 @@ impl Bridge {
             }
             None => Ok(()),
         }
-    }
-}
-
-/// A bundle's text: plain, else markdown, else HTML, else LaTeX.
-fn text_of(data: &Media) -> Option<&str> {
-    let find = |want: fn(&MediaType) -> Option<&String>| data.content.iter().find_map(want);
-    find(|m| match m {
-        MediaType::Plain(t) => Some(t),
-        _ => None,
-    })
-    .or_else(|| {
-        find(|m| match m {
-            MediaType::Markdown(t) => Some(t),
-            _ => None,
-        })
-    })
-    .or_else(|| {
-        find(|m| match m {
-            MediaType::Html(t) => Some(t),
-            _ => None,
-        })
-    })
-    .or_else(|| {
-        find(|m| match m {
-            MediaType::Latex(t) => Some(t),
-            _ => None,
-        })
-    })
-    .map(String::as_str)
-}
-
-/// At most `max` characters, saying how many more there were.
-fn cap(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!(
-            "{}... [{} more characters]",
-            &text[..cut],
-            text[cut..].chars().count()
-        ),
-        None => text.to_string(),
-    }
-}
-
-/// `text` without ANSI escape sequences (IPython colours its tracebacks):
-/// CSI sequences up to their final byte, other escapes with their one
-/// following character.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '\u{1b}' {
-            out.push(c);
-            continue;
-        }
-        if chars.next() == Some('[') {
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) {
-                    break;
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A PNG's width and height, from its header.
-fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
-    if bytes.len() < 24 || !bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
-        return None;
-    }
-    let be =
-        |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    Some((be(16), be(20)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tracebacks_lose_their_colours_and_values_their_excess() {
-        assert_eq!(
-            strip_ansi("\u{1b}[0;31mZeroDivisionError\u{1b}[0m: x"),
-            "ZeroDivisionError: x"
-        );
-        assert_eq!(cap("abcdef", 3), "abc... [3 more characters]");
-        assert_eq!(cap("abc", 3), "abc");
-    }
-
-    #[test]
-    fn a_png_says_its_size() {
-        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
-        png.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 9]);
-        assert_eq!(png_size(&png), Some((7, 9)));
-        assert_eq!(png_size(b"GIF89a"), None);
     }
 }

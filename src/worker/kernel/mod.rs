@@ -7,6 +7,8 @@
 //! message signing are jupyter-zmq-client's and jupyter-protocol's.
 
 mod bridge;
+mod media;
+mod pipes;
 pub mod spec;
 
 pub use spec::KernelSpec;
@@ -40,11 +42,19 @@ pub(super) async fn launch(
     spec: &LaunchSpec,
     kernel: &KernelSpec,
 ) -> Result<Arc<Worker>, WorkerError> {
-    let spawn_err = |source| WorkerError::Spawn {
-        lang: spec.language,
-        program: kernel.program().display().to_string(),
-        source,
+    let spawn_err = |source: std::io::Error| WorkerError::Kernel {
+        kernel: kernel.name.clone(),
+        reason: source.to_string(),
     };
+    if let Some(sandbox) = spec.sandbox.as_deref()
+        && sandbox.enabled()
+        && !sandbox.namespaces
+        && !sandbox.network
+    {
+        return Err(spawn_err(std::io::Error::other(
+            "a kernel needs the sandbox's private namespaces, and this server runs without them (--no-namespaces, or a kernel that refuses them): libzmq aborts when it may not make a loopback socket, which only an empty network namespace of its own allows; run where namespaces are allowed (docs/deploy.md) or use a built-in Python session",
+        )));
+    }
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let home = spec.log_dir.join(format!("home-{launch_no}"));
     let prefix = home.join(SOCKET_PREFIX);
@@ -134,7 +144,7 @@ pub(super) async fn launch(
             connection_file,
             max_value_chars: spec.max_value_chars,
             max_image_bytes: spec.max_image_bytes,
-            pipes: bridge::Pipes::new(stdout, stderr, events, &nonce),
+            pipes: pipes::Pipes::new(stdout, stderr, events, &nonce),
             requests: ctl_rx,
             side: side_rx,
             started_output,
