@@ -192,7 +192,8 @@ async fn the_kernel_runs_in_the_sessions_sandbox() {
         .to_string();
     // Outside the workspace it writes nothing, it reaches no network, and
     // another session's private directory (its kernel's connection file,
-    // with the key, and its sockets) is not in its view.
+    // with the key, and its sockets) is not in its view; of netlink it may
+    // open route sockets only (libzmq lists interfaces), no packet sockets.
     let code = format!(
         "import os, socket\n\
         result = []\n\
@@ -201,6 +202,7 @@ async fn the_kernel_runs_in_the_sessions_sandbox() {
         try:\n    open({other_home:?} + '/connection.json').read(); result.append('read the key')\nexcept OSError: pass\n\
         s = socket.socket(socket.AF_UNIX)\n\
         try:\n    s.connect({other_home:?} + '/k-1'); result.append('reached its shell')\nexcept OSError: pass\n\
+        for family, kind, proto in [(socket.AF_NETLINK, socket.SOCK_RAW, 9), (socket.AF_PACKET, socket.SOCK_RAW, 0)]:\n    try:\n        socket.socket(family, kind, proto); result.append('made a %d socket' % family)\n    except OSError: pass\n\
         result.append(sorted(os.listdir(os.environ['HOME'])))\n\
         result"
     );

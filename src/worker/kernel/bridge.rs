@@ -366,6 +366,18 @@ impl Bridge {
                 });
                 Ok(())
             }
+            "exec" => {
+                // Never silently: the session waits for every cell's end.
+                let error = PyError {
+                    kind: "QueueFull".into(),
+                    message: format!("{MAX_QUEUED} cells are waiting for the kernel already"),
+                    traceback:
+                        "Wait for the running cells (python_wait), then run this one again.\n"
+                            .into(),
+                };
+                let cell = req["cell"].as_u64().unwrap_or(0);
+                self.done(cell, "error", None, Some(error), 0.0).await
+            }
             "input" => {
                 let Some(cell) = running.as_mut() else {
                     return Ok(());
