@@ -148,7 +148,7 @@ async fn a_displayed_png_comes_back_as_an_image() {
 }
 
 #[tokio::test]
-async fn checkpoints_and_run_file_say_what_a_kernel_session_lacks() {
+async fn completion_is_the_kernels_and_what_a_kernel_session_lacks_is_said() {
     let server = kernel_server(&[]).await;
     let out = server
         .call(
@@ -158,6 +158,17 @@ async fn checkpoints_and_run_file_say_what_a_kernel_session_lacks() {
         .await;
     assert!(out.is_error, "{out:#?}");
     assert!(out.text.contains("built-in Python session"), "{out:#?}");
+    // Completion is the kernel's own.
+    exec(&server, "import collections").await.assert_ok();
+    let out = server
+        .call(
+            "python_complete",
+            json!({"session": "k", "code": "collections.Ordered"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    assert_eq!(out.structured["engine"], "kernel", "{out:#?}");
+    assert!(out.text.contains("OrderedDict"), "{out:#?}");
     let status = server
         .call("python_sessions", json!({"action": "status"}))
         .await;

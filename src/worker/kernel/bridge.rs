@@ -9,12 +9,12 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use base64::Engine;
 use jupyter_protocol::{
-    ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
-    JupyterMessageContent, KernelInfoRequest, Media, MediaType, ReplyStatus, Stdio,
+    CompleteRequest, ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
+    JupyterMessageContent, Media, MediaType, ReplyStatus, Stdio,
 };
 use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
@@ -26,22 +26,23 @@ use super::pipes::{Pipes, Sent};
 use crate::worker::Worker;
 use crate::worker::protocol::PyError;
 
-/// How often the kernel is asked for its info until its output channel
-/// (iopub) is seen to be subscribed: messages published before that are lost.
-const HANDSHAKE_EVERY: Duration = Duration::from_millis(200);
-/// Between attempts to reach sockets the kernel has not made yet.
-const CONNECT_EVERY: Duration = Duration::from_millis(20);
-/// How long one socket of a kernel that made it may take to answer.
-const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+/// Completions asked for and not answered yet (the kernel answers them
+/// between cells), and completions returned, as the driver's.
+const MAX_COMPLETING: usize = 16;
+const MAX_COMPLETIONS: usize = 200;
 /// Cells asked for while one runs (the session sends one at a time).
 const MAX_QUEUED: usize = 64;
 
 /// A message from one of the kernel's sockets.
-enum Incoming {
+pub(super) enum Incoming {
     Shell(JupyterMessage),
     IoPub(JupyterMessage),
     Stdin(JupyterMessage),
 }
+
+/// Completions the kernel was asked for: request id and code by message id.
+#[derive(Default)]
+struct Completing(std::collections::HashMap<String, (u64, String)>);
 
 /// The cell the kernel runs.
 struct Running {
@@ -75,8 +76,8 @@ pub(super) struct Bridge {
     pub(super) started_output: Arc<Mutex<Vec<u8>>>,
 }
 
-type ShellSend = zmq::DealerSendConnection;
-type StdinSend = zmq::DealerSendConnection;
+pub(super) type ShellSend = zmq::DealerSendConnection;
+pub(super) type StdinSend = zmq::DealerSendConnection;
 
 impl Bridge {
     pub(super) async fn run(mut self) {
@@ -96,7 +97,7 @@ impl Bridge {
         readers.abort_all();
     }
 
-    fn gone(&self) -> bool {
+    pub(super) fn gone(&self) -> bool {
         self.worker
             .upgrade()
             .is_none_or(|w| w.exit_info().is_some())
@@ -120,6 +121,7 @@ impl Bridge {
         }
         let mut queue: VecDeque<Queued> = VecDeque::new();
         let mut running: Option<Running> = None;
+        let mut completing = Completing::default();
         loop {
             if running.is_none()
                 && let Some(next) = queue.pop_front()
@@ -131,14 +133,15 @@ impl Bridge {
             }
             let step = tokio::select! {
                 req = self.requests.recv() => match req {
-                    Some(line) => self.request(&line, &mut queue, &mut running, &mut stdin).await,
+                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
                     None => return true,
                 },
                 req = self.side.recv() => match req {
-                    Some(line) => self.request(&line, &mut queue, &mut running, &mut stdin).await,
+                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
                     None => return true,
                 },
                 msg = rx.recv() => match msg {
+                    Some(Incoming::Shell(msg)) => self.completed(msg, &mut completing).await,
                     Some(msg) => self.message(msg, &mut running).await,
                     None => return true,
                 },
@@ -153,140 +156,6 @@ impl Bridge {
                 return true;
             }
         }
-    }
-
-    /// Reaches the kernel's shell, stdin and iopub sockets once it made
-    /// them; their messages go to `tx`.
-    async fn connect(
-        &mut self,
-        session: &str,
-        tx: &mpsc::Sender<Incoming>,
-        readers: &mut tokio::task::JoinSet<()>,
-    ) -> Option<(ShellSend, StdinSend)> {
-        let identity = zmq::peer_identity_for_session(session).ok()?;
-        // Until the kernel has made its sockets (or died): a connection to
-        // an ipc path nobody listens on yet is not given up by the client.
-        let sockets = [1, 2, 3].map(|port| PathBuf::from(format!("{}-{port}", self.info.ip)));
-        while !sockets.iter().all(|s| s.exists()) {
-            if self.gone() {
-                return None;
-            }
-            tokio::time::sleep(CONNECT_EVERY).await;
-        }
-        let info = &self.info;
-        let shell = reach(zmq::create_client_shell_connection_with_identity(
-            info,
-            session,
-            identity.clone(),
-        ))
-        .await?;
-        let stdin = reach(zmq::create_client_stdin_connection_with_identity(
-            info, session, identity,
-        ))
-        .await?;
-        let mut iopub = reach(zmq::create_client_iopub_connection(info, "", session)).await?;
-        let (shell_send, mut shell_recv) = shell.split();
-        let (stdin_send, mut stdin_recv) = stdin.split();
-        let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
-        let t = tx.clone();
-        readers.spawn(async move {
-            while let Ok(msg) = iopub.read().await
-                && t.send(Incoming::IoPub(msg)).await.is_ok()
-            {}
-            tracing::debug!(pid, "kernel iopub closed");
-        });
-        let t = tx.clone();
-        readers.spawn(async move {
-            while let Ok(msg) = shell_recv.read().await
-                && t.send(Incoming::Shell(msg)).await.is_ok()
-            {}
-        });
-        let t = tx.clone();
-        readers.spawn(async move {
-            while let Ok(msg) = stdin_recv.read().await
-                && t.send(Incoming::Stdin(msg)).await.is_ok()
-            {}
-        });
-        Some((shell_send, stdin_send))
-    }
-
-    /// Asks the kernel for its info until it answered and its output
-    /// channel carried a status for one of the requests: the language's
-    /// version, or None when it died first.
-    async fn handshake(
-        &mut self,
-        shell: &mut ShellSend,
-        rx: &mut mpsc::Receiver<Incoming>,
-    ) -> Option<String> {
-        let mut version = None;
-        let mut subscribed = false;
-        let mut tick = tokio::time::interval(HANDSHAKE_EVERY);
-        while version.is_none() || !subscribed {
-            tokio::select! {
-                _ = tick.tick() => {
-                    if self.gone() {
-                        return None;
-                    }
-                    let ask: JupyterMessage = KernelInfoRequest {}.into();
-                    shell.send(ask).await.ok()?;
-                }
-                msg = rx.recv() => match msg? {
-                    Incoming::Shell(m) => {
-                        if let JupyterMessageContent::KernelInfoReply(reply) = m.content {
-                            version = Some(reply.language_info.version);
-                        }
-                    }
-                    Incoming::IoPub(m) => {
-                        subscribed |= m
-                            .parent_header
-                            .is_some_and(|p| p.msg_type == "kernel_info_request");
-                    }
-                    Incoming::Stdin(_) => {}
-                },
-                changed = self.changed.changed() => {
-                    if changed.is_err() || self.gone() {
-                        return None;
-                    }
-                }
-            }
-        }
-        version
-    }
-}
-
-/// A connection to a socket the kernel made, if it answers in time.
-async fn reach<T>(connecting: impl std::future::Future<Output = zmq::Result<T>>) -> Option<T> {
-    match tokio::time::timeout(CONNECT_WITHIN, connecting).await {
-        Ok(Ok(connection)) => Some(connection),
-        _ => None,
-    }
-}
-
-impl Bridge {
-    /// The kernel's pid in its own PID namespace (the worker maps it to
-    /// the host's): the process whose command line names its connection file.
-    async fn kernel_pid(&self) -> u32 {
-        let root = self.worker.upgrade().map_or(0, |w| w.root_pid());
-        let file = self.connection_file.display().to_string();
-        tokio::task::spawn_blocking(move || {
-            let named = std::iter::once(root)
-                .chain(crate::sandbox::watch::descendants(root))
-                .rfind(|pid| {
-                    std::fs::read(format!("/proc/{pid}/cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&file))
-                })
-                .unwrap_or(root);
-            std::fs::read_to_string(format!("/proc/{named}/status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("NSpid:"))
-                        .and_then(|v| v.split_whitespace().last()?.parse().ok())
-                })
-                .unwrap_or(named)
-        })
-        .await
-        .unwrap_or(root)
     }
 }
 
@@ -351,7 +220,8 @@ impl Bridge {
         line: &[u8],
         queue: &mut VecDeque<Queued>,
         running: &mut Option<Running>,
-        stdin: &mut StdinSend,
+        (shell, stdin): (&mut ShellSend, &mut StdinSend),
+        completing: &mut Completing,
     ) -> Sent {
         let Ok(req) = serde_json::from_slice::<Value>(line) else {
             return Ok(());
@@ -407,6 +277,23 @@ impl Bridge {
                         .with_zmq_identities(Vec::new());
                 stdin.send(msg).await.map_err(std::io::Error::other)
             }
+            "complete" if completing.0.len() < MAX_COMPLETING => {
+                let Some(id) = req["id"].as_u64() else {
+                    return Ok(());
+                };
+                let code = req["code"].as_str().unwrap_or_default().to_string();
+                let chars = code.chars().count();
+                let cursor_pos = req["cursor"]
+                    .as_u64()
+                    .map_or(chars, |c| usize::try_from(c).unwrap_or(chars).min(chars));
+                let ask = CompleteRequest {
+                    code: code.clone(),
+                    cursor_pos,
+                };
+                let msg = JupyterMessage::new(JupyterMessageContent::CompleteRequest(ask), None);
+                completing.0.insert(msg.header.msg_id.clone(), (id, code));
+                shell.send(msg).await.map_err(std::io::Error::other)
+            }
             // Nothing to refresh: a kernel imports from its own paths.
             "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
             _ => {
@@ -426,6 +313,37 @@ impl Bridge {
         body["ev"] = json!("reply");
         body["id"] = json!(id);
         self.pipes.event(body).await
+    }
+
+    /// The kernel's answer to a completion asked for, as the driver's.
+    async fn completed(&mut self, msg: JupyterMessage, completing: &mut Completing) -> Sent {
+        let JupyterMessageContent::CompleteReply(reply) = &msg.content else {
+            return Ok(());
+        };
+        let Some((id, code)) = msg
+            .parent_header
+            .as_ref()
+            .and_then(|p| completing.0.remove(&p.msg_id))
+        else {
+            return Ok(());
+        };
+        let token: String = code
+            .chars()
+            .skip(reply.cursor_start)
+            .take(reply.cursor_end.saturating_sub(reply.cursor_start))
+            .collect();
+        let completions: Vec<Value> = reply
+            .matches
+            .iter()
+            .take(MAX_COMPLETIONS)
+            .map(|m| json!({"text": m, "kind": "name"}))
+            .collect();
+        self.pipes
+            .event(
+                json!({"ev": "reply", "id": id, "ok": true, "engine": "kernel",
+                "token": token, "completions": completions}),
+            )
+            .await
     }
 
     /// A message from the kernel: the running cell's output, prompt or end.

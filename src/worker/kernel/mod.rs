@@ -7,6 +7,7 @@
 //! message signing are jupyter-zmq-client's and jupyter-protocol's.
 
 mod bridge;
+mod connect;
 mod media;
 mod pipes;
 pub mod spec;
