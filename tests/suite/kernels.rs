@@ -300,7 +300,10 @@ async fn a_kernel_that_dies_at_start_says_why_and_reset_gives_a_fresh_one() {
         .await;
     assert!(out.is_error, "{out:#?}");
     assert!(
-        out.text.contains("exit code 3") && out.text.contains("no kernel here"),
+        out.text
+            .contains("could not start the Jupyter kernel 'broken'")
+            && out.text.contains("exit code 3")
+            && out.text.contains("no kernel here"),
         "{out:#?}"
     );
 
