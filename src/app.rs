@@ -62,6 +62,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         installer,
         places,
         cell_egress,
+        kernels,
     } = startup::prepare(
         &settings,
         startup::Instance {
@@ -108,6 +109,7 @@ pub async fn run(flags: Flags) -> anyhow::Result<()> {
         upstreams: upstreams.clone(),
         viewer_url: viewer.as_ref().map(|v| v.url.clone()),
         cell_egress,
+        kernels: kernels.into_iter().map(std::sync::Arc::new).collect(),
     };
     crate::metrics::set_limits(&base.settings.limit_gauges(tokens.has_tenants()));
     let instance = tenants::Instance::new(base, tokens, settings.own_files.auth_token_file.clone());

@@ -18,6 +18,8 @@ pub struct Interpreters {
     pub python: Option<PathBuf>,
     pub venv: Option<PathBuf>,
     pub allow_python: Vec<PathBuf>,
+    /// --kernels: the installed Jupyter kernels sessions may run on.
+    pub kernels: Vec<String>,
     pub r: Option<PathBuf>,
     /// The CRAN mirror r_install uses.
     pub cran: String,
@@ -102,6 +104,7 @@ impl Interpreters {
             python: flags.python.clone(),
             venv: flags.venv.clone(),
             allow_python: flags.allow_python.clone(),
+            kernels: flags.kernels.clone(),
             r: flags.r.clone(),
             cran: flags.cran.clone(),
         }

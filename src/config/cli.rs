@@ -113,6 +113,18 @@ pub struct Flags {
     )]
     pub allow_python: Vec<PathBuf>,
 
+    /// Installed Jupyter kernels (comma separated names) python_sessions may create sessions on
+    /// (`"kernel": NAME`); their kernelspecs are read once at start from JUPYTER_PATH and the
+    /// Jupyter data directories, never from where sessions write. Python kernels only.
+    #[arg(hide_short_help = true)]
+    #[arg(
+        long,
+        env = "FERREPL_KERNELS",
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    pub kernels: Vec<String>,
+
     /// Add structuredContent to results and outputSchema to tools, for
     /// programs that read results as JSON. Off by default: Claude Code and
     /// VS Code then show the model only the JSON, not the text and images.

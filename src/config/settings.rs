@@ -310,6 +310,8 @@ impl Settings {
             venv: None,
             upstream: None,
             preimport: self.ready_made.preimport.clone(),
+            kernel: None,
+            kernels: Arc::from([]),
         }
     }
 

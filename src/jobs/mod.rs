@@ -255,6 +255,8 @@ impl JobManager {
             label: &format!("j{n}"),
             egress: spec.egress,
             extra_read: &spec.extra_read,
+            files: &[],
+            inet_in_netns: false,
             stdio,
         })
         .map_err(|e| JobError::Spawn(e.to_string()))

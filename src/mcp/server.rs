@@ -80,6 +80,19 @@ impl AppParts {
         upstream_servers: &[String],
     ) -> Self {
         let mut router = FerreplServer::router(&groups, structured);
+        if let Some(route) = router.map.get_mut("python_sessions") {
+            // Only a server with --kernels pays for the word.
+            let mut input = (*route.attr.input_schema).clone();
+            match manager.kernel_names() {
+                names if names.is_empty() => schema::remove_property(&mut input, "kernel"),
+                names => schema::describe_property(
+                    &mut input,
+                    "kernel",
+                    &format!("create on a Jupyter kernel: {}", names.join(", ")),
+                ),
+            }
+            route.attr.input_schema = Arc::new(input);
+        }
         if !upstream_servers.is_empty() {
             // Only a server with upstreams pays for these words.
             let servers = upstream_servers.join(", ");

@@ -234,6 +234,7 @@ pub struct SessionsParams {
     pub workdir: Option<PathBuf>,
     pub env: Option<BTreeMap<String, String>>,
     pub language: Option<Language>,
+    pub kernel: Option<String>,
     pub confirm: Option<bool>,
 }
 

@@ -228,6 +228,8 @@ mod tests {
             label: "t",
             egress: false,
             extra_read: &[],
+            files: &[],
+            inet_in_netns: false,
             stdio: Stdio::Pipes {
                 stdin: false,
                 control: Vec::new(),

@@ -59,6 +59,14 @@ pub struct Launch<'a> {
     pub egress: bool,
     /// Paths of the server's it may read besides the policy's.
     pub extra_read: &'a [PathBuf],
+    /// Files (name, bytes) written into its private temporary directory
+    /// before it starts, mode 0600 and its own (a kernel's connection
+    /// file): the directory is made for them even without the sandbox.
+    pub files: &'a [(&'a str, Vec<u8>)],
+    /// A Jupyter kernel: it may make IPv4/IPv6 sockets inside its empty
+    /// network namespace (ipykernel binds loopback for its own pipes and
+    /// libzmq aborts when the socket is refused); never outside one.
+    pub inet_in_netns: bool,
     pub stdio: Stdio,
 }
 
@@ -118,33 +126,42 @@ pub fn spawn(launch: Launch<'_>) -> std::io::Result<Spawned> {
 /// the kernel limits can be enforced that way; a terminal of its own
 /// namespace (`pty`) where it has one.
 fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
-    let direct = |env| Command {
-        program: launch.program.to_path_buf(),
-        args: launch.args.to_vec(),
-        env,
-        home: None,
-        cgroup: None,
-        owner: None,
+    let home = &launch.home;
+    let direct = |env| -> std::io::Result<Command> {
+        let own_dir = !launch.files.is_empty();
+        if own_dir {
+            crate::state::fresh_private_dir(home)?;
+            write_files(home, launch.files, None)?;
+        }
+        Ok(Command {
+            program: launch.program.to_path_buf(),
+            args: launch.args.to_vec(),
+            env,
+            home: own_dir.then(|| home.clone()),
+            cgroup: None,
+            owner: None,
+        })
     };
     let sandbox = match launch.sandbox {
         Some(sandbox) if sandbox.enabled() => sandbox,
-        Some(sandbox) => return Ok(direct(Env::Only(sandbox.environment(None, launch.env)))),
-        None if launch.inherit_env => return Ok(direct(Env::Over(launch.env.to_vec()))),
-        None => return Ok(direct(Env::Only(launch.env.iter().cloned().collect()))),
+        Some(sandbox) => return direct(Env::Only(sandbox.environment(None, launch.env))),
+        None if launch.inherit_env => return direct(Env::Over(launch.env.to_vec())),
+        None => return direct(Env::Only(launch.env.iter().cloned().collect())),
     };
-    let home = &launch.home;
     crate::state::fresh_private_dir(home)?;
     let owner = sandbox.identity.filter(|_| sandbox.namespaces);
     if let Some(id) = owner {
         // The process's own: it runs as this uid.
         std::os::unix::fs::chown(home, Some(id.uid), Some(id.gid))?;
     }
+    write_files(home, launch.files, owner)?;
     let mut policy = sandbox.policy(
         home,
         launch.cwd,
         sandbox.environment(Some(home), launch.env),
     );
     policy.pty = pty && policy.mounts.is_some();
+    policy.inet_in_netns = launch.inet_in_netns && policy.mounts.is_some() && !policy.network;
     sandbox.add_reads(&mut policy, launch.extra_read);
     if launch.egress {
         sandbox.add_installer_reads(&mut policy);
@@ -173,6 +190,29 @@ fn command(launch: &Launch<'_>, pty: bool) -> std::io::Result<Command> {
         cgroup,
         owner,
     })
+}
+
+/// Writes `files` into `dir`, readable only by `owner` (or the server).
+fn write_files(
+    dir: &Path,
+    files: &[(&str, Vec<u8>)],
+    owner: Option<crate::sandbox::Identity>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(bytes)?;
+        if let Some(id) = owner {
+            std::os::unix::fs::chown(&path, Some(id.uid), Some(id.gid))?;
+        }
+    }
+    Ok(())
 }
 
 type Started = (Child, Vec<(Stream, Output)>, Option<Input>);

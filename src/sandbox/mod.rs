@@ -175,6 +175,11 @@ pub struct Policy {
     /// remove (enforced by the launcher's supervisor); None: none.
     #[serde(default)]
     pub protected: Option<protected::Protected>,
+    /// IPv4/IPv6 sockets inside its empty network namespace (a Jupyter
+    /// kernel binds loopback for pipes of its own); applied only with that
+    /// namespace, where there is nothing to reach.
+    #[serde(default)]
+    pub inet_in_netns: bool,
 }
 
 /// What the launcher could apply (reported by the startup probe).
@@ -383,6 +388,7 @@ impl SandboxConfig {
             egress: None,
             probe: false,
             protected,
+            inet_in_netns: false,
         }
     }
 

@@ -95,7 +95,7 @@ fn always_denied() -> Vec<i64> {
 
 /// The denials keyed by system call, each with the argument conditions that
 /// select the denied calls (no condition: every call).
-fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
+fn rules(network: Sockets) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for sys in always_denied() {
         rules.insert(sys, vec![]);
@@ -103,10 +103,10 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError>
     // Sockets: Unix only, plus IPv4/IPv6 when the network is on (no packet,
     // netlink, vsock, bluetooth... sockets).
     let mut families = vec![libc::AF_UNIX];
-    if network {
+    if network != Sockets::Unix {
         families.extend([libc::AF_INET, libc::AF_INET6]);
     }
-    let other_family = |arg: u8| -> Result<SeccompRule, BackendError> {
+    let other_family = |arg: u8, families: &[i32]| -> Result<SeccompRule, BackendError> {
         rule(
             families
                 .iter()
@@ -114,8 +114,22 @@ fn rules(network: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, BackendError>
                 .collect::<Result<_, _>>()?,
         )
     };
-    rules.insert(libc::SYS_socket, vec![other_family(0)?]);
-    rules.insert(libc::SYS_socketpair, vec![other_family(0)?]);
+    rules.insert(libc::SYS_socketpair, vec![other_family(0, &families)?]);
+    if network == Sockets::InNetns {
+        // Route netlink too, which lists the namespace's own interfaces
+        // (getifaddrs: libzmq asks it for every address it binds).
+        families.push(libc::AF_NETLINK);
+        let other_netlink = rule(vec![
+            cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?;
+        rules.insert(
+            libc::SYS_socket,
+            vec![other_family(0, &families)?, other_netlink],
+        );
+    } else {
+        rules.insert(libc::SYS_socket, vec![other_family(0, &families)?]);
+    }
     // Typing into a terminal (another job's, or back into our own shell).
     // (The request type differs between libcs: the casts are not no-ops everywhere.)
     #[allow(clippy::unnecessary_cast)]
@@ -239,8 +253,20 @@ fn x32_filter() -> seccompiler::BpfProgram {
     ]
 }
 
+/// The sockets a program may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sockets {
+    /// Unix sockets only (network off).
+    Unix,
+    /// Unix, IPv4 and IPv6.
+    Network,
+    /// Those, plus route netlink, inside an empty network namespace of its
+    /// own where there is nothing to reach (a Jupyter kernel).
+    InNetns,
+}
+
 /// Installs the filters on this thread (needs no_new_privs first).
-pub fn apply(network: bool) -> Result<(), SeccompError> {
+pub fn apply(network: Sockets) -> Result<(), SeccompError> {
     let main = compile(rules(network)?, libc::EPERM)?;
     let mut clone3 = BTreeMap::new();
     clone3.insert(libc::SYS_clone3, vec![]);

@@ -230,6 +230,7 @@ impl SessionManager {
         let limit = self.durable.checkpoints;
         if limit == 0
             || sess.language != Language::Python
+            || sess.kernel().is_some()
             || report.status != CellStatus::Ok
             || report.elapsed_ms < self.durable.checkpoint_min.as_secs_f64() * 1000.0
         {

@@ -192,6 +192,9 @@ impl SessionManager {
         opts: &SessionOptions,
     ) -> Result<Option<LaunchSpec>, SessionError> {
         let lang = opts.language;
+        if let Some(name) = &opts.kernel {
+            return self.kernel_spec(name, opts).map(Some);
+        }
         if lang != Language::Python && (opts.python.is_some() || opts.venv.is_some()) {
             return Err(SessionError::Invalid(format!(
                 "python and venv apply to Python sessions; an {lang} session takes only workdir and env"
@@ -237,6 +240,49 @@ impl SessionManager {
             custom = true;
         }
         Ok(custom.then_some(spec))
+    }
+
+    /// The launch settings of a session on the installed kernel `name`:
+    /// the server's Python settings with the kernel's program, never
+    /// another interpreter or venv.
+    fn kernel_spec(&self, name: &str, opts: &SessionOptions) -> Result<LaunchSpec, SessionError> {
+        let base = self.spec_for(Language::Python).unwrap_or(&self.spec);
+        let Some(kernel) = base.kernels.iter().find(|k| k.name == name) else {
+            let offered = self.kernel_names();
+            return Err(SessionError::Invalid(match offered.is_empty() {
+                true => format!(
+                    "no Jupyter kernels are offered; the operator names them with --kernels (kernel '{name}')"
+                ),
+                false => format!(
+                    "no kernel '{name}'; the kernels offered (--kernels) are: {}",
+                    offered.join(", ")
+                ),
+            }));
+        };
+        if opts.python.is_some() || opts.venv.is_some() || opts.language != kernel.language {
+            return Err(SessionError::Invalid(format!(
+                "a session on kernel '{name}' runs the kernel's own interpreter, a {} one: leave out python, venv and language",
+                kernel.language
+            )));
+        }
+        let mut spec = base.clone();
+        spec.program = kernel.program().to_path_buf();
+        spec.kernel = Some(kernel.clone());
+        // A kernel has no frozen copies, and its venv is its own.
+        spec.checkpoints = false;
+        spec.venv = None;
+        if let Some(dir) = &opts.workdir {
+            spec.workdir = self.inside_workspace(dir)?;
+        }
+        crate::sandbox::env::check(&opts.env)?;
+        spec.env
+            .extend(opts.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(spec)
+    }
+
+    /// The names of the kernels sessions may be created on (--kernels).
+    pub fn kernel_names(&self) -> Vec<String> {
+        self.spec.kernels.iter().map(|k| k.name.clone()).collect()
     }
 
     /// A `workdir` argument: an existing directory whose real location

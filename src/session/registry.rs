@@ -328,6 +328,7 @@ impl SessionManager {
                         .as_ref()
                         .and_then(|w| w.ready_info())
                         .map(|i| format!("{} ({})", i.executable, i.python_version)),
+                    kernel: sess.kernel().map(str::to_string),
                 }
             })
             .collect()

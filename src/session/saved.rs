@@ -176,6 +176,10 @@ impl SessionManager {
         let Some((dir, data, meta_name)) = self.state_files(&sess.name) else {
             return Ok(None);
         };
+        if sess.kernel().is_some() {
+            // A kernel cannot hand its variables over: nothing to save.
+            return Ok(None);
+        }
         let _guard = sess.start_lock.lock().await;
         let worker = {
             let st = sess.lock();

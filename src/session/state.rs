@@ -116,9 +116,20 @@ pub struct SessionInfo {
     pub language: Language,
     /// The interpreter's path and version.
     pub interpreter: Option<String>,
+    /// The Jupyter kernel it runs on (--kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 impl Session {
+    /// The Jupyter kernel it runs on, if any (--kernels).
+    pub(super) fn kernel(&self) -> Option<&str> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.kernel.as_ref())
+            .map(|k| k.name.as_str())
+    }
+
     pub(super) fn new(
         name: &str,
         language: Language,
@@ -195,6 +206,9 @@ pub struct SessionOptions {
     pub workdir: Option<PathBuf>,
     pub env: BTreeMap<String, String>,
     pub language: Language,
+    /// The installed Jupyter kernel it runs on (--kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
 }
 
 impl SessionOptions {
@@ -204,5 +218,6 @@ impl SessionOptions {
             && self.venv.is_none()
             && self.workdir.is_none()
             && self.env.is_empty()
+            && self.kernel.is_none()
     }
 }

@@ -474,6 +474,8 @@ pub(super) async fn run_confined(
         label: "doctor",
         egress: false,
         extra_read: &[],
+        files: &[],
+        inet_in_netns: false,
         stdio: crate::process::Stdio::Pipes {
             stdin: false,
             control: vec![],

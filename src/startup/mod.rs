@@ -36,6 +36,8 @@ pub struct Prepared {
     /// With `--network domains`, the cells' proxy (tenants get listeners
     /// of their own on it).
     pub cell_egress: Option<std::sync::Arc<CellEgress>>,
+    /// The Jupyter kernels sessions may run on (--kernels).
+    pub kernels: Vec<worker::kernel::KernelSpec>,
 }
 
 /// The venvs kept in the state directory (`<root>/venvs/...`).
@@ -186,6 +188,12 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         );
     }
     tracing::info!(python = %python.display(), ?source, workdir = %workdir.display(), "ferrepl {} starting", env!("CARGO_PKG_VERSION"));
+    // Read once, now: nothing sessions can write names a kernel or its program.
+    let kernels = worker::kernel::spec::discover(
+        &settings.interpreters.kernels,
+        &worker::kernel::spec::data_dirs(std::env::var_os("JUPYTER_PATH").as_deref(), &python),
+        &places,
+    )?;
 
     let (mut sandbox_cfg, summary) = sandbox_settings(
         settings,
@@ -195,6 +203,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
             base_python: &base_python,
             venvs: &venvs,
             kept: &kept_dirs,
+            kernels: &kernels,
         },
         &mut places,
     )?;
@@ -234,6 +243,7 @@ pub fn prepare(settings: &Settings, instance: Instance<'_>) -> anyhow::Result<Pr
         installer,
         places,
         cell_egress,
+        kernels,
     })
 }
 
@@ -422,6 +432,9 @@ struct Interpreters<'a> {
     venvs: &'a [PathBuf],
     /// The kept venvs sessions install into.
     kept: &'a [PathBuf],
+    /// The Jupyter kernels sessions may run on: their programs and
+    /// kernelspecs are shown read-only.
+    kernels: &'a [worker::kernel::KernelSpec],
 }
 
 /// What sessions may read beyond the system and the workspace, and the
@@ -448,6 +461,7 @@ impl Access {
             base_python,
             venvs,
             kept,
+            kernels,
         } = found;
         let abs = |p: &PathBuf| normalize(p, workdir);
         let outside = |p: &Path| !p.starts_with(workdir);
@@ -457,6 +471,10 @@ impl Access {
         // planted there would run on the host (python_install writes the
         // venv kept over them).
         read.extend(venvs.iter().filter(|v| outside(v)).cloned());
+        for kernel in kernels {
+            read.extend(interpreter_dirs(kernel.program(), writable));
+            read.push(kernel.dir.clone());
+        }
         let mut allowed_python = vec![python.to_path_buf(), base_python.to_path_buf()];
         allowed_python.extend(venvs.iter().chain(kept).cloned());
         for p in settings.interpreters.allow_python.iter().map(abs) {

@@ -37,6 +37,8 @@ pub struct Base {
     pub viewer_url: Option<String>,
     /// With `--network domains`, the cells' proxy.
     pub cell_egress: Option<Arc<crate::startup::CellEgress>>,
+    /// The Jupyter kernels sessions may run on (--kernels).
+    pub kernels: Arc<[Arc<worker::kernel::KernelSpec>]>,
 }
 
 /// One tenant's running parts.
@@ -185,6 +187,7 @@ impl Base {
         let upstream = self.upstreams.tenant(tenant.name());
         let upstream_servers = upstream.servers();
         spec.upstream = Some(upstream.clone());
+        spec.kernels = self.kernels.clone();
         let r_spec = self
             .settings
             .languages

@@ -8,6 +8,7 @@
 
 mod channel;
 mod events;
+pub mod kernel;
 mod language;
 pub mod preinstall;
 pub mod protocol;
@@ -85,6 +86,8 @@ pub enum WorkerError {
         program: String,
         secs: u64,
     },
+    #[error("could not start the Jupyter kernel '{kernel}': {reason}")]
+    Kernel { kernel: String, reason: String },
     #[error("the worker process has exited; its session must be restarted")]
     Gone,
     #[error("the worker did not answer within {0} s")]
@@ -135,6 +138,8 @@ pub struct Worker {
     /// Frozen copies (checkpoints) share its memory: count it as PSS.
     copies: std::sync::atomic::AtomicBool,
     upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
+    /// The Jupyter kernel it runs instead of the driver (--kernels).
+    kernel: Option<String>,
 }
 
 fn stream_index(stream: Stream) -> usize {
@@ -184,6 +189,7 @@ impl Worker {
             changed,
             copies: std::sync::atomic::AtomicBool::new(false),
             upstream: spec.upstream.clone(),
+            kernel: spec.kernel.as_ref().map(|k| k.name.clone()),
         }
     }
 
@@ -256,6 +262,15 @@ impl Worker {
         if done.is_err() {
             drop(st);
             self.kill();
+            if let Some(kernel) = self.kernel.clone() {
+                return Err(WorkerError::Kernel {
+                    kernel,
+                    reason: format!(
+                        "it did not answer within {} s; check that it starts outside ferrepl (jupyter console --kernel NAME)",
+                        timeout.as_secs()
+                    ),
+                });
+            }
             return Err(WorkerError::StartTimeout {
                 lang,
                 program,
@@ -280,6 +295,12 @@ impl Worker {
             stderr.push_str(
                 "\n(no process or thread could be started: the session's uid runs as many tasks as --max-processes allows, and RLIMIT_NPROC counts every process and thread of the uid, under a root server all of the tenant's sessions and jobs; end some of them, or raise --max-processes)",
             );
+        }
+        if let Some(kernel) = self.kernel.clone() {
+            return Err(WorkerError::Kernel {
+                kernel,
+                reason: format!("it exited with {status} before it was ready{stderr}"),
+            });
         }
         Err(WorkerError::DiedAtStart {
             lang,

@@ -142,6 +142,8 @@ impl SessionVenv {
             label: "venv",
             egress: false,
             extra_read: &[],
+            files: &[],
+            inet_in_netns: false,
             stdio: Stdio::Pipes {
                 stdin: false,
                 control: Vec::new(),

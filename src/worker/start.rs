@@ -85,9 +85,14 @@ pub struct LaunchSpec {
     /// Modules a Python driver imports before it says it is ready
     /// (--preimport: dotted names, checked by config::ready).
     pub preimport: Vec<String>,
+    /// The installed Jupyter kernel it runs instead of the driver.
+    pub kernel: Option<Arc<kernel::KernelSpec>>,
+    /// The kernels sessions may be created on (--kernels); the server's
+    /// Python spec carries them.
+    pub kernels: Arc<[Arc<kernel::KernelSpec>]>,
 }
 
-fn random_hex() -> String {
+pub(super) fn random_hex() -> String {
     let state = std::hash::RandomState::new();
     let mut out = String::new();
     for i in 0..2u64 {
@@ -130,6 +135,9 @@ pub async fn launch_ready(
 
 /// Starts a worker process.
 pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
+    if let Some(kernel) = &spec.kernel {
+        return super::kernel::launch(spec, kernel).await;
+    }
     let spawn_err = |source| WorkerError::Spawn {
         lang: spec.language,
         program: spec.program.display().to_string(),
@@ -194,6 +202,8 @@ pub async fn launch(spec: &LaunchSpec) -> Result<Arc<Worker>, WorkerError> {
         label: &format!("w{launch_no}"),
         egress: false,
         extra_read: &[],
+        files: &[],
+        inet_in_netns: false,
         stdio: Stdio::Pipes {
             stdin: false,
             control: channel.child,

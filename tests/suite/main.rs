@@ -45,6 +45,7 @@ mod http_transport;
 mod index_credentials;
 mod install;
 mod kept_venv;
+mod kernels;
 mod large_output;
 mod long_running;
 mod packages_egress;

@@ -56,6 +56,7 @@ impl FerreplServer {
                     workdir: p.workdir,
                     env: p.env.unwrap_or_default(),
                     language: lang,
+                    kernel: p.kernel,
                 };
                 self.manager.create(name, opts, narrowed).await?;
                 Some(format!(
@@ -148,6 +149,13 @@ impl FerreplServer {
             text.push_str(&format!(" {k}={v}"));
         }
         text.push('\n');
+        let kernels = self.manager.kernel_names();
+        if !kernels.is_empty() {
+            text.push_str(&format!(
+                "kernels: {} (a session on a kernel has no checkpoints, branches, saved state, namespace tools or ferrepl.call)\n",
+                kernels.join(", ")
+            ));
+        }
         let (ready, target) = status.warm_pool;
         if target > 0 {
             text.push_str(&format!("warm pool: {ready} ready\n"));
@@ -189,9 +197,10 @@ pub(crate) fn sessions_table(sessions: &[SessionInfo]) -> String {
             .map(|c| format!(", running cell {c}"))
             .unwrap_or_default();
         // Python is the default language; others are marked.
-        let lang = match s.language {
-            crate::worker::Language::Python => String::new(),
-            other => format!(" [{other}]"),
+        let lang = match (s.language, &s.kernel) {
+            (_, Some(kernel)) => format!(" [kernel {kernel}]"),
+            (crate::worker::Language::Python, None) => String::new(),
+            (other, None) => format!(" [{other}]"),
         };
         text.push_str(&format!(
             "{}{lang}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",

@@ -204,7 +204,15 @@ fn confine(policy: &Policy, applied: &mut Applied) -> Result<(), ApplyError> {
         applied.protection = Some(Ok(()));
     }
     if policy.seccomp {
-        match crate::sandbox::seccomp::apply(policy.network || policy.egress.is_some()) {
+        use crate::sandbox::seccomp::Sockets;
+        let sockets = if policy.network || policy.egress.is_some() {
+            Sockets::Network
+        } else if policy.inet_in_netns && policy.mounts.is_some() {
+            Sockets::InNetns
+        } else {
+            Sockets::Unix
+        };
+        match crate::sandbox::seccomp::apply(sockets) {
             Ok(()) => applied.seccomp = true,
             Err(e) if policy.require => return Err(ApplyError::Seccomp(e)),
             Err(e) => applied.seccomp_error = Some(e.to_string()),

@@ -1,0 +1,451 @@
+//! The bridge: plays a kernel worker's driver inside the server. It takes
+//! the worker's requests (exec, input, control requests with ids), speaks
+//! the Jupyter protocol with the kernel over its ipc sockets, and writes
+//! what the driver would: output on the emulated stdout and stderr pipes,
+//! a fence marker on both before every cell event, the events as JSON
+//! lines (docs/protocol.md). Requests a kernel has no answer for get a
+//! reply saying so. Ends with the kernel (or the worker).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use base64::Engine;
+use jupyter_protocol::{
+    CompleteRequest, ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
+    JupyterMessageContent, Media, MediaType, ReplyStatus, Stdio,
+};
+use jupyter_zmq_client as zmq;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::media::{cap, png_size, strip_ansi, text_of};
+use super::pipes::{Pipes, Sent};
+
+use crate::worker::Worker;
+use crate::worker::protocol::PyError;
+
+/// Completions asked for and not answered yet (the kernel answers them
+/// between cells), and completions returned, as the driver's.
+const MAX_COMPLETING: usize = 16;
+const MAX_COMPLETIONS: usize = 200;
+/// Cells asked for while one runs (the session sends one at a time).
+const MAX_QUEUED: usize = 64;
+
+/// A message from one of the kernel's sockets.
+pub(super) enum Incoming {
+    Shell(JupyterMessage),
+    IoPub(JupyterMessage),
+    Stdin(JupyterMessage),
+}
+
+/// Completions the kernel was asked for: request id and code by message id.
+#[derive(Default)]
+struct Completing(std::collections::HashMap<String, (u64, String)>);
+
+/// The cell the kernel runs.
+struct Running {
+    cell: u64,
+    msg_id: String,
+    started: Instant,
+    value: Option<String>,
+    error: Option<PyError>,
+    /// The kernel's prompt waiting for an answer.
+    prompt: Option<JupyterMessage>,
+}
+
+struct Queued {
+    cell: u64,
+    code: String,
+    path: bool,
+}
+
+pub(super) struct Bridge {
+    pub(super) worker: Weak<Worker>,
+    pub(super) changed: watch::Receiver<u64>,
+    pub(super) info: ConnectionInfo,
+    pub(super) program: String,
+    pub(super) connection_file: PathBuf,
+    pub(super) max_value_chars: usize,
+    pub(super) max_image_bytes: u64,
+    pub(super) pipes: Pipes,
+    pub(super) requests: mpsc::Receiver<Vec<u8>>,
+    pub(super) side: mpsc::Receiver<Vec<u8>>,
+    /// What the kernel printed itself, shown when it does not start.
+    pub(super) started_output: Arc<Mutex<Vec<u8>>>,
+}
+
+pub(super) type ShellSend = zmq::DealerSendConnection;
+pub(super) type StdinSend = zmq::DealerSendConnection;
+
+impl Bridge {
+    pub(super) async fn run(mut self) {
+        let mut readers = tokio::task::JoinSet::new();
+        let ready = self.serve(&mut readers).await;
+        if !ready {
+            // Its own words are the reason it did not start.
+            let text = std::mem::take(
+                &mut *self
+                    .started_output
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            let _ = self.pipes.write(1, &text).await;
+        }
+        // Dropping the pipes ends the worker's readers; the socket readers go too.
+        readers.abort_all();
+    }
+
+    pub(super) fn gone(&self) -> bool {
+        self.worker
+            .upgrade()
+            .is_none_or(|w| w.exit_info().is_some())
+    }
+
+    /// Connects, waits for the kernel, then serves; true once it was ready.
+    async fn serve(&mut self, readers: &mut tokio::task::JoinSet<()>) -> bool {
+        let session = super::random_hex();
+        let (tx, mut rx) = mpsc::channel::<Incoming>(256);
+        let Some((mut shell, mut stdin)) = self.connect(&session, &tx, readers).await else {
+            return false;
+        };
+        let Some(version) = self.handshake(&mut shell, &mut rx).await else {
+            return false;
+        };
+        let pid = self.kernel_pid().await;
+        let ready =
+            json!({"ev": "ready", "pid": pid, "version": version, "executable": self.program});
+        if self.pipes.event(ready).await.is_err() {
+            return true;
+        }
+        let mut queue: VecDeque<Queued> = VecDeque::new();
+        let mut running: Option<Running> = None;
+        let mut completing = Completing::default();
+        loop {
+            if running.is_none()
+                && let Some(next) = queue.pop_front()
+            {
+                match self.start(&mut shell, next).await {
+                    Ok(r) => running = r,
+                    Err(_) => return true,
+                }
+            }
+            let step = tokio::select! {
+                req = self.requests.recv() => match req {
+                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
+                    None => return true,
+                },
+                req = self.side.recv() => match req {
+                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
+                    None => return true,
+                },
+                msg = rx.recv() => match msg {
+                    Some(Incoming::Shell(msg)) => self.completed(msg, &mut completing).await,
+                    Some(msg) => self.message(msg, &mut running).await,
+                    None => return true,
+                },
+                changed = self.changed.changed() => {
+                    if changed.is_err() || self.gone() {
+                        return true;
+                    }
+                    Ok(())
+                }
+            };
+            if step.is_err() {
+                return true;
+            }
+        }
+    }
+}
+
+impl Bridge {
+    /// Sends cell `next` to the kernel (or refuses it at once).
+    async fn start(
+        &mut self,
+        shell: &mut ShellSend,
+        next: Queued,
+    ) -> std::io::Result<Option<Running>> {
+        if next.path {
+            let error = PyError {
+                kind: "NotAvailable".into(),
+                message: "python_run_file runs scripts in built-in sessions only".into(),
+                traceback: "In a kernel session, run the script with python_exec: %run PATH\n"
+                    .into(),
+            };
+            self.done(next.cell, "error", None, Some(error), 0.0)
+                .await?;
+            return Ok(None);
+        }
+        let request = ExecuteRequest {
+            code: next.code,
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: true,
+            stop_on_error: false,
+        };
+        let msg = JupyterMessage::new(JupyterMessageContent::ExecuteRequest(request), None);
+        let msg_id = msg.header.msg_id.clone();
+        shell.send(msg).await.map_err(std::io::Error::other)?;
+        Ok(Some(Running {
+            cell: next.cell,
+            msg_id,
+            started: Instant::now(),
+            value: None,
+            error: None,
+            prompt: None,
+        }))
+    }
+
+    async fn done(
+        &mut self,
+        cell: u64,
+        status: &str,
+        value: Option<String>,
+        error: Option<PyError>,
+        elapsed_ms: f64,
+    ) -> Sent {
+        self.pipes
+            .fenced(
+                json!({"ev": "done", "cell": cell, "status": status, "value": value,
+                "error": error, "elapsed_ms": elapsed_ms}),
+            )
+            .await
+    }
+
+    /// A request line from the worker.
+    async fn request(
+        &mut self,
+        line: &[u8],
+        queue: &mut VecDeque<Queued>,
+        running: &mut Option<Running>,
+        (shell, stdin): (&mut ShellSend, &mut StdinSend),
+        completing: &mut Completing,
+    ) -> Sent {
+        let Ok(req) = serde_json::from_slice::<Value>(line) else {
+            return Ok(());
+        };
+        let op = req["op"].as_str().unwrap_or_default();
+        match op {
+            "exec" if queue.len() < MAX_QUEUED => {
+                queue.push_back(Queued {
+                    cell: req["cell"].as_u64().unwrap_or(0),
+                    code: req["code"].as_str().unwrap_or_default().to_string(),
+                    path: req.get("path").is_some_and(|p| !p.is_null()),
+                });
+                Ok(())
+            }
+            "exec" => {
+                // Never silently: the session waits for every cell's end.
+                let error = PyError {
+                    kind: "QueueFull".into(),
+                    message: format!("{MAX_QUEUED} cells are waiting for the kernel already"),
+                    traceback:
+                        "Wait for the running cells (python_wait), then run this one again.\n"
+                            .into(),
+                };
+                let cell = req["cell"].as_u64().unwrap_or(0);
+                self.done(cell, "error", None, Some(error), 0.0).await
+            }
+            "input" => {
+                let Some(cell) = running.as_mut() else {
+                    return Ok(());
+                };
+                let Some(prompt) = cell
+                    .prompt
+                    .take_if(|_| req["cell"].as_u64() == Some(cell.cell))
+                else {
+                    return Ok(());
+                };
+                let text = req["text"].as_str().unwrap_or_default();
+                // Like a terminal (and the driver): the prompt and the
+                // answer, unless it was a password.
+                if let JupyterMessageContent::InputRequest(r) = &prompt.content
+                    && !r.password
+                {
+                    let echo = format!("{}{text}\n", r.prompt);
+                    self.pipes.write(0, echo.as_bytes()).await?;
+                }
+                let reply = InputReply {
+                    value: text.to_string(),
+                    status: ReplyStatus::Ok,
+                    error: None,
+                };
+                let msg =
+                    JupyterMessage::new(JupyterMessageContent::InputReply(reply), Some(&prompt))
+                        .with_zmq_identities(Vec::new());
+                stdin.send(msg).await.map_err(std::io::Error::other)
+            }
+            "complete" if completing.0.len() < MAX_COMPLETING => {
+                let Some(id) = req["id"].as_u64() else {
+                    return Ok(());
+                };
+                let code = req["code"].as_str().unwrap_or_default().to_string();
+                let chars = code.chars().count();
+                let cursor_pos = req["cursor"]
+                    .as_u64()
+                    .map_or(chars, |c| usize::try_from(c).unwrap_or(chars).min(chars));
+                let ask = CompleteRequest {
+                    code: code.clone(),
+                    cursor_pos,
+                };
+                let msg = JupyterMessage::new(JupyterMessageContent::CompleteRequest(ask), None);
+                completing.0.insert(msg.header.msg_id.clone(), (id, code));
+                shell.send(msg).await.map_err(std::io::Error::other)
+            }
+            // Nothing to refresh: a kernel imports from its own paths.
+            "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
+            _ => {
+                let message = format!(
+                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in Python session for that (python_sessions create without kernel)"
+                );
+                self.reply(&req, json!({"ok": false, "message": message}))
+                    .await
+            }
+        }
+    }
+
+    async fn reply(&mut self, req: &Value, mut body: Value) -> Sent {
+        let Some(id) = req["id"].as_u64() else {
+            return Ok(());
+        };
+        body["ev"] = json!("reply");
+        body["id"] = json!(id);
+        self.pipes.event(body).await
+    }
+
+    /// The kernel's answer to a completion asked for, as the driver's.
+    async fn completed(&mut self, msg: JupyterMessage, completing: &mut Completing) -> Sent {
+        let JupyterMessageContent::CompleteReply(reply) = &msg.content else {
+            return Ok(());
+        };
+        let Some((id, code)) = msg
+            .parent_header
+            .as_ref()
+            .and_then(|p| completing.0.remove(&p.msg_id))
+        else {
+            return Ok(());
+        };
+        let token: String = code
+            .chars()
+            .skip(reply.cursor_start)
+            .take(reply.cursor_end.saturating_sub(reply.cursor_start))
+            .collect();
+        let completions: Vec<Value> = reply
+            .matches
+            .iter()
+            .take(MAX_COMPLETIONS)
+            .map(|m| json!({"text": m, "kind": "name"}))
+            .collect();
+        self.pipes
+            .event(
+                json!({"ev": "reply", "id": id, "ok": true, "engine": "kernel",
+                "token": token, "completions": completions}),
+            )
+            .await
+    }
+
+    /// A message from the kernel: the running cell's output, prompt or end.
+    async fn message(&mut self, msg: Incoming, running: &mut Option<Running>) -> Sent {
+        let (Incoming::IoPub(msg) | Incoming::Stdin(msg)) = msg else {
+            return Ok(());
+        };
+        let Some(cell) = running.as_mut() else {
+            return Ok(());
+        };
+        if msg.parent_header.as_ref().map(|p| p.msg_id.as_str()) != Some(cell.msg_id.as_str()) {
+            return Ok(());
+        }
+        match &msg.content {
+            JupyterMessageContent::StreamContent(s) => {
+                let idx = usize::from(matches!(s.name, Stdio::Stderr));
+                self.pipes.write(idx, s.text.as_bytes()).await?;
+            }
+            JupyterMessageContent::ExecuteResult(r) => {
+                cell.value = text_of(&r.data).map(|t| cap(t, self.max_value_chars));
+            }
+            JupyterMessageContent::DisplayData(d) => {
+                let number = cell.cell;
+                self.display(number, &d.data).await?;
+            }
+            JupyterMessageContent::UpdateDisplayData(d) => {
+                let number = cell.cell;
+                self.display(number, &d.data).await?;
+            }
+            JupyterMessageContent::ErrorOutput(e) => {
+                let traceback = e
+                    .traceback
+                    .iter()
+                    .map(|l| strip_ansi(l))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                cell.error = Some(PyError {
+                    kind: e.ename.clone(),
+                    message: e.evalue.clone(),
+                    traceback: format!("{traceback}\n"),
+                });
+            }
+            JupyterMessageContent::InputRequest(r) => {
+                let event = json!({"ev": "input_request", "cell": cell.cell,
+                    "prompt": r.prompt, "password": r.password});
+                cell.prompt = Some(msg.clone());
+                self.pipes.fenced(event).await?;
+            }
+            JupyterMessageContent::Status(s) if s.execution_state == ExecutionState::Idle => {
+                if let Some(cell) = running.take() {
+                    let status = match &cell.error {
+                        Some(e) if e.kind == "KeyboardInterrupt" => "interrupted",
+                        Some(_) => "error",
+                        None => "ok",
+                    };
+                    let elapsed = cell.started.elapsed().as_secs_f64() * 1000.0;
+                    self.done(cell.cell, status, cell.value, cell.error, elapsed)
+                        .await?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A displayed object: an image as a display event, else its text.
+    async fn display(&mut self, cell: u64, data: &Media) -> Sent {
+        let image = data.content.iter().find_map(|m| match m {
+            MediaType::Png(b) => Some(("image/png", b)),
+            MediaType::Jpeg(b) => Some(("image/jpeg", b)),
+            _ => None,
+        });
+        if let Some((mime, b64)) = image {
+            let b64: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&b64) {
+                if bytes.len() as u64 > self.max_image_bytes {
+                    let note = format!(
+                        "[{mime} of {} bytes not shown: over --max-image-bytes]\n",
+                        bytes.len()
+                    );
+                    return self.pipes.write(0, note.as_bytes()).await;
+                }
+                let (width, height) = png_size(&bytes).unzip();
+                let sha = {
+                    use sha2::Digest;
+                    let digest = sha2::Sha256::digest(&bytes);
+                    digest
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                };
+                let event = json!({"ev": "display", "cell": cell, "mime": mime, "data": b64,
+                    "bytes": bytes.len(), "width": width, "height": height, "sha": sha});
+                return self.pipes.fenced(event).await;
+            }
+        }
+        match text_of(data) {
+            Some(text) => {
+                let text = format!("{}\n", cap(text, self.max_value_chars));
+                self.pipes.write(0, text.as_bytes()).await
+            }
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! A kernel bridge reaching its kernel: the sockets, once the kernel has
+//! made them; the handshake that makes sure its output channel is
+//! subscribed before the first cell; the kernel's pid for `ready`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jupyter_protocol::{JupyterMessage, JupyterMessageContent, KernelInfoRequest};
+use jupyter_zmq_client as zmq;
+use tokio::sync::mpsc;
+
+use super::bridge::{Bridge, Incoming, ShellSend, StdinSend};
+
+/// How often the kernel is asked for its info until its output channel
+/// (iopub) is seen to be subscribed: messages published before that are lost.
+const HANDSHAKE_EVERY: Duration = Duration::from_millis(200);
+/// Between attempts to reach sockets the kernel has not made yet.
+const CONNECT_EVERY: Duration = Duration::from_millis(20);
+/// How long one socket of a kernel that made it may take to answer.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+
+impl Bridge {
+    /// Reaches the kernel's shell, stdin and iopub sockets once it made
+    /// them; their messages go to `tx`.
+    pub(super) async fn connect(
+        &mut self,
+        session: &str,
+        tx: &mpsc::Sender<Incoming>,
+        readers: &mut tokio::task::JoinSet<()>,
+    ) -> Option<(ShellSend, StdinSend)> {
+        let identity = zmq::peer_identity_for_session(session).ok()?;
+        // Until the kernel has made its sockets (or died): a connection to
+        // an ipc path nobody listens on yet is not given up by the client.
+        let sockets = [1, 2, 3].map(|port| PathBuf::from(format!("{}-{port}", self.info.ip)));
+        while !sockets.iter().all(|s| s.exists()) {
+            if self.gone() {
+                return None;
+            }
+            tokio::time::sleep(CONNECT_EVERY).await;
+        }
+        let info = &self.info;
+        let shell = reach(zmq::create_client_shell_connection_with_identity(
+            info,
+            session,
+            identity.clone(),
+        ))
+        .await?;
+        let stdin = reach(zmq::create_client_stdin_connection_with_identity(
+            info, session, identity,
+        ))
+        .await?;
+        let mut iopub = reach(zmq::create_client_iopub_connection(info, "", session)).await?;
+        let (shell_send, mut shell_recv) = shell.split();
+        let (stdin_send, mut stdin_recv) = stdin.split();
+        let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = iopub.read().await
+                && t.send(Incoming::IoPub(msg)).await.is_ok()
+            {}
+            tracing::debug!(pid, "kernel iopub closed");
+        });
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = shell_recv.read().await
+                && t.send(Incoming::Shell(msg)).await.is_ok()
+            {}
+        });
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Ok(msg) = stdin_recv.read().await
+                && t.send(Incoming::Stdin(msg)).await.is_ok()
+            {}
+        });
+        Some((shell_send, stdin_send))
+    }
+
+    /// Asks the kernel for its info until it answered and its output
+    /// channel carried a status for one of the requests: the language's
+    /// version, or None when it died first.
+    pub(super) async fn handshake(
+        &mut self,
+        shell: &mut ShellSend,
+        rx: &mut mpsc::Receiver<Incoming>,
+    ) -> Option<String> {
+        let mut version = None;
+        let mut subscribed = false;
+        let mut tick = tokio::time::interval(HANDSHAKE_EVERY);
+        while version.is_none() || !subscribed {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if self.gone() {
+                        return None;
+                    }
+                    let ask: JupyterMessage = KernelInfoRequest {}.into();
+                    shell.send(ask).await.ok()?;
+                }
+                msg = rx.recv() => match msg? {
+                    Incoming::Shell(m) => {
+                        if let JupyterMessageContent::KernelInfoReply(reply) = m.content {
+                            version = Some(reply.language_info.version);
+                        }
+                    }
+                    Incoming::IoPub(m) => {
+                        subscribed |= m
+                            .parent_header
+                            .is_some_and(|p| p.msg_type == "kernel_info_request");
+                    }
+                    Incoming::Stdin(_) => {}
+                },
+                changed = self.changed.changed() => {
+                    if changed.is_err() || self.gone() {
+                        return None;
+                    }
+                }
+            }
+        }
+        version
+    }
+}
+
+/// A connection to a socket the kernel made, if it answers in time.
+async fn reach<T>(connecting: impl std::future::Future<Output = zmq::Result<T>>) -> Option<T> {
+    match tokio::time::timeout(CONNECT_WITHIN, connecting).await {
+        Ok(Ok(connection)) => Some(connection),
+        _ => None,
+    }
+}
+
+impl Bridge {
+    /// The kernel's pid in its own PID namespace (the worker maps it to
+    /// the host's): the process whose command line names its connection file.
+    pub(super) async fn kernel_pid(&self) -> u32 {
+        let root = self.worker.upgrade().map_or(0, |w| w.root_pid());
+        let file = self.connection_file.display().to_string();
+        tokio::task::spawn_blocking(move || {
+            let named = std::iter::once(root)
+                .chain(crate::sandbox::watch::descendants(root))
+                .rfind(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&file))
+                })
+                .unwrap_or(root);
+            std::fs::read_to_string(format!("/proc/{named}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("NSpid:"))
+                        .and_then(|v| v.split_whitespace().last()?.parse().ok())
+                })
+                .unwrap_or(named)
+        })
+        .await
+        .unwrap_or(root)
+    }
+}
