@@ -28,8 +28,13 @@ fn jupyter_path() -> PathBuf {
 /// A server offering the `kernels` venv's kernels with the r_ tools, and
 /// a session `k` on kernel `kernel` (its language left to the kernel).
 async fn kernel_server(kernel: &str) -> StdioServer {
-    let launch = Launch::new(&["--kernels", "ir,python3", "--languages", "python,r"])
-        .env("JUPYTER_PATH", jupyter_path());
+    kernel_server_with(kernel, &[]).await
+}
+
+async fn kernel_server_with(kernel: &str, extra: &[&str]) -> StdioServer {
+    let mut args = vec!["--kernels", "ir,python3", "--languages", "python,r"];
+    args.extend_from_slice(extra);
+    let launch = Launch::new(&args).env("JUPYTER_PATH", jupyter_path());
     let server = StdioServer::launch(launch).await;
     let out = server
         .call(
@@ -203,4 +208,29 @@ async fn an_r_kernel_without_the_r_tools_is_refused_with_the_flag() {
         .await;
     assert!(out.is_error, "{out:#?}");
     assert!(out.text.contains("an R one"), "{out:#?}");
+}
+
+#[tokio::test]
+async fn r_install_reaches_an_r_kernel_session() {
+    let server = kernel_server_with("ir", &["--allow-source-builds"]).await;
+    // The kernel put the workspace's library first, as the driver does.
+    let out = r_exec(&server, "cat(.libPaths()[1])").await;
+    out.assert_ok();
+    assert!(
+        out.str_field("stdout").ends_with(".ferrepl/r-library"),
+        "{out:#?}"
+    );
+    let tarball = crate::r_sessions::build_test_package(server.workdir.path()).await;
+    let args = json!({"session": "k", "packages": [tarball], "wait_s": 120});
+    let mut out = server.call("r_install", args.clone()).await;
+    for _ in 0..10 {
+        if out.structured["status"] != "running" {
+            break;
+        }
+        out = server.call("r_install", args.clone()).await;
+    }
+    assert_eq!(out.structured["exit_code"], 0, "{out:#?}");
+    let out = r_exec(&server, "library(ferrepltestpkg); cat(hello())").await;
+    out.assert_ok();
+    assert_eq!(out.str_field("stdout"), "hi from pkg", "{out:#?}");
 }

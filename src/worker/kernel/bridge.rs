@@ -75,6 +75,8 @@ pub(super) struct Bridge {
     pub(super) connection_file: PathBuf,
     pub(super) max_value_chars: usize,
     pub(super) max_image_bytes: u64,
+    /// Code run silently before the first cell (an R kernel's library path).
+    pub(super) prelude: Option<&'static str>,
     pub(super) pipes: Pipes,
     pub(super) requests: mpsc::Receiver<Vec<u8>>,
     pub(super) side: mpsc::Receiver<Vec<u8>>,
@@ -119,6 +121,21 @@ impl Bridge {
         let Some(version) = self.handshake(&mut shell, &mut rx).await else {
             return false;
         };
+        if let Some(code) = self.prelude {
+            // Its messages name no cell, so nothing of it reaches one.
+            let request = ExecuteRequest {
+                code: code.to_string(),
+                silent: true,
+                store_history: false,
+                user_expressions: None,
+                allow_stdin: false,
+                stop_on_error: false,
+            };
+            let msg = JupyterMessage::new(JupyterMessageContent::ExecuteRequest(request), None);
+            if shell.send(msg).await.is_err() {
+                return false;
+            }
+        }
         let pid = self.kernel_pid().await;
         let ready =
             json!({"ev": "ready", "pid": pid, "version": version, "executable": self.program});
