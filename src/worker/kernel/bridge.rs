@@ -336,8 +336,12 @@ impl Bridge {
             // Nothing to refresh: a kernel imports from its own paths.
             "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
             _ => {
+                let language = self
+                    .worker
+                    .upgrade()
+                    .map_or(crate::worker::Language::Python, |w| w.language());
                 let message = format!(
-                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in Python session for that (python_sessions create without kernel)"
+                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in {language} session for that (python_sessions create without kernel)"
                 );
                 self.reply(&req, json!({"ok": false, "message": message}))
                     .await
