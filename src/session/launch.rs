@@ -243,11 +243,11 @@ impl SessionManager {
     }
 
     /// The launch settings of a session on the installed kernel `name`:
-    /// the server's Python settings with the kernel's program, never
-    /// another interpreter or venv.
+    /// the server's settings for the kernel's language with the kernel's
+    /// program, never another interpreter or venv.
     fn kernel_spec(&self, name: &str, opts: &SessionOptions) -> Result<LaunchSpec, SessionError> {
-        let base = self.spec_for(Language::Python).unwrap_or(&self.spec);
-        let Some(kernel) = base.kernels.iter().find(|k| k.name == name) else {
+        // The server's Python spec carries the kernels, even with Python off.
+        let Some(kernel) = self.spec.kernels.iter().find(|k| k.name == name) else {
             let offered = self.kernel_names();
             return Err(SessionError::Invalid(match offered.is_empty() {
                 true => format!(
@@ -261,10 +261,22 @@ impl SessionManager {
         };
         if opts.python.is_some() || opts.venv.is_some() || opts.language != kernel.language {
             return Err(SessionError::Invalid(format!(
-                "a session on kernel '{name}' runs the kernel's own interpreter, a {} one: leave out python, venv and language",
-                kernel.language
+                "a session on kernel '{name}' runs the kernel's own interpreter, {} one: leave out python, venv and language",
+                kernel.language.with_article()
             )));
         }
+        let base = match kernel.language {
+            Language::Python => self.spec_for(Language::Python).unwrap_or(&self.spec),
+            // Its cells answer through the r_ tools, which --languages turns on.
+            lang => self.spec_for(lang).ok_or_else(|| {
+                SessionError::Invalid(format!(
+                    "kernel '{name}' is {} kernel: its sessions answer through {}, which this server does not offer; start it with --languages python,{}",
+                    lang.with_article(),
+                    lang.exec_tool(),
+                    lang.key()
+                ))
+            })?,
+        };
         let mut spec = base.clone();
         spec.program = kernel.program().to_path_buf();
         spec.kernel = Some(kernel.clone());
@@ -278,6 +290,13 @@ impl SessionManager {
         spec.env
             .extend(opts.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(spec)
+    }
+
+    /// The language of the offered kernel `name`, which a session created
+    /// on it speaks (None when no such kernel is offered).
+    pub fn kernel_language(&self, name: &str) -> Option<Language> {
+        let kernel = self.spec.kernels.iter().find(|k| k.name == name)?;
+        Some(kernel.language)
     }
 
     /// The names of the kernels sessions may be created on (--kernels).

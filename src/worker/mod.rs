@@ -335,13 +335,14 @@ impl Worker {
 
     /// One request line in the driver's format.
     fn encode(&self, msg: &serde_json::Map<String, Value>) -> Vec<u8> {
+        // A kernel's bridge reads JSON whatever the kernel's language.
         match self.language {
-            Language::Python => {
+            Language::R if self.kernel.is_none() => r::encode(msg),
+            _ => {
                 let mut line = serde_json::to_vec(msg).unwrap_or_default();
                 line.push(b'\n');
                 line
             }
-            Language::R => r::encode(msg),
         }
     }
 

@@ -31,11 +31,12 @@ pub const LIBRARY: &str = ".ferrepl/r-library";
 /// path, so the library is made (inside the sandbox) and put first before
 /// the driver starts. One line, single quotes only.
 pub fn boot_expression() -> String {
-    format!(
-        "local({{l <- Sys.getenv('R_LIBS_USER'); if (nzchar(l)) {{dir.create(l, recursive = TRUE, showWarnings = FALSE); .libPaths(c(l, .libPaths()))}}}}); {}",
-        BOOT.trim_end()
-    )
+    format!("{LIBRARY_FIRST}; {}", BOOT.trim_end())
 }
+
+/// Makes the workspace's library and puts it first (an R kernel runs it
+/// silently before its first cell, so r_install reaches it too).
+pub const LIBRARY_FIRST: &str = "local({l <- Sys.getenv('R_LIBS_USER'); if (nzchar(l)) {dir.create(l, recursive = TRUE, showWarnings = FALSE); .libPaths(c(l, .libPaths()))}})";
 
 /// An R string literal of `s` (ASCII, escaped), for code ferrepl writes.
 pub fn quote(s: &str) -> String {

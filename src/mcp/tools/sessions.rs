@@ -32,7 +32,16 @@ impl FerreplServer {
             SessionAction::Rebuild => p.confirm.unwrap_or(false),
             _ => false,
         };
-        let lang = p.language.unwrap_or(self.manager.first_language());
+        // A session on a kernel speaks the kernel's language unless told
+        // otherwise (then create refuses the mismatch).
+        let kernel_lang = p
+            .kernel
+            .as_deref()
+            .and_then(|k| self.manager.kernel_language(k));
+        let lang = p
+            .language
+            .or(kernel_lang)
+            .unwrap_or(self.manager.first_language());
         let policy = match starts {
             true => call.client_policy(&self.manager).map_err(ToolError::new)?,
             false => None,

@@ -36,6 +36,8 @@ const MAX_QUEUED: usize = 64;
 /// A message from one of the kernel's sockets.
 pub(super) enum Incoming {
     Shell(JupyterMessage),
+    /// A shell message of this type that could not be read.
+    ShellUnread(String),
     IoPub(JupyterMessage),
     Stdin(JupyterMessage),
 }
@@ -53,6 +55,10 @@ struct Running {
     error: Option<PyError>,
     /// The kernel's prompt waiting for an answer.
     prompt: Option<JupyterMessage>,
+    /// Its execute_reply's status and its output's idle status, which
+    /// come on two sockets in either order: the cell ends with both.
+    reply: Option<ReplyStatus>,
+    idle: bool,
 }
 
 struct Queued {
@@ -69,6 +75,8 @@ pub(super) struct Bridge {
     pub(super) connection_file: PathBuf,
     pub(super) max_value_chars: usize,
     pub(super) max_image_bytes: u64,
+    /// Code run silently before the first cell (an R kernel's library path).
+    pub(super) prelude: Option<&'static str>,
     pub(super) pipes: Pipes,
     pub(super) requests: mpsc::Receiver<Vec<u8>>,
     pub(super) side: mpsc::Receiver<Vec<u8>>,
@@ -113,6 +121,21 @@ impl Bridge {
         let Some(version) = self.handshake(&mut shell, &mut rx).await else {
             return false;
         };
+        if let Some(code) = self.prelude {
+            // Its messages name no cell, so nothing of it reaches one.
+            let request = ExecuteRequest {
+                code: code.to_string(),
+                silent: true,
+                store_history: false,
+                user_expressions: None,
+                allow_stdin: false,
+                stop_on_error: false,
+            };
+            let msg = JupyterMessage::new(JupyterMessageContent::ExecuteRequest(request), None);
+            if shell.send(msg).await.is_err() {
+                return false;
+            }
+        }
         let pid = self.kernel_pid().await;
         let ready =
             json!({"ev": "ready", "pid": pid, "version": version, "executable": self.program});
@@ -141,7 +164,21 @@ impl Bridge {
                     None => return true,
                 },
                 msg = rx.recv() => match msg {
-                    Some(Incoming::Shell(msg)) => self.completed(msg, &mut completing).await,
+                    Some(Incoming::Shell(msg)) => match &msg.content {
+                        JupyterMessageContent::ExecuteReply(r) => {
+                            let parent = msg.parent_header.as_ref().map(|p| p.msg_id.as_str());
+                            let ours = running.as_ref().is_some_and(|c| Some(c.msg_id.as_str()) == parent);
+                            self.replied(ours.then(|| r.status.clone()), &mut running).await
+                        }
+                        _ => self.completed(msg, &mut completing).await,
+                    },
+                    // One cell at a time: an unread execute_reply is the
+                    // running cell's, and the status it could not carry is
+                    // IRkernel's "abort" (interrupted).
+                    Some(Incoming::ShellUnread(kind)) if kind == "execute_reply" => {
+                        self.replied(Some(ReplyStatus::Aborted), &mut running).await
+                    }
+                    Some(Incoming::ShellUnread(_)) => Ok(()),
                     Some(msg) => self.message(msg, &mut running).await,
                     None => return true,
                 },
@@ -195,6 +232,8 @@ impl Bridge {
             value: None,
             error: None,
             prompt: None,
+            reply: None,
+            idle: false,
         }))
     }
 
@@ -297,8 +336,12 @@ impl Bridge {
             // Nothing to refresh: a kernel imports from its own paths.
             "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
             _ => {
+                let language = self
+                    .worker
+                    .upgrade()
+                    .map_or(crate::worker::Language::Python, |w| w.language());
                 let message = format!(
-                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in Python session for that (python_sessions create without kernel)"
+                    "a kernel session does not answer '{op}': it has no checkpoints, branches, saved state, namespace tools or ferrepl.call; use a built-in {language} session for that (python_sessions create without kernel)"
                 );
                 self.reply(&req, json!({"ok": false, "message": message}))
                     .await
@@ -382,7 +425,8 @@ impl Bridge {
                     .join("\n");
                 cell.error = Some(PyError {
                     kind: e.ename.clone(),
-                    message: e.evalue.clone(),
+                    // IRkernel ends its evalue with a newline.
+                    message: e.evalue.trim_end().to_string(),
                     traceback: format!("{traceback}\n"),
                 });
             }
@@ -393,20 +437,44 @@ impl Bridge {
                 self.pipes.fenced(event).await?;
             }
             JupyterMessageContent::Status(s) if s.execution_state == ExecutionState::Idle => {
-                if let Some(cell) = running.take() {
-                    let status = match &cell.error {
-                        Some(e) if e.kind == "KeyboardInterrupt" => "interrupted",
-                        Some(_) => "error",
-                        None => "ok",
-                    };
-                    let elapsed = cell.started.elapsed().as_secs_f64() * 1000.0;
-                    self.done(cell.cell, status, cell.value, cell.error, elapsed)
-                        .await?;
-                }
+                cell.idle = true;
+                return self.ended(running).await;
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// The running cell's execute_reply (`status` None when it was
+    /// another request's).
+    async fn replied(
+        &mut self,
+        status: Option<ReplyStatus>,
+        running: &mut Option<Running>,
+    ) -> Sent {
+        match (status, running.as_mut()) {
+            (Some(status), Some(cell)) => {
+                cell.reply = Some(status);
+                self.ended(running).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the running cell once both its reply and its idle status came.
+    async fn ended(&mut self, running: &mut Option<Running>) -> Sent {
+        let Some(cell) = running.take_if(|c| c.idle && c.reply.is_some()) else {
+            return Ok(());
+        };
+        let status = match (&cell.error, &cell.reply) {
+            (Some(e), _) if e.kind == "KeyboardInterrupt" => "interrupted",
+            (_, Some(ReplyStatus::Aborted)) => "interrupted",
+            (Some(_), _) => "error",
+            (None, _) => "ok",
+        };
+        let elapsed = cell.started.elapsed().as_secs_f64() * 1000.0;
+        self.done(cell.cell, status, cell.value, cell.error, elapsed)
+            .await
     }
 
     /// A displayed object: an image as a display event, else its text.

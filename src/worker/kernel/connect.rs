@@ -62,9 +62,21 @@ impl Bridge {
         });
         let t = tx.clone();
         readers.spawn(async move {
-            while let Ok(msg) = shell_recv.read().await
-                && t.send(Incoming::Shell(msg)).await.is_ok()
-            {}
+            loop {
+                let incoming = match shell_recv.read().await {
+                    Ok(msg) => Incoming::Shell(msg),
+                    // A reply jupyter-protocol cannot read (IRkernel's
+                    // execute_reply says "abort", the spelling before
+                    // "aborted") must not end the socket's reader.
+                    Err(zmq::RuntimeError::ParseError { msg_type, .. }) => {
+                        Incoming::ShellUnread(msg_type)
+                    }
+                    Err(_) => break,
+                };
+                if t.send(incoming).await.is_err() {
+                    break;
+                }
+            }
         });
         let t = tx.clone();
         readers.spawn(async move {
@@ -106,7 +118,7 @@ impl Bridge {
                             .parent_header
                             .is_some_and(|p| p.msg_type == "kernel_info_request");
                     }
-                    Incoming::Stdin(_) => {}
+                    Incoming::Stdin(_) | Incoming::ShellUnread(_) => {}
                 },
                 changed = self.changed.changed() => {
                     if changed.is_err() || self.gone() {

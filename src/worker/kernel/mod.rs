@@ -145,6 +145,7 @@ pub(super) async fn launch(
             connection_file,
             max_value_chars: spec.max_value_chars,
             max_image_bytes: spec.max_image_bytes,
+            prelude: (kernel.language == super::Language::R).then_some(super::r::LIBRARY_FIRST),
             pipes: pipes::Pipes::new(stdout, stderr, events, &nonce),
             requests: ctl_rx,
             side: side_rx,

@@ -82,7 +82,7 @@ pub fn data_dirs(jupyter_path: Option<&std::ffi::OsStr>, python: &Path) -> Vec<P
 /// The kernels named by `names`, each the first found in `data_dirs`;
 /// refused when one is missing (with those found), lies where sessions
 /// can write, runs a program from there, or is of a language sessions
-/// cannot speak yet.
+/// cannot speak yet (Python and R only).
 pub fn discover(
     names: &[String],
     data_dirs: &[PathBuf],
@@ -143,8 +143,10 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
         .map_err(|e| anyhow::anyhow!("--kernels: cannot read {}: {e}", file.display()))?;
     let language = match json.language.to_ascii_lowercase().as_str() {
         "python" => Language::Python,
+        // IRkernel says "R"; its sessions answer through the r_ tools.
+        "r" => Language::R,
         other => anyhow::bail!(
-            "--kernels: kernel '{name}' is a {other} kernel; only python kernels can back sessions for now"
+            "--kernels: kernel '{name}' is a {other} kernel; only Python and R kernels can back sessions for now"
         ),
     };
     if json.interrupt_mode.as_deref() == Some("message") {
@@ -228,6 +230,11 @@ mod tests {
             "ir",
             &format!(r#"{{"argv":["{sh}"],"language":"R"}}"#),
         );
+        install(
+            &second,
+            "bash",
+            &format!(r#"{{"argv":["{sh}"],"language":"bash"}}"#),
+        );
         let places = Places::new(&ws);
         let dirs = vec![first.clone(), second.clone()];
         let found = discover(&["py".into()], &dirs, &places).expect("found");
@@ -235,9 +242,14 @@ mod tests {
         assert_eq!(found[0].argv, [sh, "{connection_file}"]);
 
         let err = discover(&["nope".into()], &dirs, &places).expect_err("missing");
-        assert!(err.to_string().contains("found: ir, py"), "{err}");
-        let err = discover(&["ir".into()], &dirs, &places).expect_err("R");
-        assert!(err.to_string().contains("only python kernels"), "{err}");
+        assert!(err.to_string().contains("found: bash, ir, py"), "{err}");
+        let found = discover(&["ir".into()], &dirs, &places).expect("R");
+        assert_eq!(found[0].language, Language::R);
+        let err = discover(&["bash".into()], &dirs, &places).expect_err("bash");
+        assert!(
+            err.to_string().contains("only Python and R kernels"),
+            "{err}"
+        );
 
         install(
             &ws,
