@@ -30,7 +30,7 @@ impl FerreplServer {
         if cells.is_empty() && running.is_none() {
             text.push_str(&format!("session {session}: no cells yet\n"));
         }
-        if cells.iter().any(|c| !c.current) {
+        if cells.iter().any(|c| !c.current && c.by.is_none()) {
             let current: Vec<u64> = cells.iter().filter(|c| c.current).map(|c| c.cell).collect();
             text.push_str(&format!(
                 "current branch: {}\n",
@@ -42,6 +42,20 @@ impl FerreplServer {
             ));
         }
         for c in &cells {
+            if let Some(by) = &c.by {
+                text.push_str(&format!(
+                    "[run by {by} | {}]\n{}\n",
+                    c.status.as_str(),
+                    c.code.trim_end()
+                ));
+                if !c.output_preview.trim().is_empty() {
+                    text.push_str(&format!(
+                        "  => {}\n",
+                        c.output_preview.trim_end().replace('\n', "\n     ")
+                    ));
+                }
+                continue;
+            }
             let after = match c.parent {
                 Some(p) if p + 1 != c.cell => format!(" | after {p}"),
                 None if c.cell > 1 => " | fresh".to_string(),

@@ -20,6 +20,7 @@ use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::foreign::Foreign;
 use super::media::{cap, png_size, strip_ansi, text_of};
 use super::pipes::{Pipes, Sent};
 
@@ -122,6 +123,7 @@ impl Bridge {
         let mut queue: VecDeque<Queued> = VecDeque::new();
         let mut running: Option<Running> = None;
         let mut completing = Completing::default();
+        let mut foreign = Foreign::default();
         loop {
             if running.is_none()
                 && let Some(next) = queue.pop_front()
@@ -142,6 +144,9 @@ impl Bridge {
                 },
                 msg = rx.recv() => match msg {
                     Some(Incoming::Shell(msg)) => self.completed(msg, &mut completing).await,
+                    Some(Incoming::IoPub(msg)) if let Some(cell) = foreign.observe(&session, &msg) => {
+                        self.pipes.event(json!({"ev": "foreign", "cell": cell})).await
+                    }
                     Some(msg) => self.message(msg, &mut running).await,
                     None => return true,
                 },
