@@ -253,3 +253,63 @@ async fn two_servers_with_the_session_are_told_apart_by_workdir() {
     assert!(first_file.status.success(), "{}", text(&first_file));
     assert_ne!(first_file.stdout, named.stdout);
 }
+
+#[tokio::test]
+async fn attach_trusts_only_entries_its_user_wrote_and_live_kernels() {
+    use std::os::unix::fs::symlink;
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let server = kernel_server(runtime.path()).await;
+    let out = attach(runtime.path(), server.workdir.path(), &["k", "--print"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let file = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let index = file.parent().expect("the index directory");
+    let workdir = std::fs::canonicalize(server.workdir.path()).expect("canonical");
+
+    // Entries planted beside the server's: a symlink to a connection file
+    // in the workspace, and (when the test may give files away) one owned
+    // by another user; neither is followed.
+    // Their "kernel" looks alive: its shell socket's path exists.
+    let socket = server.workdir.path().join("s");
+    std::fs::write(server.workdir.path().join("s-1"), "").expect("write");
+    let planted = server.workdir.path().join("planted.json");
+    let fake = json!({"transport": "ipc", "ip": socket, "shell_port": 1,
+        "key": "k", "ferrepl_session": "planted", "ferrepl_workdir": workdir});
+    std::fs::write(&planted, fake.to_string()).expect("write");
+    symlink(&planted, index.join("planted.json")).expect("symlink");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let given = index.join("given.json");
+        let mut other = fake.clone();
+        other["ferrepl_session"] = json!("given");
+        std::fs::write(&given, other.to_string()).expect("write");
+        std::os::unix::fs::chown(&given, Some(65534), Some(65534)).expect("chown");
+        let out = attach(runtime.path(), server.workdir.path(), &["given", "--print"]);
+        assert!(!out.status.success(), "{}", text(&out));
+    }
+    for name in ["planted", "../../planted", "k/../planted"] {
+        let out = attach(runtime.path(), server.workdir.path(), &[name, "--print"]);
+        assert!(!out.status.success(), "{name}: {}", text(&out));
+        assert!(
+            text(&out).contains("kernel sessions there: k)"),
+            "{}",
+            text(&out)
+        );
+    }
+
+    // A deleted session's kernel is not offered.
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "delete", "session": "k"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    assert!(!file.exists(), "the entry of a deleted session stays");
+    let out = attach(runtime.path(), server.workdir.path(), &["k", "--print"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("no running kernel session named 'k'"),
+        "{}",
+        text(&out)
+    );
+}
