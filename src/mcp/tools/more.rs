@@ -42,32 +42,24 @@ impl FerreplServer {
             ));
         }
         for c in &cells {
-            if let Some(by) = &c.by {
-                text.push_str(&format!(
-                    "[run by {by} | {}]\n{}\n",
-                    c.status.as_str(),
-                    c.code.trim_end()
-                ));
-                if !c.output_preview.trim().is_empty() {
-                    text.push_str(&format!(
-                        "  => {}\n",
-                        c.output_preview.trim_end().replace('\n', "\n     ")
-                    ));
+            let head = match &c.by {
+                // Not one of the session's cells: no number, no branch.
+                Some(by) => format!("[run by {by} | {}]", c.status.as_str()),
+                None => {
+                    let after = match c.parent {
+                        Some(p) if p + 1 != c.cell => format!(" | after {p}"),
+                        None if c.cell > 1 => " | fresh".to_string(),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "[cell {}{after} | {} | {:.0} ms]",
+                        c.cell,
+                        c.status.as_str(),
+                        c.elapsed_ms
+                    )
                 }
-                continue;
-            }
-            let after = match c.parent {
-                Some(p) if p + 1 != c.cell => format!(" | after {p}"),
-                None if c.cell > 1 => " | fresh".to_string(),
-                _ => String::new(),
             };
-            text.push_str(&format!(
-                "[cell {}{after} | {} | {:.0} ms]\n{}\n",
-                c.cell,
-                c.status.as_str(),
-                c.elapsed_ms,
-                c.code.trim_end()
-            ));
+            text.push_str(&format!("{head}\n{}\n", c.code.trim_end()));
             if !c.output_preview.trim().is_empty() {
                 text.push_str(&format!(
                     "  => {}\n",

@@ -85,3 +85,90 @@ impl Foreign {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use jupyter_protocol::{ExecuteInput, Status, StreamContent};
+
+    use super::*;
+
+    /// A message of the kernel's answering `parent`.
+    fn answer(parent: &JupyterMessage, content: JupyterMessageContent) -> JupyterMessage {
+        JupyterMessage::new(content, Some(parent))
+    }
+
+    fn request(session: &str) -> JupyterMessage {
+        JupyterMessage::new(JupyterMessageContent::Status(Status::busy()), None)
+            .with_session(session)
+    }
+
+    fn input(code: &str) -> JupyterMessageContent {
+        JupyterMessageContent::ExecuteInput(ExecuteInput {
+            code: code.into(),
+            ..ExecuteInput::default()
+        })
+    }
+
+    fn idle() -> JupyterMessageContent {
+        JupyterMessageContent::Status(Status::idle())
+    }
+
+    #[test]
+    fn another_clients_cell_is_followed_to_its_end_and_the_bridges_own_are_not() {
+        let mut foreign = Foreign::default();
+        let own = request("bridge");
+        assert!(
+            foreign
+                .observe("bridge", &answer(&own, input("a = 1")))
+                .is_none()
+        );
+        assert!(foreign.observe("bridge", &answer(&own, idle())).is_none());
+
+        let other = request("console");
+        assert!(
+            foreign
+                .observe("bridge", &answer(&other, input("print('hi')")))
+                .is_none()
+        );
+        let out = JupyterMessageContent::StreamContent(StreamContent::stdout("hi\n"));
+        assert!(foreign.observe("bridge", &answer(&other, out)).is_none());
+        let cell = foreign
+            .observe("bridge", &answer(&other, idle()))
+            .expect("the other client's cell ended");
+        assert_eq!(cell.code, "print('hi')");
+        assert_eq!(cell.output, "hi\n");
+        assert_eq!(cell.status, "ok");
+        // An idle for a request that ran no cell (kernel_info) is nobody's cell.
+        let info = request("console");
+        assert!(foreign.observe("bridge", &answer(&info, idle())).is_none());
+    }
+
+    #[test]
+    fn output_and_followed_cells_stay_bounded() {
+        let mut foreign = Foreign::default();
+        let requests: Vec<JupyterMessage> = (0..MAX_FOLLOWED + 2).map(|_| request("c")).collect();
+        for r in &requests {
+            foreign.observe("bridge", &answer(r, input("x")));
+        }
+        assert_eq!(foreign.followed.len(), MAX_FOLLOWED);
+        // The oldest were let go: their end is nobody's cell now.
+        assert!(
+            foreign
+                .observe("bridge", &answer(&requests[0], idle()))
+                .is_none()
+        );
+        let last = &requests[MAX_FOLLOWED + 1];
+        for _ in 0..100 {
+            let out = JupyterMessageContent::StreamContent(StreamContent::stdout(&"y".repeat(100)));
+            foreign.observe("bridge", &answer(last, out));
+        }
+        let cell = foreign
+            .observe("bridge", &answer(last, idle()))
+            .expect("ended");
+        assert!(
+            cell.output.chars().count() < MAX_OUTPUT_CHARS + 100,
+            "{}",
+            cell.output.len()
+        );
+    }
+}
