@@ -26,6 +26,8 @@ pub enum Command {
     ///
     /// What you run there is the agent's kernel's too: its next result says someone else ran
     /// cells, python_history lists them. --print prints the connection file for another client.
+    /// The kernel holds the same key: attach only to sessions whose agent you would let type in
+    /// your console, and prefer the console to a JupyterLab (which runs outputs as live HTML/JS).
     Attach(super::commands::AttachArgs),
 }
 
