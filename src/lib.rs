@@ -9,6 +9,7 @@
 //! them for Prometheus; `viewer` shows the sessions to a person, read-only.
 
 pub mod app;
+pub mod attach;
 pub mod config;
 pub mod egress;
 pub mod executables;

@@ -37,6 +37,7 @@ fn main() -> ExitCode {
             let inputs = ferrepl::config::commands::doctor_inputs(&flags, opts);
             return ferrepl::setup::doctor::run(inputs, opts);
         }
+        Some(Command::Attach(args)) => return ferrepl::setup::attach::run(args),
         None => {}
     }
     let token_on_command_line =

@@ -47,11 +47,7 @@ impl RuntimeDir {
     pub fn create() -> anyhow::Result<Self> {
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        let base = std::env::var_os("XDG_RUNTIME_DIR")
-            .map(PathBuf::from)
-            .filter(|d| d.is_absolute() && d.is_dir())
-            .unwrap_or_else(std::env::temp_dir);
-        let root = base.join(format!("ferrepl-{uid}"));
+        let root = runtime_root();
         match std::fs::DirBuilder::new().mode(0o700).create(&root) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -105,6 +101,39 @@ impl Drop for RuntimeDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
+}
+
+/// Where this user's servers keep their runtime directories.
+pub fn runtime_root() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("ferrepl-{uid}"))
+}
+
+/// The runtime directories of this user's live servers (their lock is
+/// held), by pid; none when the root is not this user's own directory.
+pub fn live_servers() -> Vec<(u32, PathBuf)> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let root = runtime_root();
+    let owned = std::fs::symlink_metadata(&root).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+    let Some(entries) = owned.then(|| std::fs::read_dir(&root).ok()).flatten() else {
+        return Vec::new();
+    };
+    let mut live: Vec<(u32, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path())))
+        .filter(|(_, dir)| {
+            // Taking the lock (and letting it go at once) means no server holds it.
+            File::open(dir.join("lock")).is_ok_and(|f| !try_lock(&f))
+        })
+        .collect();
+    live.sort();
+    live
 }
 
 /// Removes the directories of servers that are gone.

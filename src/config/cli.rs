@@ -22,6 +22,13 @@ pub enum Command {
     /// Interpreters, sandbox layers, package index reachability, configured clients, for the
     /// server flags given before it. Exit code 1 when something required is missing.
     Doctor(super::commands::DoctorOptions),
+    /// Open a Jupyter console on a kernel session's kernel (run on the server's machine).
+    ///
+    /// What you run there is the agent's kernel's too: its next result says someone else ran
+    /// cells, python_history lists them. --print prints the connection file for another client.
+    /// The kernel holds the same key: attach only to sessions whose agent you would let type in
+    /// your console, and prefer the console to a JupyterLab (which runs outputs as live HTML/JS).
+    Attach(super::commands::AttachArgs),
 }
 
 #[derive(Debug, Clone, Parser)]

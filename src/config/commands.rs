@@ -93,3 +93,22 @@ pub fn doctor_inputs(server: &super::Flags, opts: &DoctorOptions) -> DoctorInput
     let settings = super::settings::Settings::from_flags(&flags).map_err(|e| format!("{e:#}"))?;
     Ok((settings, super::tokens::TokenTable::from_flags(&flags)))
 }
+
+/// Arguments of `ferrepl attach`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AttachArgs {
+    /// The kernel session to attach to (a session made with python_sessions create ... kernel).
+    #[arg(value_name = "SESSION")]
+    pub session: String,
+    /// The workspace of the server whose session it is (default: the current directory's
+    /// server; else the one server that has SESSION).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+    /// Print the session's connection file (for another Jupyter client) instead of starting a
+    /// console.
+    #[arg(long)]
+    pub print: bool,
+    /// The program started as `PROGRAM console --existing FILE` (default: jupyter on PATH).
+    #[arg(long, value_name = "PROGRAM", default_value = "jupyter")]
+    pub jupyter: PathBuf,
+}

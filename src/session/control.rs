@@ -70,7 +70,7 @@ impl SessionManager {
             .iter()
             .skip(skip)
             .map(|h| HistoryEntry {
-                current: current.contains(&h.cell),
+                current: h.by.is_none() && current.contains(&h.cell),
                 ..h.clone()
             })
             .collect())

@@ -31,6 +31,7 @@ impl SessionManager {
         let Some(worker) = st.worker.clone() else {
             return;
         };
+        self.take_foreign(st, &worker);
         while let Some(FencedEvent { event, output }) = worker.pop_event() {
             match event {
                 CellEvent::InputRequest {

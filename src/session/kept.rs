@@ -24,6 +24,10 @@ pub struct HistoryEntry {
     pub elapsed_ms: f64,
     /// The start of the cell's output (or its value, or its error).
     pub output_preview: String,
+    /// Who ran it when not this session's agent ("another client": a
+    /// Jupyter client attached to its kernel); such a row's cell is 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 /// What is kept of recent cells' results for exports (bounded per session).
@@ -237,6 +241,7 @@ impl KeptOutput {
             status: done.status,
             elapsed_ms: done.elapsed_ms,
             output_preview: preview,
+            by: None,
         };
         self.add_history(entry, most);
     }

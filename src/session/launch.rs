@@ -172,6 +172,9 @@ impl SessionManager {
             let mut st = sess.lock();
             st.worker = Some(worker.clone());
             st.worker_under = under;
+            if let Some(info) = worker.kernel_connection() {
+                crate::attach::publish(&self.spec.log_dir, &sess.name, info, self.workspace());
+            }
             // Copies belonged to the interpreter before.
             st.checkpoints.clear();
         }

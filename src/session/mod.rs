@@ -25,6 +25,7 @@ mod durable;
 mod error;
 mod events;
 mod export;
+mod foreign;
 pub mod gate;
 mod hints;
 mod inbox;

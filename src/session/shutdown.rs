@@ -87,6 +87,9 @@ impl SessionManager {
             .filter(|r| !r.replay)
             .map(|r| r.number);
         if let Some(w) = st.worker.take() {
+            if w.kernel_connection().is_some() {
+                crate::attach::withdraw(&self.spec.log_dir, name);
+            }
             w.kill();
         }
         st.kept.clear_logs();

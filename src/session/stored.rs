@@ -215,6 +215,7 @@ impl SessionManager {
                     status: CellStatus::parse(&cell.status).unwrap_or(CellStatus::Error),
                     elapsed_ms: cell.elapsed_ms,
                     output_preview: cell.summary.clone(),
+                    by: None,
                 };
                 st.kept.add_history(entry, usize::MAX);
             }

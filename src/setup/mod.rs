@@ -1,8 +1,9 @@
 //! Setting ferrepl up rather than serving: `install` / `uninstall` (its
-//! entry in agent clients' MCP configuration) and `doctor` (what this
-//! machine gives a session).
+//! entry in agent clients' MCP configuration), `doctor` (what this
+//! machine gives a session) and `attach` (a console on a kernel session).
 
 mod approval;
+pub mod attach;
 pub mod clients;
 pub mod doctor;
 mod doctor_clients;

@@ -4,8 +4,12 @@
 use std::sync::Arc;
 
 use super::FencedEvent;
+use super::kernel::ForeignCell;
 use super::protocol::{CellEvent, Event};
 use super::{FENCE_GRACE, ReadyInfo, State, Worker};
+
+/// Other clients' cells a worker keeps until the session takes them.
+const MAX_FOREIGN_KEPT: usize = 32;
 
 impl Worker {
     pub(super) async fn handle_event(self: &Arc<Self>, event: Event) {
@@ -41,6 +45,16 @@ impl Worker {
             Event::Upstream(ev) => self.on_upstream(ev),
             // Its bytes are taken by the control reader before it gets here.
             Event::StateData { .. } => {}
+            Event::Foreign { cell } => {
+                let mut state = self.lock();
+                if state.foreign.len() >= MAX_FOREIGN_KEPT {
+                    state.foreign.pop_front();
+                    state.foreign_dropped += 1;
+                }
+                state.foreign.push_back(cell);
+                drop(state);
+                self.bump();
+            }
             Event::Reply { id, body } => {
                 if let Some(tx) = self.lock().inspect_waiters.remove(&id) {
                     let _ = tx.send(body);
@@ -88,4 +102,25 @@ fn report_preimport_failures(failed: &[String]) {
         "--preimport: {} did not import (sessions start without it; fix or drop it from --preimport)",
         failed.join("; ")
     );
+}
+
+impl Worker {
+    /// Takes the cells other clients ran in its kernel since the last take,
+    /// with how many more ran but were not kept.
+    pub fn take_foreign(&self) -> (Vec<ForeignCell>, usize) {
+        let mut state = self.lock();
+        let dropped = std::mem::take(&mut state.foreign_dropped);
+        (state.foreign.drain(..).collect(), dropped)
+    }
+
+    /// What its kernel's connection file holds (a kernel session's
+    /// worker only): the server's copy, never read back from the kernel's
+    /// home, which its code may write.
+    pub fn kernel_connection(&self) -> Option<&serde_json::Value> {
+        self.kernel_connection.get()
+    }
+
+    pub(super) fn set_kernel_connection(&self, info: serde_json::Value) {
+        let _ = self.kernel_connection.set(info);
+    }
 }

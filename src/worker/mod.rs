@@ -121,6 +121,10 @@ struct State {
         state::StateSink,
         tokio::sync::oneshot::Sender<Result<u64, state::StateError>>,
     )>,
+    /// Cells other clients ran in its kernel, not yet taken by the session.
+    foreign: VecDeque<kernel::ForeignCell>,
+    /// Such cells dropped before the session took them (over the bound).
+    foreign_dropped: usize,
 }
 
 pub struct Worker {
@@ -140,6 +144,8 @@ pub struct Worker {
     upstream: Option<Arc<crate::upstream::TenantUpstreams>>,
     /// The Jupyter kernel it runs instead of the driver (--kernels).
     kernel: Option<String>,
+    /// Its kernel's connection info, for `ferrepl attach`.
+    kernel_connection: std::sync::OnceLock<Value>,
 }
 
 fn stream_index(stream: Stream) -> usize {
@@ -184,12 +190,15 @@ impl Worker {
                 state_sink: None,
                 next_request_id: 1,
                 kill_reason: None,
+                foreign: VecDeque::new(),
+                foreign_dropped: 0,
                 calls: Default::default(),
             }),
             changed,
             copies: std::sync::atomic::AtomicBool::new(false),
             upstream: spec.upstream.clone(),
             kernel: spec.kernel.as_ref().map(|k| k.name.clone()),
+            kernel_connection: std::sync::OnceLock::new(),
         }
     }
 

@@ -57,6 +57,8 @@ pub enum Event {
     Upstream(UpstreamEvent),
     /// `bytes` bytes of a saved state follow this line (state.rs).
     StateData { bytes: u64 },
+    /// A cell another client ran in a kernel session (kernel/foreign.rs).
+    Foreign { cell: super::kernel::ForeignCell },
     /// An event of a cell (its tag is the cell event's), sent after the
     /// `fence` markers that close the output before it.
     #[serde(untagged)]

@@ -46,6 +46,7 @@ mod index_credentials;
 mod install;
 mod kept_venv;
 mod kernels;
+mod kernels_attach;
 mod kernels_r;
 mod large_output;
 mod long_running;

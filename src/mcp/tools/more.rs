@@ -30,7 +30,7 @@ impl FerreplServer {
         if cells.is_empty() && running.is_none() {
             text.push_str(&format!("session {session}: no cells yet\n"));
         }
-        if cells.iter().any(|c| !c.current) {
+        if cells.iter().any(|c| !c.current && c.by.is_none()) {
             let current: Vec<u64> = cells.iter().filter(|c| c.current).map(|c| c.cell).collect();
             text.push_str(&format!(
                 "current branch: {}\n",
@@ -42,18 +42,24 @@ impl FerreplServer {
             ));
         }
         for c in &cells {
-            let after = match c.parent {
-                Some(p) if p + 1 != c.cell => format!(" | after {p}"),
-                None if c.cell > 1 => " | fresh".to_string(),
-                _ => String::new(),
+            let head = match &c.by {
+                // Not one of the session's cells: no number, no branch.
+                Some(by) => format!("[run by {by} | {}]", c.status.as_str()),
+                None => {
+                    let after = match c.parent {
+                        Some(p) if p + 1 != c.cell => format!(" | after {p}"),
+                        None if c.cell > 1 => " | fresh".to_string(),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "[cell {}{after} | {} | {:.0} ms]",
+                        c.cell,
+                        c.status.as_str(),
+                        c.elapsed_ms
+                    )
+                }
             };
-            text.push_str(&format!(
-                "[cell {}{after} | {} | {:.0} ms]\n{}\n",
-                c.cell,
-                c.status.as_str(),
-                c.elapsed_ms,
-                c.code.trim_end()
-            ));
+            text.push_str(&format!("{head}\n{}\n", c.code.trim_end()));
             if !c.output_preview.trim().is_empty() {
                 text.push_str(&format!(
                     "  => {}\n",

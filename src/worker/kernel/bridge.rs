@@ -20,6 +20,7 @@ use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::foreign::Foreign;
 use super::media::{cap, png_size, strip_ansi, text_of};
 use super::pipes::{Pipes, Sent};
 
@@ -145,6 +146,7 @@ impl Bridge {
         let mut queue: VecDeque<Queued> = VecDeque::new();
         let mut running: Option<Running> = None;
         let mut completing = Completing::default();
+        let mut foreign = Foreign::default();
         loop {
             if running.is_none()
                 && let Some(next) = queue.pop_front()
@@ -179,6 +181,9 @@ impl Bridge {
                         self.replied(Some(ReplyStatus::Aborted), &mut running).await
                     }
                     Some(Incoming::ShellUnread(_)) => Ok(()),
+                    Some(Incoming::IoPub(msg)) if let Some(cell) = foreign.observe(&session, &msg) => {
+                        self.pipes.event(json!({"ev": "foreign", "cell": cell})).await
+                    }
                     Some(msg) => self.message(msg, &mut running).await,
                     None => return true,
                 },

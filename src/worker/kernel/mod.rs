@@ -8,10 +8,12 @@
 
 mod bridge;
 mod connect;
+mod foreign;
 mod media;
 mod pipes;
 pub mod spec;
 
+pub use foreign::ForeignCell;
 pub use spec::KernelSpec;
 
 use std::ffi::OsString;
@@ -113,6 +115,9 @@ pub(super) async fn launch(
     let (ctl_tx, ctl_rx) = mpsc::channel::<Vec<u8>>(64);
     let (side_tx, side_rx) = mpsc::channel::<Vec<u8>>(64);
     let worker = Arc::new(Worker::new(spec, spawned.process, (ctl_tx, Some(side_tx))));
+    if let Ok(shared) = serde_json::to_value(&info) {
+        worker.set_kernel_connection(shared);
+    }
     let started_output = Arc::new(Mutex::new(Vec::new()));
     for (stream, pipe) in spawned.outputs {
         tokio::spawn(drain_to_log(
