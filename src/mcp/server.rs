@@ -49,6 +49,10 @@ const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
     ("shell_output", "limit", ""),
 ];
 
+/// kernel_exec takes python_exec's arguments; what they mean there.
+const KERNEL_ARGUMENT_DOCS: &[(&str, &str, &str)] =
+    &[("kernel_exec", "code", "Code in the kernel's language.")];
+
 /// Added to the instructions when R is enabled.
 const R_INSTRUCTIONS: &str = " R sessions (default \"r\"): the r_ tools, alike.";
 
@@ -91,6 +95,25 @@ impl AppParts {
                     &format!("create on a Jupyter kernel: {}", names.join(", ")),
                 ),
             }
+            route.attr.input_schema = Arc::new(input);
+        }
+        let other_kernels = manager.other_kernels();
+        if other_kernels.is_empty() {
+            // Only a server with such a kernel pays for the tool.
+            router.map.remove("kernel_exec");
+        } else if let Some(route) = router.map.get_mut("kernel_exec") {
+            let names: Vec<String> = other_kernels
+                .iter()
+                .map(|(name, lang)| format!("{name} ({lang})"))
+                .collect();
+            let mut input = (*route.attr.input_schema).clone();
+            // Branches need the built-in driver's saved states.
+            schema::remove_property(&mut input, "parent");
+            schema::describe_property(
+                &mut input,
+                "session",
+                &format!("a session on kernel {}", names.join(", ")),
+            );
             route.attr.input_schema = Arc::new(input);
         }
         if !upstream_servers.is_empty() {
@@ -184,6 +207,7 @@ impl FerreplServer {
             + Self::shell_router()
             + Self::packages_router()
             + Self::r_router()
+            + Self::kernel_router()
             + Self::r_packages_router()
             + Self::file_router();
         router.map.retain(|name, _| groups.exposes(name));
@@ -195,7 +219,7 @@ impl FerreplServer {
                 // Python-only servers do not pay for R's words.
                 schema::remove_property(&mut input, "language");
             }
-            for (name, property, doc) in R_ARGUMENT_DOCS {
+            for (name, property, doc) in R_ARGUMENT_DOCS.iter().chain(KERNEL_ARGUMENT_DOCS) {
                 if tool.name == *name {
                     schema::describe_property(&mut input, property, doc);
                 }
@@ -371,6 +395,8 @@ impl FerreplServer {
         let lang = call.language();
         let wait = call.window(&self.manager, wait_s);
         let session = self.session_in(session, lang)?;
+        self.manager
+            .check_cell_tool(&session, call.by_kernel_exec())?;
         self.under_client_policy(&call, &session, lang).await?;
         let fut = self.manager.exec(&session, lang, source, parent, wait);
         self.drive(&session, (call, true), fut).await

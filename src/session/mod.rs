@@ -29,6 +29,7 @@ pub mod gate;
 mod hints;
 mod inbox;
 mod kept;
+mod kernel_tool;
 mod launch;
 mod lifecycle;
 mod limits;

@@ -46,6 +46,7 @@ mod index_credentials;
 mod install;
 mod kept_venv;
 mod kernels;
+mod kernels_other;
 mod large_output;
 mod long_running;
 mod packages_egress;

@@ -20,7 +20,7 @@ use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-use super::media::{cap, png_size, strip_ansi, text_of};
+use super::media::{cap, png_size, text_of};
 use super::pipes::{Pipes, Sent};
 
 use crate::worker::Worker;
@@ -374,16 +374,10 @@ impl Bridge {
                 self.display(number, &d.data).await?;
             }
             JupyterMessageContent::ErrorOutput(e) => {
-                let traceback = e
-                    .traceback
-                    .iter()
-                    .map(|l| strip_ansi(l))
-                    .collect::<Vec<_>>()
-                    .join("\n");
                 cell.error = Some(PyError {
                     kind: e.ename.clone(),
                     message: e.evalue.clone(),
-                    traceback: format!("{traceback}\n"),
+                    traceback: super::media::traceback_of(e),
                 });
             }
             JupyterMessageContent::InputRequest(r) => {

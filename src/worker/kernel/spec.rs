@@ -22,6 +22,10 @@ pub struct KernelSpec {
     pub name: String,
     pub display_name: String,
     pub language: Language,
+    /// The kernel's own language when it is neither Python nor R (bash,
+    /// julia, ...): its sessions run cells through kernel_exec and are
+    /// followed by the Python tools, so `language` is Python for routing.
+    pub other_language: Option<String>,
     /// The command line, argv[0] resolved to an absolute path;
     /// `{connection_file}` is replaced at each launch.
     pub argv: Vec<String>,
@@ -141,11 +145,15 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
             serde_json::from_slice(&text).map_err(std::io::Error::other)
         })
         .map_err(|e| anyhow::anyhow!("--kernels: cannot read {}: {e}", file.display()))?;
-    let language = match json.language.to_ascii_lowercase().as_str() {
-        "python" => Language::Python,
-        other => anyhow::bail!(
-            "--kernels: kernel '{name}' is a {other} kernel; only python kernels can back sessions for now"
+    let (language, other_language) = match json.language.to_ascii_lowercase().as_str() {
+        "python" => (Language::Python, None),
+        "r" => anyhow::bail!(
+            "--kernels: kernel '{name}' is an R kernel; only python kernels and those of languages other than R can back sessions for now"
         ),
+        "" => anyhow::bail!(
+            "--kernels: kernel '{name}' names no language in its kernel.json; add \"language\" there"
+        ),
+        other => (Language::Python, Some(other.chars().take(32).collect())),
     };
     if json.interrupt_mode.as_deref() == Some("message") {
         anyhow::bail!(
@@ -166,6 +174,7 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
         name: name.to_string(),
         display_name: json.display_name,
         language,
+        other_language,
         argv,
         dir: dir.to_path_buf(),
         env: json.env.into_iter().collect(),
@@ -238,6 +247,13 @@ mod tests {
         assert!(err.to_string().contains("found: ir, py"), "{err}");
         let err = discover(&["ir".into()], &dirs, &places).expect_err("R");
         assert!(err.to_string().contains("only python kernels"), "{err}");
+        install(
+            &second,
+            "sh",
+            &format!(r#"{{"argv":["{sh}"],"language":"Bash"}}"#),
+        );
+        let found = discover(&["sh".into()], &dirs, &places).expect("bash");
+        assert_eq!(found[0].other_language.as_deref(), Some("bash"));
 
         install(
             &ws,
