@@ -115,7 +115,8 @@ pub struct Flags {
 
     /// Installed Jupyter kernels (comma separated names) python_sessions may create sessions on
     /// (`"kernel": NAME`); their kernelspecs are read once at start from JUPYTER_PATH and the
-    /// Jupyter data directories, never from where sessions write. Python kernels only.
+    /// Jupyter data directories, never from where sessions write. Python kernels, or of a language
+    /// other than R (bash, julia, ...): those add the tool kernel_exec.
     #[arg(hide_short_help = true)]
     #[arg(
         long,
