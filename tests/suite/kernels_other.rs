@@ -150,8 +150,13 @@ async fn an_interrupt_stops_a_bash_cell_and_keeps_the_shell() {
             .await;
         // bash_kernel answers an interrupted cell with the reply status
         // 'abort', which is not the protocol's ('aborted') and sends no
-        // error: the cell ends, reported ok, right after the interrupt.
+        // error: the cell ends, reported ok with a note, right after the
+        // interrupt.
         assert_status(&stopped, "ok");
+        assert!(
+            stopped.text.contains("ended after the interrupt"),
+            "{stopped:#?}"
+        );
         assert!(
             stopped.structured["elapsed_ms"]
                 .as_f64()
