@@ -22,9 +22,11 @@ fn jupyter_path() -> PathBuf {
     dir
 }
 
-/// A server offering the bash kernel, and a session `sh` on it.
+/// A server offering the bash kernel (every tool group), and a session
+/// `sh` on it.
 async fn bash_server() -> StdioServer {
-    let launch = Launch::new(&["--kernels", "bash"]).env("JUPYTER_PATH", jupyter_path());
+    let launch =
+        Launch::new(&["--kernels", "bash", "--tools", "all"]).env("JUPYTER_PATH", jupyter_path());
     let server = StdioServer::launch(launch).await;
     let out = server
         .call(
@@ -69,6 +71,23 @@ async fn bash_cells_keep_state_and_report_output_and_exit_status() {
         .call("python_output", json!({"session": "sh", "cell": cell}))
         .await;
     assert!(!read.is_error && read.text.contains("to-err"), "{read:#?}");
+
+    // Its notebook names its kernel, not Python.
+    let out = server
+        .call(
+            "python_export",
+            json!({"session": "sh", "path": "sh.ipynb", "format": "ipynb"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    let text = std::fs::read_to_string(server.workdir.path().join("sh.ipynb")).expect("notebook");
+    let notebook: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(
+        notebook["metadata"]["kernelspec"]["name"], "bash",
+        "{notebook:#}"
+    );
+    assert_eq!(notebook["metadata"]["language_info"]["name"], "bash");
+    assert!(text.contains("X=5"), "{text}");
 }
 
 #[tokio::test]
