@@ -49,10 +49,6 @@ const R_ARGUMENT_DOCS: &[(&str, &str, &str)] = &[
     ("shell_output", "limit", ""),
 ];
 
-/// kernel_exec takes python_exec's arguments; what they mean there.
-const KERNEL_ARGUMENT_DOCS: &[(&str, &str, &str)] =
-    &[("kernel_exec", "code", "Code in the kernel's language.")];
-
 /// Added to the instructions when R is enabled.
 const R_INSTRUCTIONS: &str = " R sessions (default \"r\"): the r_ tools, alike.";
 
@@ -97,25 +93,7 @@ impl AppParts {
             }
             route.attr.input_schema = Arc::new(input);
         }
-        let other_kernels = manager.other_kernels();
-        if other_kernels.is_empty() {
-            // Only a server with such a kernel pays for the tool.
-            router.map.remove("kernel_exec");
-        } else if let Some(route) = router.map.get_mut("kernel_exec") {
-            let names: Vec<String> = other_kernels
-                .iter()
-                .map(|(name, lang)| format!("{name} ({lang})"))
-                .collect();
-            let mut input = (*route.attr.input_schema).clone();
-            // Branches need the built-in driver's saved states.
-            schema::remove_property(&mut input, "parent");
-            schema::describe_property(
-                &mut input,
-                "session",
-                &format!("a session on kernel {}", names.join(", ")),
-            );
-            route.attr.input_schema = Arc::new(input);
-        }
+        FerreplServer::offer_kernel_exec(&mut router, &manager.other_kernels());
         if !upstream_servers.is_empty() {
             // Only a server with upstreams pays for these words.
             let servers = upstream_servers.join(", ");
@@ -219,7 +197,10 @@ impl FerreplServer {
                 // Python-only servers do not pay for R's words.
                 schema::remove_property(&mut input, "language");
             }
-            for (name, property, doc) in R_ARGUMENT_DOCS.iter().chain(KERNEL_ARGUMENT_DOCS) {
+            for (name, property, doc) in R_ARGUMENT_DOCS
+                .iter()
+                .chain(super::tools::kernel::ARGUMENT_DOCS)
+            {
                 if tool.name == *name {
                     schema::describe_property(&mut input, property, doc);
                 }
