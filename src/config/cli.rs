@@ -122,8 +122,9 @@ pub struct Flags {
 
     /// Installed Jupyter kernels (comma separated names) python_sessions may create sessions on
     /// (`"kernel": NAME`); their kernelspecs are read once at start from JUPYTER_PATH and the
-    /// Jupyter data directories, never from where sessions write. Python and R kernels; an R
-    /// kernel's sessions answer through the r_ tools (--languages python,r).
+    /// Jupyter data directories, never from where sessions write. Python and R kernels (an R
+    /// kernel's sessions answer through the r_ tools: --languages python,r), or of another
+    /// language (bash, julia, ...): those add the tool kernel_exec.
     #[arg(hide_short_help = true)]
     #[arg(
         long,

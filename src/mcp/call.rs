@@ -21,6 +21,8 @@ const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) struct Call {
     language: Language,
+    /// Called as kernel_exec: code for a kernel of another language.
+    by_kernel_exec: bool,
     progress: Option<ProgressToken>,
     peer: Peer<RoleServer>,
     ct: CancellationToken,
@@ -37,6 +39,7 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
         let request = &context.request_context;
         Ok(Self {
             language: crate::mcp::groups::language_of(&context.name),
+            by_kernel_exec: context.name == "kernel_exec",
             progress: request.meta.get_progress_token(),
             peer: request.peer.clone(),
             ct: request.ct.clone(),
@@ -49,6 +52,10 @@ impl<S> FromContextPart<ToolCallContext<'_, S>> for Call {
 impl Call {
     pub(crate) fn language(&self) -> Language {
         self.language
+    }
+
+    pub(crate) fn by_kernel_exec(&self) -> bool {
+        self.by_kernel_exec
     }
 
     /// A ticker for progress reports: it never fires when the client asked

@@ -14,6 +14,9 @@ const TOOLS: &[(&str, Option<Language>, &[&str])] = &[
     ("python", Some(Language::Python), &["python_exec", "python_wait", "python_output", "python_inspect"]),
     ("python", Some(Language::R), &["r_exec", "r_wait", "r_output", "r_inspect"]),
     ("python", None, &["python_sessions"]),
+    // Listed only when --kernels names a kernel of another language
+    // (server.rs); its cells are followed by the Python tools.
+    ("python", Some(Language::Python), &["kernel_exec"]),
     ("packages", Some(Language::Python), &["python_install"]),
     ("packages", Some(Language::R), &["r_install"]),
     ("more", Some(Language::Python), &["python_run_file", "python_complete", "python_namespace"]),
@@ -51,6 +54,9 @@ pub fn unknown_tool<'a>(name: &str, exposed: impl Iterator<Item = &'a str>) -> S
     let shown: String = name.chars().take(64).collect();
     if let Some((_, group, lang)) = tools().find(|(n, _, _)| *n == name) {
         let why = match lang {
+            _ if name == "kernel_exec" => {
+                "it exists only when --kernels names a kernel of another language than Python or R (e.g. bash)".to_string()
+            }
             Some(Language::R) => format!(
                 "R is not enabled here (--languages) or group '{group}' is left out (--tools)"
             ),

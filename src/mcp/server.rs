@@ -93,6 +93,7 @@ impl AppParts {
             }
             route.attr.input_schema = Arc::new(input);
         }
+        FerreplServer::offer_kernel_exec(&mut router, &manager.other_kernels());
         if !upstream_servers.is_empty() {
             // Only a server with upstreams pays for these words.
             let servers = upstream_servers.join(", ");
@@ -184,6 +185,7 @@ impl FerreplServer {
             + Self::shell_router()
             + Self::packages_router()
             + Self::r_router()
+            + Self::kernel_router()
             + Self::r_packages_router()
             + Self::file_router();
         router.map.retain(|name, _| groups.exposes(name));
@@ -195,7 +197,10 @@ impl FerreplServer {
                 // Python-only servers do not pay for R's words.
                 schema::remove_property(&mut input, "language");
             }
-            for (name, property, doc) in R_ARGUMENT_DOCS {
+            for (name, property, doc) in R_ARGUMENT_DOCS
+                .iter()
+                .chain(super::tools::kernel::ARGUMENT_DOCS)
+            {
                 if tool.name == *name {
                     schema::describe_property(&mut input, property, doc);
                 }
@@ -371,6 +376,8 @@ impl FerreplServer {
         let lang = call.language();
         let wait = call.window(&self.manager, wait_s);
         let session = self.session_in(session, lang)?;
+        self.manager
+            .check_cell_tool(&session, call.by_kernel_exec())?;
         self.under_client_policy(&call, &session, lang).await?;
         let fut = self.manager.exec(&session, lang, source, parent, wait);
         self.drive(&session, (call, true), fut).await

@@ -39,6 +39,8 @@ enum Hint {
 const DOCS: &[(&str, &str, &[Hint], &str)] = &[
     ("python_exec", "Run Python", &[],
      "Run Python code in a persistent session. Returns the output (stdout and stderr, subprocesses included), the last expression's repr, and the traceback if it raised. Example: {\"code\": \"import math\\nmath.pi * 2\"}"),
+    ("kernel_exec", "Run code on a kernel", &[],
+     "Run code in a session on a Jupyter kernel of another language (python_sessions create with kernel): output, images, errors. python_wait and python_output follow it."),
     ("python_wait", "Wait for a cell", &[NotDestructive, ClosedWorld],
      "Follow a cell that returned 'running' or 'waiting_input': its new output once it finishes, asks for input or wait_s passes. Repeats the last result if that was lost."),
     ("python_output", "Read cell output", &[ReadOnly],

@@ -42,6 +42,7 @@ use super::server::FerreplServer;
 const TASK_TOOLS: &[&str] = &[
     "python_exec",
     "r_exec",
+    "kernel_exec",
     "python_install",
     "r_install",
     "shell_exec",

@@ -12,7 +12,7 @@ use super::error::SessionError;
 use super::lifecycle::uncollected;
 use super::manager::SessionManager;
 use super::preinstall_wait::Behind;
-use super::report::CellReport;
+use super::report::{CellReport, CellStatus};
 use super::resume::Ready;
 use super::source::{CellSource, StoredSource};
 use super::state::{Session, SessionState};
@@ -221,7 +221,15 @@ impl SessionManager {
             }
         };
         self.stop_cell(&sess, &worker, cell, None).await;
-        self.collect(&sess, &worker, Duration::ZERO).await
+        let report = self.collect(&sess, &worker, Duration::ZERO).await?;
+        // A kernel may end an interrupted cell without an error (bash_kernel
+        // does): its 'ok' then says nothing of the interrupt unless told.
+        Ok(match report.status {
+            CellStatus::Ok if report.cell == cell => report.with_note(
+                "The cell ended after the interrupt without reporting it; its output may be cut short.",
+            ),
+            _ => report,
+        })
     }
 
     /// The client cancelled a python_exec: a rebuild under way is stopped

@@ -166,9 +166,21 @@ fn notebook(sess: &Session, cells: &[PathCell], kept: &KeptResults) -> String {
             "outputs": outputs,
         }));
     }
-    let (kernel, display, language) = match sess.language {
-        Language::Python => ("python3", "Python 3", "python"),
-        Language::R => ("ir", "R", "R"),
+    let other = sess
+        .spec
+        .as_ref()
+        .and_then(|s| s.kernel.as_ref())
+        .filter(|k| k.other_language.is_some());
+    let (kernel, display, language) = match (other, sess.language) {
+        // A session on a kernel of another language (bash) is Python only
+        // for routing: its notebook names its own kernel.
+        (Some(k), _) => (
+            k.name.as_str(),
+            k.display_name.as_str(),
+            k.other_language.as_deref().unwrap_or_default(),
+        ),
+        (None, Language::Python) => ("python3", "Python 3", "python"),
+        (None, Language::R) => ("ir", "R", "R"),
     };
     let doc = json!({
         "nbformat": 4,

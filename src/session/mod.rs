@@ -30,6 +30,7 @@ pub mod gate;
 mod hints;
 mod inbox;
 mod kept;
+mod kernel_tool;
 mod launch;
 mod lifecycle;
 mod limits;

@@ -5,6 +5,7 @@
 
 pub mod files;
 mod install_spec;
+pub mod kernel;
 pub mod more;
 pub mod packages;
 pub mod python;

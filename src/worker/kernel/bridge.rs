@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::foreign::Foreign;
-use super::media::{cap, png_size, strip_ansi, text_of};
+use super::media::{cap, png_size, text_of};
 use super::pipes::{Pipes, Sent};
 
 use crate::worker::Worker;
@@ -422,17 +422,11 @@ impl Bridge {
                 self.display(number, &d.data).await?;
             }
             JupyterMessageContent::ErrorOutput(e) => {
-                let traceback = e
-                    .traceback
-                    .iter()
-                    .map(|l| strip_ansi(l))
-                    .collect::<Vec<_>>()
-                    .join("\n");
                 cell.error = Some(PyError {
                     kind: e.ename.clone(),
                     // IRkernel ends its evalue with a newline.
                     message: e.evalue.trim_end().to_string(),
-                    traceback: format!("{traceback}\n"),
+                    traceback: super::media::traceback_of(e),
                 });
             }
             JupyterMessageContent::InputRequest(r) => {

@@ -55,9 +55,13 @@ impl Bridge {
         let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
         let t = tx.clone();
         readers.spawn(async move {
-            while let Ok(msg) = iopub.read().await
-                && t.send(Incoming::IoPub(msg)).await.is_ok()
-            {}
+            while let Some(read) = readable(iopub.read().await) {
+                if let Some(msg) = read
+                    && t.send(Incoming::IoPub(msg)).await.is_err()
+                {
+                    break;
+                }
+            }
             tracing::debug!(pid, "kernel iopub closed");
         });
         let t = tx.clone();
@@ -65,13 +69,19 @@ impl Bridge {
             loop {
                 let incoming = match shell_recv.read().await {
                     Ok(msg) => Incoming::Shell(msg),
-                    // A reply jupyter-protocol cannot read (IRkernel's
-                    // execute_reply says "abort", the spelling before
-                    // "aborted") must not end the socket's reader.
-                    Err(zmq::RuntimeError::ParseError { msg_type, .. }) => {
+                    // A reply jupyter-protocol cannot read (IRkernel's and
+                    // bash_kernel's execute_reply say "abort", the spelling
+                    // before "aborted") must not end the socket's reader.
+                    Err(zmq::RuntimeError::ParseError { msg_type, .. })
+                        if msg_type == "execute_reply" =>
+                    {
                         Incoming::ShellUnread(msg_type)
                     }
-                    Err(_) => break,
+                    other => match readable(other) {
+                        Some(Some(msg)) => Incoming::Shell(msg),
+                        Some(None) => continue,
+                        None => break,
+                    },
                 };
                 if t.send(incoming).await.is_err() {
                     break;
@@ -80,9 +90,13 @@ impl Bridge {
         });
         let t = tx.clone();
         readers.spawn(async move {
-            while let Ok(msg) = stdin_recv.read().await
-                && t.send(Incoming::Stdin(msg)).await.is_ok()
-            {}
+            while let Some(read) = readable(stdin_recv.read().await) {
+                if let Some(msg) = read
+                    && t.send(Incoming::Stdin(msg)).await.is_err()
+                {
+                    break;
+                }
+            }
         });
         Some((shell_send, stdin_send))
     }
@@ -109,8 +123,18 @@ impl Bridge {
                 }
                 msg = rx.recv() => match msg? {
                     Incoming::Shell(m) => {
-                        if let JupyterMessageContent::KernelInfoReply(reply) = m.content {
-                            version = Some(reply.language_info.version);
+                        match m.content {
+                            JupyterMessageContent::KernelInfoReply(reply) => {
+                                version = Some(reply.language_info.version);
+                            }
+                            // Answered, but without what the protocol
+                            // crate requires (`readable`).
+                            JupyterMessageContent::UnknownMessage(u)
+                                if u.msg_type == "kernel_info_reply" =>
+                            {
+                                version = Some(String::new());
+                            }
+                            _ => {}
                         }
                     }
                     Incoming::IoPub(m) => {
@@ -128,6 +152,32 @@ impl Bridge {
             }
         }
         version
+    }
+}
+
+/// What a reader does with one read: forward a message (Some(Some)),
+/// skip one (Some(None)) or stop, the socket gone (None). A message whose
+/// content the protocol crate cannot parse is skipped, not the end of the
+/// channel: kernels other than ipykernel leave out fields it requires
+/// (bash_kernel's kernel_info_reply has no language version). Such a
+/// kernel_info_reply is still the kernel's answer, passed on without its
+/// content.
+fn readable(read: zmq::Result<JupyterMessage>) -> Option<Option<JupyterMessage>> {
+    match read {
+        Ok(msg) => Some(Some(msg)),
+        Err(zmq::RuntimeError::ParseError { msg_type, source }) => {
+            tracing::debug!(%msg_type, "a kernel message not understood, skipped: {source}");
+            Some((msg_type == "kernel_info_reply").then(|| {
+                JupyterMessage::new(
+                    jupyter_protocol::UnknownMessage {
+                        msg_type,
+                        content: serde_json::Value::Null,
+                    },
+                    None,
+                )
+            }))
+        }
+        Err(_) => None,
     }
 }
 

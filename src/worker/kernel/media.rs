@@ -43,6 +43,20 @@ pub(super) fn cap(text: &str, max: usize) -> String {
     }
 }
 
+/// An error's traceback as the cell shows it: the kernel's lines without
+/// colours, or, when it sent none (bash_kernel sends only the exit status
+/// as the value), its type and value, so that the result says what failed.
+pub(super) fn traceback_of(e: &jupyter_protocol::ErrorOutput) -> String {
+    if e.traceback.is_empty() {
+        return match e.ename.as_str() {
+            "" => format!("the kernel reported an error: {}\n", e.evalue),
+            kind => format!("{kind}: {}\n", e.evalue),
+        };
+    }
+    let lines: Vec<String> = e.traceback.iter().map(|l| strip_ansi(l)).collect();
+    format!("{}\n", lines.join("\n"))
+}
+
 /// `text` without ANSI escape sequences (IPython colours its tracebacks):
 /// CSI sequences up to their final byte, other escapes with their one
 /// following character.

@@ -22,6 +22,10 @@ pub struct KernelSpec {
     pub name: String,
     pub display_name: String,
     pub language: Language,
+    /// The kernel's own language when it is neither Python nor R (bash,
+    /// julia, ...): its sessions run cells through kernel_exec and are
+    /// followed by the Python tools, so `language` is Python for routing.
+    pub other_language: Option<String>,
     /// The command line, argv[0] resolved to an absolute path;
     /// `{connection_file}` is replaced at each launch.
     pub argv: Vec<String>,
@@ -141,13 +145,14 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
             serde_json::from_slice(&text).map_err(std::io::Error::other)
         })
         .map_err(|e| anyhow::anyhow!("--kernels: cannot read {}: {e}", file.display()))?;
-    let language = match json.language.to_ascii_lowercase().as_str() {
-        "python" => Language::Python,
+    let (language, other_language) = match json.language.to_ascii_lowercase().as_str() {
+        "python" => (Language::Python, None),
         // IRkernel says "R"; its sessions answer through the r_ tools.
-        "r" => Language::R,
-        other => anyhow::bail!(
-            "--kernels: kernel '{name}' is a {other} kernel; only Python and R kernels can back sessions for now"
+        "r" => (Language::R, None),
+        "" => anyhow::bail!(
+            "--kernels: kernel '{name}' names no language in its kernel.json; add \"language\" there"
         ),
+        other => (Language::Python, Some(other.chars().take(32).collect())),
     };
     if json.interrupt_mode.as_deref() == Some("message") {
         anyhow::bail!(
@@ -168,6 +173,7 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
         name: name.to_string(),
         display_name: json.display_name,
         language,
+        other_language,
         argv,
         dir: dir.to_path_buf(),
         env: json.env.into_iter().collect(),
@@ -245,11 +251,13 @@ mod tests {
         assert!(err.to_string().contains("found: bash, ir, py"), "{err}");
         let found = discover(&["ir".into()], &dirs, &places).expect("R");
         assert_eq!(found[0].language, Language::R);
-        let err = discover(&["bash".into()], &dirs, &places).expect_err("bash");
-        assert!(
-            err.to_string().contains("only Python and R kernels"),
-            "{err}"
+        install(
+            &second,
+            "sh",
+            &format!(r#"{{"argv":["{sh}"],"language":"Bash"}}"#),
         );
+        let found = discover(&["sh".into()], &dirs, &places).expect("bash");
+        assert_eq!(found[0].other_language.as_deref(), Some("bash"));
 
         install(
             &ws,
