@@ -9,8 +9,9 @@ target=x86_64-apple-darwin
 if ! rustup target list --installed | grep -qx "$target"; then
     rustup target add "$target" >&2
 fi
-# The bundled SQLite is compiled by its build script even for a check; the
-# host's gcc builds it once Apple's flags are dropped (the objects are never
+# The bundled SQLite and ring's C are compiled by their build scripts even
+# for a check; the host's gcc builds them once Apple's flags (-arch,
+# -mmacosx-version-min, clang's -gfull) are dropped (the objects are never
 # linked).
 cc="$PWD/target/macos-check-cc"
 mkdir -p target
@@ -23,6 +24,7 @@ for a in "$@"; do
     case "$a" in
         -arch) skip=1 ;;
         -mmacosx-version-min=*) ;;
+        -gfull) ;;
         *) args+=("$a") ;;
     esac
 done
