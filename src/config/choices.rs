@@ -123,7 +123,7 @@ impl SandboxChoices {
             inherit: flags.sandbox == SandboxFlag::Inherit,
             require: flags.sandbox_require,
             namespaces: !flags.no_namespaces,
-            allow_degraded_isolation: flags.allow_degraded_isolation,
+            allow_degraded_isolation: flags.tenants.allow_degraded_isolation,
             network: flags.network,
             allow_host_egress: flags.allow_host_egress.clone(),
             allow_domain: allow_domain(flags)?,
@@ -142,9 +142,9 @@ impl SandboxChoices {
                 .context("--max-file-size")?
                 .unwrap_or(u64::MAX),
             max_open_files: flags.max_open_files,
-            tenant_uids: flags.tenant_uids,
-            uid_table: flags.uid_table.clone(),
-            tenant_cpu_weight: flags.tenant_cpu_weight,
+            tenant_uids: flags.tenants.tenant_uids,
+            uid_table: flags.tenants.uid_table.clone(),
+            tenant_cpu_weight: flags.tenants.tenant_cpu_weight,
         })
     }
 
@@ -201,7 +201,7 @@ fn allow_domain(flags: &Flags) -> anyhow::Result<Vec<crate::egress::DomainPatter
 impl OwnFiles {
     pub fn from_flags(flags: &Flags) -> Self {
         Self {
-            auth_token_file: flags.auth_token_file.clone(),
+            auth_token_file: flags.serving.auth_token_file.clone(),
             mcp_servers: flags.mcp_servers.clone(),
             viewer_tokens: flags
                 .viewer_tokens
@@ -215,14 +215,14 @@ impl Serving {
     pub fn from_flags(flags: &Flags) -> Self {
         Self {
             http: flags.http,
-            metrics_addr: flags.metrics_addr,
-            allow_hosts: flags.allow_hosts.clone(),
-            allow_origins: flags.allow_origins.clone(),
-            max_request_bytes: flags.max_request_bytes,
-            per_client: flags.default_session == DefaultSession::PerClient,
-            client_grace: std::time::Duration::from_secs(flags.client_grace),
-            session_idle: std::time::Duration::from_secs(flags.http_session_idle.max(1)),
-            max_streams: flags.max_connections.max(1),
+            metrics_addr: flags.serving.metrics_addr,
+            allow_hosts: flags.serving.allow_hosts.clone(),
+            allow_origins: flags.serving.allow_origins.clone(),
+            max_request_bytes: flags.serving.max_request_bytes,
+            per_client: flags.serving.default_session == DefaultSession::PerClient,
+            client_grace: std::time::Duration::from_secs(flags.serving.client_grace),
+            session_idle: std::time::Duration::from_secs(flags.serving.http_session_idle.max(1)),
+            max_streams: flags.serving.max_connections.max(1),
             tools: flags.tools.clone(),
         }
     }

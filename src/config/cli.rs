@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+pub use serving::ServingFlags;
+pub use tenants::TenantFlags;
+
 /// What `ferrepl SUBCOMMAND` does instead of serving MCP.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
@@ -328,243 +331,13 @@ pub struct Flags {
     )]
     pub max_open_files: u64,
 
-    /// Bearer tokens for HTTP: one bare token, or "TOKEN TENANT" lines (tenants).
-    ///
-    /// Read from FILE instead of the command line, where every local process can see them; each
-    /// tenant gets its own sessions, jobs and workspace (<workdir>/<tenant>). Reloaded on
-    /// SIGHUP.
-    #[arg(help_heading = "Serving (HTTP)")]
-    #[arg(long, env = "FERREPL_AUTH_TOKEN_FILE", value_name = "FILE")]
-    pub auth_token_file: Option<PathBuf>,
+    /// HTTP serving: tokens, hosts, limits (cli/serving.rs).
+    #[command(flatten)]
+    pub serving: ServingFlags,
 
-    /// Require "Authorization: Bearer TOKEN" on every HTTP request. Required when --http binds a
-    /// non-loopback address.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_AUTH_TOKEN",
-        value_name = "TOKEN",
-        hide_env_values = true
-    )]
-    pub auth_token: Option<String>,
-
-    /// Extra HTTP Host values to accept (comma separated), beyond localhost, 127.0.0.1 and ::1.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long = "allow-host",
-        env = "FERREPL_ALLOW_HOSTS",
-        value_delimiter = ',',
-        value_name = "HOST"
-    )]
-    pub allow_hosts: Vec<String>,
-
-    /// Extra browser Origins to accept (comma separated, with scheme, e.g. https://app.example:443),
-    /// beyond http://localhost, http://127.0.0.1 and http://[::1] on any port.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long = "allow-origin",
-        env = "FERREPL_ALLOW_ORIGINS",
-        value_delimiter = ',',
-        value_name = "ORIGIN"
-    )]
-    pub allow_origins: Vec<String>,
-
-    /// Serve /healthz, /readyz and /metrics on ADDR too, without auth or Host checks (for
-    /// probes and Prometheus).
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_METRICS_ADDR", value_name = "ADDR")]
-    pub metrics_addr: Option<SocketAddr>,
-
-    /// HTTP mode: on SIGTERM, seconds running cells get to finish and the calls waiting for
-    /// them to be answered before the exit; a result no call waits for holds nothing (a second
-    /// SIGTERM exits at once).
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_DRAIN_SECONDS",
-        default_value_t = 30.0,
-        value_name = "SECONDS"
-    )]
-    pub drain_seconds: f64,
-
-    /// Over HTTP, what an omitted `session` means: `shared` (one "default"
-    /// session for every client of the server) or `per-client` (each MCP
-    /// connection gets its own default session).
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_DEFAULT_SESSION",
-        default_value = "shared",
-        value_name = "MODE"
-    )]
-    pub default_session: DefaultSession,
-
-    /// With `--default-session per-client`: seconds a client's sessions outlive it. They end
-    /// once their last result is collected, or when this runs out (a running cell is stopped);
-    /// a new session needing room ends the oldest first.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_CLIENT_GRACE",
-        default_value_t = 600,
-        value_name = "SECONDS"
-    )]
-    pub client_grace: u64,
-
-    /// Seconds an HTTP MCP connection (an Mcp-Session-Id) may go without a request before it
-    /// ends; a client then starts a new one.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_HTTP_SESSION_IDLE",
-        default_value_t = 300,
-        value_name = "SECONDS"
-    )]
-    pub http_session_idle: u64,
-
-    /// MCP connections (transport sessions) one tenant may hold open over
-    /// HTTP; an idle one ends 5 minutes after its last request.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_MAX_CONNECTIONS",
-        default_value_t = 256,
-        value_name = "N"
-    )]
-    pub max_connections: usize,
-
-    /// HTTP: seconds a connection gets to send each request head (and 6 times as long for its
-    /// body); then it is closed. Counted from its first byte, or from its opening.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_HTTP_HEADER_TIMEOUT",
-        default_value_t = 10.0,
-        value_name = "SECONDS"
-    )]
-    pub http_header_timeout: f64,
-
-    /// HTTP: seconds a keep-alive connection may sit with no request in flight before it is
-    /// closed (a stream or a call in progress is never cut, unless the client stops reading
-    /// it for as long).
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_HTTP_IDLE_TIMEOUT",
-        default_value_t = 120.0,
-        value_name = "SECONDS"
-    )]
-    pub http_idle_timeout: f64,
-
-    /// HTTP: TCP connections open at once, authenticated or not; past it new ones are closed
-    /// (not --max-connections, which counts MCP sessions).
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_HTTP_MAX_CONNECTIONS",
-        default_value_t = 4096,
-        value_name = "N"
-    )]
-    pub http_max_connections: usize,
-
-    /// HTTP: TCP connections one peer address may hold (default an eighth of
-    /// --http-max-connections; 0: no cap). Peers named by --http-trusted-proxy are not capped:
-    /// the addresses they forward are, request by request.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_HTTP_MAX_CONNECTIONS_PER_PEER", value_name = "N")]
-    pub http_max_connections_per_peer: Option<usize>,
-
-    /// HTTP: proxies (CIDR or address, comma separated) whose X-Forwarded-For / Forwarded
-    /// header names the client; the client's address is then the peer each share counts.
-    /// Headers from any other peer are ignored.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_HTTP_TRUSTED_PROXY",
-        value_delimiter = ',',
-        value_name = "CIDR"
-    )]
-    pub http_trusted_proxy: Vec<String>,
-
-    /// HTTP: request body bytes buffered at once over all connections (default 32 times
-    /// --max-request-bytes); one principal (a tenant, or a peer without a token) may hold a
-    /// quarter of it. Past it a request gets 503 with Retry-After.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_HTTP_MAX_BUFFERED_BYTES", value_name = "BYTES")]
-    pub http_max_buffered_bytes: Option<usize>,
-
-    /// Largest request accepted, in bytes: an HTTP body or one stdio line.
-    #[arg(help_heading = "Serving (HTTP)", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_MAX_REQUEST_BYTES", default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
-    pub max_request_bytes: usize,
-
-    /// Most sessions of one tenant (default: half of --max-sessions, at least 1).
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_MAX_SESSIONS", value_name = "N")]
-    pub tenant_max_sessions: Option<usize>,
-
-    /// Jobs (shell and install) one tenant may run at once (default: half of --max-jobs, at
-    /// least 1, so one tenant cannot take every slot).
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_MAX_JOBS", value_name = "N")]
-    pub tenant_max_jobs: Option<usize>,
-
-    /// Warm-pool interpreters one tenant may hold (default: half of --warm-pool, at least 1
-    /// when it is not 0); with tenants, --warm-pool counts over all of them.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_WARM_POOL", value_name = "N")]
-    pub tenant_warm_pool: Option<usize>,
-
-    /// Memory all sessions and jobs of one tenant may use together (cgroup), e.g. 4G.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_MEMORY", value_name = "BYTES")]
-    pub tenant_memory: Option<String>,
-
-    /// CPU weight of each tenant against the others (1-10000, cgroup), default 100.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_CPU_WEIGHT", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10000), value_name = "N")]
-    pub tenant_cpu_weight: u64,
-
-    /// Size a tenant's workspace may grow to, e.g. 10G: past it, new cells and jobs are refused
-    /// until files are deleted (checked every few seconds).
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_DISK", value_name = "BYTES")]
-    pub tenant_disk: Option<String>,
-
-    /// HTTP: TCP connections one tenant may hold once authenticated (default half of
-    /// --http-max-connections); past it its requests get 429.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_MAX_HTTP_CONNECTIONS", value_name = "N")]
-    pub tenant_max_http_connections: Option<usize>,
-
-    /// Uids (and gids) a root server runs sessions as: one for each tenant of each instance on
-    /// the host, kept in --uid-table.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_TENANT_UIDS", default_value = "20000-59999", value_parser = crate::sandbox::uids::parse_range, value_name = "START-END")]
-    pub tenant_uids: (u32, u32),
-
-    /// The host's table of session uids a root server keeps: each (state directory, workspace,
-    /// tenant) gets a uid of --tenant-uids that no other instance on the host has, kept whatever
-    /// --resume says. It and its directory must be root's and writable by nobody else; the
-    /// directory is made (0700) if missing. Ignored by an unprivileged server, which keeps none.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(
-        long,
-        env = "FERREPL_UID_TABLE",
-        default_value = crate::sandbox::uids::DEFAULT_TABLE,
-        value_name = "FILE"
-    )]
-    pub uid_table: PathBuf,
-
-    /// With tenants, start even where isolation between them is degraded, which is refused
-    /// otherwise: without private namespaces (--no-namespaces, or a kernel that refuses them)
-    /// tenants' sessions share the host's /dev/shm and /proc (each other's processes and command
-    /// lines), IPC and Unix sockets; without a uid of each tenant's own (an unprivileged server,
-    /// root without namespaces) they may all run as one uid. One tenant alone only gets the
-    /// status line's warning.
-    #[arg(help_heading = "Tenants", hide_short_help = true)]
-    #[arg(long, env = "FERREPL_ALLOW_DEGRADED_ISOLATION")]
-    pub allow_degraded_isolation: bool,
+    /// Tenants: shares, uids, isolation (cli/tenants.rs).
+    #[command(flatten)]
+    pub tenants: TenantFlags,
 
     /// Serve a live, read-only view of the sessions to a browser on ADDR (port 0 picks one).
     ///
@@ -1042,6 +815,9 @@ fn listen_addr(value: &str) -> Result<SocketAddr, String> {
         format!("'{value}' is not an address to listen on: give HOST:PORT (127.0.0.1:8000, [::1]:8000, 0.0.0.0:8000) or a port alone (8000, for 127.0.0.1)")
     })
 }
+
+mod serving;
+mod tenants;
 
 #[cfg(test)]
 mod tests;

@@ -57,9 +57,10 @@ pub struct HttpLimits {
 /// `--http-max-buffered-bytes`, by default 32 of the largest requests.
 fn buffered_total(flags: &Flags) -> usize {
     flags
+        .serving
         .http_max_buffered_bytes
-        .unwrap_or(flags.max_request_bytes.saturating_mul(32))
-        .max(flags.max_request_bytes)
+        .unwrap_or(flags.serving.max_request_bytes.saturating_mul(32))
+        .max(flags.serving.max_request_bytes)
 }
 
 /// `--http-trusted-proxy` entries: a CIDR, or an address (its own /32 or /128).
@@ -133,13 +134,22 @@ impl Shares {
         let pool = usize::from(flags.warm_pool);
         Self {
             sessions: flags
+                .tenants
                 .tenant_max_sessions
                 .unwrap_or(half(flags.max_sessions))
                 .max(1),
-            jobs: flags.tenant_max_jobs.unwrap_or(half(flags.max_jobs)).max(1),
+            jobs: flags
+                .tenants
+                .tenant_max_jobs
+                .unwrap_or(half(flags.max_jobs))
+                .max(1),
             warm_pool: match pool {
                 0 => 0,
-                _ => flags.tenant_warm_pool.unwrap_or(half(pool)).min(pool),
+                _ => flags
+                    .tenants
+                    .tenant_warm_pool
+                    .unwrap_or(half(pool))
+                    .min(pool),
             },
         }
     }
@@ -201,29 +211,34 @@ impl Settings {
             structured: flags.structured_content,
             checkpoints: flags.checkpoints,
             languages: parse_languages(&flags.languages)?,
-            tenant_disk: parse_size(flags.tenant_disk.as_deref(), "--tenant-disk")?,
-            tenant_memory: parse_size(flags.tenant_memory.as_deref(), "--tenant-memory")?,
+            tenant_disk: parse_size(flags.tenants.tenant_disk.as_deref(), "--tenant-disk")?,
+            tenant_memory: parse_size(flags.tenants.tenant_memory.as_deref(), "--tenant-memory")?,
             drain: match flags.http {
-                Some(_) => Some(seconds(flags.drain_seconds, "--drain-seconds")?),
+                Some(_) => Some(seconds(flags.serving.drain_seconds, "--drain-seconds")?),
                 None => None,
             },
             http: HttpLimits {
-                header_timeout: seconds(flags.http_header_timeout, "--http-header-timeout")?,
-                idle_timeout: seconds(flags.http_idle_timeout, "--http-idle-timeout")?,
-                write_timeout: seconds(flags.http_idle_timeout, "--http-idle-timeout")?,
-                max_connections: flags.http_max_connections.max(1),
+                header_timeout: seconds(
+                    flags.serving.http_header_timeout,
+                    "--http-header-timeout",
+                )?,
+                idle_timeout: seconds(flags.serving.http_idle_timeout, "--http-idle-timeout")?,
+                write_timeout: seconds(flags.serving.http_idle_timeout, "--http-idle-timeout")?,
+                max_connections: flags.serving.http_max_connections.max(1),
                 max_per_peer: flags
+                    .serving
                     .http_max_connections_per_peer
-                    .unwrap_or((flags.http_max_connections / 8).max(1)),
+                    .unwrap_or((flags.serving.http_max_connections / 8).max(1)),
                 max_head_bytes: 64 * 1024,
-                trusted_proxies: trusted_proxies(&flags.http_trusted_proxy)?,
+                trusted_proxies: trusted_proxies(&flags.serving.http_trusted_proxy)?,
                 tenant_connections: flags
+                    .tenants
                     .tenant_max_http_connections
-                    .unwrap_or(flags.http_max_connections / 2)
+                    .unwrap_or(flags.serving.http_max_connections / 2)
                     .max(1),
-                principal_streams: flags.max_connections.max(1),
+                principal_streams: flags.serving.max_connections.max(1),
                 buffered_total: buffered_total(flags),
-                buffered_share: (buffered_total(flags) / 4).max(flags.max_request_bytes),
+                buffered_share: (buffered_total(flags) / 4).max(flags.serving.max_request_bytes),
             },
             shares: Shares::from_flags(flags),
             stores: Stores::from_flags(flags)?,

@@ -44,10 +44,10 @@ impl TokenTable {
 
     /// The server's tokens: --auth-token-file, else --auth-token, else none.
     pub fn from_flags(flags: &super::Flags) -> anyhow::Result<Self> {
-        if let Some(file) = &flags.auth_token_file {
+        if let Some(file) = &flags.serving.auth_token_file {
             return Self::read(file).map_err(|e| anyhow::anyhow!("--auth-token-file {e}"));
         }
-        Ok(match flags.auth_token.as_deref().map(str::trim) {
+        Ok(match flags.serving.auth_token.as_deref().map(str::trim) {
             Some(t) if !t.is_empty() => Self::single(t),
             _ => Self::open(),
         })
