@@ -11,19 +11,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    Launch, StdioServer, ToolOutput, assert_status, image_blocks, server_command_plain,
+    Launch, StdioServer, ToolOutput, assert_status, image_blocks, kernels, server_command_plain,
     upstreams::test_env_dir,
 };
 
 /// The `nb` venv's Jupyter data directory (its kernels/python3).
 fn jupyter_path() -> PathBuf {
-    let dir = test_env_dir().join("nb/share/jupyter");
-    assert!(
-        dir.join("kernels/python3/kernel.json").is_file(),
-        "{} has no python3 kernel: run `bash scripts/test-env.sh`",
-        dir.display()
-    );
-    dir
+    kernels::jupyter_path("nb", "python3")
 }
 
 /// A server offering the `nb` venv's python3 kernel, and a session `k` on it.
@@ -31,24 +25,11 @@ async fn kernel_server(extra: &[&str]) -> StdioServer {
     let mut args = vec!["--kernels", "python3"];
     args.extend_from_slice(extra);
     let launch = Launch::new(&args).env("JUPYTER_PATH", jupyter_path());
-    let server = StdioServer::launch(launch).await;
-    let out = server
-        .call(
-            "python_sessions",
-            json!({"action": "create", "session": "k", "kernel": "python3"}),
-        )
-        .await;
-    assert!(!out.is_error, "{out:#?}");
-    server
+    kernels::with_kernel_session(launch, "k", "python3").await
 }
 
 async fn exec(server: &StdioServer, code: &str) -> ToolOutput {
-    server
-        .call(
-            "python_exec",
-            json!({"session": "k", "code": code, "wait_s": 60}),
-        )
-        .await
+    kernels::kernel_cell(server, "python_exec", "k", code).await
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::process::Output;
 
 use serde_json::json;
 
-use crate::support::{Launch, StdioServer, server_binary, upstreams::test_env_dir};
+use crate::support::{Launch, StdioServer, kernels, server_binary, upstreams::test_env_dir};
 
 /// The `kernels` venv: its python (with jupyter_client) and its Jupyter
 /// data directory (kernels/python3).
@@ -31,14 +31,7 @@ async fn kernel_server(runtime: &Path) -> StdioServer {
     let launch = Launch::new(&["--kernels", "python3"])
         .env("JUPYTER_PATH", kernels_venv().join("share/jupyter"))
         .env("XDG_RUNTIME_DIR", runtime);
-    let server = StdioServer::launch(launch).await;
-    let out = server
-        .call(
-            "python_sessions",
-            json!({"action": "create", "session": "k", "kernel": "python3"}),
-        )
-        .await;
-    assert!(!out.is_error, "{out:#?}");
+    let server = kernels::with_kernel_session(launch, "k", "python3").await;
     server
         .call(
             "python_exec",

@@ -3,48 +3,20 @@
 //! runs their cells, listed only when --kernels names such a kernel, and
 //! python_wait and python_output follow them.
 
-use std::path::PathBuf;
-
 use serde_json::json;
 
-use crate::support::{
-    Launch, StdioServer, ToolOutput, assert_status, tool_names, upstreams::test_env_dir,
-};
-
-/// The `kernels` venv's Jupyter data directory (its kernels/bash).
-fn jupyter_path() -> PathBuf {
-    let dir = test_env_dir().join("kernels/share/jupyter");
-    assert!(
-        dir.join("kernels/bash/kernel.json").is_file(),
-        "{} has no bash kernel: run `bash scripts/test-env.sh`",
-        dir.display()
-    );
-    dir
-}
+use crate::support::{Launch, StdioServer, ToolOutput, assert_status, kernels, tool_names};
 
 /// A server offering the bash kernel (every tool group), and a session
 /// `sh` on it.
 async fn bash_server() -> StdioServer {
-    let launch =
-        Launch::new(&["--kernels", "bash", "--tools", "all"]).env("JUPYTER_PATH", jupyter_path());
-    let server = StdioServer::launch(launch).await;
-    let out = server
-        .call(
-            "python_sessions",
-            json!({"action": "create", "session": "sh", "kernel": "bash"}),
-        )
-        .await;
-    assert!(!out.is_error, "{out:#?}");
-    server
+    let path = kernels::jupyter_path("kernels", "bash");
+    let launch = Launch::new(&["--kernels", "bash", "--tools", "all"]).env("JUPYTER_PATH", path);
+    kernels::with_kernel_session(launch, "sh", "bash").await
 }
 
 async fn bash(server: &StdioServer, code: &str) -> ToolOutput {
-    server
-        .call(
-            "kernel_exec",
-            json!({"session": "sh", "code": code, "wait_s": 60}),
-        )
-        .await
+    kernels::kernel_cell(server, "kernel_exec", "sh", code).await
 }
 
 #[tokio::test]
@@ -133,7 +105,8 @@ async fn kernel_exec_is_listed_only_with_a_kernel_of_another_language() {
     }
 
     // A Python kernel, or no kernel at all, does not add it.
-    let python_only = Launch::new(&["--kernels", "python3"]).env("JUPYTER_PATH", jupyter_path());
+    let python_only = Launch::new(&["--kernels", "python3"])
+        .env("JUPYTER_PATH", kernels::jupyter_path("kernels", "bash"));
     let python_only = StdioServer::launch(python_only).await;
     let names = tool_names(python_only.peer()).await;
     assert!(!names.iter().any(|n| n == "kernel_exec"), "{names:?}");

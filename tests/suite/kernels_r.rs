@@ -10,19 +10,11 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::support::{
-    Launch, StdioServer, ToolOutput, assert_status, image_blocks, upstreams::test_env_dir,
-};
+use crate::support::{Launch, StdioServer, ToolOutput, assert_status, image_blocks, kernels};
 
 /// The `kernels` venv's Jupyter data directory (its kernels/ir, python3).
 fn jupyter_path() -> PathBuf {
-    let dir = test_env_dir().join("kernels/share/jupyter");
-    assert!(
-        dir.join("kernels/ir/kernel.json").is_file(),
-        "{} has no ir kernel: run `bash scripts/test-env.sh`",
-        dir.display()
-    );
-    dir
+    kernels::jupyter_path("kernels", "ir")
 }
 
 /// A server offering the `kernels` venv's kernels with the r_ tools, and
@@ -35,24 +27,11 @@ async fn kernel_server_with(kernel: &str, extra: &[&str]) -> StdioServer {
     let mut args = vec!["--kernels", "ir,python3", "--languages", "python,r"];
     args.extend_from_slice(extra);
     let launch = Launch::new(&args).env("JUPYTER_PATH", jupyter_path());
-    let server = StdioServer::launch(launch).await;
-    let out = server
-        .call(
-            "python_sessions",
-            json!({"action": "create", "session": "k", "kernel": kernel}),
-        )
-        .await;
-    assert!(!out.is_error, "{out:#?}");
-    server
+    kernels::with_kernel_session(launch, "k", kernel).await
 }
 
 async fn r_exec(server: &StdioServer, code: &str) -> ToolOutput {
-    server
-        .call(
-            "r_exec",
-            json!({"session": "k", "code": code, "wait_s": 60}),
-        )
-        .await
+    kernels::kernel_cell(server, "r_exec", "k", code).await
 }
 
 #[tokio::test]

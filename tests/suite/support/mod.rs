@@ -20,6 +20,8 @@
 //! - `probes`: what a session or job can do: the `attempt` prelude and its
 //!   outcomes, unique markers, Python literals, probe cells and jobs.
 //! - `rich`: the rich-display interpreter and image blocks.
+//! - `kernels`: kernel sessions (`--kernels`): the test environment's
+//!   Jupyter data directories, a server with a session on a kernel, a cell.
 //! - `host`: who the tests run as (`is_root`, `own_uid`) and file modes
 //!   (`chmod`).
 //! - `encoding`: base64 (the `base64` crate) as content blocks carry it.
@@ -30,6 +32,7 @@ pub mod encoding;
 #[cfg(target_os = "linux")]
 pub mod host;
 pub mod http;
+pub mod kernels;
 pub mod launch;
 pub mod long_running;
 pub mod probes;
