@@ -48,6 +48,7 @@ mod kept_venv;
 mod kernels;
 mod kernels_attach;
 mod kernels_other;
+mod kernels_parity;
 mod kernels_r;
 mod large_output;
 mod long_running;

@@ -761,6 +761,51 @@ async fn an_r_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
     assert!(out.text.contains("[1] 41"), "{out:#?}");
 }
 
+#[tokio::test]
+async fn a_kernel_sessions_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
+    let jupyter = crate::support::kernels::jupyter_path("nb", "python3");
+    let server = HttpServer::start(
+        &["--kernels", "python3"],
+        &[("JUPYTER_PATH", path_str(&jupyter))],
+    )
+    .await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
+    let peer = client.peer();
+    let made = call(
+        peer,
+        "python_sessions",
+        json!({"action": "create", "session": "k", "kernel": "python3"}),
+    )
+    .await;
+    assert!(!made.is_error, "{made:#?}");
+
+    let code = "import time\nkept = 41\nprint('kernel done')\ntime.sleep(1.5)\nkept + 1";
+    let args = json!({"session": "k", "code": code, "wait_s": 0.2});
+    let id = start_task(peer, "python_exec", args).await;
+    let out = completed(&settled(peer, &id, Duration::from_secs(60)).await);
+    out.assert_ok();
+    assert_eq!(out.value(), Some("42"), "{out:#?}");
+    assert!(out.text.contains("kernel done"), "{out:#?}");
+
+    let code = "while True: time.sleep(0.05)";
+    let args = json!({"session": "k", "code": code, "wait_s": 0.5});
+    let id = start_task(peer, "python_exec", args).await;
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+    let out = call(peer, "python_wait", json!({"session": "k", "wait_s": 10})).await;
+    assert_eq!(out.status(), "interrupted", "{out:#?}");
+    let out = call(
+        peer,
+        "python_exec",
+        json!({"session": "k", "code": "kept", "wait_s": 10}),
+    )
+    .await;
+    assert_eq!(out.assert_ok().value(), Some("41"), "{out:#?}");
+}
+
 /// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
 fn wheel(dir: &std::path::Path, name: &str) -> String {
     let built = crate::support::pure_wheel(dir, name, "1.0", 7);
