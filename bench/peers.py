@@ -116,7 +116,7 @@ class JupyterLab:
             [str(ENV / "bin" / "jupyter"), "lab", "--allow-root", "--no-browser",
              f"--port={self.port}", "--ServerApp.ip=127.0.0.1",
              f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.root}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=self.root,
             stderr=open(os.path.join(self.root, "lab.log"), "wb"),
         )
         url = f"{self.url}/api/status?token={self.token}"
