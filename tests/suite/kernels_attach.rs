@@ -1,7 +1,8 @@
 //! `ferrepl attach SESSION` and cells run by another client (issue 47):
 //! the connection file the command finds drives the session's real kernel
 //! from a real `jupyter_client` (the `kernels` venv's), and the agent's
-//! next result and python_history say someone else ran a cell. Sessions
+//! next result and python_history say someone else ran a cell (in its
+//! place among the agent's cells, a background one too). Sessions
 //! attach cannot serve, and a Jupyter program that is not there, are
 //! refused with what to do.
 
@@ -92,6 +93,35 @@ async fn an_attached_client_runs_a_cell_the_agent_is_told_of() {
         cells
             .iter()
             .any(|c| c["code"] == "y" && c.get("by").is_none()),
+        "{history:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cell_another_client_ran_after_a_background_cell_follows_it_in_the_history() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let server = kernel_server(runtime.path()).await;
+    let file = kernels::connection_file(runtime.path(), server.workdir.path(), "k");
+    // The agent's cell 2 still runs when its call returns...
+    let out = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": "import time\ntime.sleep(3)\nz = 2", "wait_s": 0.5}),
+        )
+        .await;
+    assert!(out.text.contains("running"), "{out:#?}");
+    // ...and the kernel runs the other client's cell after it (one at a
+    // time: it needs the agent's `z`); no call looks before both ended.
+    another_client_runs(&file, "w = z + 1");
+
+    let history = server.call("python_history", json!({"session": "k"})).await;
+    let rows = history.structured["cells"].as_array().expect("cells");
+    let agents = rows
+        .iter()
+        .position(|c| c["code"].as_str().is_some_and(|c| c.contains("z = 2")));
+    let theirs = rows.iter().position(|c| c["by"] == "another client");
+    assert!(
+        agents.is_some() && theirs.is_some() && agents < theirs,
         "{history:#?}"
     );
 }
