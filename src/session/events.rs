@@ -2,7 +2,8 @@
 //! output and images of the running cell (or of the background), input
 //! prompts, a finished cell's result (kept for the next call, with its
 //! history row, log, checkpoint, and its place in the path and the store),
-//! and the interpreter's death under a cell.
+//! the interpreter's death under a cell, and other clients' cells
+//! (`foreign.rs`), each kept before the agent's cells that ended after it.
 
 use super::hints;
 use super::inbox::RunningCell;

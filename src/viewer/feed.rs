@@ -375,12 +375,18 @@ async fn job_feed(viewer: Arc<Viewer>, tenant: Tenant, id: String, at: Option<u6
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_page_keeps_as_many_foreign_cells_as_the_session() {
+    fn the_page_and_the_readme_keep_as_many_foreign_cells_as_the_session() {
         let js = include_str!("pages/viewer.js");
         let line = format!(
             "const FOREIGN_SHOWN = {};",
             crate::session::view::FOREIGN_SHOWN
         );
         assert!(js.contains(&line), "viewer.js has no `{line}`");
+        let readme = include_str!("../../README.md").replace('\n', " ");
+        let said = format!(
+            "the last {} such cells",
+            crate::session::view::FOREIGN_SHOWN
+        );
+        assert!(readme.contains(&said), "README.md has no `{said}`");
     }
 }
