@@ -1,10 +1,11 @@
 //! What the live viewer (`src/viewer`) reads of sessions: a snapshot of a
 //! session's cells on a branch, its running cell with the output so far, a
 //! cell's full output and images, the cells other clients ran in its
-//! kernel, and the watch channels that say when to look again. Nothing here changes what the agent can tell: no session's
-//! last use is touched (the idle reaper is not held off), no worker is
-//! started, no result is taken; pending worker events are applied, as
-//! python_sessions does.
+//! kernel, and the watch channels that say when to look again. Nothing
+//! here changes what the agent can tell: no session's last use is touched
+//! (the idle reaper is not held off), no worker is started, no result or
+//! note is taken; pending worker events are applied, as python_sessions
+//! does.
 
 use serde::Serialize;
 
