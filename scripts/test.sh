@@ -77,7 +77,8 @@ background typescript-interop env FERREPL_TEST_ENV="$ENV_DIR" bash scripts/ts-in
 # The viewer in a real browser (chromium through Selenium; ~25 s, mostly
 # waiting on cells), beside the stages below.
 viewer_checks() {
-    FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py &&
+    FERREPL_RICH_PYTHON="$ENV_DIR/rich/bin/python" FERREPL_KERNELS_VENV="$ENV_DIR/kernels" \
+        "$ENV_DIR/viewer-venv/bin/python" tests/viewer/browser_check.py &&
         "$ENV_DIR/viewer-venv/bin/python" tests/viewer/r_check.py
 }
 stage "viewer in a browser (tests/viewer/browser_check.py, then r_check.py), in the background"

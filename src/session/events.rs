@@ -2,7 +2,8 @@
 //! output and images of the running cell (or of the background), input
 //! prompts, a finished cell's result (kept for the next call, with its
 //! history row, log, checkpoint, and its place in the path and the store),
-//! and the interpreter's death under a cell.
+//! the interpreter's death under a cell, and other clients' cells
+//! (`foreign.rs`), each kept before the agent's cells that ended after it.
 
 use super::hints;
 use super::inbox::RunningCell;
@@ -31,7 +32,7 @@ impl SessionManager {
         let Some(worker) = st.worker.clone() else {
             return;
         };
-        self.take_foreign(st, &worker);
+        let mut foreign = self.take_foreign(&worker);
         while let Some(FencedEvent { event, output }) = worker.pop_event() {
             match event {
                 CellEvent::InputRequest {
@@ -54,6 +55,9 @@ impl SessionManager {
                     error,
                     elapsed_ms,
                 } => {
+                    // Other clients' cells that ran before this one go
+                    // before it in the history.
+                    self.keep_foreign(st, &mut foreign, Some(cell));
                     // A done event of another cell (it cannot be the
                     // running one's) leaves the running cell alone.
                     if st.inbox.running.as_ref().is_none_or(|r| r.number != cell) {
@@ -80,6 +84,7 @@ impl SessionManager {
                 }
             }
         }
+        self.keep_foreign(st, &mut foreign, None);
         if st.inbox.running.is_some() && worker.fully_exited(self.limits.crash_grace) {
             self.on_worker_death(sess, st, &worker);
         }

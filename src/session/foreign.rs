@@ -1,35 +1,126 @@
 //! Cells another client ran in a kernel session (an operator's `ferrepl
-//! attach`), taken from the worker when a call looks at the session: each
-//! becomes a history row marked as another client's, and the agent's next
-//! result says its kernel's state moved under it. Never puts them in the
-//! session's path: ferrepl cannot replay or branch what it did not run.
+//! attach`), taken from the worker when a call or a viewer looks at the
+//! session: each becomes a history row marked as another client's, in its
+//! place among the agent's cells; the agent's next result says its
+//! kernel's state moved under it; and the live viewer gets a numbered copy
+//! of the last few (a record of its own, so a viewer's look takes nothing
+//! from the agent). Never puts them in the session's path: ferrepl cannot
+//! replay or branch what it did not run.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
 
 use super::kept::HistoryEntry;
 use super::manager::SessionManager;
 use super::report::CellStatus;
 use super::state::SessionState;
-use crate::worker::Worker;
+use crate::worker::{ForeignRun, Worker};
 
-/// Who ran a foreign cell, as python_history marks it.
+/// Who ran a foreign cell, as python_history and the viewer mark it.
 pub(super) const ANOTHER_CLIENT: &str = "another client";
 /// The start of the note; a newer one replaces an older unread one.
 const NOTE_START: &str = "Someone else (a client attached to this kernel)";
+/// Other clients' cells the viewer's record keeps (the oldest go first).
+pub const FOREIGN_SHOWN: usize = 32;
+
+/// The cells taken from the worker at the start of a look, kept one by
+/// one as the worker's events of the agent's cells are applied, so each
+/// lands after the cell it followed.
+pub(super) struct TakenForeign {
+    runs: VecDeque<ForeignRun>,
+    dropped: usize,
+}
+
+/// Another client's cell as the viewer shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForeignView {
+    /// Its number in the session's record (1, 2, …): a viewer that has it
+    /// already replaces it rather than showing it twice.
+    pub seq: u64,
+    /// The agent's cell it ran after (0: before any).
+    pub after: u64,
+    pub by: &'static str,
+    pub code: String,
+    /// ok or error.
+    pub status: &'static str,
+    /// The start of its output, its value or its error.
+    pub output: String,
+}
+
+/// The viewer's record of other clients' cells: the last [`FOREIGN_SHOWN`].
+#[derive(Debug, Default)]
+pub(super) struct ForeignShown {
+    last_seq: u64,
+    cells: VecDeque<ForeignView>,
+}
+
+impl ForeignShown {
+    fn push(&mut self, after: u64, code: &str, status: CellStatus, output: &str) {
+        self.last_seq += 1;
+        if self.cells.len() >= FOREIGN_SHOWN {
+            self.cells.pop_front();
+        }
+        self.cells.push_back(ForeignView {
+            seq: self.last_seq,
+            after,
+            by: ANOTHER_CLIENT,
+            code: code.to_string(),
+            status: status.as_str(),
+            output: output.to_string(),
+        });
+    }
+
+    /// The cells kept with a number past `seq`, oldest first.
+    pub(super) fn after(&self, seq: u64) -> Vec<ForeignView> {
+        self.cells.iter().filter(|c| c.seq > seq).cloned().collect()
+    }
+}
 
 impl SessionManager {
-    /// Moves the worker's foreign cells into the history and the notes.
-    pub(super) fn take_foreign(&self, st: &mut SessionState, worker: &Worker) {
-        let (cells, dropped) = worker.take_foreign();
-        if cells.is_empty() && dropped == 0 {
-            return;
+    /// The cells other clients ran since the last take.
+    pub(super) fn take_foreign(&self, worker: &Worker) -> TakenForeign {
+        let (runs, dropped) = worker.take_foreign();
+        TakenForeign {
+            runs: runs.into(),
+            dropped,
         }
+    }
+
+    /// Moves the taken cells that ran before the agent's cell `before` (all
+    /// of them for None) into the history, the viewer's record and the
+    /// notes.
+    pub(super) fn keep_foreign(
+        &self,
+        st: &mut SessionState,
+        taken: &mut TakenForeign,
+        before: Option<u64>,
+    ) {
+        let mut ran = std::mem::take(&mut taken.dropped);
         let most = self.limits.keep_cells.max(1) * 4;
-        let mut ran = cells.len() + dropped;
-        for cell in cells {
+        while taken
+            .runs
+            .front()
+            .is_some_and(|r| before.is_none_or(|b| r.after < b))
+        {
+            let Some(run) = taken.runs.pop_front() else {
+                break;
+            };
+            ran += 1;
+            let cell = run.cell;
             let status = if cell.status == "error" {
                 CellStatus::Error
             } else {
                 CellStatus::Ok
             };
+            // A worker none of whose cells ended yet: it ran on what the
+            // last cell before that worker left.
+            let after = match run.after {
+                0 => st.head().unwrap_or(0),
+                n => n,
+            };
+            st.foreign_shown
+                .push(after, &cell.code, status, &cell.output);
             let entry = HistoryEntry {
                 cell: 0,
                 parent: None,
@@ -41,6 +132,9 @@ impl SessionManager {
                 by: Some(ANOTHER_CLIENT.to_string()),
             };
             st.kept.add_history(entry, most);
+        }
+        if ran == 0 {
+            return;
         }
         // One note however many looks took cells before the agent's result.
         if let Some(at) = st.notes.iter().position(|n| n.starts_with(NOTE_START)) {
@@ -54,5 +148,28 @@ impl SessionManager {
         st.notes.push(format!(
             "{NOTE_START} ran {ran} {cells} in this kernel since your last call (python_history shows them); its variables may differ from what your cells left."
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_viewers_record_is_numbered_and_bounded() {
+        let mut shown = ForeignShown::default();
+        for i in 0..FOREIGN_SHOWN + 3 {
+            shown.push(i as u64, &format!("c{i}"), CellStatus::Ok, "");
+        }
+        let all = shown.after(0);
+        assert_eq!(all.len(), FOREIGN_SHOWN);
+        // The oldest went; the numbers go on.
+        assert_eq!(all[0].seq, 4);
+        assert_eq!(all[0].code, "c3");
+        let last = all.last().map(|c| c.seq);
+        assert_eq!(last, Some(FOREIGN_SHOWN as u64 + 3));
+        let newer = shown.after(FOREIGN_SHOWN as u64 + 1);
+        assert_eq!(newer.len(), 2);
+        assert_eq!(newer[0].by, ANOTHER_CLIENT);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use super::checkpoints::Checkpoints;
 use super::error::SessionError;
+use super::foreign::ForeignShown;
 use super::inbox::{Inbox, RunningCell};
 use super::kept::KeptOutput;
 use super::lifecycle::{Lifecycle, Rebuilding, rebuilding_error};
@@ -34,6 +35,8 @@ pub(super) struct SessionState {
     /// launched under.
     pub(super) client: Option<Arc<crate::sandbox::client::Narrowed>>,
     pub(super) worker_under: Option<String>,
+    /// Other clients' cells as the live viewer shows them (`foreign.rs`).
+    pub(super) foreign_shown: ForeignShown,
 }
 
 impl SessionState {
@@ -49,6 +52,7 @@ impl SessionState {
             lifecycle: Lifecycle::default(),
             client: None,
             worker_under: None,
+            foreign_shown: ForeignShown::default(),
         }
     }
 

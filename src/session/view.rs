@@ -1,16 +1,18 @@
 //! What the live viewer (`src/viewer`) reads of sessions: a snapshot of a
 //! session's cells on a branch, its running cell with the output so far, a
-//! cell's full output and images, and the watch channels that say when to
-//! look again. Nothing here changes what the agent can tell: no session's
-//! last use is touched (the idle reaper is not held off), no worker is
-//! started, no result is taken; pending worker events are applied, as
-//! python_sessions does.
+//! cell's full output and images, the cells other clients ran in its
+//! kernel, and the watch channels that say when to look again. Nothing
+//! here changes what the agent can tell: no session's last use is touched
+//! (the idle reaper is not held off), no worker is started, no result or
+//! note is taken; pending worker events are applied, as python_sessions
+//! does.
 
 use serde::Serialize;
 
 use std::sync::Arc;
 
 use super::export;
+pub use super::foreign::{FOREIGN_SHOWN, ForeignView};
 use super::lineage::PathCell;
 use super::manager::SessionManager;
 use super::source::StoredSource;
@@ -239,6 +241,18 @@ impl SessionManager {
         let log = st.kept.log_mut(cell)?;
         log.pieces(&mut pieces);
         Some(pieces)
+    }
+
+    /// The cells other clients ran in session `name`'s kernel that the
+    /// session still keeps for the viewer, numbered past `seq`, oldest
+    /// first (at most [`FOREIGN_SHOWN`]). Taking them from the worker moves
+    /// them into the history and the agent's next note, as a call's look
+    /// does: the agent is told all the same.
+    pub fn view_foreign(&self, name: &str, seq: u64) -> Option<Vec<ForeignView>> {
+        let sess = self.peek(name)?;
+        let mut st = sess.lock();
+        self.refresh(&sess, &mut st);
+        Some(st.foreign_shown.after(seq))
     }
 
     /// Image `index` of a finished cell, as (mime, base64), while kept.

@@ -6,6 +6,10 @@
 //! through a small queue, and a viewer that stops reading is dropped when
 //! the queue stays full, never slowing a cell. A finished cell's event id
 //! is its number: a reconnect (Last-Event-ID) gets the cells after it.
+//! Cells another client ran in the session's kernel (`foreign` events)
+//! carry no id, so they never move Last-Event-ID: every stream starts with
+//! all the session still keeps, and the page replaces one it has by its
+//! `seq`, so a reconnect neither repeats nor loses them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,6 +153,8 @@ async fn session_feed(
 ) {
     let mut known: Option<Vec<u64>> = None;
     let mut state = String::new();
+    // The last of other clients' cells sent (their record's numbering).
+    let mut foreign_seq = 0u64;
     // The running cell as last sent (without its output's end).
     let mut running: Option<RunningView> = None;
     loop {
@@ -206,6 +212,13 @@ async fn session_feed(
             }
         }
         if now.current {
+            // They ran on the interpreter's state: the current branch's.
+            for cell in manager.view_foreign(&name, foreign_seq).unwrap_or_default() {
+                foreign_seq = cell.seq;
+                if !out.send("foreign", None, &cell).await {
+                    return;
+                }
+            }
             let known = running.as_ref().map(|r| (r.cell, r.output_bytes));
             match manager.view_running(&name, known) {
                 Some(look) => {
@@ -356,5 +369,24 @@ async fn job_feed(viewer: Arc<Viewer>, tenant: Tenant, id: String, at: Option<u6
             () = out.tx.closed() => return,
         }
         tokio::time::sleep(COALESCE).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_page_and_the_readme_keep_as_many_foreign_cells_as_the_session() {
+        let js = include_str!("pages/viewer.js");
+        let line = format!(
+            "const FOREIGN_SHOWN = {};",
+            crate::session::view::FOREIGN_SHOWN
+        );
+        assert!(js.contains(&line), "viewer.js has no `{line}`");
+        let readme = include_str!("../../README.md").replace('\n', " ");
+        let said = format!(
+            "the last {} such cells",
+            crate::session::view::FOREIGN_SHOWN
+        );
+        assert!(readme.contains(&said), "README.md has no `{said}`");
     }
 }

@@ -11,6 +11,15 @@ use super::{FENCE_GRACE, ReadyInfo, State, Worker};
 /// Other clients' cells a worker keeps until the session takes them.
 const MAX_FOREIGN_KEPT: usize = 32;
 
+/// A cell another client ran, with the last of this worker's cells whose
+/// end came before it (0: none): the kernel runs one cell at a time, so
+/// that is where it ran among the agent's cells.
+#[derive(Debug, Clone)]
+pub struct ForeignRun {
+    pub after: u64,
+    pub cell: ForeignCell,
+}
+
 impl Worker {
     pub(super) async fn handle_event(self: &Arc<Self>, event: Event) {
         match event {
@@ -51,7 +60,8 @@ impl Worker {
                     state.foreign.pop_front();
                     state.foreign_dropped += 1;
                 }
-                state.foreign.push_back(cell);
+                let after = state.last_done;
+                state.foreign.push_back(ForeignRun { after, cell });
                 drop(state);
                 self.bump();
             }
@@ -84,6 +94,9 @@ impl Worker {
         let mut st = self.lock();
         let output = st.capture.take();
         st.released = st.released.max(fence);
+        if let CellEvent::Done { cell, .. } = &event {
+            st.last_done = st.last_done.max(*cell);
+        }
         st.events.push_back(FencedEvent { event, output });
         drop(st);
         self.bump();
@@ -106,8 +119,8 @@ fn report_preimport_failures(failed: &[String]) {
 
 impl Worker {
     /// Takes the cells other clients ran in its kernel since the last take,
-    /// with how many more ran but were not kept.
-    pub fn take_foreign(&self) -> (Vec<ForeignCell>, usize) {
+    /// oldest first, with how many more ran but were not kept.
+    pub fn take_foreign(&self) -> (Vec<ForeignRun>, usize) {
         let mut state = self.lock();
         let dropped = std::mem::take(&mut state.foreign_dropped);
         (state.foreign.drain(..).collect(), dropped)

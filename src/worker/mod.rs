@@ -54,6 +54,7 @@ pub struct ReadyInfo {
     pub executable: String,
 }
 
+pub use events::ForeignRun;
 pub use protocol::CellEvent;
 
 /// A cell-level event with the output that came before its fence.
@@ -122,9 +123,12 @@ struct State {
         tokio::sync::oneshot::Sender<Result<u64, state::StateError>>,
     )>,
     /// Cells other clients ran in its kernel, not yet taken by the session.
-    foreign: VecDeque<kernel::ForeignCell>,
+    foreign: VecDeque<ForeignRun>,
     /// Such cells dropped before the session took them (over the bound).
     foreign_dropped: usize,
+    /// The last cell whose end was delivered (0: none yet): what another
+    /// client's cell that ends now came after.
+    last_done: u64,
 }
 
 pub struct Worker {
@@ -192,6 +196,7 @@ impl Worker {
                 kill_reason: None,
                 foreign: VecDeque::new(),
                 foreign_dropped: 0,
+                last_done: 0,
                 calls: Default::default(),
             }),
             changed,

@@ -1,29 +1,19 @@
 //! `ferrepl attach SESSION` and cells run by another client (issue 47):
 //! the connection file the command finds drives the session's real kernel
 //! from a real `jupyter_client` (the `kernels` venv's), and the agent's
-//! next result and python_history say someone else ran a cell. Sessions
+//! next result and python_history say someone else ran a cell (in its
+//! place among the agent's cells, a background one too). Sessions
 //! attach cannot serve, and a Jupyter program that is not there, are
 //! refused with what to do.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use serde_json::json;
 
-use crate::support::{Launch, StdioServer, kernels, server_binary, upstreams::test_env_dir};
-
-/// The `kernels` venv: its python (with jupyter_client) and its Jupyter
-/// data directory (kernels/python3).
-fn kernels_venv() -> PathBuf {
-    let dir = test_env_dir().join("kernels");
-    assert!(
-        dir.join("share/jupyter/kernels/python3/kernel.json")
-            .is_file(),
-        "{} has no python3 kernel: run `bash scripts/test-env.sh`",
-        dir.display()
-    );
-    dir
-}
+use crate::support::kernels::{
+    self, another_client_runs, attach, kernels_venv, output_text as text,
+};
+use crate::support::{Launch, StdioServer};
 
 /// A server with its own runtime directory (so only its sessions are
 /// found), offering the python3 kernel, with a kernel session `k`.
@@ -42,26 +32,6 @@ async fn kernel_server(runtime: &Path) -> StdioServer {
     server
 }
 
-/// `ferrepl attach ARGS` run in `cwd` with the runtime directory the
-/// servers use.
-fn attach(runtime: &Path, cwd: &Path, args: &[&str]) -> Output {
-    std::process::Command::new(server_binary())
-        .arg("attach")
-        .args(args)
-        .current_dir(cwd)
-        .env("XDG_RUNTIME_DIR", runtime)
-        .output()
-        .expect("run ferrepl attach")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 #[tokio::test]
 async fn an_attached_client_runs_a_cell_the_agent_is_told_of() {
     let runtime = tempfile::tempdir().expect("tempdir");
@@ -72,25 +42,7 @@ async fn an_attached_client_runs_a_cell_the_agent_is_told_of() {
     assert!(Path::new(&file).is_file(), "{file}");
 
     // A real Jupyter client on that file runs a cell in the agent's kernel.
-    let client = std::process::Command::new(kernels_venv().join("bin/python"))
-        .args([
-            "-c",
-            "import sys, jupyter_client\n\
-             c = jupyter_client.BlockingKernelClient()\n\
-             c.load_connection_file(sys.argv[1])\n\
-             c.start_channels()\n\
-             c.wait_for_ready(timeout=60)\n\
-             r = c.execute_interactive(\"y = 41 + 1\\nprint('from the operator')\", timeout=60)\n\
-             print('STATUS', r['content']['status'])\n",
-            &file,
-        ])
-        .output()
-        .expect("run the Jupyter client");
-    assert!(
-        text(&client).contains("STATUS ok"),
-        "the client did not run its cell: {}",
-        text(&client)
-    );
+    another_client_runs(Path::new(&file), "y = 41 + 1\nprint('from the operator')");
 
     let out = server
         .call(
@@ -141,6 +93,35 @@ async fn an_attached_client_runs_a_cell_the_agent_is_told_of() {
         cells
             .iter()
             .any(|c| c["code"] == "y" && c.get("by").is_none()),
+        "{history:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cell_another_client_ran_after_a_background_cell_follows_it_in_the_history() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let server = kernel_server(runtime.path()).await;
+    let file = kernels::connection_file(runtime.path(), server.workdir.path(), "k");
+    // The agent's cell 2 still runs when its call returns...
+    let out = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": "import time\ntime.sleep(3)\nz = 2", "wait_s": 0.5}),
+        )
+        .await;
+    assert!(out.text.contains("running"), "{out:#?}");
+    // ...and the kernel runs the other client's cell after it (one at a
+    // time: it needs the agent's `z`); no call looks before both ended.
+    another_client_runs(&file, "w = z + 1");
+
+    let history = server.call("python_history", json!({"session": "k"})).await;
+    let rows = history.structured["cells"].as_array().expect("cells");
+    let agents = rows
+        .iter()
+        .position(|c| c["code"].as_str().is_some_and(|c| c.contains("z = 2")));
+    let theirs = rows.iter().position(|c| c["by"] == "another client");
+    assert!(
+        agents.is_some() && theirs.is_some() && agents < theirs,
         "{history:#?}"
     );
 }

@@ -13,14 +13,20 @@ show literally. A traceback's last line shows once; "full output as text"
 shows only where there is some; the icon loads and no request of a page
 fails. At a phone's width (420 px) no page is wider than the screen, a long
 session name is cut with an ellipsis (whole in its title), and a running
-first cell is counted.
-Screenshots (session, list, dark theme, phone) go to target/viewer-check/.
+first cell is counted. In a kernel session, a cell a real jupyter_client
+(attached with `ferrepl attach --print`) runs shows as it ends, marked as
+another client's, after the agent's cell it followed, its hostile code and
+output as text, and again on a page opened later.
+Screenshots (session, list, dark theme, phone, kernel) go to
+target/viewer-check/.
 
     target/test-env/viewer-venv/bin/python tests/viewer/browser_check.py \
         [--readme docs/viewer.png] [--phone docs/images/viewer-phone.png]
 
 Environment: FERREPL_BIN (default target/debug/ferrepl), FERREPL_RICH_PYTHON
-(the sessions' interpreter with matplotlib; default target/test-env/rich).
+(the sessions' interpreter with matplotlib; default target/test-env/rich),
+FERREPL_KERNELS_VENV (the venv with ipykernel's python3 kernelspec and
+jupyter_client; default target/test-env/kernels).
 """
 
 import argparse
@@ -30,6 +36,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +52,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "target" / "viewer-check"
 BIN = os.environ.get("FERREPL_BIN") or str(ROOT / "target" / "debug" / "ferrepl")
 RICH = os.environ.get("FERREPL_RICH_PYTHON") or str(ROOT / "target" / "test-env" / "rich" / "bin" / "python")
+KERNELS = pathlib.Path(os.environ.get("FERREPL_KERNELS_VENV") or ROOT / "target" / "test-env" / "kernels")
 
 XSS = [
     "<script>window.__pwned = 1</script>",
@@ -136,15 +144,15 @@ def fits_the_screen(driver, what, screen):
 
 
 @contextlib.asynccontextmanager
-async def served(extra):
-    """ferrepl over stdio with --viewer 127.0.0.1:0 (and `extra`), in a
-    workspace and state of its own: an MCP client of it and the viewer's
-    URL. Everything is removed afterwards."""
+async def served(extra, env=None):
+    """ferrepl over stdio with --viewer 127.0.0.1:0 (and `extra`, and `env`
+    in its environment), in a workspace and state of its own: an MCP client
+    of it and the viewer's URL. Everything is removed afterwards."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrepl-viewer-"))
     work = tmp / "work"
     work.mkdir()
     args = ["--workdir", str(work), "--viewer", "127.0.0.1:0", "--state-dir", str(tmp / "state"), *extra]
-    params = StdioServerParameters(command=BIN, args=args, env={"XDG_STATE_HOME": str(tmp / "xdg")})
+    params = StdioServerParameters(command=BIN, args=args, env={"XDG_STATE_HOME": str(tmp / "xdg"), **(env or {})})
     try:
         with open(tmp / "stderr.log", "w+") as errlog:
             async with Client(stdio_client(params, errlog=errlog)) as client:
@@ -277,9 +285,88 @@ async def check(readme, phone):
             assert failed_requests(driver) == [], "a request of a page failed"
             if readme:
                 await readme_shot(run, client, driver, base, readme)
+        await kernel_check(driver)
+        assert failed_requests(driver) == [], "a request of a page failed"
     finally:
         driver.quit()
     print(f"viewer browser check: ok in {time.monotonic() - started:.1f} s; screenshots in {OUT}")
+
+
+# A real Jupyter client: runs argv[2] in the kernel of connection file
+# argv[1] and waits for its end.
+JUPYTER_CLIENT = """import sys, jupyter_client
+c = jupyter_client.BlockingKernelClient()
+c.load_connection_file(sys.argv[1])
+c.start_channels()
+c.wait_for_ready(timeout=60)
+r = c.execute_interactive(sys.argv[2], timeout=60)
+print('STATUS', r['content']['status'])
+"""
+
+OPERATOR_XSS = '<img src=x onerror="window.__pwned = 9">'
+
+
+def page_order(driver):
+    """The cells on the page, in order: the agent's by number, another
+    client's as f<seq>."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#cells > .cell'),"
+        " (n) => n.dataset.foreign !== undefined ? 'f' + n.dataset.foreign : n.dataset.cell)")
+
+
+def foreign_text(driver):
+    return driver.execute_script(
+        "const f = document.querySelector('#cells .cell.foreign'); return f ? f.innerText : null")
+
+
+async def kernel_check(driver):
+    """A kernel session (--kernels python3) whose kernel a real
+    jupyter_client, on the connection file `ferrepl attach --print` finds,
+    runs a cell in: the open page shows it as it ends, marked as another
+    client's, after the agent's cell 1 and before its cell 2, its hostile
+    code and output as text; a page opened later shows it the same."""
+    runtime = pathlib.Path(tempfile.mkdtemp(prefix="ferrepl-runtime-"))
+    env = {"JUPYTER_PATH": str(KERNELS / "share" / "jupyter"), "XDG_RUNTIME_DIR": str(runtime)}
+    try:
+        async with served(["--tools", "all", "--kernels", "python3"], env) as (client, base):
+
+            async def run(code):
+                r = await client.call_tool("python_exec", {"session": "k", "code": code, "wait_s": 60})
+                return "".join(getattr(c, "text", "") for c in r.content)
+
+            r = await client.call_tool("python_sessions", {"action": "create", "session": "k", "kernel": "python3"})
+            assert not r.is_error, r
+            await run("x = 1\nprint('the agent, cell 1')")
+            driver.get(base + "s/k")
+            wait_for("cell 1", lambda: "the agent, cell 1" in (cell_text(driver, 1) or ""), 60)
+
+            found = subprocess.run([BIN, "attach", "k", "--print"], capture_output=True, text=True, timeout=60,
+                                   env={**os.environ, **env})
+            assert found.returncode == 0, found
+            code = f"s = {OPERATOR_XSS!r}\nprint(s)\nprint('from the operator')"
+            ran = subprocess.run([str(KERNELS / "bin" / "python"), "-c", JUPYTER_CLIENT, found.stdout.strip(), code],
+                                 capture_output=True, text=True, timeout=120)
+            assert "STATUS ok" in ran.stdout, ran
+            # Live: no call of the agent's looked at the session since.
+            wait_for("the other client's cell", lambda: "from the operator" in (foreign_text(driver) or ""), 30)
+            shown = foreign_text(driver)
+            assert "run by another client" in shown, shown
+            assert shown.count(OPERATOR_XSS) == 2, f"not shown literally in its code and output: {shown}"
+            no_script_ran(driver)
+            assert driver.find_elements(By.CSS_SELECTOR, "img[src^='x']") == []
+
+            out = await run("s[:4]")
+            assert "Someone else" in out, f"the viewer took the agent's note: {out}"
+            wait_for("cell 2", lambda: "'<img'" in (cell_text(driver, 2) or ""), 30)
+            assert page_order(driver) == ["1", "f1", "2"], page_order(driver)
+            driver.save_screenshot(str(OUT / "kernel.png"))
+
+            driver.get(base + "s/k")
+            wait_for("the page opened later", lambda: page_order(driver) == ["1", "f1", "2"])
+            assert "run by another client" in foreign_text(driver)
+            no_script_ran(driver)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 PHONE = {"width": 420, "height": 900, "deviceScaleFactor": 1, "mobile": True}
@@ -359,4 +446,6 @@ if __name__ == "__main__":
     ns = parser.parse_args()
     if not (os.access("/usr/bin/chromium", os.X_OK) and os.access("/usr/bin/chromedriver", os.X_OK)):
         sys.exit("no /usr/bin/chromium or /usr/bin/chromedriver: run scripts/test-env.sh")
+    if not (KERNELS / "share" / "jupyter" / "kernels" / "python3" / "kernel.json").is_file():
+        sys.exit(f"{KERNELS} has no python3 kernel: run scripts/test-env.sh")
     asyncio.run(check(ns.readme, ns.phone))

@@ -1,6 +1,7 @@
-// ferrepl's viewer. Everything shown is written by the agent, so it is
-// only ever put in the page as text (textContent, text nodes); no markup
-// is built from data, and links are fixed paths with encoded parts.
+// ferrepl's viewer. Everything shown is written by the agent (or by
+// another client of a kernel session), so it is only ever put in the page
+// as text (textContent, text nodes); no markup is built from data, and
+// links are fixed paths with encoded parts.
 'use strict';
 
 function el(tag, cls, text) {
@@ -150,6 +151,10 @@ function indexPage() {
 
 // ---- one session's cells ----
 
+// Other clients' cells a page keeps: as many as the server does
+// (FOREIGN_SHOWN in src/session/foreign.rs).
+const FOREIGN_SHOWN = 32;
+
 function sessionPage() {
   const name = decodeURIComponent(location.pathname.slice(3));
   const params = new URLSearchParams(location.search);
@@ -223,15 +228,44 @@ function sessionPage() {
     return art;
   }
 
+  // A cell another client ran in the session's kernel: marked as theirs,
+  // never numbered like the agent's (it is not in the session's path).
+  function foreignNode(f) {
+    const art = el('article', 'cell foreign');
+    art.tabIndex = 0;
+    art.dataset.foreign = String(Number(f.seq));
+    art.dataset.after = String(Number(f.after));
+    const h = el('header');
+    h.appendChild(el('span', 'by', 'run by ' + f.by));
+    h.appendChild(el('span', 'st-' + String(f.status).replace(/[^a-z_]/g, ''), f.status));
+    if (f.after) h.appendChild(el('span', null, 'after cell ' + Number(f.after)));
+    art.appendChild(h);
+    const code = el('pre', 'code');
+    highlight(code, f.code, language);
+    art.appendChild(code);
+    if (f.output) art.appendChild(el('pre', f.status === 'error' ? 'out traceback' : 'out stdout', f.output));
+    return art;
+  }
+
   function order() {
     const byId = new Map();
-    for (const n of cells.children) byId.set(Number(n.dataset.cell), n);
+    const foreign = [];
+    for (const n of Array.from(cells.children)) {
+      if (n.dataset.foreign !== undefined) foreign.push(n);
+      else byId.set(Number(n.dataset.cell), n);
+    }
     for (const [id, n] of byId) if (!path.includes(id)) n.remove();
+    // Another client's cell goes after the agent's cell it followed (the
+    // numbers grow along a path), in the order they ran.
+    foreign.sort((a, b) => Number(a.dataset.foreign) - Number(b.dataset.foreign));
+    let f = 0;
     for (const id of path) {
+      while (f < foreign.length && Number(foreign[f].dataset.after) < id) cells.appendChild(foreign[f++]);
       const n = byId.get(id);
       if (n) cells.appendChild(n);
     }
-    document.getElementById('empty').hidden = path.length > 0 || !running.hidden;
+    while (f < foreign.length) cells.appendChild(foreign[f++]);
+    document.getElementById('empty').hidden = path.length > 0 || foreign.length > 0 || !running.hidden;
   }
 
   function codeCut(n) {
@@ -303,6 +337,18 @@ function sessionPage() {
       const node = cellNode(c);
       const old = cells.querySelector('[data-cell="' + Number(c.cell) + '"]');
       if (old) old.replaceWith(node); else cells.appendChild(node);
+      order();
+    });
+    // Sent again on every connection (they carry no event id): one the
+    // page has is replaced, and it keeps as many as the server does.
+    es.addEventListener('foreign', (ev) => {
+      const f = JSON.parse(ev.data);
+      const node = foreignNode(f);
+      const old = cells.querySelector('[data-foreign="' + Number(f.seq) + '"]');
+      if (old) old.replaceWith(node); else cells.appendChild(node);
+      const all = Array.from(cells.querySelectorAll('[data-foreign]'))
+        .sort((a, b) => Number(a.dataset.foreign) - Number(b.dataset.foreign));
+      for (const n of all.slice(0, Math.max(all.length - FOREIGN_SHOWN, 0))) n.remove();
       order();
     });
     es.addEventListener('state', (ev) => setState(JSON.parse(ev.data)));

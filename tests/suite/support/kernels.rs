@@ -1,11 +1,13 @@
 //! Kernel sessions (`--kernels`): the test environment's Jupyter data
-//! directories, a server with a session on a kernel, and a cell in it.
+//! directories, a server with a session on a kernel, a cell in it, and
+//! another client (a real `jupyter_client`) running a cell in its kernel.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use serde_json::json;
 
-use super::launch::Launch;
+use super::launch::{Launch, server_binary};
 use super::result::ToolOutput;
 use super::stdio::StdioServer;
 use super::upstreams::test_env_dir;
@@ -51,4 +53,74 @@ pub async fn kernel_cell(
             json!({"session": session, "code": code, "wait_s": 60}),
         )
         .await
+}
+
+/// The `kernels` venv: its python (with jupyter_client) and its Jupyter
+/// data directory (kernels/python3).
+pub fn kernels_venv() -> PathBuf {
+    let dir = test_env_dir().join("kernels");
+    assert!(
+        dir.join("share/jupyter/kernels/python3/kernel.json")
+            .is_file(),
+        "{} has no python3 kernel: run `bash scripts/test-env.sh`",
+        dir.display()
+    );
+    dir
+}
+
+/// `ferrepl attach ARGS` run in `cwd` with the runtime directory the
+/// servers use.
+pub fn attach(runtime: &Path, cwd: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(server_binary())
+        .arg("attach")
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", runtime)
+        .output()
+        .expect("run ferrepl attach")
+}
+
+/// Its stdout and stderr, as text.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The connection file of kernel session `session` of the server whose
+/// workspace is `cwd`, as `ferrepl attach --print` finds it.
+pub fn connection_file(runtime: &Path, cwd: &Path, session: &str) -> PathBuf {
+    let out = attach(runtime, cwd, &[session, "--print"]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let file = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(file.is_file(), "{}", file.display());
+    file
+}
+
+/// A real Jupyter client (the `kernels` venv's `jupyter_client`) on
+/// `connection_file` runs `code` in the kernel and waits for its end; the
+/// test fails unless the cell ran.
+pub fn another_client_runs(connection_file: &Path, code: &str) {
+    let out = std::process::Command::new(kernels_venv().join("bin/python"))
+        .args([
+            "-c",
+            "import sys, jupyter_client\n\
+             c = jupyter_client.BlockingKernelClient()\n\
+             c.load_connection_file(sys.argv[1])\n\
+             c.start_channels()\n\
+             c.wait_for_ready(timeout=60)\n\
+             r = c.execute_interactive(sys.argv[2], timeout=60)\n\
+             print('STATUS', r['content']['status'])\n",
+        ])
+        .arg(connection_file)
+        .arg(code)
+        .output()
+        .expect("run the Jupyter client");
+    assert!(
+        output_text(&out).contains("STATUS ok"),
+        "the client did not run its cell: {}",
+        output_text(&out)
+    );
 }

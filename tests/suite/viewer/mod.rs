@@ -1,10 +1,12 @@
 //! The viewer (`--viewer`) over plain HTTP, through the real binary (the
 //! browser's side is tests/viewer/browser_check.py): `pages` is what it
 //! serves and refuses to serve, `access` who may reach it (logins, cookies,
-//! tokens, throttling). The viewer's shared helpers live in `pages`, where
+//! tokens, throttling), `foreign` the cells another client ran in a
+//! kernel session. The viewer's shared helpers live in `pages`, where
 //! they were first written, and are re-exported here for `access`.
 
 mod access;
+mod foreign;
 mod pages;
 
 pub(crate) use pages::{
