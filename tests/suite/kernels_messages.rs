@@ -17,14 +17,29 @@ use crate::support::{
 const OWN_GROUP: &str = "import os, sys; os.setpgid(0, 0); \
     os.execv(sys.executable, [sys.executable, '-m', 'ipykernel_launcher', '-f', sys.argv[1]])";
 
+/// The same, with a kernel that takes interrupt requests and never
+/// answers them.
+const OWN_GROUP_DEAF: &str = "import os, sys; os.setpgid(0, 0)\n\
+    import ipykernel.kernelbase as base\n\
+    async def ignored(self, *args): pass\n\
+    base.Kernel.interrupt_request = ignored\n\
+    from ipykernel import kernelapp\n\
+    kernelapp.launch_new_instance(['-f', sys.argv[1]])";
+
 /// Writes kernelspec `name` into the Jupyter data directory `data`: the
 /// `kernels` venv's ipykernel in a group of its own, interrupted as `mode` says.
 fn own_group_kernel(data: &Path, name: &str, mode: Option<&str>) {
+    kernelspec(data, name, OWN_GROUP, mode);
+}
+
+/// Kernelspec `name` in `data`: the `kernels` venv's python running `code`
+/// with the connection file as its argument.
+fn kernelspec(data: &Path, name: &str, code: &str, mode: Option<&str>) {
     let dir = data.join("kernels").join(name);
     std::fs::create_dir_all(&dir).expect("mkdir");
     let python = upstreams::test_env_dir().join("kernels/bin/python");
     let mut spec = json!({
-        "argv": [python, "-c", OWN_GROUP, "{connection_file}"],
+        "argv": [python, "-c", code, "{connection_file}"],
         "language": "python",
         "display_name": name,
     });
@@ -99,6 +114,25 @@ async fn a_kernel_interrupted_by_message_gets_an_interrupt_request_not_a_signal(
         stopped.text.contains("its interpreter was killed"),
         "SIGINT must not reach a kernel in its own group: {stopped:#?}"
     );
+}
+
+#[tokio::test]
+async fn a_kernel_that_never_answers_its_interrupt_request_is_killed_as_a_stuck_cell_is() {
+    let data = tempfile::tempdir().expect("jupyter dir");
+    kernelspec(data.path(), "deaf", OWN_GROUP_DEAF, Some("message"));
+    let launch = Launch::new(&["--kernels", "deaf", "--interrupt-grace", "1"])
+        .env("JUPYTER_PATH", data.path());
+    let server = kernels::with_kernel_session(launch, "d", "deaf").await;
+    exec(&server, "d", "import time").await.assert_ok();
+    let stopped = interrupt_a_sleep(&server, "d").await;
+    assert!(
+        stopped.text.contains(
+            "The kernel did not answer the interrupt request (interrupt_request) within 1 s."
+        ) && stopped.text.contains("its interpreter was killed"),
+        "{stopped:#?}"
+    );
+    // A fresh kernel takes the next cell.
+    exec(&server, "d", "1 + 1").await.assert_ok();
 }
 
 /// The `nb` venv's python3 kernel, and a session `k` on it.
