@@ -109,7 +109,8 @@ impl SessionManager {
         };
         // A dormant session is rebuilt first: inspecting it shows its state.
         let worker = self.ready_worker(&sess).await?;
-        if sess.language == Language::R || sess.kernel().is_some() {
+        let kernel_between_cells = sess.kernel().is_some() && matches!(op, "inspect" | "complete");
+        if sess.language == Language::R || kernel_between_cells {
             // R has one thread, and a kernel reads its shell socket between
             // cells: the request would only wait for the cell's end.
             let st = sess.lock();

@@ -185,7 +185,8 @@ async fn python_inspect_on_a_kernel_is_its_inspect_request() {
     assert!(out.is_error, "{out:#?}");
     assert!(out.text.contains("%whos"), "{out:#?}");
 
-    // While a cell runs the kernel reads no requests: refused, not hung.
+    // While a cell runs the kernel reads no shell requests: inspection and
+    // completion are refused, not left to time out.
     let started = server
         .call(
             "python_exec",
@@ -195,6 +196,10 @@ async fn python_inspect_on_a_kernel_is_its_inspect_request() {
     assert_status(&started, "running");
     let out = server
         .call("python_inspect", json!({"session": "k", "name": "scale"}))
+        .await;
+    assert!(out.is_error && out.text.contains("busy"), "{out:#?}");
+    let out = server
+        .call("python_complete", json!({"session": "k", "code": "sca"}))
         .await;
     assert!(out.is_error && out.text.contains("busy"), "{out:#?}");
 }
