@@ -3,8 +3,10 @@
 //! the Jupyter protocol with the kernel over its ipc sockets, and writes
 //! what the driver would: output on the emulated stdout and stderr pipes,
 //! a fence marker on both before every cell event, the events as JSON
-//! lines (docs/protocol.md). Requests a kernel has no answer for get a
-//! reply saying so. Ends with the kernel (or the worker).
+//! lines (docs/protocol.md). Requests the kernel answers by a message of
+//! its own (completion, inspection, interrupts) are `asking.rs`'s;
+//! requests a kernel has no answer for get a reply saying so. Ends with
+//! the kernel (or the worker).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

@@ -89,8 +89,8 @@ pub fn data_dirs(jupyter_path: Option<&std::ffi::OsStr>, python: &Path) -> Vec<P
 
 /// The kernels named by `names`, each the first found in `data_dirs`;
 /// refused when one is missing (with those found), lies where sessions
-/// can write, runs a program from there, or is of a language sessions
-/// cannot speak yet (Python and R only).
+/// can write, runs a program from there, names no language, or has an
+/// `interrupt_mode` Jupyter does not know.
 pub fn discover(
     names: &[String],
     data_dirs: &[PathBuf],
