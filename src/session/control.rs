@@ -38,16 +38,21 @@ impl SessionManager {
             "name".into(),
             target.map(Value::from).unwrap_or(Value::Null),
         );
-        let tool = self
-            .existing(name)
+        let sess = self.existing(name).ok();
+        let tool = sess
+            .as_ref()
             .map_or(Language::Python, |s| s.language)
             .inspect_tool();
+        // A kernel lists no variables (its refusal says what to do instead).
+        let next = match (sess.as_ref().and_then(|s| s.kernel()), target) {
+            (Some(_), Some(_)) => "; check the name, or run the cell that defines it first".into(),
+            (Some(_), None) => String::new(),
+            (None, _) => format!("; call {tool} without a name to list the variables"),
+        };
         self.control(name, "inspect", args)
             .await
             .map_err(|e| match e {
-                SessionError::Invalid(msg) => SessionError::Inspect(format!(
-                    "{msg}; call {tool} without a name to list the variables"
-                )),
+                SessionError::Invalid(msg) => SessionError::Inspect(format!("{msg}{next}")),
                 other => other,
             })
     }
@@ -104,8 +109,10 @@ impl SessionManager {
         };
         // A dormant session is rebuilt first: inspecting it shows its state.
         let worker = self.ready_worker(&sess).await?;
-        if sess.language == Language::R {
-            // R has one thread: the driver reads requests only between cells.
+        let kernel_between_cells = sess.kernel().is_some() && matches!(op, "inspect" | "complete");
+        if sess.language == Language::R || kernel_between_cells {
+            // R has one thread, and a kernel reads its shell socket between
+            // cells: the request would only wait for the cell's end.
             let st = sess.lock();
             if let Some(busy) = sess.busy_now(&st) {
                 return Err(busy);

@@ -323,7 +323,7 @@ impl SessionManager {
                         .filter(|_| !dead)
                         .and_then(|w| w.rss_bytes(&snap)),
                     uptime_s: sess.created.elapsed().as_secs_f64(),
-                    language: sess.language,
+                    language: sess.listed_language(),
                     interpreter: worker
                         .as_ref()
                         .and_then(|w| w.ready_info())

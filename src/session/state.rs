@@ -117,7 +117,9 @@ pub struct SessionInfo {
     pub running_cell: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub uptime_s: f64,
-    pub language: Language,
+    /// python or r; on a kernel of another language, the kernel's own
+    /// (its kernelspec's `language`, e.g. bash).
+    pub language: String,
     /// The interpreter's path and version.
     pub interpreter: Option<String>,
     /// The Jupyter kernel it runs on (--kernels).
@@ -132,6 +134,15 @@ impl Session {
             .as_ref()
             .and_then(|s| s.kernel.as_ref())
             .map(|k| k.name.as_str())
+    }
+
+    /// The language it speaks as listed: its kernel's own when that is
+    /// neither Python nor R (its cells are routed as Python's).
+    pub(super) fn listed_language(&self) -> String {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.kernel.as_ref()?.other_language.clone())
+            .unwrap_or_else(|| self.language.key().to_string())
     }
 
     pub(super) fn new(

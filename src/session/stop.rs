@@ -1,5 +1,6 @@
-//! Stopping a cell: SIGINT, a second one after --interrupt-grace, then a
-//! kill, each step noted on the cell's result; and the cell time limit
+//! Stopping a cell: an interrupt (SIGINT, or the interrupt_request of a
+//! kernel interrupted by message), a second one after --interrupt-grace,
+//! then a kill, each step noted on the cell's result; and the cell time limit
 //! (--max-cell-seconds) that stops a cell which runs too long.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use super::state::Session;
 use crate::worker::Worker;
 
 impl SessionManager {
-    /// Stops cell `cell`: SIGINT, again after a grace period, then SIGKILL.
+    /// Stops cell `cell`: an interrupt, again after a grace period, then SIGKILL.
     /// The outcome is left as the session's completed result, annotated.
     pub(super) async fn stop_cell(
         &self,
@@ -36,8 +37,12 @@ impl SessionManager {
                     false,
                 );
             }
-            worker.signal_group(Signal::SIGINT);
-            if self.wait_cell_gone(sess, worker, cell, grace).await {
+            let sent = std::time::Instant::now();
+            if let Some(note) = worker.interrupt(grace).await {
+                self.annotate_running(sess, cell, note, false);
+            }
+            let left = grace.saturating_sub(sent.elapsed());
+            if self.wait_cell_gone(sess, worker, cell, left).await {
                 return;
             }
         }

@@ -150,6 +150,8 @@ pub struct Worker {
     kernel: Option<String>,
     /// Its kernel's connection info, for `ferrepl attach`.
     kernel_connection: std::sync::OnceLock<Value>,
+    /// Its kernel is interrupted by message, not SIGINT (kernelspec.rs).
+    interrupt_by_message: bool,
 }
 
 fn stream_index(stream: Stream) -> usize {
@@ -204,6 +206,7 @@ impl Worker {
             upstream: spec.upstream.clone(),
             kernel: spec.kernel.as_ref().map(|k| k.name.clone()),
             kernel_connection: std::sync::OnceLock::new(),
+            interrupt_by_message: spec.kernel.as_ref().is_some_and(|k| k.interrupt_by_message),
         }
     }
 

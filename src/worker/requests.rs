@@ -73,6 +73,35 @@ impl Worker {
         }
     }
 
+    /// Interrupts the running cell the way its interpreter takes it:
+    /// SIGINT to the process group, or, for a kernel interrupted by
+    /// message, an `interrupt_request` its bridge sends on the control
+    /// socket, waiting at most `within` for the kernel's answer. Some(why)
+    /// when the kernel did not take it; the caller escalates as it does
+    /// for a signal the cell ignored.
+    pub async fn interrupt(&self, within: Duration) -> Option<String> {
+        if !self.interrupt_by_message {
+            self.signal_group(nix::sys::signal::Signal::SIGINT);
+            return None;
+        }
+        match self
+            .control("interrupt", serde_json::Map::new(), within)
+            .await
+        {
+            Ok(reply) if reply["ok"] == true => None,
+            Ok(reply) => Some(format!(
+                "The kernel refused the interrupt request (interrupt_request): {}",
+                reply["message"].as_str().unwrap_or("no reason given")
+            )),
+            // Gone with its cell: nothing left to interrupt.
+            Err(WorkerError::Gone) => None,
+            Err(_) => Some(format!(
+                "The kernel did not answer the interrupt request (interrupt_request) within {:.0} s.",
+                within.as_secs_f64()
+            )),
+        }
+    }
+
     /// It has forked frozen copies of itself (checkpoints).
     pub fn mark_copies(&self) {
         self.copies

@@ -184,3 +184,37 @@ async fn the_bash_kernel_runs_in_the_sessions_sandbox() {
         "{out:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_bash_session_is_listed_in_bash_and_a_built_in_one_in_python() {
+    let server = bash_server().await;
+    bash(&server, "echo hi").await.assert_ok();
+    let out = server
+        .call(
+            "python_sessions",
+            json!({"action": "create", "session": "py"}),
+        )
+        .await;
+    assert!(!out.is_error, "{out:#?}");
+    let sessions = server.sessions().await;
+    let row = |name: &str| {
+        sessions
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("session {name} listed: {sessions:#?}"))
+    };
+    let (sh, py) = (row("sh"), row("py"));
+    assert_eq!(
+        (&sh["language"], &sh["kernel"]),
+        (&json!("bash"), &json!("bash")),
+        "{sh:#}"
+    );
+    assert_eq!(py["language"], "python", "{py:#}");
+    assert!(py.get("kernel").is_none(), "{py:#}");
+    // The server's status lists them the same way.
+    let status = server
+        .call("python_sessions", json!({"action": "status"}))
+        .await;
+    assert!(status.text.contains("sh [kernel bash]"), "{status:#?}");
+}

@@ -141,15 +141,10 @@ async fn completion_is_the_r_kernels() {
     assert!(!out.is_error, "{out:#?}");
     assert_eq!(out.structured["engine"], "kernel", "{out:#?}");
     assert!(out.text.contains("my_long_variable"), "{out:#?}");
-    // What a kernel cannot answer names the built-in R session instead.
-    let out = server
-        .call(
-            "r_inspect",
-            json!({"session": "k", "name": "my_long_variable"}),
-        )
-        .await;
+    // A kernel lists no variables: r_inspect without a name says what does.
+    let out = server.call("r_inspect", json!({"session": "k"})).await;
     assert!(out.is_error, "{out:#?}");
-    assert!(out.text.contains("built-in R session"), "{out:#?}");
+    assert!(out.text.contains("ls.str()"), "{out:#?}");
 }
 
 #[tokio::test]

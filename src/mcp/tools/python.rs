@@ -140,10 +140,14 @@ fn render_inspect(out: &InspectOutput) -> String {
     if let Some(d) = &out.detail {
         let field = |k: &str| d.get(k).and_then(Value::as_str).map(str::to_string);
         text.push_str(&format!(
-            "{}: {}\n",
+            "{}:{}\n",
             field("name").unwrap_or_default(),
-            field("type").unwrap_or_default()
+            field("type").map(|t| format!(" {t}")).unwrap_or_default()
         ));
+        // A kernel session's: the kernel's own words, as `name?` shows them.
+        if let Some(kernel_text) = field("text") {
+            text.push_str(&format!("{kernel_text}\n"));
+        }
         if let Some(sig) = field("signature") {
             text.push_str(&format!(
                 "signature: {}{sig}\n",

@@ -206,10 +206,11 @@ pub(crate) fn sessions_table(sessions: &[SessionInfo]) -> String {
             .map(|c| format!(", running cell {c}"))
             .unwrap_or_default();
         // Python is the default language; others are marked.
-        let lang = match (s.language, &s.kernel) {
+        let lang = match (crate::worker::Language::parse(&s.language), &s.kernel) {
             (_, Some(kernel)) => format!(" [kernel {kernel}]"),
-            (crate::worker::Language::Python, None) => String::new(),
-            (other, None) => format!(" [{other}]"),
+            (Some(crate::worker::Language::Python), None) => String::new(),
+            (Some(other), None) => format!(" [{other}]"),
+            (None, None) => format!(" [{}]", s.language),
         };
         text.push_str(&format!(
             "{}{lang}: {}{running}, pid {}, {} cells, {mem}, up {:.0} s\n",

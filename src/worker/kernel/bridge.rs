@@ -3,8 +3,10 @@
 //! the Jupyter protocol with the kernel over its ipc sockets, and writes
 //! what the driver would: output on the emulated stdout and stderr pipes,
 //! a fence marker on both before every cell event, the events as JSON
-//! lines (docs/protocol.md). Requests a kernel has no answer for get a
-//! reply saying so. Ends with the kernel (or the worker).
+//! lines (docs/protocol.md). Requests the kernel answers by a message of
+//! its own (completion, inspection, interrupts) are `asking.rs`'s;
+//! requests a kernel has no answer for get a reply saying so. Ends with
+//! the kernel (or the worker).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -13,13 +15,14 @@ use std::time::Instant;
 
 use base64::Engine;
 use jupyter_protocol::{
-    CompleteRequest, ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
+    ConnectionInfo, ExecuteRequest, ExecutionState, InputReply, JupyterMessage,
     JupyterMessageContent, Media, MediaType, ReplyStatus, Stdio,
 };
 use jupyter_zmq_client as zmq;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::asking::Asked;
 use super::foreign::Foreign;
 use super::media::{cap, png_size, text_of};
 use super::pipes::{Pipes, Sent};
@@ -27,10 +30,6 @@ use super::pipes::{Pipes, Sent};
 use crate::worker::Worker;
 use crate::worker::protocol::PyError;
 
-/// Completions asked for and not answered yet (the kernel answers them
-/// between cells), and completions returned, as the driver's.
-const MAX_COMPLETING: usize = 16;
-const MAX_COMPLETIONS: usize = 200;
 /// Cells asked for while one runs (the session sends one at a time).
 const MAX_QUEUED: usize = 64;
 
@@ -41,11 +40,8 @@ pub(super) enum Incoming {
     ShellUnread(String),
     IoPub(JupyterMessage),
     Stdin(JupyterMessage),
+    Control(JupyterMessage),
 }
-
-/// Completions the kernel was asked for: request id and code by message id.
-#[derive(Default)]
-struct Completing(std::collections::HashMap<String, (u64, String)>);
 
 /// The cell the kernel runs.
 struct Running {
@@ -85,8 +81,13 @@ pub(super) struct Bridge {
     pub(super) started_output: Arc<Mutex<Vec<u8>>>,
 }
 
-pub(super) type ShellSend = zmq::DealerSendConnection;
-pub(super) type StdinSend = zmq::DealerSendConnection;
+/// The bridge's sending halves of the kernel's sockets (their readers
+/// are tasks of their own, `connect.rs`).
+pub(super) struct Sockets {
+    pub(super) shell: zmq::DealerSendConnection,
+    pub(super) stdin: zmq::DealerSendConnection,
+    pub(super) control: zmq::DealerSendConnection,
+}
 
 impl Bridge {
     pub(super) async fn run(mut self) {
@@ -116,10 +117,10 @@ impl Bridge {
     async fn serve(&mut self, readers: &mut tokio::task::JoinSet<()>) -> bool {
         let session = super::random_hex();
         let (tx, mut rx) = mpsc::channel::<Incoming>(256);
-        let Some((mut shell, mut stdin)) = self.connect(&session, &tx, readers).await else {
+        let Some(mut sockets) = self.connect(&session, &tx, readers).await else {
             return false;
         };
-        let Some(version) = self.handshake(&mut shell, &mut rx).await else {
+        let Some(version) = self.handshake(&mut sockets.shell, &mut rx).await else {
             return false;
         };
         if let Some(code) = self.prelude {
@@ -133,7 +134,7 @@ impl Bridge {
                 stop_on_error: false,
             };
             let msg = JupyterMessage::new(JupyterMessageContent::ExecuteRequest(request), None);
-            if shell.send(msg).await.is_err() {
+            if sockets.shell.send(msg).await.is_err() {
                 return false;
             }
         }
@@ -145,24 +146,24 @@ impl Bridge {
         }
         let mut queue: VecDeque<Queued> = VecDeque::new();
         let mut running: Option<Running> = None;
-        let mut completing = Completing::default();
+        let mut asked = Asked::default();
         let mut foreign = Foreign::default();
         loop {
             if running.is_none()
                 && let Some(next) = queue.pop_front()
             {
-                match self.start(&mut shell, next).await {
+                match self.start(&mut sockets.shell, next).await {
                     Ok(r) => running = r,
                     Err(_) => return true,
                 }
             }
             let step = tokio::select! {
                 req = self.requests.recv() => match req {
-                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
+                    Some(line) => self.request(&line, &mut queue, &mut running, &mut sockets, &mut asked).await,
                     None => return true,
                 },
                 req = self.side.recv() => match req {
-                    Some(line) => self.request(&line, &mut queue, &mut running, (&mut shell, &mut stdin), &mut completing).await,
+                    Some(line) => self.request(&line, &mut queue, &mut running, &mut sockets, &mut asked).await,
                     None => return true,
                 },
                 msg = rx.recv() => match msg {
@@ -172,8 +173,9 @@ impl Bridge {
                             let ours = running.as_ref().is_some_and(|c| Some(c.msg_id.as_str()) == parent);
                             self.replied(ours.then(|| r.status.clone()), &mut running).await
                         }
-                        _ => self.completed(msg, &mut completing).await,
+                        _ => self.answered(msg, &mut asked).await,
                     },
+                    Some(Incoming::Control(msg)) => self.answered(msg, &mut asked).await,
                     // One cell at a time: an unread execute_reply is the
                     // running cell's, and the status it could not carry is
                     // IRkernel's "abort" (interrupted).
@@ -205,7 +207,7 @@ impl Bridge {
     /// Sends cell `next` to the kernel (or refuses it at once).
     async fn start(
         &mut self,
-        shell: &mut ShellSend,
+        shell: &mut zmq::DealerSendConnection,
         next: Queued,
     ) -> std::io::Result<Option<Running>> {
         if next.path {
@@ -264,8 +266,8 @@ impl Bridge {
         line: &[u8],
         queue: &mut VecDeque<Queued>,
         running: &mut Option<Running>,
-        (shell, stdin): (&mut ShellSend, &mut StdinSend),
-        completing: &mut Completing,
+        sockets: &mut Sockets,
+        asked: &mut Asked,
     ) -> Sent {
         let Ok(req) = serde_json::from_slice::<Value>(line) else {
             return Ok(());
@@ -319,25 +321,11 @@ impl Bridge {
                 let msg =
                     JupyterMessage::new(JupyterMessageContent::InputReply(reply), Some(&prompt))
                         .with_zmq_identities(Vec::new());
-                stdin.send(msg).await.map_err(std::io::Error::other)
+                sockets.stdin.send(msg).await.map_err(std::io::Error::other)
             }
-            "complete" if completing.0.len() < MAX_COMPLETING => {
-                let Some(id) = req["id"].as_u64() else {
-                    return Ok(());
-                };
-                let code = req["code"].as_str().unwrap_or_default().to_string();
-                let chars = code.chars().count();
-                let cursor_pos = req["cursor"]
-                    .as_u64()
-                    .map_or(chars, |c| usize::try_from(c).unwrap_or(chars).min(chars));
-                let ask = CompleteRequest {
-                    code: code.clone(),
-                    cursor_pos,
-                };
-                let msg = JupyterMessage::new(JupyterMessageContent::CompleteRequest(ask), None);
-                completing.0.insert(msg.header.msg_id.clone(), (id, code));
-                shell.send(msg).await.map_err(std::io::Error::other)
-            }
+            "complete" => self.ask_completion(&req, sockets, asked).await,
+            "inspect" => self.ask_inspection(&req, sockets, asked).await,
+            "interrupt" => self.ask_interrupt(&req, sockets, asked).await,
             // Nothing to refresh: a kernel imports from its own paths.
             "refresh_imports" => self.reply(&req, json!({"ok": true})).await,
             _ => {
@@ -354,44 +342,13 @@ impl Bridge {
         }
     }
 
-    async fn reply(&mut self, req: &Value, mut body: Value) -> Sent {
+    pub(super) async fn reply(&mut self, req: &Value, mut body: Value) -> Sent {
         let Some(id) = req["id"].as_u64() else {
             return Ok(());
         };
         body["ev"] = json!("reply");
         body["id"] = json!(id);
         self.pipes.event(body).await
-    }
-
-    /// The kernel's answer to a completion asked for, as the driver's.
-    async fn completed(&mut self, msg: JupyterMessage, completing: &mut Completing) -> Sent {
-        let JupyterMessageContent::CompleteReply(reply) = &msg.content else {
-            return Ok(());
-        };
-        let Some((id, code)) = msg
-            .parent_header
-            .as_ref()
-            .and_then(|p| completing.0.remove(&p.msg_id))
-        else {
-            return Ok(());
-        };
-        let token: String = code
-            .chars()
-            .skip(reply.cursor_start)
-            .take(reply.cursor_end.saturating_sub(reply.cursor_start))
-            .collect();
-        let completions: Vec<Value> = reply
-            .matches
-            .iter()
-            .take(MAX_COMPLETIONS)
-            .map(|m| json!({"text": m, "kind": "name"}))
-            .collect();
-        self.pipes
-            .event(
-                json!({"ev": "reply", "id": id, "ok": true, "engine": "kernel",
-                "token": token, "completions": completions}),
-            )
-            .await
     }
 
     /// A message from the kernel: the running cell's output, prompt or end.

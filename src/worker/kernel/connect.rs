@@ -1,5 +1,5 @@
-//! A kernel bridge reaching its kernel: the sockets, once the kernel has
-//! made them; the handshake that makes sure its output channel is
+//! A kernel bridge reaching its kernel: the sockets (shell, stdin,
+//! iopub, control), once the kernel has made them; the handshake that makes sure its output channel is
 //! subscribed before the first cell; the kernel's pid for `ready`.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use jupyter_protocol::{JupyterMessage, JupyterMessageContent, KernelInfoRequest}
 use jupyter_zmq_client as zmq;
 use tokio::sync::mpsc;
 
-use super::bridge::{Bridge, Incoming, ShellSend, StdinSend};
+use super::bridge::{Bridge, Incoming, Sockets};
 
 /// How often the kernel is asked for its info until its output channel
 /// (iopub) is seen to be subscribed: messages published before that are lost.
@@ -20,18 +20,18 @@ const CONNECT_EVERY: Duration = Duration::from_millis(20);
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 impl Bridge {
-    /// Reaches the kernel's shell, stdin and iopub sockets once it made
-    /// them; their messages go to `tx`.
+    /// Reaches the kernel's shell, stdin, iopub and control sockets once
+    /// it made them; their messages go to `tx`.
     pub(super) async fn connect(
         &mut self,
         session: &str,
         tx: &mpsc::Sender<Incoming>,
         readers: &mut tokio::task::JoinSet<()>,
-    ) -> Option<(ShellSend, StdinSend)> {
+    ) -> Option<Sockets> {
         let identity = zmq::peer_identity_for_session(session).ok()?;
         // Until the kernel has made its sockets (or died): a connection to
         // an ipc path nobody listens on yet is not given up by the client.
-        let sockets = [1, 2, 3].map(|port| PathBuf::from(format!("{}-{port}", self.info.ip)));
+        let sockets = [1, 2, 3, 4].map(|port| PathBuf::from(format!("{}-{port}", self.info.ip)));
         while !sockets.iter().all(|s| s.exists()) {
             if self.gone() {
                 return None;
@@ -50,6 +50,8 @@ impl Bridge {
         ))
         .await?;
         let mut iopub = reach(zmq::create_client_iopub_connection(info, "", session)).await?;
+        let control = reach(zmq::create_client_control_connection(info, session)).await?;
+        let (control_send, mut control_recv) = control.split();
         let (shell_send, mut shell_recv) = shell.split();
         let (stdin_send, mut stdin_recv) = stdin.split();
         let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
@@ -98,7 +100,21 @@ impl Bridge {
                 }
             }
         });
-        Some((shell_send, stdin_send))
+        let t = tx.clone();
+        readers.spawn(async move {
+            while let Some(read) = readable(control_recv.read().await) {
+                if let Some(msg) = read
+                    && t.send(Incoming::Control(msg)).await.is_err()
+                {
+                    break;
+                }
+            }
+        });
+        Some(Sockets {
+            shell: shell_send,
+            stdin: stdin_send,
+            control: control_send,
+        })
     }
 
     /// Asks the kernel for its info until it answered and its output
@@ -106,7 +122,7 @@ impl Bridge {
     /// version, or None when it died first.
     pub(super) async fn handshake(
         &mut self,
-        shell: &mut ShellSend,
+        shell: &mut zmq::DealerSendConnection,
         rx: &mut mpsc::Receiver<Incoming>,
     ) -> Option<String> {
         let mut version = None;
@@ -142,7 +158,7 @@ impl Bridge {
                             .parent_header
                             .is_some_and(|p| p.msg_type == "kernel_info_request");
                     }
-                    Incoming::Stdin(_) | Incoming::ShellUnread(_) => {}
+                    Incoming::Stdin(_) | Incoming::ShellUnread(_) | Incoming::Control(_) => {}
                 },
                 changed = self.changed.changed() => {
                     if changed.is_err() || self.gone() {

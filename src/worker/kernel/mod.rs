@@ -6,6 +6,7 @@
 //! sees an ordinary worker. Never speaks ZeroMQ by hand: the sockets and
 //! message signing are jupyter-zmq-client's and jupyter-protocol's.
 
+mod asking;
 mod bridge;
 mod connect;
 mod foreign;

@@ -33,6 +33,10 @@ pub struct KernelSpec {
     pub dir: PathBuf,
     /// Variables kernel.json sets for the kernel.
     pub env: Vec<(String, String)>,
+    /// Its kernel.json says `interrupt_mode: message`: a cell is
+    /// interrupted by an `interrupt_request` on the control socket, not
+    /// by SIGINT (a kernel that cannot take signals, or wants them its way).
+    pub interrupt_by_message: bool,
 }
 
 impl KernelSpec {
@@ -85,8 +89,8 @@ pub fn data_dirs(jupyter_path: Option<&std::ffi::OsStr>, python: &Path) -> Vec<P
 
 /// The kernels named by `names`, each the first found in `data_dirs`;
 /// refused when one is missing (with those found), lies where sessions
-/// can write, runs a program from there, or is of a language sessions
-/// cannot speak yet (Python and R only).
+/// can write, runs a program from there, names no language, or has an
+/// `interrupt_mode` Jupyter does not know.
 pub fn discover(
     names: &[String],
     data_dirs: &[PathBuf],
@@ -154,11 +158,16 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
         ),
         other => (Language::Python, Some(other.chars().take(32).collect())),
     };
-    if json.interrupt_mode.as_deref() == Some("message") {
-        anyhow::bail!(
-            "--kernels: kernel '{name}' is interrupted by message (interrupt_mode), which ferrepl does not send yet; only kernels interrupted by a signal (ipykernel's default) can back sessions"
-        );
-    }
+    // Caseless, as jupyter_client reads it.
+    let mode = json.interrupt_mode.as_deref().map(str::to_ascii_lowercase);
+    let interrupt_by_message = match mode.as_deref() {
+        None | Some("signal") => false,
+        Some("message") => true,
+        Some(other) => anyhow::bail!(
+            "--kernels: kernel '{name}' has interrupt_mode '{}' in its kernel.json; Jupyter knows \"signal\" and \"message\" only: fix its kernel.json",
+            other.chars().take(32).collect::<String>()
+        ),
+    };
     let mut argv = json.argv;
     let Some(first) = argv.first_mut() else {
         anyhow::bail!("--kernels: {} has an empty argv", file.display());
@@ -177,6 +186,7 @@ fn read(name: &str, dir: &Path, places: &Places) -> anyhow::Result<KernelSpec> {
         argv,
         dir: dir.to_path_buf(),
         env: json.env.into_iter().collect(),
+        interrupt_by_message,
     })
 }
 
@@ -258,6 +268,26 @@ mod tests {
         );
         let found = discover(&["sh".into()], &dirs, &places).expect("bash");
         assert_eq!(found[0].other_language.as_deref(), Some("bash"));
+        assert!(!found[0].interrupt_by_message);
+        install(
+            &second,
+            "msg",
+            &format!(r#"{{"argv":["{sh}"],"language":"python","interrupt_mode":"Message"}}"#),
+        );
+        let found = discover(&["msg".into()], &dirs, &places).expect("by message");
+        assert!(found[0].interrupt_by_message);
+        install(
+            &second,
+            "odd",
+            &format!(
+                r#"{{"argv":["{sh}"],"language":"python","interrupt_mode":"carrier pigeon"}}"#
+            ),
+        );
+        let err = discover(&["odd".into()], &dirs, &places).expect_err("unknown mode");
+        assert!(
+            err.to_string().contains("\"signal\" and \"message\" only"),
+            "{err}"
+        );
 
         install(
             &ws,
