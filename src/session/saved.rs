@@ -252,6 +252,11 @@ impl SessionManager {
         self: &Arc<Self>,
         sess: &Arc<Session>,
     ) -> Result<String, SessionError> {
+        if let Some(kernel) = sess.kernel() {
+            // A kernel saves nothing: a fresh one (`kernel_restart.rs`).
+            let kernel = kernel.to_string();
+            return self.wake_kernel(sess, &kernel).await;
+        }
         let dormant_error = |why: Option<String>| SessionError::Invalid(dormant_message(sess, why));
         let Some(meta) = self.saved_meta(&sess.name) else {
             return Err(dormant_error(None));

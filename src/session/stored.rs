@@ -8,8 +8,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::durable::stored_tool_calls;
+use super::durable::{policy_refusal, stored_tool_calls};
 use super::kept::HistoryEntry;
+use super::kernel_restart::kernel_not_offered;
 use super::lifecycle::Pending;
 use super::lineage::PathCell;
 use super::manager::SessionManager;
@@ -178,7 +179,16 @@ impl SessionManager {
             ..options.clone()
         }) {
             Ok(spec) => (spec, None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => {
+                let name = &s.record.name;
+                let refusal = match &options.kernel {
+                    Some(kernel) if self.kernel_language(kernel).is_none() => {
+                        kernel_not_offered(name, kernel, &self.kernel_names())
+                    }
+                    _ => policy_refusal(name, &e.to_string()),
+                };
+                (None, Some(refusal))
+            }
         };
         let mut sess = Session::new(&s.record.name, lang, spec, Some(options));
         sess.refused = refused;

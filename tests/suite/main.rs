@@ -49,6 +49,7 @@ mod kernels;
 mod kernels_attach;
 mod kernels_other;
 mod kernels_r;
+mod kernels_restart;
 mod large_output;
 mod long_running;
 mod packages_egress;
