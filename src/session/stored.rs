@@ -122,28 +122,31 @@ impl SessionManager {
     /// dormant sessions it may rebuild (at most 200 characters).
     pub(super) fn dormant_line(&self) -> Option<String> {
         const MOST: usize = 200;
-        let names: Vec<(String, usize)> = self
+        let names: Vec<(String, usize, Option<String>)> = self
             .sessions()
             .iter()
             .filter_map(|(name, s)| {
                 let st = s.lock();
+                let kernel = s.kernel().map(str::to_string);
                 st.lifecycle
                     .is_dormant()
-                    .then(|| (name.clone(), st.lineage.path().len()))
+                    .then(|| (name.clone(), st.lineage.path().len(), kernel))
             })
             .collect();
         // Read outside the sessions' lock.
         let mut dormant: Vec<(String, String)> = names
             .into_iter()
-            .map(|(name, n)| {
-                let what = match self.saved_meta(&name) {
-                    Some(m) => format!(
+            .map(|(name, n, kernel)| {
+                let what = match (kernel, self.saved_meta(&name)) {
+                    // Named, it comes back on a fresh kernel.
+                    (Some(kernel), _) => format!("{}, kernel {kernel}", cells(n)),
+                    (None, Some(m)) => format!(
                         "saved {}, {} vars, {}",
                         age(m.saved_unix),
                         m.variables.len(),
                         crate::units::human_bytes(m.bytes)
                     ),
-                    None => format!("{}, not saved", cells(n)),
+                    (None, None) => format!("{}, not saved", cells(n)),
                 };
                 (name, what)
             })

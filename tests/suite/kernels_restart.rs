@@ -99,6 +99,14 @@ async fn a_kernel_session_comes_back_on_a_fresh_kernel_and_no_cell_runs_twice() 
         .await;
     assert!(!status.is_error, "{status:#?}");
     assert_eq!(history(&second).await, [1, 2]);
+    // A fresh default's first result names it with its kernel.
+    let out = second.exec("1").await;
+    out.assert_ok();
+    assert!(
+        out.notes_text()
+            .contains("Dormant: k (2 cells, kernel python3)."),
+        "{out:#?}"
+    );
     assert_eq!(runs(&place), ["ran"], "listing re-ran a cell");
 
     let out = exec(&second, "'x' in globals()").await;
