@@ -158,7 +158,19 @@ async fn a_kernel_no_longer_offered_is_refused_until_a_server_offers_it() {
             .contains("the operator restarts ferrepl with 'python3' in --kernels"),
         "{out:#?}"
     );
+    // Nor does resume start anything in its place.
+    let resumed = without
+        .call(
+            "python_sessions",
+            json!({"action": "resume", "session": "k"}),
+        )
+        .await;
+    assert!(
+        resumed.is_error && resumed.text.contains("which this server does not offer"),
+        "{resumed:#?}"
+    );
     assert_eq!(history(&without).await, [1, 2]);
+    assert_eq!(row(&without).await["state"], "dormant");
     without.stop().await;
 
     // Offered again: resume starts its fresh kernel, and says so there.
