@@ -18,7 +18,12 @@
 # The test binary finds the server through FERREPL_TEST_SERVER_BIN and its
 # servers' state directory through FERREPL_TEST_STATE_HOME
 # (tests/suite/support/launch.rs); the escape tests read nothing else from
-# the checkout.
+# the checkout but the test environment's `kernels` venv (escape::kernels,
+# through FERREPL_TEST_ENV). Where the user cannot run that venv (its base
+# interpreter under /root, the checkout out of reach), the script makes one
+# it can: a venv of the system python3 (same minor version) holding the same
+# packages (hard links) and kernelspecs pointing at it, root's, read-only,
+# under the user's directory in /tmp.
 #
 #   bash scripts/escape-unprivileged.sh [TEST-BINARY ARGS]   # default: escape::
 set -euo pipefail
@@ -119,6 +124,55 @@ for bin in "$BIN_DIR/suite" "$BIN_DIR/ferrepl"; do
     fi
 done
 
+# The test environment the user's kernel tests read (see the header).
+TEST_ENV="${FERREPL_TEST_ENV:-$PWD/target/test-env}"
+KERNELS="$TEST_ENV/kernels"
+if [ -d "$KERNELS" ] && ! as_user "$KERNELS/bin/python" -c 'import ipykernel' 2>/dev/null; then
+    SYSTEM_PYTHON="$(PATH=/usr/local/bin:/usr/bin:/bin command -v python3 || true)"
+    want="$(sed -n 's/^version *= *\([0-9]*\.[0-9]*\).*/\1/p' "$KERNELS/pyvenv.cfg")"
+    have=""
+    if [ -n "$SYSTEM_PYTHON" ]; then
+        have="$("$SYSTEM_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    fi
+    if [ -z "$want" ] || [ "$want" != "$have" ]; then
+        echo "$RUN_USER cannot run the kernels venv $KERNELS (its interpreter is out of its reach), and the system python3 (${have:-none}) is not its Python ${want:-?}, which a copy would need: make the test environment with a python3 $RUN_USER can run (bash scripts/test-env.sh), or point FERREPL_TEST_ENV at one" >&2
+        exit 1
+    fi
+    TEST_ENV="$SCRATCH/test-env"
+    USER_KERNELS="$TEST_ENV/kernels"
+    site="lib/python$want/site-packages"
+    # Hard links share the venv's files (never chmod them: they are the
+    # checkout's too); what is made here is readable by all, written by root.
+    (
+        umask 022
+        mkdir "$TEST_ENV"
+        "$SYSTEM_PYTHON" -m venv --without-pip "$USER_KERNELS"
+        rm -rf "${USER_KERNELS:?}/$site"
+        cp -al "$KERNELS/$site" "$USER_KERNELS/$site" 2>/dev/null || {
+            rm -rf "${USER_KERNELS:?}/$site"
+            cp -a "$KERNELS/$site" "$USER_KERNELS/$site"
+        }
+        mkdir -p "$USER_KERNELS/share/jupyter"
+        cp -r "$KERNELS/share/jupyter/kernels" "$USER_KERNELS/share/jupyter/kernels"
+        # Their argv[0] named the venv's python: the copy's now.
+        "$SYSTEM_PYTHON" - "$KERNELS" "$USER_KERNELS" <<'PY'
+import json, os, pathlib, sys
+olds, new = {sys.argv[1], os.path.realpath(sys.argv[1])}, sys.argv[2]
+for spec in pathlib.Path(new, "share/jupyter/kernels").glob("*/kernel.json"):
+    data = json.loads(spec.read_text())
+    for old in olds:
+        if data["argv"] and data["argv"][0].startswith(old + "/"):
+            data["argv"][0] = new + data["argv"][0][len(old):]
+    spec.write_text(json.dumps(data))
+PY
+    )
+    if ! as_user "$USER_KERNELS/bin/python" -c 'import ipykernel, zmq, jupyter_client'; then
+        echo "$RUN_USER cannot run the copy of the kernels venv in $USER_KERNELS" >&2
+        exit 1
+    fi
+    echo "the kernel tests use $USER_KERNELS ($SYSTEM_PYTHON with the packages of $KERNELS)" >&2
+fi
+
 echo "running ${TEST_ARGS[*]} of $(basename "$TEST_BIN") as $RUN_USER (uid $(id -u "$RUN_USER")), from copies in $BIN_DIR" >&2
 # From the user's own directory: the checkout may be out of its reach.
 cd "$SCRATCH"
@@ -133,4 +187,5 @@ as_user env -i \
     FERREPL_TEST_SERVER_BIN="$BIN_DIR/ferrepl" \
     FERREPL_TEST_STATE_HOME="$STATE_HOME" \
     FERREPL_TEST_VISIBLE_DIR="$VISIBLE_DIR" \
+    FERREPL_TEST_ENV="$TEST_ENV" \
     "$BIN_DIR/suite" "${TEST_ARGS[@]}" --test-threads 2 -q

@@ -1,9 +1,10 @@
 //! Kernel sessions a person on the server's machine can attach a Jupyter
 //! client to (`ferrepl attach`): the server publishes, in its private
 //! runtime directory, one connection file per kernel session (its own
-//! copy of what it gave the kernel, with the server's workspace), and the
-//! command (setup/attach.rs) finds it among the live servers of this user. Never reads a
-//! file a session can write: the kernel's home is the session's.
+//! copy of what it gave the kernel, with the server's workspace; a
+//! tenant's in the tenant's directory there), and the command
+//! (setup/attach.rs) finds it among the live servers of this user. Never
+//! reads a file a session can write: the kernel's home is the session's.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -59,13 +60,19 @@ pub(crate) struct Entry {
     pub file: PathBuf,
     pub session: String,
     pub workdir: PathBuf,
+    /// The server's pid (its runtime directory's name).
+    pub server: u32,
+    /// The tenant whose session it is (None: the server's sole tenant),
+    /// from the directory the server published it in, never from what
+    /// the file says.
+    pub tenant: Option<String>,
     /// Where its kernel listens (an ipc socket's path), to tell a live
     /// kernel from one that ended since.
     pub shell_socket: Option<PathBuf>,
 }
 
 impl Entry {
-    fn read(file: PathBuf) -> Option<Self> {
+    fn read(file: PathBuf, server: u32, tenant: Option<String>) -> Option<Self> {
         let text = std::fs::read_to_string(&file).ok()?;
         let info: Value = serde_json::from_str(&text).ok()?;
         let shell_socket = (info["transport"] == "ipc").then(|| {
@@ -80,6 +87,8 @@ impl Entry {
             workdir: PathBuf::from(info[WORKDIR_KEY].as_str()?),
             shell_socket,
             file,
+            server,
+            tenant,
         })
     }
 
@@ -88,24 +97,25 @@ impl Entry {
     }
 }
 
-/// The entries a live server's directory `server` publishes (its own and
-/// its tenants').
-pub(crate) fn entries_of(server: &Path) -> Vec<Entry> {
-    let mut dirs = vec![server.join(INDEX_DIR)];
+/// The entries live server `pid` publishes in its directory `server` (its
+/// own, and each tenant's in `tenants/NAME/`).
+pub(crate) fn entries_of(pid: u32, server: &Path) -> Vec<Entry> {
+    let mut dirs: Vec<(PathBuf, Option<String>)> = vec![(server.join(INDEX_DIR), None)];
     if let Ok(tenants) = std::fs::read_dir(server.join("tenants")) {
-        dirs.extend(
-            tenants
-                .filter_map(Result::ok)
-                .map(|t| t.path().join(INDEX_DIR)),
-        );
+        dirs.extend(tenants.filter_map(Result::ok).filter_map(|t| {
+            let name = t.file_name().to_str()?.to_string();
+            Some((t.path().join(INDEX_DIR), Some(name)))
+        }));
     }
-    dirs.iter()
-        .filter_map(|d| std::fs::read_dir(d).ok())
-        .flat_map(|rd| rd.filter_map(Result::ok))
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json") && owned_file(p))
+    dirs.into_iter()
+        .filter_map(|(d, tenant)| Some((std::fs::read_dir(d).ok()?, tenant)))
+        .flat_map(|(rd, tenant)| {
+            rd.filter_map(Result::ok)
+                .map(move |e| (e.path(), tenant.clone()))
+        })
+        .filter(|(p, _)| p.extension().is_some_and(|x| x == "json") && owned_file(p))
         .take(MAX_ENTRIES)
-        .filter_map(Entry::read)
+        .filter_map(|(p, tenant)| Entry::read(p, pid, tenant))
         .collect()
 }
 
@@ -131,9 +141,21 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let info = serde_json::json!({"transport": "ipc", "ip": "/nonexistent/k", "shell_port": 1});
         publish(&dir, "k1", &info, Path::new("/w"));
-        let found = entries_of(&dir);
-        assert_eq!(found.len(), 1);
+        publish(
+            &dir.join("tenants/alpha"),
+            "k1",
+            &info,
+            Path::new("/w/alpha"),
+        );
+        let mut found = entries_of(7, &dir);
+        found.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].tenant.as_deref(), Some("alpha"));
+        assert_eq!(found[1].workdir, Path::new("/w/alpha"));
+        found.truncate(1);
         assert_eq!(found[0].session, "k1");
+        assert_eq!(found[0].server, 7);
+        assert_eq!(found[0].tenant, None);
         assert_eq!(found[0].workdir, Path::new("/w"));
         assert_eq!(
             found[0].shell_socket.as_deref(),
@@ -141,7 +163,8 @@ mod tests {
         );
         assert!(!found[0].kernel_running());
         withdraw(&dir, "k1");
-        assert!(entries_of(&dir).is_empty());
+        withdraw(&dir.join("tenants/alpha"), "k1");
+        assert!(entries_of(7, &dir).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -100,10 +100,14 @@ pub struct AttachArgs {
     /// The kernel session to attach to (a session made with python_sessions create ... kernel).
     #[arg(value_name = "SESSION")]
     pub session: String,
-    /// The workspace of the server whose session it is (default: the current directory's
-    /// server; else the one server that has SESSION).
+    /// The workspace of the server (or tenant) whose session it is (default: the server or
+    /// tenant whose workspace holds the current directory; else the only one that has SESSION).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<PathBuf>,
+    /// The tenant (a name of --auth-token-file) whose session it is, when tenants of a server
+    /// have sessions of the same name.
+    #[arg(long, value_name = "NAME")]
+    pub tenant: Option<String>,
     /// Print the session's connection file (for another Jupyter client) instead of starting a
     /// console.
     #[arg(long)]

@@ -131,12 +131,17 @@ impl SessionManager {
 /// A stored session whose settings the current policy refuses cannot run.
 pub(super) fn refused(sess: &Session) -> Result<(), SessionError> {
     match &sess.refused {
-        Some(why) => Err(SessionError::Invalid(format!(
-            "session '{}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again",
-            sess.name
-        ))),
+        Some(refusal) => Err(SessionError::Invalid(refusal.clone())),
         None => Ok(()),
     }
+}
+
+/// The refusal of stored session `name`, whose settings the current
+/// policy refuses for `why`.
+pub(super) fn policy_refusal(name: &str, why: &str) -> String {
+    format!(
+        "session '{name}' was stored with settings the current policy refuses ({why}); delete it (python_sessions action=delete) and create it again"
+    )
 }
 
 /// A cell's source as the store keeps it, with how many tool calls it made

@@ -22,6 +22,11 @@ pub(super) enum Pending {
     /// Its interpreter died under a cell: python_sessions rebuild re-runs
     /// its path when asked; the next cell starts a new path instead.
     Crashed,
+    /// A kernel session stored by an earlier server, on a fresh kernel: its
+    /// history is kept, its variables ended with the old kernel; the next
+    /// cell starts a new path, and until then python_sessions rebuild
+    /// re-runs the old one when asked.
+    KernelRestarted,
     /// A cell asked for the state after another cell (`parent`): the first
     /// call rebuilds it.
     Branch(u64),
@@ -38,6 +43,7 @@ impl Pending {
         match self {
             Pending::Dormant => "dormant since the server restarted".into(),
             Pending::Crashed => "its interpreter had crashed".into(),
+            Pending::KernelRestarted => "its kernel restarted with the server".into(),
             Pending::Branch(0) => "switched to a fresh interpreter".into(),
             Pending::Branch(id) => format!("switched to the state after cell {id}"),
         }

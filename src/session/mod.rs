@@ -11,9 +11,10 @@
 //! `inbox`, `lifecycle`, `state`, `manager`), then the operations, each
 //! using only those below it: `durable` (the store), `events` (worker events
 //! into results), `running` (sending a cell, following it), `launch`
-//! (interpreters), `stop`, `saved`, `shutdown`, `rebuild`, `branch`,
-//! `resume`, `limits`, `stored`, `clients`, `registry`, and at the top the
-//! calls of the tools: `cells`, `control`, `export`, `view`.
+//! (interpreters), `stop`, `kernel_restart`, `saved`, `shutdown`,
+//! `rebuild`, `branch`, `resume`, `limits`, `stored`, `clients`,
+//! `registry`, and at the top the calls of the tools: `cells`, `control`,
+//! `export`, `view`.
 
 mod branch;
 mod cells;
@@ -30,6 +31,7 @@ pub mod gate;
 mod hints;
 mod inbox;
 mod kept;
+mod kernel_restart;
 mod kernel_tool;
 mod launch;
 mod lifecycle;

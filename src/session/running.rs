@@ -37,7 +37,10 @@ impl SessionManager {
         st.kept.add_late(last_cell, late);
         worker.start_cell_log(self.limits.cell_log_bytes);
         let background_images = st.kept.take_background_images();
-        if st.lifecycle.pending() == Some(Pending::Crashed) {
+        if matches!(
+            st.lifecycle.pending(),
+            Some(Pending::Crashed | Pending::KernelRestarted)
+        ) {
             // Not rebuilt: this cell starts a new path in the fresh interpreter.
             st.clear_path();
         }

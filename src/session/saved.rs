@@ -25,6 +25,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::durable::refused;
 use super::error::SessionError;
 use super::lifecycle::Pending;
 use super::lineage::ranges;
@@ -252,6 +253,13 @@ impl SessionManager {
         self: &Arc<Self>,
         sess: &Arc<Session>,
     ) -> Result<String, SessionError> {
+        // Its settings are checked before any interpreter starts for it.
+        refused(sess)?;
+        if let Some(kernel) = sess.kernel() {
+            // A kernel saves nothing: a fresh one (`kernel_restart.rs`).
+            let kernel = kernel.to_string();
+            return self.wake_kernel(sess, &kernel).await;
+        }
         let dormant_error = |why: Option<String>| SessionError::Invalid(dormant_message(sess, why));
         let Some(meta) = self.saved_meta(&sess.name) else {
             return Err(dormant_error(None));

@@ -96,7 +96,7 @@ pub struct Session {
     /// The options it was created with, as the store keeps them.
     pub(super) options: Option<SessionOptions>,
     /// Set when a stored session's options are refused by the current
-    /// policy: it cannot be resumed.
+    /// policy: it cannot be resumed, and this is the refusal its calls get.
     pub(super) refused: Option<String>,
     pub(super) state: Mutex<SessionState>,
     /// Serialises starting a worker (or a rebuild) for this session.
@@ -128,12 +128,14 @@ pub struct SessionInfo {
 }
 
 impl Session {
-    /// The Jupyter kernel it runs on, if any (--kernels).
+    /// The Jupyter kernel it runs on, if any (--kernels); a stored one's
+    /// even when this server no longer offers it.
     pub(super) fn kernel(&self) -> Option<&str> {
         self.spec
             .as_ref()
             .and_then(|s| s.kernel.as_ref())
             .map(|k| k.name.as_str())
+            .or_else(|| self.options.as_ref()?.kernel.as_deref())
     }
 
     /// The language it speaks as listed: its kernel's own when that is

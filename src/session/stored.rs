@@ -8,8 +8,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::durable::stored_tool_calls;
+use super::durable::{policy_refusal, stored_tool_calls};
 use super::kept::HistoryEntry;
+use super::kernel_restart::kernel_not_offered;
 use super::lifecycle::Pending;
 use super::lineage::PathCell;
 use super::manager::SessionManager;
@@ -121,28 +122,31 @@ impl SessionManager {
     /// dormant sessions it may rebuild (at most 200 characters).
     pub(super) fn dormant_line(&self) -> Option<String> {
         const MOST: usize = 200;
-        let names: Vec<(String, usize)> = self
+        let names: Vec<(String, usize, Option<String>)> = self
             .sessions()
             .iter()
             .filter_map(|(name, s)| {
                 let st = s.lock();
+                let kernel = s.kernel().map(str::to_string);
                 st.lifecycle
                     .is_dormant()
-                    .then(|| (name.clone(), st.lineage.path().len()))
+                    .then(|| (name.clone(), st.lineage.path().len(), kernel))
             })
             .collect();
         // Read outside the sessions' lock.
         let mut dormant: Vec<(String, String)> = names
             .into_iter()
-            .map(|(name, n)| {
-                let what = match self.saved_meta(&name) {
-                    Some(m) => format!(
+            .map(|(name, n, kernel)| {
+                let what = match (kernel, self.saved_meta(&name)) {
+                    // Named, it comes back on a fresh kernel.
+                    (Some(kernel), _) => format!("{}, kernel {kernel}", cells(n)),
+                    (None, Some(m)) => format!(
                         "saved {}, {} vars, {}",
                         age(m.saved_unix),
                         m.variables.len(),
                         crate::units::human_bytes(m.bytes)
                     ),
-                    None => format!("{}, not saved", cells(n)),
+                    (None, None) => format!("{}, not saved", cells(n)),
                 };
                 (name, what)
             })
@@ -178,7 +182,16 @@ impl SessionManager {
             ..options.clone()
         }) {
             Ok(spec) => (spec, None),
-            Err(e) => (None, Some(e.to_string())),
+            Err(e) => {
+                let name = &s.record.name;
+                let refusal = match &options.kernel {
+                    Some(kernel) if self.kernel_language(kernel).is_none() => {
+                        kernel_not_offered(name, kernel, &self.kernel_names())
+                    }
+                    _ => policy_refusal(name, &e.to_string()),
+                };
+                (None, Some(refusal))
+            }
         };
         let mut sess = Session::new(&s.record.name, lang, spec, Some(options));
         sess.refused = refused;

@@ -1,7 +1,9 @@
-//! `ferrepl attach SESSION`: picks the live server (of this user) that
-//! serves the session, then prints its connection file or replaces itself
-//! with `jupyter console --existing FILE`. Never starts or changes a
-//! session: it only points a client at a kernel that runs already.
+//! `ferrepl attach SESSION`: picks the live server (of this user), and its
+//! tenant, that serves the session (`--workdir`, `--tenant`, else the
+//! workspace holding the current directory), then prints its connection
+//! file or replaces itself with `jupyter console --existing FILE`. Never
+//! starts or changes a session: it only points a client at a kernel that
+//! runs already.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -38,58 +40,91 @@ fn choose(args: &AttachArgs) -> Result<Entry, String> {
     let here = std::env::current_dir().ok().map(|d| canonical(&d));
     let mut all: Vec<Entry> = servers
         .iter()
-        .flat_map(|(_, dir)| entries_of(dir))
+        .flat_map(|(pid, dir)| entries_of(*pid, dir))
+        .filter(Entry::kernel_running)
         .collect();
-    let serving = |e: &Entry, dir: &Path| canonical(&e.workdir) == dir;
     if let Some(dir) = &wanted {
-        all.retain(|e| serving(e, dir));
+        all.retain(|e| canonical(&e.workdir) == *dir);
     }
-    let (named, others): (Vec<Entry>, Vec<Entry>) =
+    if let Some(tenant) = &args.tenant {
+        all.retain(|e| e.tenant.as_ref() == Some(tenant));
+    }
+    let (mut named, others): (Vec<Entry>, Vec<Entry>) =
         all.into_iter().partition(|e| e.session == args.session);
-    let mut named: Vec<Entry> = named.into_iter().filter(Entry::kernel_running).collect();
     if named.len() > 1
         && wanted.is_none()
         && let Some(here) = &here
-        && named.iter().any(|e| serving(e, here))
     {
-        named.retain(|e| serving(e, here));
+        // The deepest workspace holding the current directory: a tenant's
+        // (<workdir>/NAME) rather than its server's.
+        let depth = |e: &Entry| {
+            let dir = canonical(&e.workdir);
+            here.starts_with(&dir).then(|| dir.components().count())
+        };
+        if let Some(deepest) = named.iter().filter_map(depth).max() {
+            named.retain(|e| depth(e) == Some(deepest));
+        }
     }
     match named.len() {
         1 => Ok(named.remove(0)),
-        0 => {
-            let mut kernels: Vec<String> = others
-                .iter()
-                .filter(|e| e.kernel_running())
-                .map(|e| e.session.clone())
-                .collect();
-            kernels.sort();
-            kernels.dedup();
-            let listed = if kernels.is_empty() {
-                "none".to_string()
-            } else {
-                kernels.join(", ")
-            };
-            let place = match &wanted {
-                Some(dir) => format!("the server serving {}", dir.display()),
-                None => "this user's servers".to_string(),
-            };
-            Err(format!(
-                "no running kernel session named '{}' in {place} (kernel sessions there: {listed}); attach works on kernel sessions only (python_sessions create ... kernel), not on built-in Python or R sessions",
-                args.session
-            ))
-        }
-        _ => {
-            let dirs: Vec<String> = named
-                .iter()
-                .map(|e| format!("  {}", e.workdir.display()))
-                .collect();
-            Err(format!(
-                "several servers have a kernel session named '{}'; pass --workdir DIR for one of their workspaces:\n{}",
-                args.session,
-                dirs.join("\n")
-            ))
-        }
+        0 => Err(none_named(args, wanted.as_deref(), &others)),
+        _ => Err(several_named(&args.session, &named)),
     }
+}
+
+/// Why no kernel session is named `args.session` where the arguments
+/// look; `others` are the running ones there.
+fn none_named(args: &AttachArgs, wanted: Option<&Path>, others: &[Entry]) -> String {
+    let mut kernels: Vec<&str> = others.iter().map(|e| e.session.as_str()).collect();
+    kernels.sort();
+    kernels.dedup();
+    let listed = if kernels.is_empty() {
+        "none".to_string()
+    } else {
+        kernels.join(", ")
+    };
+    let mut place = match wanted {
+        Some(dir) => format!("the server serving {}", dir.display()),
+        None => "this user's servers".to_string(),
+    };
+    if let Some(tenant) = &args.tenant {
+        place = format!("tenant '{tenant}' of {place}");
+    }
+    format!(
+        "no running kernel session named '{}' in {place} (kernel sessions there: {listed}); attach works on kernel sessions only (python_sessions create ... kernel), not on built-in Python or R sessions",
+        args.session
+    )
+}
+
+/// The refusal when `named` (more than one) all fit the arguments.
+fn several_named(session: &str, named: &[Entry]) -> String {
+    let one_server = named.iter().all(|e| e.server == named[0].server);
+    let tenants = named.iter().any(|e| e.tenant.is_some());
+    let who = if one_server {
+        "several tenants of one server have"
+    } else {
+        "several servers have"
+    };
+    let how = if tenants {
+        "pass --tenant NAME, or --workdir DIR for one of their workspaces"
+    } else {
+        "pass --workdir DIR for one of their workspaces"
+    };
+    let rows: Vec<String> = named
+        .iter()
+        .map(|e| match &e.tenant {
+            Some(t) => format!(
+                "  {} (tenant {t}, server pid {})",
+                e.workdir.display(),
+                e.server
+            ),
+            None => format!("  {} (server pid {})", e.workdir.display(), e.server),
+        })
+        .collect();
+    format!(
+        "{who} a kernel session named '{session}'; {how}:\n{}",
+        rows.join("\n")
+    )
 }
 
 /// Replaces this process with `PROGRAM console --existing FILE`.

@@ -36,6 +36,11 @@ impl Place {
     }
 
     pub(crate) async fn server(&self, extra: &[&str]) -> StdioServer {
+        StdioServer::launch(self.launch(extra)).await
+    }
+
+    /// The launch of a server on this place, for a test to add to.
+    pub(crate) fn launch(&self, extra: &[&str]) -> Launch {
         let mut args = vec![
             "--workdir".to_string(),
             path_str(self.workspace.path()).to_string(),
@@ -44,7 +49,7 @@ impl Place {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        StdioServer::launch(Launch::new(&args).without_workdir_flag()).await
+        Launch::new(&args).without_workdir_flag()
     }
 }
 

@@ -4,7 +4,8 @@
 //! answer through r_exec and its companions (state, values, output, base
 //! graphics as images, errors, readline(), interrupts, completion); without
 //! the r_ tools (--languages) creating one is refused with the flag that
-//! fixes it. Also a matplotlib figure from the venv's python3 kernel.
+//! fixes it. Also a matplotlib figure from the venv's python3 kernel. Its
+//! sandbox is tested in `escape::kernels`.
 
 use std::path::PathBuf;
 
@@ -216,18 +217,4 @@ async fn r_install_reaches_an_r_kernel_session() {
     let out = r_exec(&server, "library(ferrepltestpkg); cat(hello())").await;
     out.assert_ok();
     assert_eq!(out.str_field("stdout"), "hi from pkg", "{out:#?}");
-}
-
-#[tokio::test]
-async fn the_r_kernel_runs_in_the_sessions_sandbox() {
-    let server = kernel_server("ir").await;
-    // Outside the workspace it writes nothing and it reaches no network.
-    let code = "wrote <- suppressWarnings(file.create('/etc/owned'))\n\
-        reached <- tryCatch({close(socketConnection('1.1.1.1', 53, timeout = 2)); TRUE},\n\
-        error = function(e) FALSE, warning = function(w) FALSE)\n\
-        cat(wrote, reached, file.create('inside'))";
-    let out = r_exec(&server, code).await;
-    out.assert_ok();
-    assert_eq!(out.str_field("stdout"), "FALSE FALSE TRUE", "{out:#?}");
-    assert!(server.workdir.path().join("inside").is_file());
 }

@@ -51,6 +51,7 @@ mod kernels_messages;
 mod kernels_other;
 mod kernels_parity;
 mod kernels_r;
+mod kernels_restart;
 mod large_output;
 mod long_running;
 mod packages_egress;

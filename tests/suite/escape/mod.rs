@@ -13,6 +13,7 @@ mod front_door_shares;
 mod host_reach;
 mod install_specs;
 mod isolation;
+mod kernels;
 mod planted;
 mod privileges;
 mod protected;

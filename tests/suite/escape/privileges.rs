@@ -60,7 +60,7 @@ fn assert_errno(out: &ToolOutput, label: &str, errnos: &[i32]) {
 
 /// Problems with the `Cap*` and `NoNewPrivs` lines of `/proc/<pid>/status`
 /// printed by `who` (lines `"<who> CapEff:\t0000..."`).
-fn privilege_problems(text: &str, who: &str) -> Vec<String> {
+pub(super) fn privilege_problems(text: &str, who: &str) -> Vec<String> {
     let prefix = format!("{who} ");
     let fields: Vec<(String, String)> = text
         .lines()
