@@ -9,20 +9,15 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
-
+use super::foreign_shown::ANOTHER_CLIENT;
 use super::kept::HistoryEntry;
 use super::manager::SessionManager;
 use super::report::CellStatus;
 use super::state::SessionState;
 use crate::worker::{ForeignRun, Worker};
 
-/// Who ran a foreign cell, as python_history and the viewer mark it.
-pub(super) const ANOTHER_CLIENT: &str = "another client";
 /// The start of the note; a newer one replaces an older unread one.
 const NOTE_START: &str = "Someone else (a client attached to this kernel)";
-/// Other clients' cells the viewer's record keeps (the oldest go first).
-pub const FOREIGN_SHOWN: usize = 32;
 
 /// The cells taken from the worker at the start of a look, kept one by
 /// one as the worker's events of the agent's cells are applied, so each
@@ -30,51 +25,6 @@ pub const FOREIGN_SHOWN: usize = 32;
 pub(super) struct TakenForeign {
     runs: VecDeque<ForeignRun>,
     dropped: usize,
-}
-
-/// Another client's cell as the viewer shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct ForeignView {
-    /// Its number in the session's record (1, 2, …): a viewer that has it
-    /// already replaces it rather than showing it twice.
-    pub seq: u64,
-    /// The agent's cell it ran after (0: before any).
-    pub after: u64,
-    pub by: &'static str,
-    pub code: String,
-    /// ok or error.
-    pub status: &'static str,
-    /// The start of its output, its value or its error.
-    pub output: String,
-}
-
-/// The viewer's record of other clients' cells: the last [`FOREIGN_SHOWN`].
-#[derive(Debug, Default)]
-pub(super) struct ForeignShown {
-    last_seq: u64,
-    cells: VecDeque<ForeignView>,
-}
-
-impl ForeignShown {
-    fn push(&mut self, after: u64, code: &str, status: CellStatus, output: &str) {
-        self.last_seq += 1;
-        if self.cells.len() >= FOREIGN_SHOWN {
-            self.cells.pop_front();
-        }
-        self.cells.push_back(ForeignView {
-            seq: self.last_seq,
-            after,
-            by: ANOTHER_CLIENT,
-            code: code.to_string(),
-            status: status.as_str(),
-            output: output.to_string(),
-        });
-    }
-
-    /// The cells kept with a number past `seq`, oldest first.
-    pub(super) fn after(&self, seq: u64) -> Vec<ForeignView> {
-        self.cells.iter().filter(|c| c.seq > seq).cloned().collect()
-    }
 }
 
 impl SessionManager {
@@ -148,28 +98,5 @@ impl SessionManager {
         st.notes.push(format!(
             "{NOTE_START} ran {ran} {cells} in this kernel since your last call (python_history shows them); its variables may differ from what your cells left."
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_viewers_record_is_numbered_and_bounded() {
-        let mut shown = ForeignShown::default();
-        for i in 0..FOREIGN_SHOWN + 3 {
-            shown.push(i as u64, &format!("c{i}"), CellStatus::Ok, "");
-        }
-        let all = shown.after(0);
-        assert_eq!(all.len(), FOREIGN_SHOWN);
-        // The oldest went; the numbers go on.
-        assert_eq!(all[0].seq, 4);
-        assert_eq!(all[0].code, "c3");
-        let last = all.last().map(|c| c.seq);
-        assert_eq!(last, Some(FOREIGN_SHOWN as u64 + 3));
-        let newer = shown.after(FOREIGN_SHOWN as u64 + 1);
-        assert_eq!(newer.len(), 2);
-        assert_eq!(newer[0].by, ANOTHER_CLIENT);
     }
 }

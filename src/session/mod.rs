@@ -27,6 +27,7 @@ mod error;
 mod events;
 mod export;
 mod foreign;
+mod foreign_shown;
 pub mod gate;
 mod hints;
 mod inbox;

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::checkpoints::Checkpoints;
 use super::error::SessionError;
-use super::foreign::ForeignShown;
+use super::foreign_shown::ForeignShown;
 use super::inbox::{Inbox, RunningCell};
 use super::kept::KeptOutput;
 use super::lifecycle::{Lifecycle, Rebuilding, rebuilding_error};

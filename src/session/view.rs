@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use super::export;
-pub use super::foreign::{FOREIGN_SHOWN, ForeignView};
+pub use super::foreign_shown::{FOREIGN_SHOWN, ForeignView};
 use super::lineage::PathCell;
 use super::manager::SessionManager;
 use super::source::StoredSource;
