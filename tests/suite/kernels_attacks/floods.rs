@@ -179,6 +179,11 @@ async fn an_error_of_fifty_megabytes_stays_bounded() {
         "class Huge(Exception):\n    pass\nraise Huge('E' * 50_000_000)",
     )
     .await;
+    assert_eq!(
+        out.structured["status"], "error",
+        "a cell raising an error of 50 MB did not end within 50 s: {}",
+        out.text
+    );
     out.assert_raised("Huge");
     let size = serde_json::to_string(&out.raw).map_or(0, |s| s.len());
     assert!(size < 1 << 20, "an error's result is {size} bytes");
@@ -190,4 +195,42 @@ async fn an_error_of_fifty_megabytes_stays_bounded() {
     );
     let rss_mib = memory_kib(server.pid(), "VmRSS") / 1024;
     assert!(rss_mib < 512, "the server holds {rss_mib} MiB");
+}
+
+#[tokio::test]
+async fn a_burst_of_output_messages_ends_with_its_cell() {
+    let server = kernel_server(&[], &[]).await;
+    // 3000 stream messages of 2 KB (6 MB), sent in well under a second:
+    // 300 of 20 KB end at once, so it is their number that counts.
+    let code = format!(
+        "{PROTOCOL}\nfor i in range(3000):\n    publish('stream', {{'name': 'stdout', 'text': 'x' * 2000}}, me)\n'burst'"
+    );
+    let first = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": code, "wait_s": 50}),
+        )
+        .await;
+    let out = settle(&server, "k", first, Duration::from_secs(60)).await;
+    if out.structured["status"] == "ok" {
+        return;
+    }
+    let stopped = server
+        .call(
+            "python_wait",
+            json!({"session": "k", "interrupt": true, "wait_s": 30}),
+        )
+        .await;
+    let after = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": "1 + 1", "wait_s": 30}),
+        )
+        .await;
+    panic!(
+        "a cell that sent 3000 output messages did not end within 100 s: {}\nan interrupt then gave: {}\nand the next cell: {}",
+        out.text.chars().take(300).collect::<String>(),
+        stopped.text.chars().take(300).collect::<String>(),
+        after.text.chars().take(300).collect::<String>(),
+    );
 }
