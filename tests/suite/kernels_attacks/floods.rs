@@ -148,8 +148,8 @@ async fn displays_by_the_thousand_stay_bounded() {
     let server = kernel_server(&[], &[]).await;
     let code = "import base64\nfrom IPython.display import Image, display\n\
         png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')\n\
-        for i in range(5000):\n    display(Image(data=png))\n\
-        from IPython.display import HTML\nfor i in range(2000):\n    display(HTML('<b>' + 'h' * 10000 + '</b>'))\n'shown'";
+        import time\nfor i in range(5000):\n    display(Image(data=png))\n    time.sleep(0.002)\n\
+        from IPython.display import HTML\nfor i in range(2000):\n    display(HTML('<b>' + 'h' * 10000 + '</b>'))\n    time.sleep(0.002)\n'shown'";
     let first = exec(&server, "k", code).await;
     let started = Instant::now();
     let out = settle(&server, "k", first, Duration::from_secs(150)).await;
@@ -181,9 +181,15 @@ async fn an_error_of_fifty_megabytes_stays_bounded() {
     )
     .await;
     assert_eq!(
-        out.structured["status"], "error",
-        "a cell raising an error of 50 MB did not end within 50 s: {}",
-        out.text
+        out.structured["status"],
+        "error",
+        "a cell raising an error of 50 MB did not end within 50 s: {}\n(the server's log {} an oversized event)",
+        out.text,
+        if server.stderr_log().contains("oversized event") {
+            "mentions"
+        } else {
+            "does not mention"
+        }
     );
     out.assert_raised("Huge");
     let size = serde_json::to_string(&out.raw).map_or(0, |s| s.len());
@@ -201,37 +207,75 @@ async fn an_error_of_fifty_megabytes_stays_bounded() {
 #[tokio::test]
 async fn a_burst_of_output_messages_ends_with_its_cell() {
     let server = kernel_server(&[], &[]).await;
-    // 3000 stream messages of 2 KB (6 MB), sent in well under a second:
-    // 300 of 20 KB end at once, so it is their number that counts.
-    let code = format!(
-        "{PROTOCOL}\nfor i in range(3000):\n    publish('stream', {{'name': 'stdout', 'text': 'x' * 2000}}, me)\n'burst'"
-    );
-    let first = server
+    let other = server
         .call(
-            "python_exec",
-            json!({"session": "k", "code": code, "wait_s": 50}),
+            "python_sessions",
+            json!({"action": "create", "session": "d", "kernel": "python3"}),
         )
         .await;
-    let out = settle(&server, "k", first, Duration::from_secs(60)).await;
-    if out.structured["status"] == "ok" {
-        return;
+    assert!(!other.is_error, "{other:#?}");
+    // Messages as fast as the kernel sends them, more than the 1000 a
+    // ZeroMQ PUB socket queues for a subscriber by default: signed stream
+    // messages, and plain display() calls (no protocol, ordinary code).
+    let bursts = [
+        (
+            "k",
+            format!(
+                "{PROTOCOL}\nfor i in range(3000):\n    publish('stream', {{'name': 'stdout', 'text': 'x' * 2000}}, me)\n'burst'"
+            ),
+        ),
+        (
+            "d",
+            "import base64\nfrom IPython.display import HTML, Image, display\n\
+             png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')\n\
+             for i in range(5000):\n    display(Image(data=png))\n\
+             for i in range(2000):\n    display(HTML('<b>' + 'h' * 10000 + '</b>'))\n'shown'".to_string(),
+        ),
+    ];
+    let mut hung = Vec::new();
+    // Whether a burst is lost is a race: twelve rounds of the stream
+    // burst (under a second each when nothing is lost), one of displays.
+    let rounds = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+    for (round, which) in rounds.iter().enumerate() {
+        let (session, code) = &bursts[*which];
+        if hung
+            .iter()
+            .any(|h: &String| h.starts_with(&format!("session {session}:")))
+        {
+            continue;
+        }
+        let first = server
+            .call(
+                "python_exec",
+                json!({"session": session, "code": code, "wait_s": 50}),
+            )
+            .await;
+        let out = settle(&server, session, first, Duration::from_secs(60)).await;
+        if out.structured["status"] == "ok" {
+            continue;
+        }
+        let stopped = server
+            .call(
+                "python_wait",
+                json!({"session": session, "interrupt": true, "wait_s": 30}),
+            )
+            .await;
+        hung.push(format!(
+            "session {session}: round {round}: {}\nan interrupt then gave: {}",
+            out.text
+                .chars()
+                .rev()
+                .take(200)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>(),
+            stopped.text.chars().take(400).collect::<String>(),
+        ));
     }
-    let stopped = server
-        .call(
-            "python_wait",
-            json!({"session": "k", "interrupt": true, "wait_s": 30}),
-        )
-        .await;
-    let after = server
-        .call(
-            "python_exec",
-            json!({"session": "k", "code": "1 + 1", "wait_s": 30}),
-        )
-        .await;
-    panic!(
-        "a cell that sent 3000 output messages did not end within 100 s: {}\nan interrupt then gave: {}\nand the next cell: {}",
-        out.text.chars().take(300).collect::<String>(),
-        stopped.text.chars().take(300).collect::<String>(),
-        after.text.chars().take(300).collect::<String>(),
+    assert!(
+        hung.is_empty(),
+        "cells that sent a burst of output messages did not end within 100 s (the kernel sends them in seconds):\n{}",
+        hung.join("\n\n")
     );
 }
