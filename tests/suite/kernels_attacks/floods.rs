@@ -273,9 +273,16 @@ async fn a_burst_of_output_messages_ends_with_its_cell() {
             stopped.text.chars().take(400).collect::<String>(),
         ));
     }
+    let log = server.stderr_log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("fence") || l.contains("iopub") || l.contains("kernel"))
+        .take(20)
+        .collect();
     assert!(
         hung.is_empty(),
-        "cells that sent a burst of output messages did not end within 100 s (the kernel sends them in seconds):\n{}",
-        hung.join("\n\n")
+        "cells that sent a burst of output messages did not end within 100 s (the kernel sends them in seconds):\n{}\nthe server's log on it:\n{}",
+        hung.join("\n\n"),
+        said.join("\n")
     );
 }
