@@ -47,6 +47,7 @@ mod install;
 mod kept_venv;
 mod kernels;
 mod kernels_attach;
+mod kernels_attacks;
 mod kernels_messages;
 mod kernels_other;
 mod kernels_parity;
