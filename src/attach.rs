@@ -16,14 +16,22 @@ const INDEX_DIR: &str = "attach";
 /// Keys the index adds to a connection file; Jupyter clients ignore them.
 const WORKDIR_KEY: &str = "ferrepl_workdir";
 const SESSION_KEY: &str = "ferrepl_session";
+/// The places the server's sessions may write (beyond the workspace):
+/// `ferrepl attach` runs no program from them.
+const WRITES_KEY: &str = "ferrepl_session_writes";
 
 /// Publishes kernel session `session`'s connection (`info`, as given to
-/// the kernel) in `runtime` (the server's or its tenant's directory).
+/// the kernel) in `runtime` (the server's or its tenant's directory), with
+/// the places beyond `workdir` its sessions may write (`writes`).
 /// Failing only costs `ferrepl attach` this session, so it is logged.
-pub fn publish(runtime: &Path, session: &str, info: &Value, workdir: &Path) {
+pub fn publish(runtime: &Path, session: &str, info: &Value, workdir: &Path, writes: &[PathBuf]) {
     let mut info = info.clone();
     info[WORKDIR_KEY] = Value::from(workdir.display().to_string());
     info[SESSION_KEY] = Value::from(session);
+    info[WRITES_KEY] = writes
+        .iter()
+        .map(|w| Value::from(w.display().to_string()))
+        .collect();
     if let Err(e) = write_entry(runtime, session, &info) {
         tracing::warn!(session, error = %e, "cannot publish the kernel's connection for ferrepl attach");
     }
@@ -69,6 +77,8 @@ pub(crate) struct Entry {
     /// Where its kernel listens (an ipc socket's path), to tell a live
     /// kernel from one that ended since.
     pub shell_socket: Option<PathBuf>,
+    /// The places its server's sessions may write: the workspace first.
+    pub session_writes: Vec<PathBuf>,
 }
 
 impl Entry {
@@ -82,9 +92,20 @@ impl Entry {
                 info["shell_port"]
             ))
         });
+        let workdir = PathBuf::from(info[WORKDIR_KEY].as_str()?);
+        let mut session_writes = vec![workdir.clone()];
+        session_writes.extend(
+            info[WRITES_KEY]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(PathBuf::from),
+        );
         Some(Self {
             session: info[SESSION_KEY].as_str()?.to_string(),
-            workdir: PathBuf::from(info[WORKDIR_KEY].as_str()?),
+            workdir,
+            session_writes,
             shell_socket,
             file,
             server,
@@ -140,12 +161,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferrepl-attach-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let info = serde_json::json!({"transport": "ipc", "ip": "/nonexistent/k", "shell_port": 1});
-        publish(&dir, "k1", &info, Path::new("/w"));
+        publish(
+            &dir,
+            "k1",
+            &info,
+            Path::new("/w"),
+            &[PathBuf::from("/kept")],
+        );
         publish(
             &dir.join("tenants/alpha"),
             "k1",
             &info,
             Path::new("/w/alpha"),
+            &[],
         );
         let mut found = entries_of(7, &dir);
         found.sort_by(|a, b| a.tenant.cmp(&b.tenant));
@@ -157,6 +185,10 @@ mod tests {
         assert_eq!(found[0].server, 7);
         assert_eq!(found[0].tenant, None);
         assert_eq!(found[0].workdir, Path::new("/w"));
+        assert_eq!(
+            found[0].session_writes,
+            [PathBuf::from("/w"), PathBuf::from("/kept")]
+        );
         assert_eq!(
             found[0].shell_socket.as_deref(),
             Some(Path::new("/nonexistent/k-1"))

@@ -173,7 +173,14 @@ impl SessionManager {
             st.worker = Some(worker.clone());
             st.worker_under = under;
             if let Some(info) = worker.kernel_connection() {
-                crate::attach::publish(&self.spec.log_dir, &sess.name, info, self.workspace());
+                let writes = self.spec.sandbox.as_ref().map(|s| s.write.as_slice());
+                crate::attach::publish(
+                    &self.spec.log_dir,
+                    &sess.name,
+                    info,
+                    self.workspace(),
+                    writes.unwrap_or_default(),
+                );
             }
             // Copies belonged to the interpreter before.
             st.checkpoints.clear();

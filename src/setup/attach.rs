@@ -129,12 +129,12 @@ fn several_named(session: &str, named: &[Entry]) -> String {
 
 /// Replaces this process with `PROGRAM console --existing FILE`.
 fn console(args: &AttachArgs, entry: &Entry) -> ExitCode {
-    let Some(program) = find_program(&args.jupyter) else {
-        eprintln!(
-            "ferrepl attach: cannot find '{}'; install Jupyter's console (pip install jupyter-console) or pass --jupyter PROGRAM, or use --print to get the connection file for another client",
-            args.jupyter.display()
-        );
-        return ExitCode::FAILURE;
+    let program = match find_program(&args.jupyter, &entry.session_writes) {
+        Ok(program) => program,
+        Err(message) => {
+            eprintln!("ferrepl attach: {message}");
+            return ExitCode::FAILURE;
+        }
     };
     eprintln!(
         "ferrepl attach: kernel session '{}' of the server serving {}; the agent's next result says you ran cells, and python_history lists them",
@@ -152,16 +152,110 @@ fn console(args: &AttachArgs, entry: &Entry) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// `program` itself when it names a path, else the first on PATH.
-fn find_program(program: &Path) -> Option<PathBuf> {
+/// `program` itself when it names a path, else the first on PATH; never
+/// one in a place the server's sessions may write (`writes`: the agent
+/// could have put a `jupyter` there, and this runs as the operator), nor
+/// from a relative or empty PATH entry (the current directory, often the
+/// workspace).
+fn find_program(program: &Path, writes: &[PathBuf]) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let runnable = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
+    let written = |p: &Path| session_written(p, writes);
     if program.components().count() > 1 {
-        return runnable(program).then(|| program.to_path_buf());
+        let path = std::path::absolute(program).unwrap_or_else(|_| program.to_path_buf());
+        if let Some(place) = written(&path) {
+            return Err(format!(
+                "will not run {}: it lies in {}, which the server's sessions may write; pass --jupyter with a program outside it, or run `jupyter console --existing FILE` yourself with the file --print gives",
+                path.display(),
+                place.display()
+            ));
+        }
+        return if runnable(&path) {
+            Ok(path)
+        } else {
+            Err(missing(program))
+        };
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|p| runnable(p))
+    let mut skipped = Vec::new();
+    for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+        if !dir.is_absolute() {
+            continue;
+        }
+        let candidate = dir.join(program);
+        if !runnable(&candidate) {
+            continue;
+        }
+        match written(&candidate) {
+            Some(_) => skipped.push(candidate),
+            None => return Ok(candidate),
+        }
+    }
+    if skipped.is_empty() {
+        return Err(missing(program));
+    }
+    let skipped: Vec<String> = skipped.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "the only '{}' on PATH ({}) lies where the server's sessions may write, so the agent could have written it; pass --jupyter with a program outside those places, or run `jupyter console --existing FILE` yourself with the file --print gives",
+        program.display(),
+        skipped.join(", ")
+    ))
+}
+
+fn missing(program: &Path) -> String {
+    format!(
+        "cannot find '{}'; install Jupyter's console (pip install jupyter-console) or pass --jupyter PROGRAM, or use --print to get the connection file for another client",
+        program.display()
+    )
+}
+
+/// The place of `writes` that holds `path`, as named or with its links
+/// followed (a link on PATH may lead into the workspace).
+fn session_written<'a>(path: &Path, writes: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    let real = std::fs::canonicalize(path).ok();
+    writes.iter().find(|place| {
+        let place_real = std::fs::canonicalize(place).unwrap_or_else(|_| place.to_path_buf());
+        [Some(path), real.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(|p| p.starts_with(place) || p.starts_with(&place_real))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_where_sessions_write_is_never_chosen() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = root.path().join("ws");
+        let tools = root.path().join("tools");
+        for dir in [ws.join("bin"), tools.clone()] {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            let program = dir.join("jupyter-test-tool");
+            std::fs::write(&program, "#!/bin/sh\n").expect("write");
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(&program, mode).expect("chmod");
+        }
+        // A link outside the workspace to a program inside it.
+        let linked = root.path().join("linked");
+        std::fs::create_dir_all(&linked).expect("mkdir");
+        std::os::unix::fs::symlink(
+            ws.join("bin/jupyter-test-tool"),
+            linked.join("jupyter-test-tool"),
+        )
+        .expect("ln");
+        let writes = [ws.clone()];
+        let explicit = find_program(&ws.join("bin/jupyter-test-tool"), &writes);
+        assert!(explicit.is_err_and(|e| e.contains("may write")));
+        assert!(find_program(&linked.join("jupyter-test-tool"), &writes).is_err());
+        assert_eq!(
+            find_program(&tools.join("jupyter-test-tool"), &writes).ok(),
+            Some(tools.join("jupyter-test-tool"))
+        );
+        assert!(session_written(&linked.join("jupyter-test-tool"), &writes).is_some());
+        assert!(session_written(&tools.join("jupyter-test-tool"), &writes).is_none());
+    }
 }
