@@ -24,7 +24,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::asking::Asked;
 use super::foreign::Foreign;
-use super::media::{MAX_EVENT_TEXT_CHARS, MAX_PROMPT_CHARS, cap, error_of, png_size, text_of};
+use super::media::{
+    MAX_EVENT_IMAGE_BYTES, MAX_EVENT_TEXT_CHARS, MAX_PROMPT_CHARS, cap, error_of, png_size, text_of,
+};
 use super::pipes::{Pipes, Sent};
 
 use crate::worker::Worker;
@@ -479,9 +481,11 @@ impl Bridge {
         if let Some((mime, b64)) = image {
             let b64: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
             if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&b64) {
-                if bytes.len() as u64 > self.max_image_bytes {
+                let limit = self.max_image_bytes.min(MAX_EVENT_IMAGE_BYTES);
+                if bytes.len() as u64 > limit {
+                    // The driver's words (display.py's emit_image).
                     let note = format!(
-                        "[{mime} of {} bytes not shown: over --max-image-bytes]\n",
+                        "[image not shown: {mime} of {} bytes is over the limit of {limit} bytes (--max-image-bytes); save it smaller, e.g. with a lower dpi]\n",
                         bytes.len()
                     );
                     return self.pipes.write(0, note.as_bytes()).await;

@@ -11,6 +11,9 @@ use crate::worker::protocol::PyError;
 /// well under the 16 MiB a worker reads of one event line (a longer line
 /// is dropped, and its cell would never end).
 pub(super) const MAX_EVENT_TEXT_CHARS: usize = 600_000;
+/// The largest image a display event carries, whatever --max-image-bytes
+/// says: its base64 (4 bytes for 3) stays under the 16 MiB event line.
+pub(super) const MAX_EVENT_IMAGE_BYTES: u64 = 11 << 20;
 /// The most characters of an error's type name.
 const MAX_ERROR_KIND_CHARS: usize = 200;
 /// The most characters of an input prompt (the prompt event and its echo).
