@@ -180,6 +180,7 @@ impl SessionManager {
             images: run.images.take(),
             notes: done.notes,
         };
+        report.notes.extend(report.images.unlisted_note());
         if !run.replay
             && let Some(hint) = hints::for_cell(&run.code, &report, self.limits.cells_offline)
         {

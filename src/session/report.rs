@@ -116,18 +116,26 @@ pub struct DisplayInfo {
     pub shown: bool,
 }
 
+/// Entries of a result's `display` list: the first this many images (or
+/// --max-images, when more) are listed, the rest only counted, as a cell
+/// can display thousands.
+pub const MAX_DISPLAY_ENTRIES: usize = 64;
+
 /// The images of one result: bounded in number, each sent once.
 #[derive(Debug, Clone, Default)]
 pub struct Images {
     pub shown: Vec<Image>,
     pub info: Vec<DisplayInfo>,
+    /// Images displayed past the list's end (`MAX_DISPLAY_ENTRIES`).
+    pub unlisted: usize,
+    /// The shown images' hashes (so at most `limit` of them).
     seen: HashSet<String>,
 }
 
 impl Images {
     /// Adds an image and returns the placeholder line for its place in the text.
     pub fn add(&mut self, image: Image, limit: usize) -> String {
-        let n = self.info.len() + 1;
+        let n = self.info.len() + self.unlisted + 1;
         let mut info = DisplayInfo {
             mime: image.mime.clone(),
             bytes: image.bytes,
@@ -135,7 +143,7 @@ impl Images {
             height: image.height,
             shown: false,
         };
-        let line = if !self.seen.insert(image.sha.clone()) {
+        let line = if self.seen.contains(&image.sha) {
             format!("[image {n}: the same picture as an earlier image of this result]\n")
         } else if self.shown.len() >= limit {
             format!(
@@ -152,11 +160,27 @@ impl Images {
                 image.bytes as f64 / 1024.0
             );
             info.shown = true;
+            self.seen.insert(image.sha.clone());
             self.shown.push(image);
             line
         };
-        self.info.push(info);
+        if self.info.len() < MAX_DISPLAY_ENTRIES.max(limit) {
+            self.info.push(info);
+        } else {
+            self.unlisted += 1;
+        }
         line
+    }
+
+    /// What the agent is told when the `display` list left images out.
+    pub fn unlisted_note(&self) -> Option<String> {
+        (self.unlisted > 0).then(|| {
+            format!(
+                "{} more images were displayed than the {} the result's `display` list names; display fewer per cell",
+                self.unlisted,
+                self.info.len()
+            )
+        })
     }
 
     pub fn take(&mut self) -> Images {
@@ -218,3 +242,35 @@ pub const SESSION_STATES: [&str; 7] = [
     "dormant",
     "rebuilding",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(sha: &str) -> Image {
+        Image {
+            mime: "image/png".into(),
+            base64: "aGk=".into(),
+            bytes: 2,
+            width: Some(1),
+            height: Some(1),
+            sha: sha.into(),
+        }
+    }
+
+    #[test]
+    fn thousands_of_images_list_the_first_and_count_the_rest() {
+        let mut images = Images::default();
+        for i in 0..5000 {
+            images.add(image(&format!("{}", i % 3)), 8);
+        }
+        assert_eq!(images.shown.len(), 3);
+        assert_eq!(images.info.len(), MAX_DISPLAY_ENTRIES);
+        assert_eq!(images.unlisted, 5000 - MAX_DISPLAY_ENTRIES);
+        let line = images.add(image("new"), 8);
+        assert!(line.starts_with("[image 5001:"), "{line}");
+        assert!(images.seen.len() <= 8);
+        let note = images.unlisted_note().unwrap_or_default();
+        assert!(note.starts_with("4937 more images"), "{note}");
+    }
+}

@@ -129,6 +129,22 @@ async fn a_displayed_png_comes_back_as_an_image() {
 }
 
 #[tokio::test]
+async fn a_png_over_max_image_bytes_is_named_as_the_driver_names_it() {
+    let server = kernel_server(&["--max-image-bytes", "64"]).await;
+    let code = "import base64\nfrom IPython.display import Image, display\n\
+        display(Image(data=base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')))";
+    let out = exec(&server, code).await;
+    out.assert_ok();
+    assert!(image_blocks(&out).is_empty(), "{out:#?}");
+    assert!(
+        out.text
+            .contains("image/png of 70 bytes is over the limit of 64 bytes (--max-image-bytes)"),
+        "{}",
+        out.text
+    );
+}
+
+#[tokio::test]
 async fn completion_is_the_kernels_and_what_a_kernel_session_lacks_is_said() {
     let server = kernel_server(&[]).await;
     let out = server

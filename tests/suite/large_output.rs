@@ -249,6 +249,24 @@ async fn a_ten_megabyte_line_returns_and_the_server_stays_responsive() {
 }
 
 #[tokio::test]
+async fn an_error_of_fifty_megabytes_ends_its_cell_capped() {
+    let mut server = StdioServer::start(&[]).await;
+    let out = server
+        .call(
+            "python_exec",
+            json!({"code": "class Huge(Exception):\n    pass\nraise Huge('E' * 50_000_000)", "wait_s": 50}),
+        )
+        .await;
+    assert_eq!(out.status(), "error", "{}", out.text);
+    out.assert_raised("Huge");
+    let size = serde_json::to_string(&out.raw).map_or(0, |s| s.len());
+    assert!(size < 1 << 20, "an error's result is {size} bytes");
+    let next = server.exec("6 * 7").await;
+    assert_eq!(next.value(), Some("42"));
+    server.assert_alive();
+}
+
+#[tokio::test]
 async fn a_flood_keeps_server_memory_bounded_and_can_be_interrupted() {
     const RSS_LIMIT_KIB: u64 = 200 * 1024;
     let mut server = StdioServer::start(&[]).await;

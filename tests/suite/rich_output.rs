@@ -169,6 +169,33 @@ async fn images_past_max_images_are_listed_but_not_attached() {
 }
 
 #[tokio::test]
+async fn thousands_of_displays_list_the_first_and_count_the_rest() {
+    let server = rich_server(&[]).await;
+    let out = server
+        .exec(
+            "import base64\nfrom IPython.display import Image\n\
+             png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==')\n\
+             for i in range(3000):\n    display(Image(data=png))",
+        )
+        .await;
+    out.assert_ok();
+    assert_eq!(image_blocks(&out).len(), 1, "the same picture is sent once");
+    // MAX_DISPLAY_ENTRIES in src/session/report.rs.
+    let listed = out.display().len();
+    assert_eq!(listed, 64, "entries in the display list");
+    let notes = out.notes_text();
+    assert!(
+        notes.contains("2936 more images were displayed than the 64"),
+        "{notes}"
+    );
+    let size = serde_json::to_string(&out.raw).map_or(0, |s| s.len());
+    assert!(
+        size < 256 * 1024,
+        "a result of 3000 displays is {size} bytes"
+    );
+}
+
+#[tokio::test]
 async fn an_image_over_max_image_bytes_is_not_attached() {
     let server = rich_server(&["--max-image-bytes", "100"]).await;
     let out = server

@@ -444,3 +444,29 @@ async fn a_late_answer_to_an_interrupted_prompt_does_not_answer_the_next() {
         .await;
     assert_eq!(answered.value(), Some("'fresh'"), "{answered:#?}");
 }
+
+/// A prompt of a MiB (the cell's code chooses it) is shown capped, in the
+/// prompt and in the echo once answered.
+#[tokio::test]
+async fn a_huge_input_prompt_is_capped() {
+    let server = StdioServer::start(&[]).await;
+    let asked = server.exec_in("k", "input('Q' * (1 << 20))").await;
+    assert_status(&asked, "waiting_input");
+    let prompt = asked.structured["prompt"].as_str().unwrap_or_default();
+    // MAX_PROMPT_CHARS in ferrepl_driver/stdin.py.
+    assert!(
+        prompt.starts_with(&"Q".repeat(4000)) && prompt.ends_with("... [1044576 more characters]"),
+        "a prompt of {} characters",
+        prompt.len()
+    );
+    assert!(asked.text.len() < 64 * 1024, "{} bytes", asked.text.len());
+    let answered = server
+        .call("python_wait", json!({"session": "k", "input": "a"}))
+        .await;
+    assert_eq!(answered.value(), Some("'a'"), "{answered:#?}");
+    assert!(
+        answered.text.len() < 64 * 1024,
+        "{} bytes",
+        answered.text.len()
+    );
+}

@@ -24,7 +24,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::asking::Asked;
 use super::foreign::Foreign;
-use super::media::{cap, png_size, text_of};
+use super::media::{
+    MAX_EVENT_IMAGE_BYTES, MAX_EVENT_TEXT_CHARS, MAX_PROMPT_CHARS, cap, error_of, png_size, text_of,
+};
 use super::pipes::{Pipes, Sent};
 
 use crate::worker::Worker;
@@ -32,6 +34,16 @@ use crate::worker::protocol::PyError;
 
 /// Cells asked for while one runs (the session sends one at a time).
 const MAX_QUEUED: usize = 64;
+/// How long a cell whose execute_reply came waits for its idle status,
+/// counted from the reply or the cell's last output message after it
+/// (the bridge may still be working through a backlog of its output).
+/// The kernel publishes its output on a PUB socket, which drops messages
+/// past ZeroMQ's high-water mark (1,000) while the bridge lags behind a
+/// burst; the idle status can be among them, and the reply (on the shell
+/// socket, never dropped) says the cell is over anyway.
+const IDLE_AFTER_REPLY: std::time::Duration = std::time::Duration::from_secs(2);
+/// Said on the cell's stderr when it ended without its idle status.
+const OUTPUT_MAY_BE_INCOMPLETE: &str = "[ferrepl: the kernel's output channel dropped messages (more than it queues were sent faster than the server read them): this cell's output may be incomplete]\n";
 
 /// A message from one of the kernel's sockets.
 pub(super) enum Incoming {
@@ -56,6 +68,10 @@ struct Running {
     /// come on two sockets in either order: the cell ends with both.
     reply: Option<ReplyStatus>,
     idle: bool,
+    /// Since the reply came: when the cell was last heard of (the reply,
+    /// then its output); its idle status is waited for until
+    /// `IDLE_AFTER_REPLY` later.
+    replied_at: Option<tokio::time::Instant>,
 }
 
 struct Queued {
@@ -157,7 +173,13 @@ impl Bridge {
                     Err(_) => return true,
                 }
             }
+            let idle_due = running
+                .as_ref()
+                .filter(|c| !c.idle)
+                .and_then(|c| c.replied_at)
+                .map(|at| at + IDLE_AFTER_REPLY);
             let step = tokio::select! {
+                () = until(idle_due) => self.idle_missed(&mut running).await,
                 req = self.requests.recv() => match req {
                     Some(line) => self.request(&line, &mut queue, &mut running, &mut sockets, &mut asked).await,
                     None => return true,
@@ -241,6 +263,7 @@ impl Bridge {
             prompt: None,
             reply: None,
             idle: false,
+            replied_at: None,
         }))
     }
 
@@ -310,7 +333,7 @@ impl Bridge {
                 if let JupyterMessageContent::InputRequest(r) = &prompt.content
                     && !r.password
                 {
-                    let echo = format!("{}{text}\n", r.prompt);
+                    let echo = format!("{}{text}\n", cap(&r.prompt, MAX_PROMPT_CHARS));
                     self.pipes.write(0, echo.as_bytes()).await?;
                 }
                 let reply = InputReply {
@@ -362,13 +385,17 @@ impl Bridge {
         if msg.parent_header.as_ref().map(|p| p.msg_id.as_str()) != Some(cell.msg_id.as_str()) {
             return Ok(());
         }
+        if cell.replied_at.is_some() {
+            cell.replied_at = Some(tokio::time::Instant::now());
+        }
         match &msg.content {
             JupyterMessageContent::StreamContent(s) => {
                 let idx = usize::from(matches!(s.name, Stdio::Stderr));
                 self.pipes.write(idx, s.text.as_bytes()).await?;
             }
             JupyterMessageContent::ExecuteResult(r) => {
-                cell.value = text_of(&r.data).map(|t| cap(t, self.max_value_chars));
+                let max = self.max_value_chars.min(MAX_EVENT_TEXT_CHARS);
+                cell.value = text_of(&r.data).map(|t| cap(t, max));
             }
             JupyterMessageContent::DisplayData(d) => {
                 let number = cell.cell;
@@ -379,16 +406,11 @@ impl Bridge {
                 self.display(number, &d.data).await?;
             }
             JupyterMessageContent::ErrorOutput(e) => {
-                cell.error = Some(PyError {
-                    kind: e.ename.clone(),
-                    // IRkernel ends its evalue with a newline.
-                    message: e.evalue.trim_end().to_string(),
-                    traceback: super::media::traceback_of(e),
-                });
+                cell.error = Some(error_of(e, self.max_value_chars));
             }
             JupyterMessageContent::InputRequest(r) => {
                 let event = json!({"ev": "input_request", "cell": cell.cell,
-                    "prompt": r.prompt, "password": r.password});
+                    "prompt": cap(&r.prompt, MAX_PROMPT_CHARS), "password": r.password});
                 cell.prompt = Some(msg.clone());
                 self.pipes.fenced(event).await?;
             }
@@ -411,10 +433,26 @@ impl Bridge {
         match (status, running.as_mut()) {
             (Some(status), Some(cell)) => {
                 cell.reply = Some(status);
+                cell.replied_at = Some(tokio::time::Instant::now());
                 self.ended(running).await
             }
             _ => Ok(()),
         }
+    }
+
+    /// The running cell's idle status did not come in time after its
+    /// reply (`IDLE_AFTER_REPLY`): it ends without it, saying its output
+    /// may be cut.
+    async fn idle_missed(&mut self, running: &mut Option<Running>) -> Sent {
+        let Some(cell) = running.as_mut() else {
+            return Ok(());
+        };
+        tracing::debug!(cell = cell.cell, "no idle status after the kernel's reply");
+        cell.idle = true;
+        self.pipes
+            .write(1, OUTPUT_MAY_BE_INCOMPLETE.as_bytes())
+            .await?;
+        self.ended(running).await
     }
 
     /// Ends the running cell once both its reply and its idle status came.
@@ -443,9 +481,11 @@ impl Bridge {
         if let Some((mime, b64)) = image {
             let b64: String = b64.chars().filter(|c| !c.is_ascii_whitespace()).collect();
             if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(&b64) {
-                if bytes.len() as u64 > self.max_image_bytes {
+                let limit = self.max_image_bytes.min(MAX_EVENT_IMAGE_BYTES);
+                if bytes.len() as u64 > limit {
+                    // The driver's words (display.py's emit_image).
                     let note = format!(
-                        "[{mime} of {} bytes not shown: over --max-image-bytes]\n",
+                        "[image not shown: {mime} of {} bytes is over the limit of {limit} bytes (--max-image-bytes); save it smaller, e.g. with a lower dpi]\n",
                         bytes.len()
                     );
                     return self.pipes.write(0, note.as_bytes()).await;
@@ -471,5 +511,13 @@ impl Bridge {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// Waits until `deadline`, or for ever without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -57,7 +57,8 @@ impl Bridge {
         let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
         let t = tx.clone();
         readers.spawn(async move {
-            while let Some(read) = readable(iopub.read().await) {
+            let mut skipped = 0;
+            while let Some(read) = readable(iopub.read().await, &mut skipped) {
                 if let Some(msg) = read
                     && t.send(Incoming::IoPub(msg)).await.is_err()
                 {
@@ -68,6 +69,7 @@ impl Bridge {
         });
         let t = tx.clone();
         readers.spawn(async move {
+            let mut skipped = 0;
             loop {
                 let incoming = match shell_recv.read().await {
                     Ok(msg) => Incoming::Shell(msg),
@@ -79,7 +81,7 @@ impl Bridge {
                     {
                         Incoming::ShellUnread(msg_type)
                     }
-                    other => match readable(other) {
+                    other => match readable(other, &mut skipped) {
                         Some(Some(msg)) => Incoming::Shell(msg),
                         Some(None) => continue,
                         None => break,
@@ -92,7 +94,8 @@ impl Bridge {
         });
         let t = tx.clone();
         readers.spawn(async move {
-            while let Some(read) = readable(stdin_recv.read().await) {
+            let mut skipped = 0;
+            while let Some(read) = readable(stdin_recv.read().await, &mut skipped) {
                 if let Some(msg) = read
                     && t.send(Incoming::Stdin(msg)).await.is_err()
                 {
@@ -102,7 +105,8 @@ impl Bridge {
         });
         let t = tx.clone();
         readers.spawn(async move {
-            while let Some(read) = readable(control_recv.read().await) {
+            let mut skipped = 0;
+            while let Some(read) = readable(control_recv.read().await, &mut skipped) {
                 if let Some(msg) = read
                     && t.send(Incoming::Control(msg)).await.is_err()
                 {
@@ -171,30 +175,58 @@ impl Bridge {
     }
 }
 
+/// Unreadable messages logged one by one on a channel; after that, one
+/// line in this many says how many were skipped.
+const SKIPPED_LOGGED: u64 = 10;
+const SKIPPED_LOG_EVERY: u64 = 1000;
+
 /// What a reader does with one read: forward a message (Some(Some)),
-/// skip one (Some(None)) or stop, the socket gone (None). A message whose
-/// content the protocol crate cannot parse is skipped, not the end of the
-/// channel: kernels other than ipykernel leave out fields it requires
-/// (bash_kernel's kernel_info_reply has no language version). Such a
-/// kernel_info_reply is still the kernel's answer, passed on without its
-/// content.
-fn readable(read: zmq::Result<JupyterMessage>) -> Option<Option<JupyterMessage>> {
-    match read {
-        Ok(msg) => Some(Some(msg)),
+/// skip one (Some(None)) or stop, the socket gone (None). A message the
+/// protocol crate cannot read costs only itself, never the channel: the
+/// agent's code holds the kernel's key and can send any frames (a wrong
+/// signature, JSON nested past the parser's depth, a header without its
+/// fields, too few frames), and kernels other than ipykernel leave out
+/// fields it requires (bash_kernel's kernel_info_reply has no language
+/// version). Such a kernel_info_reply is still the kernel's answer,
+/// passed on without its content. Only the transport failing (the socket
+/// closed) ends the reader. `skipped` counts this channel's skips, so
+/// that a flood of them does not flood the log.
+fn readable(
+    read: zmq::Result<JupyterMessage>,
+    skipped: &mut u64,
+) -> Option<Option<JupyterMessage>> {
+    let why = match read {
+        Ok(msg) => return Some(Some(msg)),
+        Err(zmq::RuntimeError::ZmqError(e)) => {
+            tracing::debug!("a kernel channel closed: {e}");
+            return None;
+        }
+        Err(zmq::RuntimeError::IoError(e)) => {
+            tracing::debug!("a kernel channel failed: {e}");
+            return None;
+        }
         Err(zmq::RuntimeError::ParseError { msg_type, source }) => {
-            tracing::debug!(%msg_type, "a kernel message not understood, skipped: {source}");
-            Some((msg_type == "kernel_info_reply").then(|| {
-                JupyterMessage::new(
+            if msg_type == "kernel_info_reply" {
+                return Some(Some(JupyterMessage::new(
                     jupyter_protocol::UnknownMessage {
                         msg_type,
                         content: serde_json::Value::Null,
                     },
                     None,
-                )
-            }))
+                )));
+            }
+            format!("a {msg_type} whose content could not be read: {source}")
         }
-        Err(_) => None,
+        Err(other) => other.to_string(),
+    };
+    *skipped += 1;
+    if *skipped <= SKIPPED_LOGGED || skipped.is_multiple_of(SKIPPED_LOG_EVERY) {
+        tracing::debug!(
+            skipped = *skipped,
+            "a kernel message not understood, skipped: {why}"
+        );
     }
+    Some(None)
 }
 
 /// A connection to a socket the kernel made, if it answers in time.

@@ -1,7 +1,23 @@
 //! What a kernel's messages carry, made into what a driver sends: a
 //! bundle's text, values capped, tracebacks without colours, a PNG's size.
 
-use jupyter_protocol::{Media, MediaType};
+use jupyter_protocol::{ErrorOutput, Media, MediaType};
+
+use crate::worker::protocol::PyError;
+
+/// The most characters of one text a cell event carries (a value, an
+/// error's message, its traceback), whatever --max-value-chars says: JSON
+/// writes a character in at most 6 bytes, so a done event's texts stay
+/// well under the 16 MiB a worker reads of one event line (a longer line
+/// is dropped, and its cell would never end).
+pub(super) const MAX_EVENT_TEXT_CHARS: usize = 600_000;
+/// The largest image a display event carries, whatever --max-image-bytes
+/// says: its base64 (4 bytes for 3) stays under the 16 MiB event line.
+pub(super) const MAX_EVENT_IMAGE_BYTES: u64 = 11 << 20;
+/// The most characters of an error's type name.
+const MAX_ERROR_KIND_CHARS: usize = 200;
+/// The most characters of an input prompt (the prompt event and its echo).
+pub(super) const MAX_PROMPT_CHARS: usize = 4000;
 
 /// A bundle's text: plain, else markdown, else HTML, else LaTeX.
 pub(super) fn text_of(data: &Media) -> Option<&str> {
@@ -43,10 +59,23 @@ pub(super) fn cap(text: &str, max: usize) -> String {
     }
 }
 
+/// A kernel's error as the driver reports one, each text capped at `max`
+/// characters (and `MAX_EVENT_TEXT_CHARS`): the agent's code chooses how
+/// long an error's value and traceback are.
+pub(super) fn error_of(e: &ErrorOutput, max: usize) -> PyError {
+    let max = max.min(MAX_EVENT_TEXT_CHARS);
+    PyError {
+        kind: cap(&e.ename, MAX_ERROR_KIND_CHARS),
+        // IRkernel ends its evalue with a newline.
+        message: cap(e.evalue.trim_end(), max),
+        traceback: cap(&traceback_of(e), max),
+    }
+}
+
 /// An error's traceback as the cell shows it: the kernel's lines without
 /// colours, or, when it sent none (bash_kernel sends only the exit status
 /// as the value), its type and value, so that the result says what failed.
-pub(super) fn traceback_of(e: &jupyter_protocol::ErrorOutput) -> String {
+fn traceback_of(e: &jupyter_protocol::ErrorOutput) -> String {
     if e.traceback.is_empty() {
         return match e.ename.as_str() {
             "" => format!("the kernel reported an error: {}\n", e.evalue),
@@ -101,6 +130,24 @@ mod tests {
         );
         assert_eq!(cap("abcdef", 3), "abc... [3 more characters]");
         assert_eq!(cap("abc", 3), "abc");
+    }
+
+    #[test]
+    fn an_error_is_capped_field_by_field() {
+        let e = ErrorOutput {
+            ename: "K".repeat(1000),
+            evalue: "E".repeat(5_000_000),
+            traceback: vec!["T".repeat(5_000_000)],
+        };
+        let error = error_of(&e, usize::MAX);
+        assert!(error.kind.starts_with(&"K".repeat(MAX_ERROR_KIND_CHARS)));
+        assert!(error.kind.ends_with("... [800 more characters]"));
+        assert!(error.message.len() < MAX_EVENT_TEXT_CHARS + 100);
+        assert!(error.traceback.len() < MAX_EVENT_TEXT_CHARS + 100);
+        assert_eq!(
+            error_of(&e, 10).message,
+            "EEEEEEEEEE... [4999990 more characters]"
+        );
     }
 
     #[test]

@@ -175,3 +175,31 @@ async fn an_input_request_storm_stays_bounded() {
         "after answers ({statuses:?}) and an interrupt, the session is stuck: {after:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_cell_whose_idle_status_never_comes_ends_after_its_reply() {
+    let server = kernel_server(&[], &[]).await;
+    // The kernel stops publishing its idle status (as when its output
+    // channel drops it in a burst): the reply still says the cell ended.
+    let code = "k = get_ipython().kernel\n\
+        k._publish_status = lambda status, channel, parent=None: None if status == 'idle' else type(k)._publish_status(k, status, channel, parent)\n\
+        print('patched')\n'no idle'";
+    let out = server
+        .call(
+            "python_exec",
+            json!({"session": "k", "code": code, "wait_s": 30}),
+        )
+        .await;
+    assert_eq!(out.status(), "ok", "{out:#?}");
+    assert_eq!(out.value(), Some("'no idle'"), "{out:#?}");
+    assert!(
+        out.text
+            .contains("the kernel's output channel dropped messages"),
+        "the result does not say its output may be incomplete: {}",
+        out.text
+    );
+    // Restored: the next cell ends with its own idle status, and says nothing.
+    let next = exec(&server, "k", "del k._publish_status\n6 * 7").await;
+    assert_eq!(next.value(), Some("42"), "{next:#?}");
+    assert!(!next.text.contains("dropped messages"), "{}", next.text);
+}

@@ -16,7 +16,7 @@ try:
     from _signal import getsignal as _getsignal
 except ImportError:  # not CPython
     _getsignal = signal.getsignal
-from .display import flush_figures
+from .display import MAX_VALUE_CHARS, flush_figures
 from .stdin import input_replies
 
 # boot.py compiles every driver module with a file name that starts with this;
@@ -24,6 +24,12 @@ from .stdin import input_replies
 DRIVER_FILE_PREFIX = "<ferrepl-driver"
 TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE; inspect itself is imported lazily
+# An error's texts are capped like a value, and never past this many
+# characters, so that its done event stays under the 16 MiB line the server
+# reads (a longer one is dropped, and the cell would never end). The kernel
+# bridge caps a kernel's errors the same (worker/kernel/media.rs).
+MAX_EVENT_TEXT_CHARS = 600000
+MAX_ERROR_KIND_CHARS = 200
 
 # The session's variables live in the real __main__ module's dictionary (so
 # pickle finds classes defined in cells).
@@ -70,7 +76,15 @@ def format_exception(exc):
         message = str(exc)
     except Exception:
         message = "<unprintable %s>" % type(exc).__name__
-    return {"type": type(exc).__name__, "message": message, "traceback": text}
+    most = min(MAX_VALUE_CHARS, MAX_EVENT_TEXT_CHARS)
+    return {"type": _capped(type(exc).__name__, MAX_ERROR_KIND_CHARS),
+            "message": _capped(message, most), "traceback": _capped(text, most)}
+
+
+def _capped(text, most):
+    if len(text) <= most:
+        return text
+    return "%s... [%d more characters]" % (text[:most], len(text) - most)
 
 
 # ---------------------------------------------------------------- cells

@@ -11,10 +11,16 @@ import sys
 from .channel import send_fenced, state
 
 input_replies = queue.SimpleQueue()
+# The most characters of a prompt the agent is shown (the kernel bridge caps
+# a kernel's prompts the same, worker/kernel/media.rs): the cell's code
+# chooses how long it is, and each result that waits on it repeats it.
+MAX_PROMPT_CHARS = 4000
 
 
 def request_input(prompt="", password=False):
     prompt = "" if prompt is None else str(prompt)
+    if len(prompt) > MAX_PROMPT_CHARS:
+        prompt = "%s... [%d more characters]" % (prompt[:MAX_PROMPT_CHARS], len(prompt) - MAX_PROMPT_CHARS)
     cell = state.cell
     send_fenced({"ev": "input_request", "cell": cell, "prompt": prompt, "password": password})
     reply = input_replies.get()
