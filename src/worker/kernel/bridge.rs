@@ -41,7 +41,7 @@ const MAX_QUEUED: usize = 64;
 /// past ZeroMQ's high-water mark (1,000) while the bridge lags behind a
 /// burst; the idle status can be among them, and the reply (on the shell
 /// socket, never dropped) says the cell is over anyway.
-const IDLE_AFTER_REPLY: std::time::Duration = std::time::Duration::from_secs(2);
+pub(super) const IDLE_AFTER_REPLY: std::time::Duration = std::time::Duration::from_secs(2);
 /// Said on the cell's stderr when it ended without its idle status.
 const OUTPUT_MAY_BE_INCOMPLETE: &str = "[ferrepl: the kernel's output channel dropped messages (more than it queues were sent faster than the server read them): this cell's output may be incomplete]\n";
 

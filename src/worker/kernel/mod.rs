@@ -193,3 +193,42 @@ async fn drain_to_log(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// 600000 -> "600,000", as the docs write numbers.
+    fn grouped(n: usize) -> String {
+        let digits = n.to_string();
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    /// security.md's bounds on what a kernel sends are the bridge's.
+    #[test]
+    fn security_md_states_the_bridges_bounds() {
+        let doc = include_str!("../../../docs/security.md").replace('\n', " ");
+        let said = [
+            format!(
+                "at most {} s after the last message",
+                super::bridge::IDLE_AFTER_REPLY.as_secs()
+            ),
+            format!(
+                "never past {} characters",
+                grouped(super::media::MAX_EVENT_TEXT_CHARS)
+            ),
+            format!(
+                "input prompt at {} characters",
+                grouped(super::media::MAX_PROMPT_CHARS)
+            ),
+        ];
+        for phrase in said {
+            assert!(doc.contains(&phrase), "docs/security.md has no `{phrase}`");
+        }
+    }
+}
