@@ -21,9 +21,12 @@ use tokio::task::JoinSet;
 use crate::worker::Worker;
 
 /// The most one message from a kernel may be (its frames, each counted
-/// with [`FRAME_COST`]): a cell's output that large belongs in a file,
-/// and the server holds a message whole, parsed, more than once.
-pub(super) const MAX_KERNEL_MESSAGE_BYTES: u64 = 64 << 20;
+/// with [`FRAME_COST`]); the server holds a message about three times
+/// over while it reads it. Room for what plain code makes: `raise` of a
+/// 50 MB string is one message of about 96 MiB from ipykernel (its value
+/// and its traceback both carry the string), which must not cost the
+/// session its kernel.
+pub(super) const MAX_KERNEL_MESSAGE_BYTES: u64 = 128 << 20;
 /// What the server holds for a frame besides its bytes, so that a message
 /// of a million empty frames counts as well.
 const FRAME_COST: u64 = 64;

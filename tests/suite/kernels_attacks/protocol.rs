@@ -116,7 +116,7 @@ async fn one_huge_kernel_message_does_not_take_the_servers_memory() {
     // The kernel was stopped, and the cell says why and what to do.
     assert_eq!(out.status(), "crashed", "{out:#?}");
     for words in [
-        "sent a message of 257 MiB or more, over the 64 MiB a kernel message may be",
+        "sent a message of 257 MiB or more, over the 128 MiB a kernel message may be",
         "Write output that large to a file",
         "The next call starts a fresh interpreter",
     ] {

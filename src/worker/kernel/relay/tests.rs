@@ -1,7 +1,5 @@
 use super::*;
 
-const MIB: u64 = 1 << 20;
-
 /// A frame's header: flags and its 1- or 8-byte length, as ZMTP 3 has it.
 fn header(flags: u8, len: u64) -> Vec<u8> {
     let mut bytes = vec![flags];
@@ -63,7 +61,7 @@ fn messages_under_the_cap_pass_in_one_read_or_byte_by_byte() {
 #[test]
 fn a_long_frame_over_the_cap_is_refused_at_its_header_split_across_reads() {
     let mut guard = greeted();
-    let len = 256 * MIB;
+    let len = 256 << 20;
     let header = header(LONG, len);
     assert_eq!(guard.follow(&header[..4]), Ok(()));
     assert_eq!(guard.follow(&header[4..8]), Ok(()));
@@ -101,12 +99,13 @@ fn a_message_of_many_empty_frames_is_refused() {
 #[test]
 fn commands_are_capped_alone_and_leave_the_message_under_way_alone() {
     let mut guard = greeted();
-    assert_eq!(frame(&mut guard, MORE | LONG, 40 * MIB), Ok(()));
+    let part = MAX_KERNEL_MESSAGE_BYTES / 2;
+    assert_eq!(frame(&mut guard, MORE | LONG, part), Ok(()));
     // A command between its frames neither adds to it nor ends it.
-    assert_eq!(frame(&mut guard, COMMAND | LONG, 40 * MIB), Ok(()));
+    assert_eq!(frame(&mut guard, COMMAND | LONG, part), Ok(()));
     assert_eq!(
-        guard.follow(&header(LONG, 30 * MIB)),
-        Err(70 * MIB + 2 * FRAME_COST)
+        guard.follow(&header(LONG, part)),
+        Err(2 * part + 2 * FRAME_COST)
     );
     let mut guard = greeted();
     assert_eq!(
