@@ -83,7 +83,10 @@ struct Queued {
 pub(super) struct Bridge {
     pub(super) worker: Weak<Worker>,
     pub(super) changed: watch::Receiver<u64>,
+    /// The kernel's connection, as its connection file has it.
     pub(super) info: ConnectionInfo,
+    /// Where the server's relays to the kernel's sockets listen (`relay.rs`).
+    pub(super) relays: PathBuf,
     pub(super) program: String,
     pub(super) connection_file: PathBuf,
     pub(super) max_value_chars: usize,

@@ -38,7 +38,15 @@ impl Bridge {
             }
             tokio::time::sleep(CONNECT_EVERY).await;
         }
-        let info = &self.info;
+        // Through the relays, which keep each message the kernel sends
+        // under a cap zeromq does not have.
+        let info = &match super::relay::listen(&self.info, &self.relays, &self.worker, readers) {
+            Ok(relayed) => relayed,
+            Err(e) => {
+                tracing::warn!(at = %self.relays.display(), "cannot listen for a kernel's relays: {e}");
+                return None;
+            }
+        };
         let shell = reach(zmq::create_client_shell_connection_with_identity(
             info,
             session,

@@ -4,7 +4,8 @@
 //! the driver, turning the kernel's messages into the control events and
 //! fenced pipe output the rest of the worker reads. The session machinery
 //! sees an ordinary worker. Never speaks ZeroMQ by hand: the sockets and
-//! message signing are jupyter-zmq-client's and jupyter-protocol's.
+//! message signing are jupyter-zmq-client's and jupyter-protocol's (the
+//! relays between them and the kernel, `relay.rs`, only read lengths).
 
 mod asking;
 mod bridge;
@@ -12,6 +13,7 @@ mod connect;
 mod foreign;
 mod media;
 mod pipes;
+mod relay;
 pub mod spec;
 
 pub use foreign::ForeignCell;
@@ -33,6 +35,9 @@ const CONNECTION_FILE: &str = "connection.json";
 /// The prefix of its sockets there (`k-1` ... `k-5`): short, as a Unix
 /// socket's path has room for 107 bytes.
 const SOCKET_PREFIX: &str = "k";
+/// The prefix of the server's own sockets the bridge connects to
+/// (`relay.rs`), in the runtime directory beside the kernel's home.
+const RELAY_PREFIX: &str = "relay";
 const MAX_SOCKET_PATH: usize = 107;
 /// How much of what the kernel itself prints before it is ready is kept
 /// to explain a failed start; after that it goes to the server's log only.
@@ -62,10 +67,14 @@ pub(super) async fn launch(
     let launch_no = NEXT_WORKER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let home = spec.log_dir.join(format!("home-{launch_no}"));
     let prefix = home.join(SOCKET_PREFIX);
-    if prefix.as_os_str().len() + "-5".len() > MAX_SOCKET_PATH {
+    let relays = spec.log_dir.join(format!("{RELAY_PREFIX}-{launch_no}"));
+    if let Some(long) = [&prefix, &relays]
+        .into_iter()
+        .find(|p| p.as_os_str().len() + "-5".len() > MAX_SOCKET_PATH)
+    {
         return Err(spawn_err(std::io::Error::other(format!(
             "the kernel's sockets would be at {}-N, longer than the 107 bytes a Unix socket's path may have; start ferrepl with a shorter runtime directory (XDG_RUNTIME_DIR) or --log-dir",
-            prefix.display()
+            long.display()
         ))));
     }
     let info = ConnectionInfo {
@@ -147,6 +156,7 @@ pub(super) async fn launch(
             worker: Arc::downgrade(&worker),
             changed: worker.subscribe(),
             info,
+            relays,
             program: kernel.program().display().to_string(),
             connection_file,
             max_value_chars: spec.max_value_chars,

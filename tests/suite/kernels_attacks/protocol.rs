@@ -109,11 +109,27 @@ async fn one_huge_kernel_message_does_not_take_the_servers_memory() {
         "{} bytes of result",
         out.text.len()
     );
-    exec(&server, "k", "1 + 1").await.assert_ok();
     assert!(
         grown_mib < mib,
         "one {mib} MiB message from the kernel grew the server's peak memory by {grown_mib} MiB: kernel messages have no size limit"
     );
+    // The kernel was stopped, and the cell says why and what to do.
+    assert_eq!(out.status(), "crashed", "{out:#?}");
+    for words in [
+        "sent a message of 257 MiB or more, over the 128 MiB a kernel message may be",
+        "Write output that large to a file",
+        "The next call starts a fresh interpreter",
+    ] {
+        assert!(out.text.contains(words), "no '{words}' in {out:#?}");
+    }
+    exec(&server, "k", "1 + 1").await.assert_ok();
+    // A message under the cap (16 MiB) still reaches the cell, capped.
+    let code = format!(
+        "{PROTOCOL}\npublish('display_data', {{'data': {{'text/plain': 'z' * (16 << 20)}}, 'metadata': {{}}}}, me)\n'sent'"
+    );
+    let out = exec(&server, "k", &code).await;
+    out.assert_ok();
+    assert!(out.str_field("stdout").contains("zzzz"), "{out:#?}");
 }
 
 #[tokio::test]
