@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use super::asking::Asked;
+use super::connect::Held;
 use super::foreign::Foreign;
 use super::media::{
     MAX_EVENT_IMAGE_BYTES, MAX_EVENT_TEXT_CHARS, MAX_PROMPT_CHARS, cap, error_of, png_size, text_of,
@@ -135,7 +136,7 @@ impl Bridge {
     /// Connects, waits for the kernel, then serves; true once it was ready.
     async fn serve(&mut self, readers: &mut tokio::task::JoinSet<()>) -> bool {
         let session = super::random_hex();
-        let (tx, mut rx) = mpsc::channel::<Incoming>(256);
+        let (tx, mut rx) = mpsc::channel::<Held>(256);
         let Some(mut sockets) = self.connect(&session, &tx, readers).await else {
             return false;
         };
@@ -191,7 +192,7 @@ impl Bridge {
                     Some(line) => self.request(&line, &mut queue, &mut running, &mut sockets, &mut asked).await,
                     None => return true,
                 },
-                msg = rx.recv() => match msg {
+                msg = rx.recv() => match msg.map(Held::into_incoming) {
                     Some(Incoming::Shell(msg)) => match &msg.content {
                         JupyterMessageContent::ExecuteReply(r) => {
                             let parent = msg.parent_header.as_ref().map(|p| p.msg_id.as_str());

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use jupyter_protocol::{JupyterMessage, JupyterMessageContent, KernelInfoRequest};
 use jupyter_zmq_client as zmq;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::bridge::{Bridge, Incoming, Sockets};
 
@@ -19,13 +21,80 @@ const CONNECT_EVERY: Duration = Duration::from_millis(20);
 /// How long one socket of a kernel that made it may take to answer.
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
 
+/// What the kernel's messages waiting for the bridge may weigh in all, in
+/// KiB: the readers wait past it, so a kernel sending large messages
+/// faster than the bridge takes them holds at most this (plus the one the
+/// bridge works on), not its channel's length times the message cap.
+pub(super) const IN_FLIGHT_KIB: u32 = 256 * 1024;
+
+/// The readers' shared budget and its whole, in KiB.
+#[derive(Clone)]
+struct Budget(Arc<Semaphore>, u32);
+
+impl Budget {
+    fn new(kib: u32) -> Self {
+        Budget(Arc::new(Semaphore::new(kib as usize)), kib)
+    }
+}
+
+/// A message from the kernel with its share of [`IN_FLIGHT_KIB`], given
+/// back when the bridge takes it.
+pub(super) struct Held {
+    incoming: Incoming,
+    _share: OwnedSemaphorePermit,
+}
+
+impl Held {
+    pub(super) fn into_incoming(self) -> Incoming {
+        self.incoming
+    }
+}
+
+/// Sends `incoming` to the bridge once its weight fits the budget; false
+/// when the bridge is gone.
+async fn hand_on(tx: &mpsc::Sender<Held>, budget: &Budget, incoming: Incoming) -> bool {
+    let kib = u32::try_from(weight(&incoming) / 1024 + 1).unwrap_or(u32::MAX);
+    let Ok(share) = budget.0.clone().acquire_many_owned(kib.min(budget.1)).await else {
+        return false;
+    };
+    tx.send(Held {
+        incoming,
+        _share: share,
+    })
+    .await
+    .is_ok()
+}
+
+/// About the bytes a message holds: its content and metadata as JSON
+/// (counted, not written) and its binary buffers.
+fn weight(incoming: &Incoming) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let msg = match incoming {
+        Incoming::Shell(m) | Incoming::IoPub(m) | Incoming::Stdin(m) | Incoming::Control(m) => m,
+        Incoming::ShellUnread(kind) => return kind.len(),
+    };
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, &msg.content);
+    let _ = serde_json::to_writer(&mut count, &msg.metadata);
+    count.0 + msg.buffers.iter().map(|b| b.len()).sum::<usize>()
+}
+
 impl Bridge {
     /// Reaches the kernel's shell, stdin, iopub and control sockets once
     /// it made them; their messages go to `tx`.
     pub(super) async fn connect(
         &mut self,
         session: &str,
-        tx: &mpsc::Sender<Incoming>,
+        tx: &mpsc::Sender<Held>,
         readers: &mut tokio::task::JoinSet<()>,
     ) -> Option<Sockets> {
         let identity = zmq::peer_identity_for_session(session).ok()?;
@@ -63,19 +132,20 @@ impl Bridge {
         let (shell_send, mut shell_recv) = shell.split();
         let (stdin_send, mut stdin_recv) = stdin.split();
         let pid = self.worker.upgrade().map_or(0, |w| w.root_pid());
-        let t = tx.clone();
+        let budget = Budget::new(IN_FLIGHT_KIB);
+        let (t, b) = (tx.clone(), budget.clone());
         readers.spawn(async move {
             let mut skipped = 0;
             while let Some(read) = readable(iopub.read().await, &mut skipped) {
                 if let Some(msg) = read
-                    && t.send(Incoming::IoPub(msg)).await.is_err()
+                    && !hand_on(&t, &b, Incoming::IoPub(msg)).await
                 {
                     break;
                 }
             }
             tracing::debug!(pid, "kernel iopub closed");
         });
-        let t = tx.clone();
+        let (t, b) = (tx.clone(), budget.clone());
         readers.spawn(async move {
             let mut skipped = 0;
             loop {
@@ -95,28 +165,28 @@ impl Bridge {
                         None => break,
                     },
                 };
-                if t.send(incoming).await.is_err() {
+                if !hand_on(&t, &b, incoming).await {
                     break;
                 }
             }
         });
-        let t = tx.clone();
+        let (t, b) = (tx.clone(), budget.clone());
         readers.spawn(async move {
             let mut skipped = 0;
             while let Some(read) = readable(stdin_recv.read().await, &mut skipped) {
                 if let Some(msg) = read
-                    && t.send(Incoming::Stdin(msg)).await.is_err()
+                    && !hand_on(&t, &b, Incoming::Stdin(msg)).await
                 {
                     break;
                 }
             }
         });
-        let t = tx.clone();
+        let (t, b) = (tx.clone(), budget);
         readers.spawn(async move {
             let mut skipped = 0;
             while let Some(read) = readable(control_recv.read().await, &mut skipped) {
                 if let Some(msg) = read
-                    && t.send(Incoming::Control(msg)).await.is_err()
+                    && !hand_on(&t, &b, Incoming::Control(msg)).await
                 {
                     break;
                 }
@@ -135,7 +205,7 @@ impl Bridge {
     pub(super) async fn handshake(
         &mut self,
         shell: &mut zmq::DealerSendConnection,
-        rx: &mut mpsc::Receiver<Incoming>,
+        rx: &mut mpsc::Receiver<Held>,
     ) -> Option<String> {
         let mut version = None;
         let mut subscribed = false;
@@ -149,7 +219,7 @@ impl Bridge {
                     let ask: JupyterMessage = KernelInfoRequest {}.into();
                     shell.send(ask).await.ok()?;
                 }
-                msg = rx.recv() => match msg? {
+                msg = rx.recv() => match msg?.into_incoming() {
                     Incoming::Shell(m) => {
                         match m.content {
                             JupyterMessageContent::KernelInfoReply(reply) => {
@@ -270,5 +340,48 @@ impl Bridge {
         })
         .await
         .unwrap_or(root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use jupyter_protocol::{JupyterMessage, JupyterMessageContent, Stdio, StreamContent};
+
+    use super::*;
+
+    fn stream(bytes: usize) -> Incoming {
+        let content = JupyterMessageContent::StreamContent(StreamContent {
+            name: Stdio::Stdout,
+            text: "x".repeat(bytes),
+        });
+        Incoming::IoPub(JupyterMessage::new(content, None))
+    }
+
+    /// Messages waiting for the bridge weigh at most the budget: the
+    /// next waits until the bridge takes one.
+    #[tokio::test]
+    async fn readers_wait_while_the_bridge_holds_the_budget() {
+        let (tx, mut rx) = mpsc::channel::<Held>(256);
+        let budget = Budget::new(64);
+        let big = 33 * 1024;
+        assert!(weight(&stream(big)) > big);
+        assert!(hand_on(&tx, &budget, stream(big)).await);
+        let second = hand_on(&tx, &budget, stream(big));
+        tokio::pin!(second);
+        let waited = tokio::time::timeout(Duration::from_millis(200), &mut second).await;
+        assert!(waited.is_err(), "a second half-budget message did not wait");
+        let first = rx.recv().await.map(Held::into_incoming);
+        assert!(matches!(first, Some(Incoming::IoPub(_))));
+        assert!(
+            second.await,
+            "the budget came back when the bridge took the first"
+        );
+        // Small messages pass by the dozen (a KiB each, rounded up).
+        let _ = rx.recv().await;
+        for _ in 0..60 {
+            assert!(hand_on(&tx, &budget, stream(10)).await);
+        }
     }
 }

@@ -236,6 +236,10 @@ mod tests {
                 "input prompt at {} characters",
                 grouped(super::media::MAX_PROMPT_CHARS)
             ),
+            format!(
+                "bridge weigh at most {} MiB in all",
+                super::connect::IN_FLIGHT_KIB / 1024
+            ),
         ];
         for phrase in said {
             assert!(doc.contains(&phrase), "docs/security.md has no `{phrase}`");
