@@ -47,6 +47,8 @@ mod install;
 mod kept_venv;
 mod kernels;
 mod kernels_attach;
+// Attacks on kernel sessions, which run in the Linux sandbox only.
+#[cfg(target_os = "linux")]
 mod kernels_attacks;
 mod kernels_messages;
 mod kernels_other;
