@@ -247,6 +247,14 @@ pub const SESSION_STATES: [&str; 7] = [
 mod tests {
     use super::*;
 
+    /// security.md says how many images a result's display list names.
+    #[test]
+    fn security_md_states_the_display_lists_bound() {
+        let doc = include_str!("../../docs/security.md").replace('\n', " ");
+        let said = format!("`display` list names at most {MAX_DISPLAY_ENTRIES} images");
+        assert!(doc.contains(&said), "docs/security.md has no `{said}`");
+    }
+
     fn image(sha: &str) -> Image {
         Image {
             mime: "image/png".into(),

@@ -240,6 +240,10 @@ mod tests {
                 "bridge weigh at most {} MiB in all",
                 super::connect::IN_FLIGHT_KIB / 1024
             ),
+            format!(
+                "one message over {} MiB",
+                super::relay::MAX_KERNEL_MESSAGE_BYTES >> 20
+            ),
         ];
         for phrase in said {
             assert!(doc.contains(&phrase), "docs/security.md has no `{phrase}`");
