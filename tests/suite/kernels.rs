@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::{
-    Launch, StdioServer, ToolOutput, assert_status, image_blocks, kernels, server_command_plain,
+    Launch, StdioServer, ToolOutput, image_blocks, kernels, server_command_plain,
     upstreams::test_env_dir,
 };
 
@@ -75,32 +75,13 @@ async fn a_kernel_session_keeps_state_and_answers_values_streams_and_errors() {
 async fn input_waits_for_python_wait_and_an_interrupt_keeps_the_kernel_state() {
     let server = kernel_server(&[]).await;
     exec(&server, "kept = 'still here'").await.assert_ok();
-    let out = exec(&server, "name = input('who? ')\nprint('hello', name)").await;
-    assert_status(&out, "waiting_input");
-    assert_eq!(out.structured["prompt"], "who? ", "{out:#?}");
-    let out = server
-        .call(
-            "python_wait",
-            json!({"session": "k", "input": "ada", "wait_s": 30}),
-        )
-        .await;
-    assert_status(&out, "ok");
-    assert!(out.str_field("stdout").contains("hello ada"), "{out:#?}");
-
-    let started = server
-        .call(
-            "python_exec",
-            json!({"session": "k", "code": "import time; time.sleep(60)", "wait_s": 0.5}),
-        )
-        .await;
-    assert_status(&started, "running");
-    let stopped = server
-        .call(
-            "python_wait",
-            json!({"session": "k", "interrupt": true, "wait_s": 30}),
-        )
-        .await;
-    assert_status(&stopped, "interrupted");
+    kernels::answer_input_then_interrupt(
+        &server,
+        ("python_exec", "python_wait"),
+        "name = input('who? ')\nprint('hello', name)",
+        "import time; time.sleep(60)",
+    )
+    .await;
     let out = exec(&server, "kept").await;
     assert_eq!(out.value(), Some("'still here'"), "{out:#?}");
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use crate::support::{Launch, StdioServer, ToolOutput, assert_status, image_blocks, kernels};
+use crate::support::{Launch, StdioServer, ToolOutput, image_blocks, kernels};
 
 /// The `kernels` venv's Jupyter data directory (its kernels/ir, python3).
 fn jupyter_path() -> PathBuf {
@@ -98,36 +98,13 @@ async fn base_graphics_come_back_as_an_image() {
 async fn readline_waits_for_r_wait_and_an_interrupt_keeps_the_session() {
     let server = kernel_server("ir").await;
     r_exec(&server, "kept <- 'still here'").await.assert_ok();
-    let out = r_exec(
+    kernels::answer_input_then_interrupt(
         &server,
+        ("r_exec", "r_wait"),
         "name <- readline('who? '); cat('hello', name, '\\n')",
+        "Sys.sleep(60)",
     )
     .await;
-    assert_status(&out, "waiting_input");
-    assert_eq!(out.structured["prompt"], "who? ", "{out:#?}");
-    let out = server
-        .call(
-            "r_wait",
-            json!({"session": "k", "input": "ada", "wait_s": 30}),
-        )
-        .await;
-    assert_status(&out, "ok");
-    assert!(out.str_field("stdout").contains("hello ada"), "{out:#?}");
-
-    let started = server
-        .call(
-            "r_exec",
-            json!({"session": "k", "code": "Sys.sleep(60)", "wait_s": 0.5}),
-        )
-        .await;
-    assert_status(&started, "running");
-    let stopped = server
-        .call(
-            "r_wait",
-            json!({"session": "k", "interrupt": true, "wait_s": 30}),
-        )
-        .await;
-    assert_status(&stopped, "interrupted");
     let out = r_exec(&server, "kept").await;
     assert_eq!(out.str_field("stdout"), "[1] \"still here\"\n", "{out:#?}");
 }

@@ -124,3 +124,27 @@ pub fn another_client_runs(connection_file: &Path, code: &str) {
         output_text(&out)
     );
 }
+
+/// In kernel session `k`: `ask` (a cell reading a line after the prompt
+/// `who? ` and printing `hello NAME`) waits for input, which `wait`
+/// answers; then `sleep` (a cell sleeping a minute) is interrupted by
+/// `wait` and ends interrupted. `exec` and `wait` are the language's tools.
+pub async fn answer_input_then_interrupt(
+    server: &StdioServer,
+    (exec, wait): (&str, &str),
+    ask: &str,
+    sleep: &str,
+) {
+    let out = kernel_cell(server, exec, "k", ask).await;
+    super::assert_status(&out, "waiting_input");
+    assert_eq!(out.structured["prompt"], "who? ", "{out:#?}");
+    let answer = json!({"session": "k", "input": "ada", "wait_s": 30});
+    let out = server.call(wait, answer).await;
+    super::assert_status(&out, "ok");
+    assert!(out.str_field("stdout").contains("hello ada"), "{out:#?}");
+
+    let sleeping = json!({"session": "k", "code": sleep, "wait_s": 0.5});
+    super::assert_status(&server.call(exec, sleeping).await, "running");
+    let interrupt = json!({"session": "k", "interrupt": true, "wait_s": 30});
+    super::assert_status(&server.call(wait, interrupt).await, "interrupted");
+}
