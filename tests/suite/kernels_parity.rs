@@ -1,12 +1,16 @@
 //! A kernel session (--kernels) answers with the same bounds and follow-ups
 //! as a built-in one: a long output is cut in the middle and read back with
 //! python_output, a cell past its wait answers `running` and python_wait
-//! ends it, and its notebook names its kernel. (Its cells as MCP tasks are
-//! in tasks.rs, beside the built-in sessions' tasks.)
+//! ends it, its notebook names its kernel, and its cells run as MCP tasks
+//! (with tasks.rs's client) that tasks/cancel interrupts.
 
+use std::time::Duration;
+
+use rmcp::model::{CancelTaskParams, TaskStatus};
 use serde_json::json;
 
-use crate::support::{Launch, StdioServer, ToolOutput, kernels};
+use crate::support::{HttpServer, Launch, StdioServer, ToolOutput, call, kernels, path_str};
+use crate::tasks::{completed, settled, start_task, tasks_client};
 
 /// A server offering the `nb` venv's python3 kernel, and a session `k` on it.
 async fn kernel_server() -> StdioServer {
@@ -107,4 +111,49 @@ async fn a_kernel_sessions_notebook_names_its_kernel_and_holds_its_cells() {
         text.contains("y = 20 + 1") && text.contains("printed 21"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn a_kernel_sessions_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
+    let jupyter = kernels::jupyter_path("nb", "python3");
+    let server = HttpServer::start(
+        &["--kernels", "python3"],
+        &[("JUPYTER_PATH", path_str(&jupyter))],
+    )
+    .await;
+    let client = server.connect_modern_with(tasks_client(), None).await;
+    let peer = client.peer();
+    let made = call(
+        peer,
+        "python_sessions",
+        json!({"action": "create", "session": "k", "kernel": "python3"}),
+    )
+    .await;
+    assert!(!made.is_error, "{made:#?}");
+
+    let code = "import time\nkept = 41\nprint('kernel done')\ntime.sleep(1.5)\nkept + 1";
+    let args = json!({"session": "k", "code": code, "wait_s": 0.2});
+    let id = start_task(peer, "python_exec", args).await;
+    let out = completed(&settled(peer, &id, Duration::from_secs(60)).await);
+    out.assert_ok();
+    assert_eq!(out.value(), Some("42"), "{out:#?}");
+    assert!(out.text.contains("kernel done"), "{out:#?}");
+
+    let code = "while True: time.sleep(0.05)";
+    let args = json!({"session": "k", "code": code, "wait_s": 0.5});
+    let id = start_task(peer, "python_exec", args).await;
+    peer.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let done = settled(peer, &id, Duration::from_secs(30)).await;
+    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
+    let out = call(peer, "python_wait", json!({"session": "k", "wait_s": 10})).await;
+    assert_eq!(out.status(), "interrupted", "{out:#?}");
+    let out = call(
+        peer,
+        "python_exec",
+        json!({"session": "k", "code": "kept", "wait_s": 10}),
+    )
+    .await;
+    assert_eq!(out.assert_ok().value(), Some("41"), "{out:#?}");
 }

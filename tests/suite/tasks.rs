@@ -32,7 +32,7 @@ use crate::support::{
 /// A client that declares the tasks extension: at initialize in the legacy
 /// lifecycle, in every request's `_meta` in the 2026-07-28 one
 /// (`connect_modern_with`, `launch_modern_with`).
-fn tasks_client() -> ClientConfig {
+pub(crate) fn tasks_client() -> ClientConfig {
     ClientConfig::new(
         ClientCapabilities::builder().enable_tasks().build(),
         Implementation::new("tasks-test", "0"),
@@ -70,7 +70,7 @@ async fn call_once(peer: &Peer<RoleClient>, tool: &str, args: Value) -> Answer {
 }
 
 /// The id of the task a call became (it must have become one).
-async fn start_task(peer: &Peer<RoleClient>, tool: &str, args: Value) -> String {
+pub(crate) async fn start_task(peer: &Peer<RoleClient>, tool: &str, args: Value) -> String {
     match call_once(peer, tool, args).await {
         Answer::Task(id) => id,
         Answer::Result(out) => panic!("{tool} answered at once instead of as a task: {out:#?}"),
@@ -85,7 +85,7 @@ async fn get(peer: &Peer<RoleClient>, id: &str) -> DetailedTask {
 }
 
 /// Polls a task until it has ended (bounded).
-async fn settled(peer: &Peer<RoleClient>, id: &str, within: Duration) -> DetailedTask {
+pub(crate) async fn settled(peer: &Peer<RoleClient>, id: &str, within: Duration) -> DetailedTask {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let task = get(peer, id).await;
@@ -102,7 +102,7 @@ async fn settled(peer: &Peer<RoleClient>, id: &str, within: Duration) -> Detaile
 }
 
 /// The tool result a completed task holds.
-fn completed(task: &DetailedTask) -> ToolOutput {
+pub(crate) fn completed(task: &DetailedTask) -> ToolOutput {
     match &task.payload {
         TaskPayload::Completed { result } => {
             let result: CallToolResult = serde_json::from_value(Value::Object(result.clone()))
@@ -759,51 +759,6 @@ async fn an_r_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
     let out = call(peer, "r_exec", json!({ "code": "kept", "wait_s": 10 })).await;
     out.assert_ok();
     assert!(out.text.contains("[1] 41"), "{out:#?}");
-}
-
-#[tokio::test]
-async fn a_kernel_sessions_cell_runs_as_a_task_and_tasks_cancel_interrupts_it() {
-    let jupyter = crate::support::kernels::jupyter_path("nb", "python3");
-    let server = HttpServer::start(
-        &["--kernels", "python3"],
-        &[("JUPYTER_PATH", path_str(&jupyter))],
-    )
-    .await;
-    let client = server.connect_modern_with(tasks_client(), None).await;
-    let peer = client.peer();
-    let made = call(
-        peer,
-        "python_sessions",
-        json!({"action": "create", "session": "k", "kernel": "python3"}),
-    )
-    .await;
-    assert!(!made.is_error, "{made:#?}");
-
-    let code = "import time\nkept = 41\nprint('kernel done')\ntime.sleep(1.5)\nkept + 1";
-    let args = json!({"session": "k", "code": code, "wait_s": 0.2});
-    let id = start_task(peer, "python_exec", args).await;
-    let out = completed(&settled(peer, &id, Duration::from_secs(60)).await);
-    out.assert_ok();
-    assert_eq!(out.value(), Some("42"), "{out:#?}");
-    assert!(out.text.contains("kernel done"), "{out:#?}");
-
-    let code = "while True: time.sleep(0.05)";
-    let args = json!({"session": "k", "code": code, "wait_s": 0.5});
-    let id = start_task(peer, "python_exec", args).await;
-    peer.cancel_task(CancelTaskParams::new(id.clone()))
-        .await
-        .expect("tasks/cancel");
-    let done = settled(peer, &id, Duration::from_secs(30)).await;
-    assert_eq!(done.status(), TaskStatus::Cancelled, "{done:?}");
-    let out = call(peer, "python_wait", json!({"session": "k", "wait_s": 10})).await;
-    assert_eq!(out.status(), "interrupted", "{out:#?}");
-    let out = call(
-        peer,
-        "python_exec",
-        json!({"session": "k", "code": "kept", "wait_s": 10}),
-    )
-    .await;
-    assert_eq!(out.assert_ok().value(), Some("41"), "{out:#?}");
 }
 
 /// A wheel of package `name` (VALUE = 7) in `dir`; its file name.
